@@ -1,0 +1,1 @@
+//! Egress proxy (see issue 5).

@@ -1,0 +1,160 @@
+//! The `Outcome`: what a run did and what it cost. Its JSON form is a public contract: fields
+//! may be added, never renamed.
+
+use serde::{Deserialize, Serialize};
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Exited,
+    Signaled,
+    Timeout,
+    Oom,
+    CpuTime,
+    Error,
+}
+
+/// What the run consumed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub wall_ms: u64,
+    pub cpu_user_ms: u64,
+    pub cpu_system_ms: u64,
+    pub peak_memory_bytes: u64,
+    pub peak_pids: u64,
+}
+
+/// Which layers actually held for this run. Never claims more than the host enforced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcement {
+    pub user_ns: bool,
+    pub pid_ns: bool,
+    pub net_ns: bool,
+    pub mount_ns: bool,
+    pub ipc_ns: bool,
+    pub uts_ns: bool,
+    pub cgroup_ns: bool,
+    pub seccomp: bool,
+    /// Landlock ABI in force, 0 when Landlock was not enforced.
+    pub landlock_abi: u32,
+    /// `"v1"`, `"v2"` or `"none"`.
+    pub cgroup: String,
+    pub rlimits: bool,
+    /// Host uid the sandbox runs as (never 0).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub host_uid: Option<u32>,
+    /// Human notes on anything weaker than the profile asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub notes: Vec<String>,
+}
+
+/// One egress decision of the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkEvent {
+    /// Milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    pub host: String,
+    pub port: u16,
+    /// `"allow"` or `"deny"`.
+    pub verdict: String,
+    pub reason: String,
+    /// Bytes relayed in both directions.
+    pub bytes: u64,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stdout_b64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stderr_b64: Option<String>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub usage: Usage,
+    pub enforcement: Enforcement,
+    pub network: Vec<NetworkEvent>,
+}
+
+/// Exit codes of the command-line contract.
+pub mod exit {
+    pub const TIMEOUT: i32 = 124;
+    pub const CORDON_FAILED: i32 = 125;
+    pub const NOT_EXECUTABLE: i32 = 126;
+    pub const NOT_FOUND: i32 = 127;
+}
+
+impl Outcome {
+    /// An outcome for a run that never started.
+    pub fn error(message: impl Into<String>, enforcement: Enforcement) -> Outcome {
+        Outcome {
+            status: Status::Error,
+            exit_code: None,
+            signal: None,
+            error: Some(message.into()),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_b64: None,
+            stderr_b64: None,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            usage: Usage::default(),
+            enforcement,
+            network: Vec::new(),
+        }
+    }
+
+    /// The process exit code `cordon run` uses without `--json`.
+    pub fn cli_exit_code(&self) -> i32 {
+        match self.status {
+            Status::Exited => self.exit_code.unwrap_or(exit::CORDON_FAILED),
+            Status::Timeout => exit::TIMEOUT,
+            Status::Signaled | Status::Oom | Status::CpuTime => {
+                self.signal.map(|s| 128 + s).unwrap_or(128 + 9)
+            }
+            Status::Error => self.exit_code.unwrap_or(exit::CORDON_FAILED),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_field_names_are_the_contract() {
+        let o = Outcome::error("x", Enforcement::default());
+        let v = serde_json::to_value(&o).unwrap();
+        for key in [
+            "status", "exit_code", "signal", "error", "stdout", "stderr", "stdout_truncated",
+            "stderr_truncated", "usage", "enforcement", "network",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(v["status"], "error");
+        for key in ["wall_ms", "cpu_user_ms", "cpu_system_ms", "peak_memory_bytes", "peak_pids"] {
+            assert!(v["usage"].get(key).is_some(), "missing usage.{key}");
+        }
+        for key in ["user_ns", "pid_ns", "net_ns", "mount_ns", "seccomp", "landlock_abi", "cgroup", "rlimits"] {
+            assert!(v["enforcement"].get(key).is_some(), "missing enforcement.{key}");
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        let mut o = Outcome::error("x", Enforcement::default());
+        assert_eq!(o.cli_exit_code(), 125);
+        o.status = Status::Signaled;
+        o.signal = Some(9);
+        assert_eq!(o.cli_exit_code(), 137);
+        o.status = Status::Timeout;
+        assert_eq!(o.cli_exit_code(), 124);
+    }
+}

@@ -1,0 +1,677 @@
+//! The `Profile`: everything a sandbox is allowed to do, built-in or read from TOML.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::network::NetworkPolicy;
+use crate::units::{parse_duration, parse_size, UnitError};
+
+/// A profile that failed to load or validate. Messages name the offending key or flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("unknown profile '{0}': use a built-in ({builtins}) or a path to a TOML file", builtins = BUILTINS.join(", "))]
+    UnknownBuiltin(String),
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("profile {path}: {message}")]
+    Toml { path: PathBuf, message: String },
+    #[error("{field}: {source}")]
+    Unit {
+        field: String,
+        #[source]
+        source: UnitError,
+    },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl ProfileError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ProfileError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Names of the built-in profiles.
+pub const BUILTINS: &[&str] = &["default", "strict"];
+
+/// How much of the host's system directories the sandbox sees (always read-only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemView {
+    /// `/usr`, `/bin`, `/lib*`, `/sbin` and all of `/etc`.
+    Full,
+    /// `/usr`, `/bin`, `/lib*`, `/sbin` and only the files of `/etc` the dynamic loader needs.
+    Minimal,
+}
+
+/// An isolation layer the caller can demand with `--require`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    UserNs,
+    PidNs,
+    NetNs,
+    MountNs,
+    IpcNs,
+    UtsNs,
+    CgroupNs,
+    Seccomp,
+    Landlock,
+    Cgroup,
+    Rlimits,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 11] = [
+        Layer::UserNs,
+        Layer::PidNs,
+        Layer::NetNs,
+        Layer::MountNs,
+        Layer::IpcNs,
+        Layer::UtsNs,
+        Layer::CgroupNs,
+        Layer::Seccomp,
+        Layer::Landlock,
+        Layer::Cgroup,
+        Layer::Rlimits,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::UserNs => "user_ns",
+            Layer::PidNs => "pid_ns",
+            Layer::NetNs => "net_ns",
+            Layer::MountNs => "mount_ns",
+            Layer::IpcNs => "ipc_ns",
+            Layer::UtsNs => "uts_ns",
+            Layer::CgroupNs => "cgroup_ns",
+            Layer::Seccomp => "seccomp",
+            Layer::Landlock => "landlock",
+            Layer::Cgroup => "cgroup",
+            Layer::Rlimits => "rlimits",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Layer, ProfileError> {
+        let t = text.trim();
+        Layer::ALL
+            .into_iter()
+            .find(|l| l.name() == t)
+            .ok_or_else(|| {
+                let names: Vec<_> = Layer::ALL.iter().map(|l| l.name()).collect();
+                ProfileError::invalid(
+                    "require",
+                    format!("unknown layer '{t}': choose from {}", names.join(", ")),
+                )
+            })
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Resource limits of one sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Limits {
+    /// Memory (RAM, no swap) in bytes.
+    pub memory: u64,
+    /// CPU quota in cores.
+    pub cpus: f64,
+    /// Processes and threads the payload may have at once.
+    pub pids: u32,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+    /// CPU-time limit over the whole tree, if any.
+    pub cpu_time: Option<Duration>,
+    /// Size of each writable tmpfs (`/tmp`, `/workspace`, `/dev/shm`).
+    pub disk: u64,
+    /// Bytes kept per output stream.
+    pub output_limit: u64,
+    /// Open files per process (`RLIMIT_NOFILE`).
+    pub nofile: u64,
+    /// Largest file a process may write (`RLIMIT_FSIZE`).
+    pub file_size: u64,
+}
+
+/// An extra bind mount from the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bind {
+    pub source: PathBuf,
+    pub dest: PathBuf,
+    pub writable: bool,
+}
+
+impl Bind {
+    /// Parses `PATH[:DEST]`; DEST defaults to PATH.
+    pub fn parse(spec: &str, writable: bool) -> Result<Bind, ProfileError> {
+        let field = if writable { "--rw" } else { "--ro" };
+        let (src, dest) = match spec.split_once(':') {
+            Some((s, d)) => (s, d),
+            None => (spec, spec),
+        };
+        if src.is_empty() || dest.is_empty() {
+            return Err(ProfileError::invalid(
+                field,
+                format!("'{spec}' is not PATH[:DEST], e.g. /data/in:/input"),
+            ));
+        }
+        Ok(Bind {
+            source: PathBuf::from(src),
+            dest: PathBuf::from(dest),
+            writable,
+        })
+    }
+}
+
+/// One environment entry for the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum EnvEntry {
+    /// Set KEY to VALUE.
+    Set(String, String),
+    /// Copy KEY from cordon's own environment, if present.
+    Pass(String),
+}
+
+impl EnvEntry {
+    /// Parses `KEY=VALUE` or `KEY`.
+    pub fn parse(spec: &str) -> Result<EnvEntry, ProfileError> {
+        let entry = match spec.split_once('=') {
+            Some((k, v)) => EnvEntry::Set(k.to_string(), v.to_string()),
+            None => EnvEntry::Pass(spec.to_string()),
+        };
+        entry.validate()?;
+        Ok(entry)
+    }
+
+    pub fn key(&self) -> &str {
+        match self {
+            EnvEntry::Set(k, _) | EnvEntry::Pass(k) => k,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ProfileError> {
+        let key = self.key();
+        let key_ok = !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !key.starts_with(|c: char| c.is_ascii_digit());
+        if !key_ok {
+            return Err(ProfileError::invalid(
+                "--env",
+                format!("'{key}' is not a variable name: use KEY=VALUE or KEY (letters, digits, _)"),
+            ));
+        }
+        if let EnvEntry::Set(_, v) = self {
+            if v.contains('\0') {
+                return Err(ProfileError::invalid("--env", format!("value of {key} contains a NUL byte")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Variables every sandbox gets (unless overridden), so ordinary programs behave.
+pub const BASE_ENV: &[(&str, &str)] = &[
+    ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+    ("HOME", "/workspace"),
+    ("LANG", "C.UTF-8"),
+    ("TERM", "dumb"),
+];
+
+/// Everything a sandbox may do. Build one with [`Profile::builtin`] or [`Profile::load`], adjust
+/// it, then call [`Profile::validate`] before handing it to the engine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    pub name: String,
+    pub limits: Limits,
+    pub system: SystemView,
+    pub binds: Vec<Bind>,
+    /// Host directory mounted read-write at `/workspace`; `None` gives a fresh tmpfs.
+    pub workspace: Option<PathBuf>,
+    pub env: Vec<EnvEntry>,
+    pub network: NetworkPolicy,
+    /// Layers without which the run must fail instead of running weaker.
+    pub require: Vec<Layer>,
+    pub hostname: String,
+}
+
+impl Profile {
+    /// A built-in profile by name.
+    pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
+        let default_limits = Limits {
+            memory: 512 << 20,
+            cpus: 1.0,
+            pids: 64,
+            timeout: Duration::from_secs(30),
+            cpu_time: None,
+            disk: 64 << 20,
+            output_limit: 1 << 20,
+            nofile: 1024,
+            file_size: 1 << 30,
+        };
+        let base = Profile {
+            name: name.to_string(),
+            limits: default_limits,
+            system: SystemView::Full,
+            binds: Vec::new(),
+            workspace: None,
+            env: Vec::new(),
+            network: NetworkPolicy::default(),
+            require: Vec::new(),
+            hostname: "cordon".to_string(),
+        };
+        match name {
+            "default" => Ok(base),
+            "strict" => Ok(Profile {
+                limits: Limits {
+                    memory: 256 << 20,
+                    cpus: 0.5,
+                    pids: 32,
+                    timeout: Duration::from_secs(10),
+                    cpu_time: Some(Duration::from_secs(10)),
+                    disk: 16 << 20,
+                    output_limit: 256 << 10,
+                    nofile: 256,
+                    file_size: 16 << 20,
+                },
+                system: SystemView::Minimal,
+                ..base
+            }),
+            other => Err(ProfileError::UnknownBuiltin(other.to_string())),
+        }
+    }
+
+    /// `NAME` of a built-in, or a path to a TOML file (anything with a `/` or ending in `.toml`).
+    pub fn resolve(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+            Profile::load(Path::new(name_or_path))
+        } else {
+            Profile::builtin(name_or_path)
+        }
+    }
+
+    /// Reads a TOML profile file.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Profile::from_toml(&text, path)
+    }
+
+    /// Parses TOML text; `origin` names the file in errors. Unknown keys are errors with their line.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Profile, ProfileError> {
+        let file: ProfileFile = toml::from_str(text).map_err(|e| ProfileError::Toml {
+            path: origin.to_path_buf(),
+            message: describe_toml_error(text, &e),
+        })?;
+        let base = file.extends.as_deref().unwrap_or("default");
+        let mut profile = Profile::builtin(base).map_err(|_| {
+            ProfileError::invalid(
+                "extends",
+                format!("'{base}' is not a built-in profile ({})", BUILTINS.join(", ")),
+            )
+        })?;
+        profile.name = file
+            .name
+            .clone()
+            .unwrap_or_else(|| origin.display().to_string());
+        file.apply(&mut profile)?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks every value; the engine relies on a validated profile.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        let l = &self.limits;
+        if l.memory < (8 << 20) {
+            return Err(ProfileError::invalid("memory", "must be at least 8M, e.g. --memory 256M"));
+        }
+        if !(l.cpus.is_finite() && l.cpus >= 0.01 && l.cpus <= 1024.0) {
+            return Err(ProfileError::invalid("cpus", "must be between 0.01 and 1024, e.g. --cpus 0.5"));
+        }
+        if l.pids == 0 || l.pids > 1_000_000 {
+            return Err(ProfileError::invalid("pids", "must be between 1 and 1000000, e.g. --pids 64"));
+        }
+        if l.timeout.is_zero() {
+            return Err(ProfileError::invalid("timeout", "must be more than zero, e.g. --timeout 30s"));
+        }
+        if l.cpu_time.is_some_and(|d| d < Duration::from_secs(1)) {
+            return Err(ProfileError::invalid(
+                "cpu-time",
+                "must be at least 1s (the kernel counts CPU time in seconds), e.g. --cpu-time 10s",
+            ));
+        }
+        if l.disk < (1 << 20) {
+            return Err(ProfileError::invalid("disk", "must be at least 1M, e.g. --disk 64M"));
+        }
+        if l.nofile < 16 {
+            return Err(ProfileError::invalid("nofile", "must be at least 16"));
+        }
+        for bind in &self.binds {
+            let field = if bind.writable { "--rw" } else { "--ro" };
+            check_abs_clean(&bind.source, field)?;
+            check_abs_clean(&bind.dest, field)?;
+            check_dest(&bind.dest, field)?;
+        }
+        if let Some(ws) = &self.workspace {
+            check_abs_clean(ws, "--workspace")?;
+        }
+        for e in &self.env {
+            e.validate()?;
+        }
+        let host_ok = !self.hostname.is_empty()
+            && self.hostname.len() <= 64
+            && self
+                .hostname
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !host_ok {
+            return Err(ProfileError::invalid("hostname", "use letters, digits, '-' and '.', at most 64"));
+        }
+        self.network.validate()?;
+        Ok(())
+    }
+
+    /// The environment the payload starts with: the base set, then profile entries in order.
+    /// `lookup` reads cordon's own environment for pass-through entries.
+    pub fn environment(&self, lookup: impl Fn(&str) -> Option<String>) -> BTreeMap<String, String> {
+        let mut env: BTreeMap<String, String> = BASE_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for e in &self.env {
+            match e {
+                EnvEntry::Set(k, v) => {
+                    env.insert(k.clone(), v.clone());
+                }
+                EnvEntry::Pass(k) => {
+                    if let Some(v) = lookup(k) {
+                        env.insert(k.clone(), v);
+                    }
+                }
+            }
+        }
+        env
+    }
+}
+
+fn check_abs_clean(path: &Path, field: &str) -> Result<(), ProfileError> {
+    if !path.is_absolute() {
+        return Err(ProfileError::invalid(field, format!("'{}' must be an absolute path", path.display())));
+    }
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(ProfileError::invalid(field, format!("'{}' must not contain '..'", path.display())));
+    }
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(ProfileError::invalid(field, "path contains a NUL byte"));
+    }
+    Ok(())
+}
+
+/// Destinations cordon builds itself cannot be replaced by a bind mount.
+fn check_dest(dest: &Path, field: &str) -> Result<(), ProfileError> {
+    const RESERVED: &[&str] = &["/", "/proc", "/dev", "/tmp", "/workspace"];
+    let reserved = RESERVED.iter().any(|r| dest == Path::new(r))
+        || dest.starts_with("/proc")
+        || dest.starts_with("/dev");
+    if reserved {
+        return Err(ProfileError::invalid(
+            field,
+            format!(
+                "cannot mount over {} (cordon builds /, /proc, /dev, /tmp and /workspace itself; use --workspace for /workspace)",
+                dest.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Turns a TOML error into "line N: message", so a user can find an unknown key.
+fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
+    let msg = err.message().trim().to_string();
+    match err.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+/// A size in TOML: `"256M"` or a number of bytes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn bytes(&self, field: &str) -> Result<u64, ProfileError> {
+        match self {
+            SizeValue::Bytes(b) => Ok(*b),
+            SizeValue::Text(t) => parse_size(t).map_err(|source| ProfileError::Unit {
+                field: field.to_string(),
+                source,
+            }),
+        }
+    }
+}
+
+fn duration(field: &str, text: &str) -> Result<Duration, ProfileError> {
+    parse_duration(text).map_err(|source| ProfileError::Unit {
+        field: field.to_string(),
+        source,
+    })
+}
+
+/// The TOML form. Every table denies unknown keys so that typos are caught, not ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: Option<String>,
+    extends: Option<String>,
+    hostname: Option<String>,
+    require: Option<Vec<String>>,
+    limits: Option<LimitsFile>,
+    filesystem: Option<FilesystemFile>,
+    env: Option<EnvFile>,
+    network: Option<NetworkPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    memory: Option<SizeValue>,
+    cpus: Option<f64>,
+    pids: Option<u32>,
+    timeout: Option<String>,
+    cpu_time: Option<String>,
+    disk: Option<SizeValue>,
+    output_limit: Option<SizeValue>,
+    nofile: Option<u64>,
+    file_size: Option<SizeValue>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilesystemFile {
+    system: Option<SystemView>,
+    workspace: Option<PathBuf>,
+    #[serde(default)]
+    ro: Vec<String>,
+    #[serde(default)]
+    rw: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvFile {
+    #[serde(default)]
+    set: BTreeMap<String, String>,
+    #[serde(default)]
+    pass: Vec<String>,
+}
+
+impl ProfileFile {
+    fn apply(self, p: &mut Profile) -> Result<(), ProfileError> {
+        if let Some(h) = self.hostname {
+            p.hostname = h;
+        }
+        if let Some(req) = self.require {
+            for r in req {
+                p.require.push(Layer::parse(&r)?);
+            }
+        }
+        if let Some(l) = self.limits {
+            let pl = &mut p.limits;
+            if let Some(v) = l.memory {
+                pl.memory = v.bytes("limits.memory")?;
+            }
+            if let Some(v) = l.cpus {
+                pl.cpus = v;
+            }
+            if let Some(v) = l.pids {
+                pl.pids = v;
+            }
+            if let Some(v) = l.timeout {
+                pl.timeout = duration("limits.timeout", &v)?;
+            }
+            if let Some(v) = l.cpu_time {
+                pl.cpu_time = Some(duration("limits.cpu_time", &v)?);
+            }
+            if let Some(v) = l.disk {
+                pl.disk = v.bytes("limits.disk")?;
+            }
+            if let Some(v) = l.output_limit {
+                pl.output_limit = v.bytes("limits.output_limit")?;
+            }
+            if let Some(v) = l.nofile {
+                pl.nofile = v;
+            }
+            if let Some(v) = l.file_size {
+                pl.file_size = v.bytes("limits.file_size")?;
+            }
+        }
+        if let Some(fs) = self.filesystem {
+            if let Some(s) = fs.system {
+                p.system = s;
+            }
+            if let Some(w) = fs.workspace {
+                p.workspace = Some(w);
+            }
+            for spec in fs.ro {
+                p.binds.push(Bind::parse(&spec, false)?);
+            }
+            for spec in fs.rw {
+                p.binds.push(Bind::parse(&spec, true)?);
+            }
+        }
+        if let Some(env) = self.env {
+            for (k, v) in env.set {
+                let e = EnvEntry::Set(k, v);
+                e.validate()?;
+                p.env.push(e);
+            }
+            for k in env.pass {
+                let e = EnvEntry::Pass(k);
+                e.validate()?;
+                p.env.push(e);
+            }
+        }
+        if let Some(n) = self.network {
+            p.network = n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_validate() {
+        for name in BUILTINS {
+            Profile::builtin(name).unwrap().validate().unwrap();
+        }
+        assert!(matches!(Profile::builtin("nope"), Err(ProfileError::UnknownBuiltin(_))));
+    }
+
+    #[test]
+    fn toml_roundtrip_and_overrides() {
+        let p = Profile::from_toml(
+            r#"
+name = "mine"
+extends = "strict"
+require = ["seccomp", "user_ns"]
+[limits]
+memory = "128M"
+timeout = "5s"
+disk = 2097152
+[filesystem]
+ro = ["/opt/data:/data"]
+[env]
+set = { FOO = "bar" }
+pass = ["LANG"]
+"#,
+            Path::new("mine.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.name, "mine");
+        assert_eq!(p.limits.memory, 128 << 20);
+        assert_eq!(p.limits.timeout, Duration::from_secs(5));
+        assert_eq!(p.limits.disk, 2 << 20);
+        assert_eq!(p.limits.pids, 32, "inherited from strict");
+        assert_eq!(p.system, SystemView::Minimal);
+        assert_eq!(p.require, vec![Layer::Seccomp, Layer::UserNs]);
+        assert_eq!(p.binds[0].dest, PathBuf::from("/data"));
+        let env = p.environment(|_| Some("x".into()));
+        assert_eq!(env["FOO"], "bar");
+        assert_eq!(env["LANG"], "x");
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Profile::from_toml("name = \"x\"\n[limits]\nmemroy = \"1G\"\n", Path::new("p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("memroy"), "{err}");
+    }
+
+    #[test]
+    fn bad_values() {
+        let cases = [
+            "[limits]\nmemory = \"lots\"",
+            "[limits]\ncpus = -1.0",
+            "[limits]\npids = 0",
+            "[limits]\ntimeout = \"30\"",
+            "[filesystem]\nro = [\"relative/path\"]",
+            "[filesystem]\nrw = [\"/data:/proc/x\"]",
+            "[filesystem]\nro = [\"/a/../etc\"]",
+            "[env]\nset = { \"BAD-KEY\" = \"1\" }",
+            "require = [\"magic\"]",
+            "extends = \"nonexistent\"",
+            "hostname = \"has space\"",
+            "limits = 3",
+        ];
+        for c in cases {
+            let r = Profile::from_toml(c, Path::new("t.toml"));
+            assert!(r.is_err(), "accepted: {c}");
+        }
+    }
+}
