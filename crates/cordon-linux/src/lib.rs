@@ -1,1 +1,32 @@
+//! cordon's isolation engine. Everything that talks to the kernel lives in this crate.
+//!
+//! A run goes through three processes, each with one job:
+//! - the **supervisor** (the caller's process): creates the cgroup and the pipes, forks, pumps
+//!   output under byte caps, enforces time limits and turns what happened into an `Outcome`;
+//! - the **relay** (forked): drops host privileges, enters fresh namespaces, writes its id maps
+//!   and forks the init; it is the only process of the sandbox outside its pid namespace;
+//! - the **init** (PID 1 of the new pid namespace): builds the new root, confines itself with
+//!   every layer, forks the payload, reaps orphans and reports the payload's end. When it
+//!   exits, the kernel kills whatever is left in the namespace.
+//!
+//! The callers of [`run`] must be single-threaded at the moment of the call (see
+//! LINUX-NOTES: forking a threaded process leaves only async-signal-safe calls to the child);
+//! a threaded program re-executes itself as a helper first.
 
+mod caps_drop;
+pub mod cgroup;
+mod channel;
+pub mod detect;
+mod error;
+mod landlock_rules;
+mod mounts;
+mod output;
+mod plan;
+mod sandbox;
+pub mod seccomp;
+mod supervisor;
+mod sys;
+
+pub use detect::{HostReport, Support};
+pub use error::EngineError;
+pub use supervisor::{run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource};

@@ -133,17 +133,44 @@ mod tests {
         let o = Outcome::error("x", Enforcement::default());
         let v = serde_json::to_value(&o).unwrap();
         for key in [
-            "status", "exit_code", "signal", "error", "stdout", "stderr", "stdout_truncated",
-            "stderr_truncated", "usage", "enforcement", "network",
+            "status",
+            "exit_code",
+            "signal",
+            "error",
+            "stdout",
+            "stderr",
+            "stdout_truncated",
+            "stderr_truncated",
+            "usage",
+            "enforcement",
+            "network",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert_eq!(v["status"], "error");
-        for key in ["wall_ms", "cpu_user_ms", "cpu_system_ms", "peak_memory_bytes", "peak_pids"] {
+        for key in [
+            "wall_ms",
+            "cpu_user_ms",
+            "cpu_system_ms",
+            "peak_memory_bytes",
+            "peak_pids",
+        ] {
             assert!(v["usage"].get(key).is_some(), "missing usage.{key}");
         }
-        for key in ["user_ns", "pid_ns", "net_ns", "mount_ns", "seccomp", "landlock_abi", "cgroup", "rlimits"] {
-            assert!(v["enforcement"].get(key).is_some(), "missing enforcement.{key}");
+        for key in [
+            "user_ns",
+            "pid_ns",
+            "net_ns",
+            "mount_ns",
+            "seccomp",
+            "landlock_abi",
+            "cgroup",
+            "rlimits",
+        ] {
+            assert!(
+                v["enforcement"].get(key).is_some(),
+                "missing enforcement.{key}"
+            );
         }
     }
 

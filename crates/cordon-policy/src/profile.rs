@@ -210,12 +210,17 @@ impl EnvEntry {
         if !key_ok {
             return Err(ProfileError::invalid(
                 "--env",
-                format!("'{key}' is not a variable name: use KEY=VALUE or KEY (letters, digits, _)"),
+                format!(
+                    "'{key}' is not a variable name: use KEY=VALUE or KEY (letters, digits, _)"
+                ),
             ));
         }
         if let EnvEntry::Set(_, v) = self {
             if v.contains('\0') {
-                return Err(ProfileError::invalid("--env", format!("value of {key} contains a NUL byte")));
+                return Err(ProfileError::invalid(
+                    "--env",
+                    format!("value of {key} contains a NUL byte"),
+                ));
             }
         }
         Ok(())
@@ -224,7 +229,10 @@ impl EnvEntry {
 
 /// Variables every sandbox gets (unless overridden), so ordinary programs behave.
 pub const BASE_ENV: &[(&str, &str)] = &[
-    ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+    (
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+    ),
     ("HOME", "/workspace"),
     ("LANG", "C.UTF-8"),
     ("TERM", "dumb"),
@@ -321,7 +329,10 @@ impl Profile {
         let mut profile = Profile::builtin(base).map_err(|_| {
             ProfileError::invalid(
                 "extends",
-                format!("'{base}' is not a built-in profile ({})", BUILTINS.join(", ")),
+                format!(
+                    "'{base}' is not a built-in profile ({})",
+                    BUILTINS.join(", ")
+                ),
             )
         })?;
         profile.name = file
@@ -337,16 +348,28 @@ impl Profile {
     pub fn validate(&self) -> Result<(), ProfileError> {
         let l = &self.limits;
         if l.memory < (8 << 20) {
-            return Err(ProfileError::invalid("memory", "must be at least 8M, e.g. --memory 256M"));
+            return Err(ProfileError::invalid(
+                "memory",
+                "must be at least 8M, e.g. --memory 256M",
+            ));
         }
         if !(l.cpus.is_finite() && l.cpus >= 0.01 && l.cpus <= 1024.0) {
-            return Err(ProfileError::invalid("cpus", "must be between 0.01 and 1024, e.g. --cpus 0.5"));
+            return Err(ProfileError::invalid(
+                "cpus",
+                "must be between 0.01 and 1024, e.g. --cpus 0.5",
+            ));
         }
         if l.pids == 0 || l.pids > 1_000_000 {
-            return Err(ProfileError::invalid("pids", "must be between 1 and 1000000, e.g. --pids 64"));
+            return Err(ProfileError::invalid(
+                "pids",
+                "must be between 1 and 1000000, e.g. --pids 64",
+            ));
         }
         if l.timeout.is_zero() {
-            return Err(ProfileError::invalid("timeout", "must be more than zero, e.g. --timeout 30s"));
+            return Err(ProfileError::invalid(
+                "timeout",
+                "must be more than zero, e.g. --timeout 30s",
+            ));
         }
         if l.cpu_time.is_some_and(|d| d < Duration::from_secs(1)) {
             return Err(ProfileError::invalid(
@@ -355,7 +378,10 @@ impl Profile {
             ));
         }
         if l.disk < (1 << 20) {
-            return Err(ProfileError::invalid("disk", "must be at least 1M, e.g. --disk 64M"));
+            return Err(ProfileError::invalid(
+                "disk",
+                "must be at least 1M, e.g. --disk 64M",
+            ));
         }
         if l.nofile < 16 {
             return Err(ProfileError::invalid("nofile", "must be at least 16"));
@@ -379,7 +405,10 @@ impl Profile {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
         if !host_ok {
-            return Err(ProfileError::invalid("hostname", "use letters, digits, '-' and '.', at most 64"));
+            return Err(ProfileError::invalid(
+                "hostname",
+                "use letters, digits, '-' and '.', at most 64",
+            ));
         }
         self.network.validate()?;
         Ok(())
@@ -410,10 +439,16 @@ impl Profile {
 
 fn check_abs_clean(path: &Path, field: &str) -> Result<(), ProfileError> {
     if !path.is_absolute() {
-        return Err(ProfileError::invalid(field, format!("'{}' must be an absolute path", path.display())));
+        return Err(ProfileError::invalid(
+            field,
+            format!("'{}' must be an absolute path", path.display()),
+        ));
     }
     if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(ProfileError::invalid(field, format!("'{}' must not contain '..'", path.display())));
+        return Err(ProfileError::invalid(
+            field,
+            format!("'{}' must not contain '..'", path.display()),
+        ));
     }
     if path.as_os_str().as_encoded_bytes().contains(&0) {
         return Err(ProfileError::invalid(field, "path contains a NUL byte"));
@@ -608,7 +643,10 @@ mod tests {
         for name in BUILTINS {
             Profile::builtin(name).unwrap().validate().unwrap();
         }
-        assert!(matches!(Profile::builtin("nope"), Err(ProfileError::UnknownBuiltin(_))));
+        assert!(matches!(
+            Profile::builtin("nope"),
+            Err(ProfileError::UnknownBuiltin(_))
+        ));
     }
 
     #[test]
@@ -646,9 +684,12 @@ pass = ["LANG"]
 
     #[test]
     fn unknown_key_names_key_and_line() {
-        let err = Profile::from_toml("name = \"x\"\n[limits]\nmemroy = \"1G\"\n", Path::new("p.toml"))
-            .unwrap_err()
-            .to_string();
+        let err = Profile::from_toml(
+            "name = \"x\"\n[limits]\nmemroy = \"1G\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("memroy"), "{err}");
     }

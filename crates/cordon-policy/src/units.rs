@@ -62,7 +62,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
 
 /// Formats a byte count the way [`parse_size`] reads it back.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
     for (mult, unit) in UNITS {
         if bytes >= mult && bytes % mult == 0 {
             return format!("{}{unit}", bytes / mult);

@@ -1,1 +1,60 @@
-fn main() {}
+//! `cordon`: argument parsing and wiring. Business logic lives in the library crates.
+
+mod bench;
+mod check;
+mod run;
+mod run_egress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cordon",
+    version,
+    about = "Run code that AI agents write without letting it hurt the host",
+    long_about = "cordon runs a command in a sandbox: its own user, pid, mount, network, ipc, uts \
+and cgroup namespaces, a fresh read-only root, no network, a scrubbed environment, no \
+capabilities, Landlock, a seccomp filter, rlimits and cgroup limits. Each layer holds on its own.\n\n\
+Examples:\n  cordon run -- python3 -c 'print(1+1)'\n  cordon run --json --timeout 5s -- bash -c 'ls /'\n  \
+cordon run --workspace ./job -- python3 job.py\n  cordon check"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one command in a fresh sandbox and report how it ended.
+    Run(run::RunArgs),
+    /// Show what this host can enforce, and what each missing piece costs.
+    Check(check::CheckArgs),
+    /// Time cordon against bare exec and bubblewrap, side by side.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are successes; every other parse error is cordon's failure (125).
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(125),
+            };
+        }
+    };
+    let code = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Check(args) => check::main(args),
+        Command::Bench(args) => bench::main(args),
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

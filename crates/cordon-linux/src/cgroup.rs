@@ -1,0 +1,447 @@
+//! Per-sandbox cgroups: limits (memory without swap, pids, CPU quota), accounting, kill, cleanup.
+//! Both the v1 layout (one hierarchy per controller) and the unified v2 layout are handled;
+//! which one is used is decided at run time from `/proc/self/mountinfo`.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Which cgroup layout this host offers for our limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+impl Version {
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }
+    }
+}
+
+/// Where the controllers live.
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// v1: the directory of our own cgroup in each controller's hierarchy.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    /// v2: the directory under which sandbox cgroups are created.
+    V2 { base: PathBuf },
+}
+
+impl Layout {
+    pub fn version(&self) -> Version {
+        match self {
+            Layout::V1 { .. } => Version::V1,
+            Layout::V2 { .. } => Version::V2,
+        }
+    }
+}
+
+struct MountEntry {
+    root: String,
+    mount_point: PathBuf,
+    fstype: String,
+    super_opts: String,
+}
+
+fn mounts() -> io::Result<Vec<MountEntry>> {
+    let text = fs::read_to_string("/proc/self/mountinfo")?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // Format: id parent maj:min root mount_point opts [optional...] - fstype source super_opts
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 5 || r.len() < 3 {
+            continue;
+        }
+        out.push(MountEntry {
+            root: unescape(l[3]),
+            mount_point: PathBuf::from(unescape(l[4])),
+            fstype: r[0].to_string(),
+            super_opts: r[2].to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Our own cgroup paths: (controllers field, path) from /proc/self/cgroup.
+fn own_cgroups() -> io::Result<Vec<(String, String)>> {
+    let text = fs::read_to_string("/proc/self/cgroup")?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            let ctrl = parts.next()?.to_string();
+            let path = parts.next()?.to_string();
+            Some((ctrl, path))
+        })
+        .collect())
+}
+
+fn join_cgroup(mount: &MountEntry, cg_path: &str) -> PathBuf {
+    // When the hierarchy is mounted from a sub-cgroup (containers), strip that prefix.
+    let rel = cg_path
+        .strip_prefix(mount.root.trim_end_matches('/'))
+        .unwrap_or(cg_path);
+    mount.mount_point.join(rel.trim_start_matches('/'))
+}
+
+/// Finds the layout this host offers, or why there is none.
+pub fn detect() -> Result<Layout, String> {
+    let mounts = mounts().map_err(|e| format!("cannot read mountinfo: {e}"))?;
+    let own = own_cgroups().map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let v1_dir = |ctrl: &str| -> Option<PathBuf> {
+        let m = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup" && m.super_opts.split(',').any(|o| o == ctrl))?;
+        let (_, path) = own.iter().find(|(c, _)| c.split(',').any(|x| x == ctrl))?;
+        Some(join_cgroup(m, path))
+    };
+    if let (Some(memory), Some(pids)) = (v1_dir("memory"), v1_dir("pids")) {
+        return Ok(Layout::V1 {
+            memory,
+            pids,
+            cpu: v1_dir("cpu"),
+            cpuacct: v1_dir("cpuacct"),
+        });
+    }
+    if let Some(m) = mounts.iter().find(|m| m.fstype == "cgroup2") {
+        let (_, path) = own
+            .iter()
+            .find(|(c, _)| c.is_empty())
+            .ok_or("no cgroup v2 entry in /proc/self/cgroup")?;
+        let own_dir = join_cgroup(m, path);
+        let controllers =
+            fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
+        for needed in ["memory", "pids"] {
+            if !controllers.split_whitespace().any(|c| c == needed) {
+                return Err(format!(
+                    "cgroup v2 at {} lacks the {needed} controller (delegate it, e.g. systemd Delegate=yes)",
+                    own_dir.display()
+                ));
+            }
+        }
+        return Ok(Layout::V2 { base: own_dir });
+    }
+    Err("no cgroup v1 memory+pids hierarchies and no cgroup v2 mount".to_string())
+}
+
+/// Limits to apply to one sandbox's cgroup.
+#[derive(Debug, Clone)]
+pub struct CgroupLimits {
+    pub memory: u64,
+    pub pids: u64,
+    pub cpus: f64,
+}
+
+/// One sandbox's cgroup (one directory per v1 hierarchy, or one v2 directory).
+pub struct Cgroup {
+    layout: Layout,
+    /// v1: memory, pids, cpu?, cpuacct?; v2: one dir.
+    dirs: Vec<PathBuf>,
+    peak_pids: u64,
+}
+
+const PREFIX: &str = "cordon-";
+
+impl Cgroup {
+    /// Creates `cordon-<pid>-<n>` cgroups and applies the limits.
+    pub fn create(layout: &Layout, name: &str, limits: &CgroupLimits) -> io::Result<Cgroup> {
+        let mut cg = Cgroup {
+            layout: layout.clone(),
+            dirs: Vec::new(),
+            peak_pids: 0,
+        };
+        let result = cg.create_inner(name, limits);
+        if let Err(e) = result {
+            cg.remove();
+            return Err(e);
+        }
+        Ok(cg)
+    }
+
+    fn create_inner(&mut self, name: &str, limits: &CgroupLimits) -> io::Result<()> {
+        let dirname = format!("{PREFIX}{name}");
+        match self.layout.clone() {
+            Layout::V1 {
+                memory,
+                pids,
+                cpu,
+                cpuacct,
+            } => {
+                let mem = memory.join(&dirname);
+                fs::create_dir(&mem)?;
+                self.dirs.push(mem.clone());
+                write(
+                    &mem.join("memory.limit_in_bytes"),
+                    &limits.memory.to_string(),
+                )?;
+                // Without this, the limit covers RAM only and the sandbox can push into swap.
+                let memsw = mem.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write(&memsw, &limits.memory.to_string())?;
+                }
+                let _ = write(&mem.join("memory.swappiness"), "0");
+                let p = pids.join(&dirname);
+                fs::create_dir(&p)?;
+                self.dirs.push(p.clone());
+                write(&p.join("pids.max"), &limits.pids.to_string())?;
+                if let Some(cpu) = cpu {
+                    let c = cpu.join(&dirname);
+                    if !self.dirs.contains(&c) {
+                        fs::create_dir(&c)?;
+                        self.dirs.push(c.clone());
+                    }
+                    let period = 100_000u64;
+                    let quota = ((limits.cpus * period as f64) as u64).max(1000);
+                    write(&c.join("cpu.cfs_period_us"), &period.to_string())?;
+                    write(&c.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                }
+                if let Some(acct) = cpuacct {
+                    let a = acct.join(&dirname);
+                    if !self.dirs.contains(&a) {
+                        fs::create_dir(&a)?;
+                        self.dirs.push(a);
+                    }
+                }
+            }
+            Layout::V2 { base } => {
+                // Controllers must be enabled in the parent for the child to get them.
+                let _ = write(&base.join("cgroup.subtree_control"), "+memory +pids +cpu");
+                let d = base.join(&dirname);
+                fs::create_dir(&d)?;
+                self.dirs.push(d.clone());
+                write(&d.join("memory.max"), &limits.memory.to_string())?;
+                let _ = write(&d.join("memory.swap.max"), "0");
+                let _ = write(&d.join("memory.oom.group"), "1");
+                write(&d.join("pids.max"), &limits.pids.to_string())?;
+                let period = 100_000u64;
+                let quota = ((limits.cpus * period as f64) as u64).max(1000);
+                let _ = write(&d.join("cpu.max"), &format!("{quota} {period}"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn version(&self) -> Version {
+        self.layout.version()
+    }
+
+    /// Moves `pid` into every directory of this cgroup.
+    pub fn add(&self, pid: i32) -> io::Result<()> {
+        for d in &self.dirs {
+            let file = match self.layout {
+                Layout::V1 { .. } => "tasks",
+                Layout::V2 { .. } => "cgroup.procs",
+            };
+            write(&d.join(file), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn find(&self, file: &str) -> Option<PathBuf> {
+        self.dirs.iter().map(|d| d.join(file)).find(|p| p.exists())
+    }
+
+    fn read_u64(&self, file: &str) -> Option<u64> {
+        fs::read_to_string(self.find(file)?)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Samples values that have no kernel-side peak (pids on v1).
+    pub fn sample(&mut self) {
+        if let Some(n) = self.read_u64("pids.current") {
+            self.peak_pids = self.peak_pids.max(n);
+        }
+    }
+
+    pub fn peak_pids(&self) -> u64 {
+        self.read_u64("pids.peak").unwrap_or(0).max(self.peak_pids)
+    }
+
+    pub fn peak_memory(&self) -> Option<u64> {
+        match self.layout {
+            Layout::V1 { .. } => self.read_u64("memory.max_usage_in_bytes"),
+            Layout::V2 { .. } => self
+                .read_u64("memory.peak")
+                .or_else(|| self.read_u64("memory.current")),
+        }
+    }
+
+    /// How many processes the kernel's OOM killer killed in this cgroup.
+    pub fn oom_kills(&self) -> u64 {
+        let file = match self.layout {
+            Layout::V1 { .. } => "memory.oom_control",
+            Layout::V2 { .. } => "memory.events",
+        };
+        let Some(text) = self.find(file).and_then(|p| fs::read_to_string(p).ok()) else {
+            return 0;
+        };
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether the memory limit was hit at all (v1 `failcnt`, v2 `max` events).
+    pub fn memory_limit_hit(&self) -> bool {
+        match self.layout {
+            Layout::V1 { .. } => self.read_u64("memory.failcnt").unwrap_or(0) > 0,
+            Layout::V2 { .. } => {
+                self.find("memory.events")
+                    .and_then(|p| fs::read_to_string(p).ok())
+                    .and_then(|t| {
+                        t.lines()
+                            .find_map(|l| l.strip_prefix("max ")?.trim().parse::<u64>().ok())
+                    })
+                    .unwrap_or(0)
+                    > 0
+            }
+        }
+    }
+
+    /// CPU time used by the whole tree: (user, system) in nanoseconds.
+    pub fn cpu_usage(&self) -> Option<(u64, u64)> {
+        match self.layout {
+            Layout::V1 { .. } => {
+                let user = self.read_u64("cpuacct.usage_user")?;
+                let sys = self.read_u64("cpuacct.usage_sys")?;
+                Some((user, sys))
+            }
+            Layout::V2 { .. } => {
+                let text = fs::read_to_string(self.find("cpu.stat")?).ok()?;
+                let get = |k: &str| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+                };
+                Some((get("user_usec ")? * 1000, get("system_usec ")? * 1000))
+            }
+        }
+    }
+
+    fn procs(&self) -> Vec<i32> {
+        self.dirs
+            .iter()
+            .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
+            .flat_map(|t| {
+                t.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect()
+    }
+
+    /// Kills every process in the cgroup.
+    pub fn kill_all(&self) {
+        if let Some(kill) = self.find("cgroup.kill") {
+            let _ = write(&kill, "1");
+            return;
+        }
+        // v1 has no cgroup.kill; the pid-namespace init's death does the real work, this
+        // sweep only catches stragglers.
+        for _ in 0..10 {
+            let procs = self.procs();
+            if procs.is_empty() {
+                return;
+            }
+            for p in procs {
+                let _ = crate::sys::kill(p, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Removes the cgroup directories, waiting briefly for dying processes to leave.
+    pub fn remove(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for d in std::mem::take(&mut self.dirs).into_iter().rev() {
+            loop {
+                match fs::remove_dir(&d) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Removes cgroups left by cordon processes that died without cleaning up (e.g. SIGKILL).
+pub fn remove_stale(layout: &Layout) {
+    let bases: Vec<PathBuf> = match layout {
+        Layout::V1 {
+            memory,
+            pids,
+            cpu,
+            cpuacct,
+        } => [Some(memory), Some(pids), cpu.as_ref(), cpuacct.as_ref()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
+        Layout::V2 { base } => vec![base.clone()],
+    };
+    for base in bases {
+        let Ok(entries) = fs::read_dir(&base) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+                continue;
+            };
+            let Some(owner) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{owner}")).exists() {
+                let _ = fs::remove_dir(e.path());
+            }
+        }
+    }
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}

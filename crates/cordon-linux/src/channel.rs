@@ -1,0 +1,84 @@
+//! Typed messages between the supervisor and the sandbox side, over a SOCK_SEQPACKET pair.
+//!
+//! One datagram is one JSON message, so there is no framing to get wrong. Everything the
+//! sandbox side sends is untrusted: the supervisor bounds sizes and rejects what does not parse.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+const MAX_MESSAGE: usize = 16 * 1024;
+
+/// What the relay, the init or the payload tells the supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToSupervisor {
+    /// The relay forked the init; this is its pid in the supervisor's pid namespace.
+    InitPid { pid: i32 },
+    /// The init is confined and about to start the payload; these layers are in force.
+    Confined {
+        landlock_abi: u32,
+        landlock_partial: bool,
+        seccomp: bool,
+        rlimits: bool,
+        notes: Vec<String>,
+    },
+    /// A listening socket inside the sandbox's network namespace, attached as an fd.
+    ProxyListener,
+    /// The payload could not be executed.
+    ExecFailed { errno: i32, path: String },
+    /// Setup failed before the payload ran.
+    SetupFailed { step: String, message: String },
+    /// The payload exited with this code.
+    Exited { code: i32 },
+    /// The payload was killed by this signal.
+    Signaled { signal: i32 },
+}
+
+/// What the supervisor tells the sandbox side.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToSandbox {
+    /// The relay is in its cgroups; go on.
+    Go,
+}
+
+pub struct Channel {
+    fd: OwnedFd,
+}
+
+impl Channel {
+    pub fn new(fd: OwnedFd) -> Channel {
+        Channel { fd }
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {
+        self.send_with_fd(msg, None)
+    }
+
+    pub fn send_with_fd<T: Serialize>(&self, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
+        let data = serde_json::to_vec(msg).map_err(io::Error::other)?;
+        sys::send_packet(self.fd.as_raw_fd(), &data, fd)
+    }
+
+    /// Receives one message; `Ok(None)` when the other side has closed.
+    pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Option<OwnedFd>)>> {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let (n, fd) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let msg = serde_json::from_slice(&buf[..n]).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad message from sandbox: {e}"),
+            )
+        })?;
+        Ok(Some((msg, fd)))
+    }
+}

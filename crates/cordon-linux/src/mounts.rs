@@ -1,0 +1,276 @@
+//! Building the sandbox's root filesystem inside its own mount namespace.
+//!
+//! The sequence (after bubblewrap's): make every mount private; mount a staging tmpfs and
+//! `pivot_root` into it, so the host's tree sits at `/oldroot` (binds then read from there,
+//! even from the host's `/tmp`); build the new root on its own tmpfs at `/newroot`; make it
+//! read-only; `pivot_root` into it and detach everything else.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::plan::{Plan, RootEntry};
+use crate::sys;
+
+const MS_RDONLY: libc::c_ulong = libc::MS_RDONLY;
+const MS_NOSUID: libc::c_ulong = libc::MS_NOSUID;
+const MS_NODEV: libc::c_ulong = libc::MS_NODEV;
+const MS_NOEXEC: libc::c_ulong = libc::MS_NOEXEC;
+
+/// A failed step, named so the user can tell what the host refused.
+#[derive(Debug)]
+pub struct MountError {
+    pub step: String,
+    pub error: io::Error,
+}
+
+impl std::fmt::Display for MountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.error)
+    }
+}
+
+trait Step<T> {
+    fn step(self, what: impl FnOnce() -> String) -> Result<T, MountError>;
+}
+
+impl<T> Step<T> for io::Result<T> {
+    fn step(self, what: impl FnOnce() -> String) -> Result<T, MountError> {
+        self.map_err(|error| MountError {
+            step: what(),
+            error,
+        })
+    }
+}
+
+const STAGE: &str = "/tmp";
+const NEW: &str = "/newroot";
+const OLD: &str = "/oldroot";
+
+/// `/newroot` + absolute `dest`.
+fn under_new(dest: &Path) -> PathBuf {
+    Path::new(NEW).join(dest.strip_prefix("/").unwrap_or(dest))
+}
+
+/// `/oldroot` + absolute host `src`.
+fn under_old(src: &Path) -> PathBuf {
+    Path::new(OLD).join(src.strip_prefix("/").unwrap_or(src))
+}
+
+fn mkdir_p(path: &Path, mode: u32) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+}
+
+fn tmpfs(dest: &Path, size: u64, mode: u32, flags: libc::c_ulong) -> Result<(), MountError> {
+    mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?;
+    let data = format!("size={size},mode={mode:o}");
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        dest,
+        Some("tmpfs"),
+        flags,
+        Some(&data),
+    )
+    .step(|| format!("mount tmpfs on {}", dest.display()))
+}
+
+/// Flags of an existing mount that a user namespace may not clear (they are locked).
+fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
+    let st = sys::statvfs_flags(path)?;
+    let mut flags = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, MS_NOSUID),
+        (libc::ST_NODEV, MS_NODEV),
+        (libc::ST_NOEXEC, MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+        (libc::ST_RDONLY, MS_RDONLY),
+    ] {
+        if st & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    Ok(flags)
+}
+
+/// Bind `src` to `dest` and remount it with `extra` flags (a first bind ignores MS_RDONLY).
+fn bind(src: &Path, dest: &Path, is_dir: bool, extra: libc::c_ulong) -> Result<(), MountError> {
+    if is_dir {
+        mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?;
+    } else {
+        if let Some(parent) = dest.parent() {
+            mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
+        }
+        if !dest.exists() {
+            fs::File::create(dest).step(|| format!("create {}", dest.display()))?;
+        }
+    }
+    sys::mount(Some(src), dest, None, libc::MS_BIND, None)
+        .step(|| format!("bind {} to {}", src.display(), dest.display()))?;
+    let keep = locked_flags(dest).step(|| format!("statvfs {}", dest.display()))?;
+    sys::mount(
+        None,
+        dest,
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | keep | extra,
+        None,
+    )
+    .step(|| format!("remount {}", dest.display()))
+}
+
+/// Runs in the sandbox init, inside fresh user and mount namespaces.
+pub fn build_root(plan: &Plan) -> Result<(), MountError> {
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .step(|| "make / private".into())?;
+
+    // Staging tmpfs; after the first pivot the host tree is at /oldroot.
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        Path::new(STAGE),
+        Some("tmpfs"),
+        MS_NOSUID | MS_NODEV,
+        Some("size=1m,mode=755"),
+    )
+    .step(|| "mount staging tmpfs".into())?;
+    let stage = Path::new(STAGE);
+    mkdir_p(&stage.join("oldroot"), 0o755).step(|| "mkdir oldroot".into())?;
+    tmpfs(&stage.join("newroot"), 1 << 20, 0o755, MS_NOSUID | MS_NODEV)?;
+    sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
+    std::env::set_current_dir("/").step(|| "chdir /".into())?;
+
+    for entry in &plan.root {
+        match entry {
+            RootEntry::Bind {
+                src,
+                dest,
+                writable,
+                is_dir,
+            } => {
+                let flags = if *writable {
+                    MS_NOSUID | MS_NODEV
+                } else {
+                    MS_RDONLY | MS_NOSUID | MS_NODEV
+                };
+                bind(&under_old(src), &under_new(dest), *is_dir, flags)?;
+            }
+            RootEntry::Symlink { target, link } => {
+                let l = under_new(link);
+                if let Some(parent) = l.parent() {
+                    mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
+                }
+                std::os::unix::fs::symlink(target, &l)
+                    .step(|| format!("symlink {}", l.display()))?;
+            }
+        }
+    }
+
+    let disk = plan.limits.disk;
+    tmpfs(
+        &under_new(Path::new("/tmp")),
+        disk,
+        0o1777,
+        MS_NOSUID | MS_NODEV,
+    )?;
+    match &plan.workspace {
+        Some(ws) => bind(
+            &under_old(ws),
+            &under_new(Path::new("/workspace")),
+            true,
+            MS_NOSUID | MS_NODEV,
+        )?,
+        None => tmpfs(
+            &under_new(Path::new("/workspace")),
+            disk,
+            0o755,
+            MS_NOSUID | MS_NODEV,
+        )?,
+    }
+    build_dev(disk)?;
+    build_proc()?;
+
+    // Everything is mounted; the root itself becomes read-only.
+    sys::mount(
+        None,
+        Path::new(NEW),
+        None,
+        libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+        None,
+    )
+    .step(|| "remount / read-only".into())?;
+
+    // Second pivot: into the new root, then detach the staging tree (and the host with it).
+    std::env::set_current_dir(NEW).step(|| "chdir newroot".into())?;
+    sys::pivot_root(Path::new("."), Path::new("."))
+        .step(|| "pivot_root into the new root".into())?;
+    sys::umount_detach(Path::new(".")).step(|| "detach the old root".into())?;
+    std::env::set_current_dir("/").step(|| "chdir /".into())?;
+    Ok(())
+}
+
+fn build_dev(disk: u64) -> Result<(), MountError> {
+    let dev = under_new(Path::new("/dev"));
+    tmpfs(&dev, 64 << 10, 0o755, MS_NOSUID | MS_NOEXEC)?;
+    for name in ["null", "zero", "full", "random", "urandom"] {
+        let host = Path::new(OLD).join("dev").join(name);
+        bind(&host, &dev.join(name), false, MS_NOSUID | MS_NOEXEC)?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(name))
+            .step(|| format!("symlink /dev/{name}"))?;
+    }
+    tmpfs(
+        &dev.join("shm"),
+        disk,
+        0o1777,
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    )?;
+    // No new device nodes or files in /dev itself.
+    sys::mount(
+        None,
+        &dev,
+        None,
+        libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+        Some("size=64k,mode=755"),
+    )
+    .step(|| "remount /dev read-only".into())?;
+    Ok(())
+}
+
+fn build_proc() -> Result<(), MountError> {
+    let proc_ = under_new(Path::new("/proc"));
+    mkdir_p(&proc_, 0o555).step(|| "mkdir /proc".into())?;
+    sys::mount(
+        Some(Path::new("proc")),
+        &proc_,
+        Some("proc"),
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        None,
+    )
+    .step(|| "mount /proc".into())?;
+    // Kernel knobs stay read-only even if a write permission check were ever to pass.
+    for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        let p = proc_.join(sub);
+        if p.exists() {
+            let is_dir = p.is_dir();
+            bind(&p, &p, is_dir, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
+        }
+    }
+    let _ = fs::set_permissions(&proc_, fs::Permissions::from_mode(0o555));
+    Ok(())
+}

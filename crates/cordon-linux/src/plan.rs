@@ -1,0 +1,219 @@
+//! The plan: everything the sandbox side needs, resolved in the supervisor *before* forking,
+//! so that the children only execute decisions and never parse or look up host state twice.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use cordon_policy::{Limits, Profile, SystemView};
+
+use crate::error::EngineError;
+use crate::landlock_rules::FsRules;
+
+/// The uid and gid the payload has inside its user namespace.
+pub const INNER_ID: u32 = 1000;
+/// Port of the egress proxy on the sandbox's loopback.
+pub const PROXY_PORT: u16 = 3128;
+
+/// One piece of the new root, in the order it is built.
+#[derive(Debug, Clone)]
+pub enum RootEntry {
+    /// Bind host `src` at `dest`; read-only unless `writable`.
+    Bind {
+        src: PathBuf,
+        dest: PathBuf,
+        writable: bool,
+        is_dir: bool,
+    },
+    /// A symlink, as the host has it (merged-/usr systems: /bin -> usr/bin).
+    Symlink { target: PathBuf, link: PathBuf },
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub argv: Vec<CString>,
+    pub env: Vec<CString>,
+    /// The sandbox's PATH, for finding the command.
+    pub path: String,
+    pub cwd: PathBuf,
+    pub hostname: String,
+    pub root: Vec<RootEntry>,
+    /// Host dir bound at /workspace, or None for a tmpfs.
+    pub workspace: Option<PathBuf>,
+    pub limits: Limits,
+    pub landlock: FsRules,
+    pub kernel_landlock_abi: u32,
+    /// Host ids the sandbox runs as (what its inner uid 1000 maps to).
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// True when cordon runs as host root and must drop to `host_uid` before anything else.
+    pub drop_root: bool,
+    pub network: bool,
+    /// No cgroup: per-process rlimits must stand in for memory and pid limits.
+    pub rlimit_fallback: bool,
+}
+
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+/// What the dynamic loader reads from /etc.
+const LOADER_ETC: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"];
+
+fn cstring(s: &str, what: &str) -> Result<CString, EngineError> {
+    CString::new(s).map_err(|_| EngineError::Invalid(format!("{what} contains a NUL byte")))
+}
+
+/// The host entry at `path` as a root entry at `dest`, or None if the host lacks it.
+fn host_entry(path: &Path, dest: &Path, writable: bool) -> Option<RootEntry> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).ok()?;
+        return Some(RootEntry::Symlink {
+            target,
+            link: dest.to_path_buf(),
+        });
+    }
+    Some(RootEntry::Bind {
+        src: path.to_path_buf(),
+        dest: dest.to_path_buf(),
+        writable,
+        is_dir: meta.is_dir(),
+    })
+}
+
+pub struct PlanInput<'a> {
+    pub profile: &'a Profile,
+    pub argv: &'a [String],
+    pub cwd: Option<&'a str>,
+    pub extra_env: &'a BTreeMap<String, String>,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    pub drop_root: bool,
+    pub rlimit_fallback: bool,
+    pub kernel_landlock_abi: u32,
+}
+
+pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
+    let p = input.profile;
+    if input.argv.is_empty() {
+        return Err(EngineError::Invalid(
+            "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into(),
+        ));
+    }
+    let argv = input
+        .argv
+        .iter()
+        .map(|a| cstring(a, "an argument"))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut env_map = p.environment(|k| std::env::var(k).ok());
+    if p.network.is_enabled() {
+        let url = format!("http://127.0.0.1:{PROXY_PORT}");
+        for k in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            env_map.insert(k.to_string(), url.clone());
+        }
+        for k in ["NO_PROXY", "no_proxy"] {
+            env_map.insert(k.to_string(), "localhost,127.0.0.1,::1".to_string());
+        }
+    }
+    for (k, v) in input.extra_env {
+        env_map.insert(k.clone(), v.clone());
+    }
+    let path = env_map.get("PATH").cloned().unwrap_or_default();
+    let env = env_map
+        .iter()
+        .map(|(k, v)| cstring(&format!("{k}={v}"), "an environment variable"))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut root = Vec::new();
+    let mut ll = FsRules {
+        list_only: vec!["/".into(), "/dev".into()],
+        read_only: vec!["/proc".into()],
+        read_write: vec!["/tmp".into(), "/workspace".into(), "/dev/shm".into()],
+        files_rw: ["null", "zero", "full", "random", "urandom"]
+            .iter()
+            .map(|d| PathBuf::from("/dev").join(d))
+            .collect(),
+        read_exec: Vec::new(),
+    };
+    for dir in SYSTEM_DIRS {
+        if let Some(e) = host_entry(Path::new(dir), Path::new(dir), false) {
+            root.push(e);
+            ll.read_exec.push(dir.into());
+        }
+    }
+    match p.system {
+        SystemView::Full => {
+            if let Some(e) = host_entry(Path::new("/etc"), Path::new("/etc"), false) {
+                root.push(e);
+                ll.read_exec.push("/etc".into());
+            }
+        }
+        SystemView::Minimal => {
+            for f in LOADER_ETC {
+                if let Some(e) = host_entry(Path::new(f), Path::new(f), false) {
+                    root.push(e);
+                    ll.read_exec.push(f.into());
+                }
+            }
+        }
+    }
+    for b in &p.binds {
+        let flag = if b.writable { "--rw" } else { "--ro" };
+        let meta = std::fs::metadata(&b.source)
+            .map_err(|e| EngineError::Invalid(format!("{flag} {}: {e}", b.source.display())))?;
+        root.push(RootEntry::Bind {
+            src: b.source.clone(),
+            dest: b.dest.clone(),
+            writable: b.writable,
+            is_dir: meta.is_dir(),
+        });
+        if b.writable {
+            ll.read_write.push(b.dest.clone());
+        } else {
+            ll.read_exec.push(b.dest.clone());
+        }
+    }
+    if let Some(ws) = &p.workspace {
+        let meta = std::fs::metadata(ws)
+            .map_err(|e| EngineError::Invalid(format!("--workspace {}: {e}", ws.display())))?;
+        if !meta.is_dir() {
+            return Err(EngineError::Invalid(format!(
+                "--workspace {}: not a directory",
+                ws.display()
+            )));
+        }
+    }
+    let cwd = PathBuf::from(input.cwd.unwrap_or("/workspace"));
+    if !cwd.is_absolute() {
+        return Err(EngineError::Invalid(format!(
+            "working directory {} must be absolute",
+            cwd.display()
+        )));
+    }
+
+    Ok(Plan {
+        argv,
+        env,
+        path,
+        cwd,
+        hostname: p.hostname.clone(),
+        root,
+        workspace: p.workspace.clone(),
+        limits: p.limits.clone(),
+        landlock: ll,
+        kernel_landlock_abi: input.kernel_landlock_abi,
+        host_uid: input.host_uid,
+        host_gid: input.host_gid,
+        drop_root: input.drop_root,
+        network: p.network.is_enabled(),
+        rlimit_fallback: input.rlimit_fallback,
+    })
+}

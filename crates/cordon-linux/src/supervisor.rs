@@ -1,0 +1,721 @@
+//! The supervisor: forks the sandbox, pumps its output under byte caps, enforces time
+//! limits, kills the whole tree on every ending, and reports an `Outcome`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
+
+use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::error::EngineError;
+use crate::output::Capture;
+use crate::plan::{self, PlanInput};
+use crate::sandbox::{self, Stdio};
+use crate::{detect, sys};
+
+/// What the payload reads on stdin.
+pub enum StdinSource {
+    Empty,
+    Bytes(Vec<u8>),
+    File(PathBuf),
+    /// cordon's own stdin.
+    Inherit,
+}
+
+/// Whether output is only captured, or also echoed live to cordon's stdout/stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    Capture,
+    Stream,
+}
+
+/// A running egress proxy serving the sandbox's listener; `finish` stops it.
+pub trait Egress: Send {
+    fn finish(self: Box<Self>) -> Vec<NetworkEvent>;
+}
+
+/// Starts an egress proxy on the listening socket created inside the sandbox.
+pub type EgressFactory = Box<dyn FnOnce(std::net::TcpListener) -> Result<Box<dyn Egress>, String>>;
+
+pub struct RunRequest {
+    pub profile: Profile,
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    /// Variables set on top of the profile's environment.
+    pub env: BTreeMap<String, String>,
+    pub stdin: StdinSource,
+    pub output: OutputMode,
+    pub egress: Option<EgressFactory>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static INTERRUPT_SIGNAL: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPT_SIGNAL.store(sig as u32, Ordering::SeqCst);
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT/SIGTERM/SIGHUP to cordon end the sandbox cleanly instead of orphaning its cgroup.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe; the
+        // sigaction struct is fully initialised.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// If cordon was interrupted, the signal that did it.
+pub fn interrupted_by() -> Option<i32> {
+    INTERRUPTED
+        .load(Ordering::SeqCst)
+        .then(|| INTERRUPT_SIGNAL.load(Ordering::SeqCst) as i32)
+}
+
+/// First host uid used for sandboxes when cordon runs as root; the supervisor's pid is added,
+/// so concurrent sandboxes never share a uid and none is an account on the host.
+const ROOT_MODE_UID_BASE: u32 = 2_000_000_000;
+
+fn check_required(
+    profile: &Profile,
+    abi: u32,
+    seccomp: bool,
+    cg: &Option<Cgroup>,
+    cg_err: &str,
+) -> Result<(), EngineError> {
+    let mut missing = Vec::new();
+    let mut hints = Vec::new();
+    for layer in &profile.require {
+        let ok = match layer {
+            Layer::Landlock => abi > 0,
+            Layer::Seccomp => seccomp,
+            Layer::Cgroup => cg.is_some(),
+            // Namespaces and rlimits are always set up; failing to is a setup error.
+            _ => true,
+        };
+        if !ok {
+            missing.push(layer.name());
+            hints.push(match layer {
+                Layer::Landlock => {
+                    "the kernel has no Landlock (boot with lsm=...,landlock)".to_string()
+                }
+                Layer::Seccomp => "the kernel has no seccomp filter support".to_string(),
+                Layer::Cgroup => format!("no usable cgroup: {cg_err}"),
+                _ => String::new(),
+            });
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(EngineError::Required {
+            missing: missing.join(","),
+            hint: hints.join("; "),
+        })
+    }
+}
+
+/// Runs one sandbox to completion. The calling process must be single-threaded.
+pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
+    let profile = &req.profile;
+    profile
+        .validate()
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let pid = sys::getpid();
+    let euid = sys::geteuid();
+    let abi = detect::landlock_abi();
+
+    // Cgroup first: without one, rlimits stand in (and say so).
+    let mut notes = Vec::new();
+    let layout = cgroup::detect();
+    let mut cg_err = String::new();
+    let cg = match &layout {
+        Ok(layout) => {
+            cgroup::remove_stale(layout);
+            let limits = CgroupLimits {
+                memory: profile.limits.memory,
+                // The relay and the init are ours, not the payload's.
+                pids: u64::from(profile.limits.pids) + 2,
+                cpus: profile.limits.cpus,
+            };
+            match Cgroup::create(layout, &pid.to_string(), &limits) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    cg_err = e.to_string();
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            cg_err = e.clone();
+            None
+        }
+    };
+    if cg.is_none() {
+        notes.push(format!(
+            "no cgroup ({cg_err}): memory and pids limited per process by rlimits only"
+        ));
+    }
+    check_required(profile, abi, true, &cg, &cg_err)?;
+
+    // Host identity of the sandbox.
+    let (host_uid, host_gid, drop_root) = if euid == 0 {
+        match &profile.workspace {
+            // Run as the workspace's owner, so its files stay theirs and it is writable.
+            Some(ws) => match std::fs::metadata(ws) {
+                Ok(m) if m.uid() != 0 => (m.uid(), m.gid(), true),
+                _ => (
+                    ROOT_MODE_UID_BASE + pid as u32,
+                    ROOT_MODE_UID_BASE + pid as u32,
+                    true,
+                ),
+            },
+            None => (
+                ROOT_MODE_UID_BASE + pid as u32,
+                ROOT_MODE_UID_BASE + pid as u32,
+                true,
+            ),
+        }
+    } else {
+        (euid, sys::getegid(), false)
+    };
+    if euid == 0 && host_uid >= ROOT_MODE_UID_BASE && profile.workspace.is_some() {
+        notes.push(format!(
+            "the workspace is owned by root; the sandbox runs as host uid {host_uid} and can write there only where permissions allow"
+        ));
+    }
+
+    let plan = plan::build(PlanInput {
+        profile,
+        argv: &req.argv,
+        cwd: req.cwd.as_deref(),
+        extra_env: &req.env,
+        host_uid,
+        host_gid,
+        drop_root,
+        rlimit_fallback: cg.is_none(),
+        kernel_landlock_abi: abi,
+    })?;
+
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |e: std::io::Error| EngineError::io(what, e)
+    };
+    let (stdin_r, stdin_w) = sys::pipe().map_err(io("stdin pipe"))?;
+    let (stdout_r, stdout_w) = sys::pipe().map_err(io("stdout pipe"))?;
+    let (stderr_r, stderr_w) = sys::pipe().map_err(io("stderr pipe"))?;
+    let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
+
+    install_signal_handlers();
+    let start = Instant::now();
+    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs).
+    let relay = match unsafe { sys::fork() }.map_err(io("fork"))? {
+        sys::Fork::Child => {
+            drop(chan_parent);
+            drop((stdin_w, stdout_r, stderr_r));
+            sandbox::relay_main(
+                &plan,
+                Channel::new(chan_child),
+                Stdio {
+                    stdin: stdin_r,
+                    stdout: stdout_w,
+                    stderr: stderr_w,
+                },
+                pid,
+            )
+        }
+        sys::Fork::Parent(p) => p,
+    };
+    // Close the child's ends at once, or we would never see EOF.
+    drop((stdin_r, stdout_w, stderr_w, chan_child));
+    let chan = Channel::new(chan_parent);
+
+    let mut sup = Supervision::new(req.output, profile.limits.output_limit, relay, start, cg);
+    if let Some(cg) = &sup.cgroup {
+        if let Err(e) = cg.add(relay) {
+            sup.kill();
+            let _ = sys::wait4(relay, false);
+            return Err(EngineError::io("moving the sandbox into its cgroup", e));
+        }
+    }
+    if let Err(e) = chan.send(&ToSandbox::Go) {
+        sup.kill();
+        let _ = sys::wait4(relay, false);
+        return Err(EngineError::io("starting the sandbox", e));
+    }
+    let stdin_thread = feed_stdin(req.stdin, stdin_w);
+    let outcome = sup.supervise(
+        chan,
+        stdout_r,
+        stderr_r,
+        profile,
+        req.egress,
+        Enforcement {
+            cgroup: sup_cgroup_name(&layout, &sup.cgroup),
+            rlimits: true,
+            landlock_abi: 0,
+            host_uid: Some(host_uid),
+            notes,
+            ..Enforcement::default()
+        },
+    );
+    drop(stdin_thread);
+    Ok(outcome)
+}
+
+fn sup_cgroup_name(layout: &Result<cgroup::Layout, String>, cg: &Option<Cgroup>) -> String {
+    match (layout, cg) {
+        (Ok(l), Some(_)) => l.version().name().to_string(),
+        _ => "none".to_string(),
+    }
+}
+
+/// Writes the payload's stdin from a thread, so a payload that never reads cannot block us.
+fn feed_stdin(src: StdinSource, w: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
+    let mut file = std::fs::File::from(w);
+    match src {
+        StdinSource::Empty => None,
+        StdinSource::Bytes(data) => Some(std::thread::spawn(move || {
+            let _ = file.write_all(&data);
+        })),
+        StdinSource::File(path) => Some(std::thread::spawn(move || {
+            if let Ok(mut f) = std::fs::File::open(path) {
+                let _ = std::io::copy(&mut f, &mut file);
+            }
+        })),
+        StdinSource::Inherit => Some(std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if file.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })),
+    }
+}
+
+enum Ended {
+    Timeout,
+    CpuTime,
+    Interrupted(i32),
+}
+
+struct Supervision {
+    stdout: Capture,
+    stderr: Capture,
+    relay: libc::pid_t,
+    relay_exit: Option<(Instant, sys::Exit)>,
+    start: Instant,
+    cgroup: Option<Cgroup>,
+    killed: Option<Ended>,
+}
+
+impl Supervision {
+    fn new(
+        mode: OutputMode,
+        limit: u64,
+        relay: libc::pid_t,
+        start: Instant,
+        cgroup: Option<Cgroup>,
+    ) -> Self {
+        let (out, err): (Option<Box<dyn Write>>, Option<Box<dyn Write>>) = match mode {
+            OutputMode::Capture => (None, None),
+            OutputMode::Stream => (
+                Some(Box::new(std::io::stdout())),
+                Some(Box::new(std::io::stderr())),
+            ),
+        };
+        Supervision {
+            stdout: Capture::new(limit, out),
+            stderr: Capture::new(limit, err),
+            relay,
+            relay_exit: None,
+            start,
+            cgroup,
+            killed: None,
+        }
+    }
+
+    /// Kills the whole tree: the relay's death takes the init (parent-death signal), the init's
+    /// takes the pid namespace; the cgroup sweep catches anything in between.
+    fn kill(&mut self) {
+        if self.relay_exit.is_none() {
+            let _ = sys::kill(self.relay, libc::SIGKILL);
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+    }
+
+    fn end(&mut self, why: Ended) {
+        if self.killed.is_none() {
+            self.killed = Some(why);
+        }
+        self.kill();
+    }
+
+    fn supervise(
+        &mut self,
+        chan: Channel,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        profile: &Profile,
+        egress_factory: Option<crate::EgressFactory>,
+        mut enforcement: Enforcement,
+    ) -> Outcome {
+        let limits = &profile.limits;
+        let deadline = self.start + limits.timeout;
+        let _ = sys::set_nonblocking(stdout.as_raw_fd());
+        let _ = sys::set_nonblocking(stderr.as_raw_fd());
+        let mut out_fd = Some(stdout);
+        let mut err_fd = Some(stderr);
+        let mut chan = Some(chan);
+        let mut egress_factory = egress_factory;
+        let mut egress: Option<Box<dyn Egress>> = None;
+        let mut confined = false;
+        let mut setup_error: Option<String> = None;
+        let mut exec_failed: Option<(i32, String)> = None;
+        let mut payload_end: Option<ToSupervisor> = None;
+        let mut buf = vec![0u8; 64 * 1024];
+
+        loop {
+            let now = Instant::now();
+            if self.killed.is_none() {
+                if now >= deadline {
+                    self.end(Ended::Timeout);
+                } else if let Some(sig) = interrupted_by() {
+                    self.end(Ended::Interrupted(sig));
+                }
+            }
+            if let (Some(limit), Some(cg)) = (limits.cpu_time, &self.cgroup) {
+                if let Some((u, s)) = cg.cpu_usage() {
+                    if self.killed.is_none() && Duration::from_nanos(u + s) > limit {
+                        self.end(Ended::CpuTime);
+                    }
+                }
+            }
+            if let Some(cg) = &mut self.cgroup {
+                cg.sample();
+            }
+            if self.relay_exit.is_none() {
+                if let Ok(Some((_, exit))) = sys::wait4(self.relay, true) {
+                    self.relay_exit = Some((Instant::now(), exit));
+                    // The relay's death kills the tree; make sure of it.
+                    if let Some(cg) = &self.cgroup {
+                        cg.kill_all();
+                    }
+                }
+            }
+            if let Some((t, _)) = &self.relay_exit {
+                let streams_done = out_fd.is_none() && err_fd.is_none() && chan.is_none();
+                if streams_done || t.elapsed() > Duration::from_secs(2) {
+                    break;
+                }
+            }
+
+            let mut pfds = Vec::with_capacity(3);
+            for fd in [&out_fd, &err_fd].into_iter().flatten() {
+                pfds.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            if let Some(c) = &chan {
+                pfds.push(libc::pollfd {
+                    fd: c.raw(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(20));
+            let wait_ms = if self.killed.is_some() {
+                20
+            } else {
+                wait.as_millis().max(1) as i32
+            };
+            let _ = sys::poll(&mut pfds, wait_ms);
+
+            for (slot, is_out) in [(&mut out_fd, true), (&mut err_fd, false)] {
+                let Some(fd) = slot.as_ref() else { continue };
+                // Bounded per round so one flooding stream cannot starve the other.
+                for _ in 0..16 {
+                    // SAFETY: reading into a valid buffer from an fd we own.
+                    let n = unsafe {
+                        libc::read(
+                            fd.as_raw_fd(),
+                            buf.as_mut_ptr() as *mut libc::c_void,
+                            buf.len(),
+                        )
+                    };
+                    if n > 0 {
+                        let data = &buf[..n as usize];
+                        if is_out {
+                            self.stdout.push(data)
+                        } else {
+                            self.stderr.push(data)
+                        }
+                        continue;
+                    }
+                    if n == 0 {
+                        *slot = None;
+                    } else {
+                        let e = std::io::Error::last_os_error();
+                        if e.kind() != std::io::ErrorKind::WouldBlock
+                            && e.kind() != std::io::ErrorKind::Interrupted
+                        {
+                            *slot = None;
+                        }
+                    }
+                    break;
+                }
+            }
+
+            let readable = chan.as_ref().is_some_and(|c| {
+                pfds.iter().any(|p| {
+                    p.fd == c.raw()
+                        && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+                })
+            });
+            if readable {
+                let c = chan.as_ref().expect("checked above");
+                match c.recv::<ToSupervisor>() {
+                    Ok(None) | Err(_) => chan = None,
+                    Ok(Some((msg, fd))) => match msg {
+                        ToSupervisor::InitPid { .. } => {}
+                        ToSupervisor::Confined {
+                            landlock_abi,
+                            landlock_partial,
+                            seccomp,
+                            rlimits,
+                            notes,
+                        } if !confined => {
+                            confined = true;
+                            enforcement.user_ns = true;
+                            enforcement.pid_ns = true;
+                            enforcement.net_ns = true;
+                            enforcement.mount_ns = true;
+                            enforcement.ipc_ns = true;
+                            enforcement.uts_ns = true;
+                            enforcement.cgroup_ns = true;
+                            enforcement.seccomp = seccomp;
+                            enforcement.rlimits = rlimits;
+                            enforcement.landlock_abi = landlock_abi;
+                            if landlock_partial {
+                                enforcement.notes.push(format!(
+                                    "Landlock partially enforced (kernel ABI {landlock_abi})"
+                                ));
+                            }
+                            enforcement.notes.extend(notes.into_iter().take(16));
+                            if profile.require.contains(&Layer::Landlock) && landlock_abi == 0 {
+                                setup_error =
+                                    Some("Landlock was required but is not enforced".into());
+                                self.end(Ended::Interrupted(0));
+                            }
+                        }
+                        ToSupervisor::ProxyListener if egress.is_none() => {
+                            if let (Some(fd), Some(factory)) = (fd, egress_factory.take()) {
+                                let listener = std::net::TcpListener::from(fd);
+                                match factory(listener) {
+                                    Ok(e) => egress = Some(e),
+                                    Err(e) => {
+                                        setup_error =
+                                            Some(format!("starting the egress proxy: {e}"));
+                                        self.end(Ended::Interrupted(0));
+                                    }
+                                }
+                            }
+                        }
+                        ToSupervisor::ExecFailed { errno, path } if exec_failed.is_none() => {
+                            exec_failed = Some((errno, path));
+                        }
+                        ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
+                            setup_error = Some(format!("{step}: {message}"));
+                        }
+                        ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
+                            if payload_end.is_none() =>
+                        {
+                            payload_end = Some(msg);
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+        // Whatever is left must not outlive us.
+        self.kill();
+        if self.relay_exit.is_none() {
+            if let Ok(Some((_, exit))) = sys::wait4(self.relay, false) {
+                self.relay_exit = Some((Instant::now(), exit));
+            }
+        }
+        let network = egress.map(|e| e.finish()).unwrap_or_default();
+        self.finish(
+            enforcement,
+            setup_error,
+            exec_failed,
+            payload_end,
+            network,
+            confined,
+        )
+    }
+
+    fn finish(
+        &mut self,
+        enforcement: Enforcement,
+        setup_error: Option<String>,
+        exec_failed: Option<(i32, String)>,
+        payload_end: Option<ToSupervisor>,
+        network: Vec<NetworkEvent>,
+        confined: bool,
+    ) -> Outcome {
+        let wall = self
+            .relay_exit
+            .as_ref()
+            .map(|(t, _)| t.duration_since(self.start))
+            .unwrap_or_else(|| self.start.elapsed());
+        let rusage = self.relay_exit.as_ref().map(|(_, e)| e.rusage);
+        let tv_ms = |tv: libc::timeval| (tv.tv_sec as u64) * 1000 + (tv.tv_usec as u64) / 1000;
+        let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
+            Some((u, s)) => (u / 1_000_000, s / 1_000_000),
+            None => rusage
+                .map(|r| (tv_ms(r.ru_utime), tv_ms(r.ru_stime)))
+                .unwrap_or((0, 0)),
+        };
+        let peak_memory_bytes = self
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.peak_memory())
+            .or_else(|| rusage.map(|r| r.ru_maxrss as u64 * 1024))
+            .unwrap_or(0);
+        let peak_pids = self
+            .cgroup
+            .as_ref()
+            .map(|c| c.peak_pids().saturating_sub(2))
+            .unwrap_or(u64::from(payload_end.is_some()));
+        let oom = self.cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
+
+        let mut status;
+        let mut exit_code = None;
+        let mut signal = None;
+        let mut error = None;
+        match (&self.killed, &payload_end) {
+            (Some(Ended::Timeout), _) => status = Status::Timeout,
+            (Some(Ended::CpuTime), _) => {
+                status = Status::CpuTime;
+                signal = Some(libc::SIGKILL);
+            }
+            (Some(Ended::Interrupted(sig)), _) => {
+                status = Status::Error;
+                error = Some(setup_error.clone().unwrap_or_else(|| {
+                    format!("cordon was interrupted by signal {sig}; the sandbox was killed")
+                }));
+                exit_code = Some(if *sig > 0 { 128 + sig } else { 125 });
+            }
+            (None, Some(ToSupervisor::Exited { code })) => {
+                status = Status::Exited;
+                exit_code = Some(*code);
+                if let Some((errno, path)) = &exec_failed {
+                    status = Status::Error;
+                    let e = std::io::Error::from_raw_os_error(*errno);
+                    error = Some(if *errno == libc::ENOENT {
+                        format!("command not found: {path} (looked in the sandbox's PATH)")
+                    } else {
+                        format!("cannot execute {path}: {e}")
+                    });
+                }
+            }
+            (None, Some(ToSupervisor::Signaled { signal: s })) => {
+                signal = Some(*s);
+                status = if oom && *s == libc::SIGKILL {
+                    Status::Oom
+                } else if *s == libc::SIGXCPU {
+                    Status::CpuTime
+                } else {
+                    Status::Signaled
+                };
+            }
+            _ => {
+                if oom {
+                    status = Status::Oom;
+                    signal = Some(libc::SIGKILL);
+                } else {
+                    status = Status::Error;
+                    exit_code = Some(125);
+                    error = Some(setup_error.clone().unwrap_or_else(|| {
+                        "the sandbox ended before reporting the payload's exit".into()
+                    }));
+                }
+            }
+        }
+        if status == Status::Error
+            && exec_failed.is_none()
+            && setup_error.is_some()
+            && error.is_none()
+        {
+            error = setup_error;
+        }
+        let mut enforcement = enforcement;
+        if !confined {
+            // Nothing ran confined; claim nothing.
+            let keep = (
+                enforcement.cgroup.clone(),
+                enforcement.host_uid,
+                std::mem::take(&mut enforcement.notes),
+            );
+            enforcement = Enforcement {
+                cgroup: keep.0,
+                host_uid: keep.1,
+                notes: keep.2,
+                ..Enforcement::default()
+            };
+        }
+        let stdout = std::mem::replace(&mut self.stdout, Capture::new(0, None));
+        let stderr = std::mem::replace(&mut self.stderr, Capture::new(0, None));
+        let (stdout, stdout_b64, stdout_truncated) = stdout.finish();
+        let (stderr, stderr_b64, stderr_truncated) = stderr.finish();
+        if let Some(cg) = &mut self.cgroup {
+            cg.remove();
+        }
+        Outcome {
+            status,
+            exit_code,
+            signal,
+            error,
+            stdout,
+            stderr,
+            stdout_b64,
+            stderr_b64,
+            stdout_truncated,
+            stderr_truncated,
+            usage: Usage {
+                wall_ms: wall.as_millis() as u64,
+                cpu_user_ms,
+                cpu_system_ms,
+                peak_memory_bytes,
+                peak_pids,
+            },
+            enforcement,
+            network,
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! The narrow syscall layer: thin, checked wrappers over `libc`, each `unsafe` justified.
+//!
+//! Written by hand because the sandbox needs a few calls that the safe crates do not offer in
+//! the form required here (`fork` in a known single-threaded process, `setgroups`, mounts with
+//! arbitrary flag sets and data, `wait4` with resource usage, SCM_RIGHTS on a seqpacket pair).
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cstr(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+pub enum Fork {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// # Safety
+/// The caller must be single-threaded, or the child must restrict itself to
+/// async-signal-safe calls until it execs.
+pub unsafe fn fork() -> io::Result<Fork> {
+    // SAFETY: forwarded to the caller's contract above.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// Leaves the current process without returning, skipping Rust destructors and atexit
+/// handlers that belong to the parent's copy of the address space.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and takes any int.
+    unsafe { libc::_exit(code) }
+}
+
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare only changes this process's namespaces; callers are single-threaded.
+    cvt(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+pub fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let src = source.map(cstr).transpose()?;
+    let tgt = cstr(target)?;
+    let fs = fstype.map(CString::new).transpose()?;
+    let dat = data.map(CString::new).transpose()?;
+    // SAFETY: every pointer is either null or a valid NUL-terminated string that outlives the call.
+    cvt(unsafe {
+        libc::mount(
+            src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            tgt.as_ptr(),
+            fs.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            dat.as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
+        )
+    })
+    .map(drop)
+}
+
+pub fn umount_detach(target: &Path) -> io::Result<()> {
+    let t = cstr(target)?;
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
+    let n = cstr(new_root)?;
+    let o = cstr(put_old)?;
+    // SAFETY: valid C strings; pivot_root has no libc wrapper.
+    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) };
+    cvt(ret as libc::c_int).map(drop)
+}
+
+/// Flags of the mount that holds `path` (`ST_RDONLY`, `ST_NOSUID`, …).
+pub fn statvfs_flags(path: &Path) -> io::Result<libc::c_ulong> {
+    let p = cstr(path)?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: st is a valid out-pointer of the right type.
+    cvt(unsafe { libc::statvfs(p.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: statvfs succeeded and filled the struct.
+    Ok(unsafe { st.assume_init() }.f_flag)
+}
+
+pub fn setgroups_empty() -> io::Result<()> {
+    // SAFETY: a zero-length list with a null pointer is the documented way to clear groups.
+    cvt(unsafe { libc::setgroups(0, std::ptr::null()) }).map(drop)
+}
+
+pub fn setresgid(gid: u32) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresgid(gid, gid, gid) }).map(drop)
+}
+
+pub fn setresuid(uid: u32) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::geteuid() }
+}
+
+pub fn getegid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::getegid() }
+}
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: always succeeds.
+    unsafe { libc::getpid() }
+}
+
+pub fn getppid() -> libc::pid_t {
+    // SAFETY: always succeeds.
+    unsafe { libc::getppid() }
+}
+
+pub fn set_pdeathsig(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
+pub fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS with 1 and zero padding, as documented.
+    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
+}
+
+pub fn set_dumpable(on: bool) -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes 0 or 1.
+    cvt(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, on as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: no arguments.
+    cvt(unsafe { libc::setsid() }).map(drop)
+}
+
+pub fn sethostname(name: &str) -> io::Result<()> {
+    // SAFETY: pointer and length describe `name`.
+    cvt(unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) }).map(drop)
+}
+
+pub fn setrlimit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: lim is a valid rlimit.
+    cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
+}
+
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers; pid > 0 is checked so a bug can never signal a process group.
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// Marks every fd from `first` upward close-on-exec, so nothing leaks into the payload.
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on fds.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if ret == 0 {
+        return Ok(());
+    }
+    // Fallback for kernels without close_range: walk /proc/self/fd.
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd: &RawFd| *fd >= first as RawFd)
+        .collect();
+    for fd in fds {
+        // SAFETY: setting FD_CLOEXEC on an fd number is harmless even if it was just closed.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: plain integers; dup2 clears CLOEXEC on `to`, which is what stdio needs.
+    cvt(unsafe { libc::dup2(from, to) }).map(drop)
+}
+
+pub struct Exit {
+    pub status: libc::c_int,
+    pub rusage: libc::rusage,
+}
+
+/// Waits for `pid` (or any child with -1); `None` with WNOHANG when nothing exited.
+pub fn wait4(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, Exit)>> {
+    let mut status = 0;
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
+    loop {
+        // SAFETY: status and ru are valid out-pointers.
+        let ret = unsafe { libc::wait4(pid, &mut status, flags, ru.as_mut_ptr()) };
+        if ret == -1 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        // SAFETY: wait4 returned a pid, so it filled ru.
+        let rusage = unsafe { ru.assume_init() };
+        return Ok(Some((ret, Exit { status, rusage })));
+    }
+}
+
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-int array.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 returned two fresh fds that we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-int array.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair returned two fresh fds that we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on an fd we own.
+    let fl = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
+}
+
+/// Sends one datagram, optionally carrying one fd.
+pub fn send_packet(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: msghdr is plain data; zeroed is a valid initial state.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points at a buffer of CMSG_SPACE(one fd) bytes, so the first
+        // header and its data fit.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut RawFd, fd);
+        }
+    }
+    loop {
+        // SAFETY: msg and everything it points to are valid for the call.
+        let ret = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if ret >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one datagram into `buf`; returns its length (0 at EOF) and any fd it carried.
+pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32 * 4) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: zeroed msghdr is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space;
+    let n = loop {
+        // SAFETY: msg points at valid buffers; MSG_CMSG_CLOEXEC keeps received fds from leaking.
+        let ret = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if ret >= 0 {
+            break ret as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    };
+    let mut received = None;
+    // SAFETY: walking the control buffer the kernel filled, with the CMSG_* helpers.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let count =
+                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    // Keep the first; extra fds are closed by drop.
+                    if received.is_none() {
+                        received = Some(fd);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n, received))
+}
+
+pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: both arrays are NULL-terminated and their strings outlive the call.
+    unsafe { libc::execve(path.as_ptr(), a.as_ptr(), e.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// Brings the loopback interface up (a fresh network namespace starts with it down).
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: a datagram socket only for the interface ioctls; closed by OwnedFd.
+    let sock =
+        cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh fd from socket().
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: ifreq is plain data.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo\0".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the flags union member of a valid ifreq.
+    unsafe {
+        cvt(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req))?;
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        cvt(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req))?;
+    }
+    Ok(())
+}
+
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: fds is a valid slice of pollfd.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if ret == -1 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(ret as usize)
+}
+
+pub fn write_file(path: &Path, data: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.write_all(data.as_bytes())
+}
