@@ -4,8 +4,9 @@
 //! added by hand here, each a few BPF instructions:
 //! - x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch, so a deny-list keyed
 //!   on syscall numbers alone would let them through; they are refused before any rule runs.
-//! - `clone3` passes its flags in memory BPF cannot read; it gets `ENOSYS` (a second filter)
-//!   so libc falls back to `clone`, whose flags the main filter inspects.
+//! - `clone3` passes its flags in memory BPF cannot read; it gets `ENOSYS` so libc falls back
+//!   to `clone`, whose flags the filter inspects. (seccompiler has one match action per filter,
+//!   so this is part of the same hand-written prologue rather than a second filter.)
 
 use std::collections::BTreeMap;
 
@@ -174,62 +175,36 @@ pub fn main_filter() -> Result<BpfProgram, SeccompError> {
         arch()?,
     )?;
     let mut program: BpfProgram = filter.try_into()?;
-    insert_x32_guard(&mut program);
-    Ok(program)
-}
-
-/// A filter that makes `clone3` fail with `ENOSYS`.
-pub fn clone3_filter() -> Result<BpfProgram, SeccompError> {
-    let mut rules = BTreeMap::new();
-    rules.insert(libc::SYS_clone3, Vec::new());
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch()?,
-    )?;
-    let mut program: BpfProgram = filter.try_into()?;
-    insert_x32_guard(&mut program);
+    insert_guards(&mut program);
     Ok(program)
 }
 
 const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_RET_K: u16 = 0x06;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// Inserts "if nr >= X32_SYSCALL_BIT return EPERM" right after seccompiler's 3-instruction
-/// architecture check. Every jump in the program is relative and forward, and none crosses
-/// the insertion point except the arch check's own "skip the kill" jump, which now lands on
-/// the guard's first instruction — exactly where it should.
-fn insert_x32_guard(program: &mut BpfProgram) {
+/// Inserts "if nr >= X32_SYSCALL_BIT return EPERM; if nr == clone3 return ENOSYS" right after
+/// seccompiler's 3-instruction architecture check. Every jump in the program is relative and
+/// forward, and none crosses the insertion point except the arch check's own "skip the kill"
+/// jump, which now lands on the guard's first instruction — exactly where it should.
+fn insert_guards(program: &mut BpfProgram) {
+    let stmt = |code, k| sock_filter { code, jt: 0, jf: 0, k };
+    let jump = |code, k| sock_filter { code, jt: 0, jf: 1, k };
     let guard = [
-        sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        sock_filter {
-            code: BPF_JMP_JGE_K,
-            jt: 0,
-            jf: 1,
-            k: X32_SYSCALL_BIT,
-        },
-        sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
+        stmt(BPF_LD_W_ABS, 0),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT),
+        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32),
+        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ];
     let at = 3.min(program.len());
     program.splice(at..at, guard);
 }
 
-/// Installs both filters on the calling thread. Requires `no_new_privs` (or CAP_SYS_ADMIN).
+/// Installs the filter on the calling thread. Requires `no_new_privs` (or CAP_SYS_ADMIN).
 pub fn install() -> Result<(), SeccompError> {
-    seccompiler::apply_filter(&clone3_filter()?)?;
     seccompiler::apply_filter(&main_filter()?)?;
     Ok(())
 }
@@ -245,7 +220,8 @@ mod tests {
         assert_eq!(p[3].code, BPF_LD_W_ABS);
         assert_eq!(p[4].k, X32_SYSCALL_BIT);
         assert_eq!(p[5].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        assert_eq!(p[6].k, libc::SYS_clone3 as u32);
+        assert_eq!(p[7].k, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
         assert!(p.len() < 4096);
-        clone3_filter().unwrap();
     }
 }

@@ -394,6 +394,8 @@ impl Supervision {
         let mut exec_failed: Option<(i32, String)> = None;
         let mut payload_end: Option<ToSupervisor> = None;
         let mut buf = vec![0u8; 64 * 1024];
+        // Wakes the poll the moment the relay exits (pidfds need Linux 5.3; else we tick).
+        let relay_fd = sys::pidfd_open(self.relay).ok();
 
         loop {
             let now = Instant::now();
@@ -441,6 +443,20 @@ impl Supervision {
             if let Some(c) = &chan {
                 pfds.push(libc::pollfd {
                     fd: c.raw(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            if let (Some(fd), None) = (&relay_fd, &self.relay_exit) {
+                pfds.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            if let (Some(fd), None) = (&relay_fd, &self.relay_exit) {
+                pfds.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 });

@@ -404,3 +404,14 @@ pub fn write_file(path: &Path, data: &str) -> io::Result<()> {
     let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
     f.write_all(data.as_bytes())
 }
+
+/// A pidfd for our child `pid`: readable once it has exited, and immune to pid reuse.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments; a non-negative return is a fresh fd we own.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
