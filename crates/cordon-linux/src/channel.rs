@@ -27,14 +27,31 @@ pub enum ToSupervisor {
     },
     /// A listening socket inside the sandbox's network namespace, attached as an fd.
     ProxyListener,
-    /// The payload could not be executed.
-    ExecFailed { errno: i32, path: String },
+    /// The payload (or, in a persistent sandbox, command `id`) could not be executed.
+    ExecFailed {
+        #[serde(default)]
+        id: u64,
+        errno: i32,
+        path: String,
+    },
     /// Setup failed before the payload ran.
     SetupFailed { step: String, message: String },
     /// The payload exited with this code.
     Exited { code: i32 },
     /// The payload was killed by this signal.
     Signaled { signal: i32 },
+    /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
+    /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
+    Started { id: u64, pid: i32 },
+    /// Persistent sandbox: command `id` ended.
+    ExecExit {
+        id: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        cpu_user_us: u64,
+        cpu_system_us: u64,
+        max_rss_kb: u64,
+    },
 }
 
 /// What the supervisor tells the sandbox side.
@@ -42,6 +59,15 @@ pub enum ToSupervisor {
 pub enum ToSandbox {
     /// The relay is in its cgroups; go on.
     Go,
+    /// Persistent sandbox: start a command.
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
+    /// Persistent sandbox: signal command `id`'s process group.
+    Signal { id: u64, signal: i32 },
 }
 
 pub struct Channel {
@@ -58,18 +84,18 @@ impl Channel {
     }
 
     pub fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {
-        self.send_with_fd(msg, None)
+        self.send_with_fds(msg, &[])
     }
 
-    pub fn send_with_fd<T: Serialize>(&self, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
+    pub fn send_with_fds<T: Serialize>(&self, msg: &T, fds: &[RawFd]) -> io::Result<()> {
         let data = serde_json::to_vec(msg).map_err(io::Error::other)?;
-        sys::send_packet(self.fd.as_raw_fd(), &data, fd)
+        sys::send_packet(self.fd.as_raw_fd(), &data, fds)
     }
 
     /// Receives one message; `Ok(None)` when the other side has closed.
-    pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Option<OwnedFd>)>> {
+    pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
         let mut buf = vec![0u8; MAX_MESSAGE];
-        let (n, fd) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
+        let (n, fds) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
         if n == 0 {
             return Ok(None);
         }
@@ -79,6 +105,6 @@ impl Channel {
                 format!("bad message from sandbox: {e}"),
             )
         })?;
-        Ok(Some((msg, fd)))
+        Ok(Some((msg, fds)))
     }
 }

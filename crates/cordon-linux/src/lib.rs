@@ -21,6 +21,7 @@ mod error;
 mod landlock_rules;
 mod mounts;
 mod output;
+pub mod persistent;
 mod plan;
 mod sandbox;
 pub mod seccomp;

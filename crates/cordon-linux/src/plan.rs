@@ -51,6 +51,8 @@ pub struct Plan {
     pub network: bool,
     /// No cgroup: per-process rlimits must stand in for memory and pid limits.
     pub rlimit_fallback: bool,
+    /// Persistent sandbox: the init serves exec requests instead of running one payload.
+    pub persistent: bool,
 }
 
 const SYSTEM_DIRS: &[&str] = &[
@@ -91,11 +93,13 @@ pub struct PlanInput<'a> {
     pub drop_root: bool,
     pub rlimit_fallback: bool,
     pub kernel_landlock_abi: u32,
+    /// A persistent sandbox has no command of its own.
+    pub persistent_ok: bool,
 }
 
 pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let p = input.profile;
-    if input.argv.is_empty() {
+    if input.argv.is_empty() && !input.persistent_ok {
         return Err(EngineError::Invalid(
             "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into(),
         ));
@@ -215,5 +219,6 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         drop_root: input.drop_root,
         network: p.network.is_enabled(),
         rlimit_fallback: input.rlimit_fallback,
+        persistent: false,
     })
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
@@ -132,7 +132,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     if plan.network {
         match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
             Ok(l) => {
-                if let Err(e) = ch.send_with_fd(&ToSupervisor::ProxyListener, Some(l.as_raw_fd())) {
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
                     fail(&ch, "handing the proxy socket to the supervisor", e);
                 }
             }
@@ -175,6 +175,9 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         notes,
     });
 
+    if plan.persistent {
+        serve_loop(plan, ch);
+    }
     // SAFETY: single-threaded process.
     let payload = match unsafe { sys::fork() } {
         Err(e) => fail(&ch, "fork payload", e),
@@ -224,17 +227,25 @@ fn apply_rlimits(plan: &Plan) -> std::io::Result<()> {
 
 /// The payload process: a new session, then exec.
 fn payload_main(plan: &Plan, ch: &Channel) -> ! {
+    exec_command(plan, ch, 0, &plan.argv, &plan.env, &plan.cwd)
+}
+
+fn exec_command(plan: &Plan, ch: &Channel, id: u64, argv: &[CString], env: &[CString], cwd: &Path) -> ! {
     let _ = sys::setsid();
-    if let Err(e) = std::env::set_current_dir(&plan.cwd) {
-        let _ = ch.send(&ToSupervisor::SetupFailed {
-            step: format!("chdir {}", plan.cwd.display()),
-            message: e.to_string(),
+    if let Err(e) = std::env::set_current_dir(cwd) {
+        let _ = ch.send(&ToSupervisor::ExecFailed {
+            id,
+            errno: e.raw_os_error().unwrap_or(libc::ENOENT),
+            path: format!("working directory {}", cwd.display()),
         });
         sys::exit_now(EXIT_SETUP_FAILED);
     }
-    let prog = plan.argv[0].as_bytes();
+    let Some(first) = argv.first() else {
+        sys::exit_now(EXIT_SETUP_FAILED)
+    };
+    let prog = first.as_bytes();
     let candidates: Vec<CString> = if prog.contains(&b'/') {
-        vec![plan.argv[0].clone()]
+        vec![first.clone()]
     } else {
         plan.path
             .split(':')
@@ -253,7 +264,7 @@ fn payload_main(plan: &Plan, ch: &Channel) -> ! {
     let mut errno = libc::ENOENT;
     let mut tried = String::from_utf8_lossy(prog).into_owned();
     for c in &candidates {
-        let e = sys::execve(c, &plan.argv, &plan.env);
+        let e = sys::execve(c, argv, env);
         let code = e.raw_os_error().unwrap_or(libc::ENOENT);
         if code != libc::ENOENT && code != libc::ENOTDIR {
             errno = code;
@@ -261,8 +272,146 @@ fn payload_main(plan: &Plan, ch: &Channel) -> ! {
             break;
         }
     }
-    let _ = ch.send(&ToSupervisor::ExecFailed { errno, path: tried });
+    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno, path: tried });
     sys::exit_now(if errno == libc::ENOENT { 127 } else { 126 })
 }
 
-use std::os::unix::ffi::OsStringExt;
+
+/// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
+fn serve_loop(plan: &Plan, ch: Channel) -> ! {
+    use std::collections::HashMap;
+
+
+    // Child exits arrive on a signalfd, so one poll covers requests and exits.
+    let sigchld = match sys::signalfd_sigchld() {
+        Ok(fd) => fd,
+        Err(e) => fail(&ch, "signalfd", e),
+    };
+    let base_env: Vec<(Vec<u8>, Vec<u8>)> = plan
+        .env
+        .iter()
+        .filter_map(|kv| {
+            let b = kv.as_bytes();
+            let eq = b.iter().position(|c| *c == b'=')?;
+            Some((b[..eq].to_vec(), b[eq + 1..].to_vec()))
+        })
+        .collect();
+    let mut running: HashMap<libc::pid_t, u64> = HashMap::new();
+    loop {
+        let mut pfds = [
+            libc::pollfd { fd: ch.raw(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        if sys::poll(&mut pfds, -1).is_err() {
+            sys::exit_now(EXIT_SETUP_FAILED);
+        }
+        if pfds[1].revents != 0 {
+            sys::drain_signalfd(&sigchld);
+            while let Ok(Some((pid, exit))) = sys::wait4(-1, true) {
+                if let Some(id) = running.remove(&pid) {
+                    let tv_us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+                    let (code, signal) = if libc::WIFSIGNALED(exit.status) {
+                        (None, Some(libc::WTERMSIG(exit.status)))
+                    } else {
+                        (Some(libc::WEXITSTATUS(exit.status)), None)
+                    };
+                    let _ = ch.send(&ToSupervisor::ExecExit {
+                        id,
+                        code,
+                        signal,
+                        cpu_user_us: tv_us(exit.rusage.ru_utime),
+                        cpu_system_us: tv_us(exit.rusage.ru_stime),
+                        max_rss_kb: exit.rusage.ru_maxrss as u64,
+                    });
+                }
+            }
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        let msg = match ch.recv::<ToSandbox>() {
+            Ok(Some((msg, _))) => msg,
+            // The supervisor is gone: our exit takes the whole sandbox with us.
+            _ => sys::exit_now(0),
+        };
+        match msg {
+            ToSandbox::Go => {}
+            ToSandbox::Signal { id, signal } => {
+                if let Some((pid, _)) = running.iter().find(|(_, i)| **i == id) {
+                    // The command leads its own process group (setsid): signal all of it.
+                    // SAFETY: plain integers; pid > 1 is a child of ours.
+                    unsafe { libc::kill(-*pid, signal) };
+                    let _ = sys::kill(*pid, signal);
+                }
+            }
+            ToSandbox::Exec { id, argv, env, cwd } => {
+                let to_c = |s: Vec<u8>| CString::new(s).ok();
+                let argv: Option<Vec<CString>> = argv.into_iter().map(|a| to_c(a.into_bytes())).collect();
+                let mut merged = base_env.clone();
+                for (k, v) in env {
+                    merged.retain(|(bk, _)| *bk != k.as_bytes());
+                    merged.push((k.into_bytes(), v.into_bytes()));
+                }
+                let envp: Option<Vec<CString>> = merged
+                    .into_iter()
+                    .map(|(mut k, v)| {
+                        k.push(b'=');
+                        k.extend(v);
+                        to_c(k)
+                    })
+                    .collect();
+                let cwd = std::path::PathBuf::from(std::ffi::OsString::from_vec(
+                    cwd.unwrap_or_else(|| plan.cwd.display().to_string()).into_bytes(),
+                ));
+                let (Some(argv), Some(envp)) = (argv, envp) else {
+                    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: libc::EINVAL, path: "argument with NUL byte".into() });
+                    continue;
+                };
+                if argv.is_empty() {
+                    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: libc::ENOENT, path: String::new() });
+                    continue;
+                }
+                match spawn_command(plan, &ch, id, &argv, &envp, &cwd) {
+                    Ok((pid, fds)) => {
+                        running.insert(pid, id);
+                        let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
+                        let _ = ch.send_with_fds(&ToSupervisor::Started { id, pid }, &raw);
+                    }
+                    Err(e) => {
+                        let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: e.raw_os_error().unwrap_or(libc::EIO), path: "spawning".into() });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Forks one command of a persistent sandbox; returns its pid and our pipe ends
+/// (stdin write, stdout read, stderr read).
+fn spawn_command(
+    plan: &Plan,
+    ch: &Channel,
+    id: u64,
+    argv: &[CString],
+    envp: &[CString],
+    cwd: &Path,
+) -> std::io::Result<(libc::pid_t, [OwnedFd; 3])> {
+    let (in_r, in_w) = sys::pipe()?;
+    let (out_r, out_w) = sys::pipe()?;
+    let (err_r, err_w) = sys::pipe()?;
+    // SAFETY: the init is single-threaded.
+    match unsafe { sys::fork() }? {
+        sys::Fork::Child => {
+            if sys::unblock_all_signals().is_err()
+                || sys::dup2(in_r.as_raw_fd(), 0).is_err()
+                || sys::dup2(out_w.as_raw_fd(), 1).is_err()
+                || sys::dup2(err_w.as_raw_fd(), 2).is_err()
+            {
+                sys::exit_now(EXIT_SETUP_FAILED);
+            }
+            drop((in_r, in_w, out_r, out_w, err_r, err_w));
+            exec_command(plan, ch, id, argv, envp, cwd)
+        }
+        sys::Fork::Parent(pid) => Ok((pid, [in_w, out_r, err_r])),
+    }
+}

@@ -126,9 +126,41 @@ fn check_required(
     }
 }
 
-/// Runs one sandbox to completion. The calling process must be single-threaded.
-pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
-    let profile = &req.profile;
+/// Everything decided before the fork: cgroup, host identity, the plan.
+pub(crate) struct Prepared {
+    pub cgroup: Option<Cgroup>,
+    pub cgroup_name: String,
+    pub plan: plan::Plan,
+    pub host_uid: u32,
+    pub notes: Vec<String>,
+}
+
+impl Prepared {
+    pub fn enforcement(&self) -> Enforcement {
+        Enforcement {
+            cgroup: self.cgroup_name.clone(),
+            rlimits: true,
+            landlock_abi: 0,
+            host_uid: Some(self.host_uid),
+            notes: self.notes.clone(),
+            ..Enforcement::default()
+        }
+    }
+}
+
+/// A unique name per sandbox of this process (one-shot runs use one; a helper uses one).
+fn cgroup_name(pid: libc::pid_t) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    format!("{pid}-{}", SEQ.fetch_add(1, Ordering::SeqCst))
+}
+
+pub(crate) fn prepare(
+    profile: &Profile,
+    argv: &[String],
+    cwd: Option<&str>,
+    env: &BTreeMap<String, String>,
+    persistent: bool,
+) -> Result<Prepared, EngineError> {
     profile
         .validate()
         .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -149,7 +181,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
                 pids: u64::from(profile.limits.pids) + 2,
                 cpus: profile.limits.cpus,
             };
-            match Cgroup::create(layout, &pid.to_string(), &limits) {
+            match Cgroup::create(layout, &cgroup_name(pid), &limits) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     cg_err = e.to_string();
@@ -169,23 +201,13 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     }
     check_required(profile, abi, true, &cg, &cg_err)?;
 
-    // Host identity of the sandbox.
+    // Host identity of the sandbox: never host root.
+    let unique = ROOT_MODE_UID_BASE + pid as u32;
     let (host_uid, host_gid, drop_root) = if euid == 0 {
-        match &profile.workspace {
+        match profile.workspace.as_ref().map(std::fs::metadata) {
             // Run as the workspace's owner, so its files stay theirs and it is writable.
-            Some(ws) => match std::fs::metadata(ws) {
-                Ok(m) if m.uid() != 0 => (m.uid(), m.gid(), true),
-                _ => (
-                    ROOT_MODE_UID_BASE + pid as u32,
-                    ROOT_MODE_UID_BASE + pid as u32,
-                    true,
-                ),
-            },
-            None => (
-                ROOT_MODE_UID_BASE + pid as u32,
-                ROOT_MODE_UID_BASE + pid as u32,
-                true,
-            ),
+            Some(Ok(m)) if m.uid() != 0 => (m.uid(), m.gid(), true),
+            _ => (unique, unique, true),
         }
     } else {
         (euid, sys::getegid(), false)
@@ -195,19 +217,108 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
             "the workspace is owned by root; the sandbox runs as host uid {host_uid} and can write there only where permissions allow"
         ));
     }
-
-    let plan = plan::build(PlanInput {
+    let mut plan = plan::build(PlanInput {
         profile,
-        argv: &req.argv,
-        cwd: req.cwd.as_deref(),
-        extra_env: &req.env,
+        argv,
+        cwd,
+        extra_env: env,
         host_uid,
         host_gid,
         drop_root,
         rlimit_fallback: cg.is_none(),
         kernel_landlock_abi: abi,
+        persistent_ok: persistent,
     })?;
+    plan.persistent = persistent;
+    let cgroup_name = match (&layout, &cg) {
+        (Ok(l), Some(_)) => l.version().name().to_string(),
+        _ => "none".to_string(),
+    };
+    Ok(Prepared {
+        cgroup: cg,
+        cgroup_name,
+        plan,
+        host_uid,
+        notes,
+    })
+}
 
+/// Forks the relay with the given stdio, puts it in the cgroup and lets it go.
+/// The calling process must be single-threaded.
+pub(crate) fn spawn_relay(
+    prepared: &Prepared,
+    stdio: Stdio,
+) -> Result<(libc::pid_t, Channel), EngineError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |e: std::io::Error| EngineError::io(what, e)
+    };
+    let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
+    let me = sys::getpid();
+    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs).
+    let relay = match unsafe { sys::fork() }.map_err(io("fork"))? {
+        sys::Fork::Child => {
+            drop(chan_parent);
+            sandbox::relay_main(&prepared.plan, Channel::new(chan_child), stdio, me)
+        }
+        sys::Fork::Parent(p) => p,
+    };
+    // Close the child's ends at once, or we would never see EOF.
+    drop((stdio, chan_child));
+    let chan = Channel::new(chan_parent);
+    let started = match &prepared.cgroup {
+        Some(cg) => cg
+            .add(relay)
+            .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e)),
+        None => Ok(()),
+    }
+    .and_then(|_| {
+        chan.send(&ToSandbox::Go)
+            .map_err(|e| EngineError::io("starting the sandbox", e))
+    });
+    if let Err(e) = started {
+        let _ = sys::kill(relay, libc::SIGKILL);
+        let _ = sys::wait4(relay, false);
+        return Err(e);
+    }
+    Ok((relay, chan))
+}
+
+/// Records what the init reported as confined.
+pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) {
+    if let ToSupervisor::Confined {
+        landlock_abi,
+        landlock_partial,
+        seccomp,
+        rlimits,
+        notes,
+    } = msg
+    {
+        enforcement.user_ns = true;
+        enforcement.pid_ns = true;
+        enforcement.net_ns = true;
+        enforcement.mount_ns = true;
+        enforcement.ipc_ns = true;
+        enforcement.uts_ns = true;
+        enforcement.cgroup_ns = true;
+        enforcement.seccomp = *seccomp;
+        enforcement.rlimits = *rlimits;
+        enforcement.landlock_abi = *landlock_abi;
+        if *landlock_partial {
+            enforcement.notes.push(format!(
+                "Landlock partially enforced (kernel ABI {landlock_abi})"
+            ));
+        }
+        enforcement
+            .notes
+            .extend(notes.iter().take(16).map(|n| n.chars().take(500).collect()));
+    }
+}
+
+/// Runs one sandbox to completion. The calling process must be single-threaded.
+pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
+    let profile = &req.profile;
+    let prepared = prepare(profile, &req.argv, req.cwd.as_deref(), &req.env, false)?;
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| EngineError::io(what, e)
@@ -215,70 +326,28 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let (stdin_r, stdin_w) = sys::pipe().map_err(io("stdin pipe"))?;
     let (stdout_r, stdout_w) = sys::pipe().map_err(io("stdout pipe"))?;
     let (stderr_r, stderr_w) = sys::pipe().map_err(io("stderr pipe"))?;
-    let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
-
     install_signal_handlers();
     let start = Instant::now();
-    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs).
-    let relay = match unsafe { sys::fork() }.map_err(io("fork"))? {
-        sys::Fork::Child => {
-            drop(chan_parent);
-            drop((stdin_w, stdout_r, stderr_r));
-            sandbox::relay_main(
-                &plan,
-                Channel::new(chan_child),
-                Stdio {
-                    stdin: stdin_r,
-                    stdout: stdout_w,
-                    stderr: stderr_w,
-                },
-                pid,
-            )
-        }
-        sys::Fork::Parent(p) => p,
-    };
-    // Close the child's ends at once, or we would never see EOF.
-    drop((stdin_r, stdout_w, stderr_w, chan_child));
-    let chan = Channel::new(chan_parent);
-
-    let mut sup = Supervision::new(req.output, profile.limits.output_limit, relay, start, cg);
-    if let Some(cg) = &sup.cgroup {
-        if let Err(e) = cg.add(relay) {
-            sup.kill();
-            let _ = sys::wait4(relay, false);
-            return Err(EngineError::io("moving the sandbox into its cgroup", e));
-        }
-    }
-    if let Err(e) = chan.send(&ToSandbox::Go) {
-        sup.kill();
-        let _ = sys::wait4(relay, false);
-        return Err(EngineError::io("starting the sandbox", e));
-    }
-    let stdin_thread = feed_stdin(req.stdin, stdin_w);
-    let outcome = sup.supervise(
-        chan,
-        stdout_r,
-        stderr_r,
-        profile,
-        req.egress,
-        Enforcement {
-            cgroup: sup_cgroup_name(&layout, &sup.cgroup),
-            rlimits: true,
-            landlock_abi: 0,
-            host_uid: Some(host_uid),
-            notes,
-            ..Enforcement::default()
+    let (relay, chan) = spawn_relay(
+        &prepared,
+        Stdio {
+            stdin: stdin_r,
+            stdout: stdout_w,
+            stderr: stderr_w,
         },
+    )?;
+    let enforcement = prepared.enforcement();
+    let mut sup = Supervision::new(
+        req.output,
+        profile.limits.output_limit,
+        relay,
+        start,
+        prepared.cgroup,
     );
+    let stdin_thread = feed_stdin(req.stdin, stdin_w);
+    let outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
     drop(stdin_thread);
     Ok(outcome)
-}
-
-fn sup_cgroup_name(layout: &Result<cgroup::Layout, String>, cg: &Option<Cgroup>) -> String {
-    match (layout, cg) {
-        (Ok(l), Some(_)) => l.version().name().to_string(),
-        _ => "none".to_string(),
-    }
 }
 
 /// Writes the payload's stdin from a thread, so a payload that never reads cannot block us.
@@ -516,40 +585,20 @@ impl Supervision {
                 let c = chan.as_ref().expect("checked above");
                 match c.recv::<ToSupervisor>() {
                     Ok(None) | Err(_) => chan = None,
-                    Ok(Some((msg, fd))) => match msg {
+                    Ok(Some((msg, fds))) => match &msg {
                         ToSupervisor::InitPid { .. } => {}
-                        ToSupervisor::Confined {
-                            landlock_abi,
-                            landlock_partial,
-                            seccomp,
-                            rlimits,
-                            notes,
-                        } if !confined => {
+                        ToSupervisor::Confined { landlock_abi, .. } if !confined => {
                             confined = true;
-                            enforcement.user_ns = true;
-                            enforcement.pid_ns = true;
-                            enforcement.net_ns = true;
-                            enforcement.mount_ns = true;
-                            enforcement.ipc_ns = true;
-                            enforcement.uts_ns = true;
-                            enforcement.cgroup_ns = true;
-                            enforcement.seccomp = seccomp;
-                            enforcement.rlimits = rlimits;
-                            enforcement.landlock_abi = landlock_abi;
-                            if landlock_partial {
-                                enforcement.notes.push(format!(
-                                    "Landlock partially enforced (kernel ABI {landlock_abi})"
-                                ));
-                            }
-                            enforcement.notes.extend(notes.into_iter().take(16));
-                            if profile.require.contains(&Layer::Landlock) && landlock_abi == 0 {
+                            let abi = *landlock_abi;
+                            apply_confined(&mut enforcement, &msg);
+                            if profile.require.contains(&Layer::Landlock) && abi == 0 {
                                 setup_error =
                                     Some("Landlock was required but is not enforced".into());
                                 self.end(Ended::Interrupted(0));
                             }
                         }
                         ToSupervisor::ProxyListener if egress.is_none() => {
-                            if let (Some(fd), Some(factory)) = (fd, egress_factory.take()) {
+                            if let (Some(fd), Some(factory)) = (fds.into_iter().next(), egress_factory.take()) {
                                 let listener = std::net::TcpListener::from(fd);
                                 match factory(listener) {
                                     Ok(e) => egress = Some(e),
@@ -561,8 +610,8 @@ impl Supervision {
                                 }
                             }
                         }
-                        ToSupervisor::ExecFailed { errno, path } if exec_failed.is_none() => {
-                            exec_failed = Some((errno, path));
+                        ToSupervisor::ExecFailed { errno, path, .. } if exec_failed.is_none() => {
+                            exec_failed = Some((*errno, path.chars().take(4096).collect()));
                         }
                         ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
                             setup_error = Some(format!("{step}: {message}"));
@@ -570,7 +619,7 @@ impl Supervision {
                         ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
                             if payload_end.is_none() =>
                         {
-                            payload_end = Some(msg);
+                            payload_end = Some(msg.clone());
                         }
                         _ => {}
                     },

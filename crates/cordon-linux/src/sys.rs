@@ -267,30 +267,40 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Sends one datagram, optionally carrying one fd.
-pub fn send_packet(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+/// Most fds one message carries.
+pub const MAX_FDS: usize = 4;
+
+/// Sends one datagram, carrying up to [`MAX_FDS`] fds.
+pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
+    }
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
+    let payload = std::mem::size_of_val(fds) as u32;
     // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
     let mut cbuf = vec![0u8; space];
     // SAFETY: msghdr is plain data; zeroed is a valid initial state.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
         msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = space;
-        // SAFETY: msg_control points at a buffer of CMSG_SPACE(one fd) bytes, so the first
-        // header and its data fit.
+        // SAFETY: msg_control points at CMSG_SPACE(payload) bytes, so the first header and
+        // `fds.len()` fds fit.
         unsafe {
             let cmsg = libc::CMSG_FIRSTHDR(&msg);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut RawFd, fd);
+            (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            let data = libc::CMSG_DATA(cmsg) as *mut RawFd;
+            for (i, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(data.add(i), *fd);
+            }
         }
     }
     loop {
@@ -306,14 +316,14 @@ pub fn send_packet(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()
     }
 }
 
-/// Receives one datagram into `buf`; returns its length (0 at EOF) and any fd it carried.
-pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+/// Receives one datagram into `buf`; returns its length (0 at EOF) and the fds it carried.
+pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
     };
     // SAFETY: pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32 * 4) } as usize;
+    let space = unsafe { libc::CMSG_SPACE((std::mem::size_of::<RawFd>() * MAX_FDS) as u32) } as usize;
     let mut cbuf = vec![0u8; space];
     // SAFETY: zeroed msghdr is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -332,21 +342,17 @@ pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Own
             return Err(e);
         }
     };
-    let mut received = None;
-    // SAFETY: walking the control buffer the kernel filled, with the CMSG_* helpers.
+    let mut received = Vec::new();
+    // SAFETY: walking the control buffer the kernel filled, with the CMSG_* helpers; every fd
+    // in an SCM_RIGHTS message is new and ours to own.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg) as *const RawFd;
-                let count =
-                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 for i in 0..count {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    // Keep the first; extra fds are closed by drop.
-                    if received.is_none() {
-                        received = Some(fd);
-                    }
+                    received.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
@@ -414,4 +420,57 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel returned a new fd.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// Blocks SIGCHLD and returns a signalfd that becomes readable when a child changes state.
+pub fn signalfd_sigchld() -> io::Result<OwnedFd> {
+    // SAFETY: sigset manipulation on a local, then sigprocmask/signalfd with valid pointers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        cvt(libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()))?;
+        let fd = cvt(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Reads every pending siginfo from a signalfd (they only say "look at your children").
+pub fn drain_signalfd(fd: &OwnedFd) {
+    let mut buf = [0u8; 128 * 8];
+    loop {
+        // SAFETY: reading into a local buffer from an fd we own.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        if n <= 0 {
+            break;
+        }
+    }
+}
+
+/// Clears the signal mask (a blocked mask survives exec and would confuse the payload).
+pub fn unblock_all_signals() -> io::Result<()> {
+    // SAFETY: an empty set and SIG_SETMASK with valid pointers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        cvt(libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut())).map(drop)
+    }
+}
+
+/// Sends `sig` through a pidfd (no pid-reuse race).
+pub fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits up to `timeout_ms` for the process behind a pidfd to exit.
+pub fn pidfd_wait_exit(fd: &OwnedFd, timeout_ms: i32) -> bool {
+    let mut p = [libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    matches!(poll(&mut p, timeout_ms), Ok(n) if n > 0)
 }

@@ -124,7 +124,7 @@ impl fmt::Display for Layer {
 }
 
 /// Resource limits of one sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     /// Memory (RAM, no swap) in bytes.
     pub memory: u64,
@@ -147,7 +147,7 @@ pub struct Limits {
 }
 
 /// An extra bind mount from the host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bind {
     pub source: PathBuf,
     pub dest: PathBuf,
@@ -177,7 +177,7 @@ impl Bind {
 }
 
 /// One environment entry for the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnvEntry {
     /// Set KEY to VALUE.
     Set(String, String),
@@ -240,7 +240,7 @@ pub const BASE_ENV: &[(&str, &str)] = &[
 
 /// Everything a sandbox may do. Build one with [`Profile::builtin`] or [`Profile::load`], adjust
 /// it, then call [`Profile::validate`] before handing it to the engine.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     pub name: String,
     pub limits: Limits,

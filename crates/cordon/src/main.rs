@@ -36,6 +36,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The per-sandbox helper of `cordon serve` is this binary re-executed. Dispatch before
+    // anything can start a thread: it forks the sandbox.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
+        return ExitCode::from(cordon_linux::persistent::helper_main().clamp(0, 255) as u8);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

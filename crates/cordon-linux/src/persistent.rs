@@ -1,0 +1,529 @@
+//! Persistent sandboxes: a sandbox that stays up and runs many commands.
+//!
+//! The server (multi-threaded) never forks a sandbox itself: it spawns `cordon __sandbox`, a
+//! single-threaded helper that is this sandbox's supervisor. The helper builds the sandbox
+//! exactly as a one-shot run does (same profile, same layers), except that the init serves
+//! exec requests. Commands' pipes are created inside the sandbox and passed, as fds, through
+//! the helper to the server, which pumps them; the helper only routes small messages.
+//!
+//! Lifetime: the helper lives as long as the sandbox. When the server goes away (even by
+//! SIGKILL) the helper sees EOF on its control socket, kills the sandbox and removes its
+//! cgroup, so no sandbox outlives the server that owned it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use cordon_policy::{Enforcement, Profile};
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::error::EngineError;
+use crate::sandbox::Stdio;
+use crate::supervisor::{apply_confined, prepare, spawn_relay};
+use crate::sys;
+
+/// The fd number on which the helper finds its control socket.
+const CONTROL_FD: RawFd = 3;
+
+/// Server → helper.
+#[derive(Debug, Serialize, Deserialize)]
+enum ToHelper {
+    Create {
+        profile: Box<Profile>,
+        env: BTreeMap<String, String>,
+    },
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
+    Signal {
+        id: u64,
+        signal: i32,
+    },
+    Shutdown,
+}
+
+/// Helper → server.
+#[derive(Debug, Serialize, Deserialize)]
+enum FromHelper {
+    Ready {
+        enforcement: Box<Enforcement>,
+        init_pid: i32,
+        host_uid: u32,
+        host_gid: u32,
+    },
+    Failed {
+        message: String,
+    },
+    Sandbox(ToSupervisor),
+    Ended {
+        reason: String,
+    },
+}
+
+/// Entry point of `cordon __sandbox`. Call before any thread is started.
+pub fn helper_main() -> i32 {
+    // SAFETY: the server starts us with the control socket on fd 3; nothing else owns it.
+    let control = Channel::new(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
+    let (profile, env) = match control.recv::<ToHelper>() {
+        Ok(Some((ToHelper::Create { profile, env }, _))) => (profile, env),
+        _ => return 2,
+    };
+    let failed = |control: &Channel, message: String| {
+        let _ = control.send(&FromHelper::Failed { message });
+        1
+    };
+    let prepared = match prepare(&profile, &[], None, &env, true) {
+        Ok(p) => p,
+        Err(e) => return failed(&control, e.to_string()),
+    };
+    let null = |w: bool| {
+        std::fs::OpenOptions::new()
+            .read(!w)
+            .write(w)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+    };
+    let stdio = match (null(false), null(true), null(true)) {
+        (Ok(stdin), Ok(stdout), Ok(stderr)) => Stdio { stdin, stdout, stderr },
+        _ => return failed(&control, "cannot open /dev/null".into()),
+    };
+    let (relay, chan) = match spawn_relay(&prepared, stdio) {
+        Ok(r) => r,
+        Err(e) => return failed(&control, e.to_string()),
+    };
+    let mut enforcement = prepared.enforcement();
+    let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
+    let mut cgroup = prepared.cgroup;
+    // The init's pidfd, opened while the relay (its parent) still holds it, so it is the
+    // right process; killing it first lets the relay reap it before the relay goes.
+    let init_fd: std::cell::RefCell<Option<OwnedFd>> = std::cell::RefCell::new(None);
+    let kill = |cgroup: &mut Option<crate::cgroup::Cgroup>| {
+        if let Some(fd) = init_fd.borrow().as_ref() {
+            if sys::pidfd_send_signal(fd, libc::SIGKILL).is_ok() {
+                sys::pidfd_wait_exit(fd, 2000);
+            }
+        }
+        let _ = sys::kill(relay, libc::SIGKILL);
+        let _ = sys::wait4(relay, false);
+        if let Some(cg) = cgroup.as_mut() {
+            cg.kill_all();
+            cg.remove();
+        }
+    };
+
+    // Setup: wait for the init's pid and its confinement report.
+    let mut init_pid = None;
+    loop {
+        match chan.recv::<ToSupervisor>() {
+            Ok(Some((ToSupervisor::InitPid { pid }, _))) => {
+                init_pid = Some(pid);
+                *init_fd.borrow_mut() = sys::pidfd_open(pid).ok();
+            }
+            Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
+                apply_confined(&mut enforcement, &msg);
+                break;
+            }
+            Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
+                kill(&mut cgroup);
+                return failed(&control, format!("sandbox setup failed at {step}: {message}"));
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                kill(&mut cgroup);
+                return failed(&control, "the sandbox died during setup".into());
+            }
+        }
+    }
+    let Some(init_pid) = init_pid else {
+        kill(&mut cgroup);
+        return failed(&control, "the sandbox did not report its init".into());
+    };
+    if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
+        kill(&mut cgroup);
+        return failed(&control, "Landlock was required but is not enforced".into());
+    }
+    let ready = FromHelper::Ready {
+        enforcement: Box::new(enforcement),
+        init_pid,
+        host_uid,
+        host_gid,
+    };
+    if control.send(&ready).is_err() {
+        kill(&mut cgroup);
+        return 1;
+    }
+
+    // Routing: requests down, events (with their fds) up, until either side goes away.
+    let relay_fd = sys::pidfd_open(relay).ok();
+    let reason = loop {
+        let mut pfds = vec![
+            libc::pollfd { fd: control.raw(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: chan.raw(), events: libc::POLLIN, revents: 0 },
+        ];
+        if let Some(fd) = &relay_fd {
+            pfds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        if sys::poll(&mut pfds, 1000).is_err() {
+            break "poll failed".to_string();
+        }
+        if relay_fd.is_none() {
+            if let Ok(Some(_)) = sys::wait4(relay, true) {
+                break "the sandbox's init exited".to_string();
+            }
+        }
+        if pfds.get(2).is_some_and(|p| p.revents != 0) {
+            break "the sandbox's init exited".to_string();
+        }
+        if pfds[0].revents != 0 {
+            match control.recv::<ToHelper>() {
+                Ok(Some((ToHelper::Exec { id, argv, env, cwd }, _))) => {
+                    if chan.send(&ToSandbox::Exec { id, argv, env, cwd }).is_err() {
+                        break "the sandbox stopped answering".to_string();
+                    }
+                }
+                Ok(Some((ToHelper::Signal { id, signal }, _))) => {
+                    let _ = chan.send(&ToSandbox::Signal { id, signal });
+                }
+                Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
+                Ok(Some((ToHelper::Create { .. }, _))) => {}
+                Ok(None) | Err(_) => break "the server went away".to_string(),
+            }
+        }
+        if pfds[1].revents != 0 {
+            match chan.recv::<ToSupervisor>() {
+                Ok(Some((msg, fds))) => {
+                    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                    if control.send_with_fds(&FromHelper::Sandbox(msg), &raw).is_err() {
+                        break "the server went away".to_string();
+                    }
+                }
+                Ok(None) | Err(_) => break "the sandbox's init exited".to_string(),
+            }
+        }
+    };
+    kill(&mut cgroup);
+    let _ = control.send(&FromHelper::Ended { reason });
+    0
+}
+
+/// How a command of a persistent sandbox ended.
+#[derive(Debug, Clone, Default)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
+    /// The command could not be executed: (errno, what).
+    pub exec_error: Option<(i32, String)>,
+    /// The sandbox itself ended while the command ran.
+    pub sandbox_ended: Option<String>,
+}
+
+/// A started command: write its stdin, read its stdout and stderr.
+pub struct Started {
+    pub id: u64,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// What to run in a persistent sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+}
+
+type OnExit = Box<dyn FnOnce(ExitInfo) + Send>;
+
+struct Pending {
+    started: Option<mpsc::Sender<Result<Started, EngineError>>>,
+    on_exit: Option<OnExit>,
+    exec_error: Option<(i32, String)>,
+}
+
+/// Called with the listening socket inside the sandbox when its profile allows egress.
+pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
+
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    alive: AtomicBool,
+    ended: Mutex<Option<String>>,
+}
+
+/// A live persistent sandbox, owned by the server.
+pub struct Sandbox {
+    control: Arc<Channel>,
+    helper: Mutex<std::process::Child>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    pub enforcement: Enforcement,
+    /// Host pid of the sandbox's init: `/proc/<init_pid>/root` is the sandbox's filesystem.
+    pub init_pid: i32,
+    pub host_uid: u32,
+    pub host_gid: u32,
+}
+
+impl Sandbox {
+    /// Starts a sandbox by running `helper_exe __sandbox`, and waits until it is ready.
+    pub fn create(
+        helper_exe: &Path,
+        profile: &Profile,
+        env: &BTreeMap<String, String>,
+        on_proxy: Option<OnProxyListener>,
+    ) -> Result<Sandbox, EngineError> {
+        profile
+            .validate()
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let (ours, theirs) =
+            sys::seqpacket_pair().map_err(|e| EngineError::io("control socket", e))?;
+        let theirs_raw = theirs.as_raw_fd();
+        let mut cmd = std::process::Command::new(helper_exe);
+        cmd.arg("__sandbox")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
+        // SAFETY: between fork and exec the closure only calls dup2, which is async-signal-safe;
+        // dup2 also clears FD_CLOEXEC on fd 3, so exactly this socket is inherited.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(theirs_raw, CONTROL_FD) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| EngineError::io(format!("starting {}", helper_exe.display()), e))?;
+        drop(theirs);
+        let control = Channel::new(ours);
+        let fail = |child: &mut std::process::Child, e: EngineError| {
+            let _ = child.kill();
+            let _ = child.wait();
+            e
+        };
+        if let Err(e) = control.send(&ToHelper::Create {
+            profile: Box::new(profile.clone()),
+            env: env.clone(),
+        }) {
+            return Err(fail(&mut child, EngineError::io("talking to the sandbox helper", e)));
+        }
+        let mut on_proxy = on_proxy;
+        let (enforcement, init_pid, host_uid, host_gid) = loop {
+            match control.recv::<FromHelper>() {
+                Ok(Some((FromHelper::Ready { enforcement, init_pid, host_uid, host_gid }, _))) => {
+                    break (*enforcement, init_pid, host_uid, host_gid)
+                }
+                Ok(Some((FromHelper::Sandbox(ToSupervisor::ProxyListener), fds))) => {
+                    if let (Some(cb), Some(fd)) = (on_proxy.take(), fds.into_iter().next()) {
+                        cb(std::net::TcpListener::from(fd));
+                    }
+                }
+                Ok(Some((FromHelper::Failed { message }, _))) => {
+                    return Err(fail(&mut child, EngineError::Setup { step: "creating the sandbox".into(), message }))
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    return Err(fail(&mut child, EngineError::Setup {
+                        step: "creating the sandbox".into(),
+                        message: "the sandbox helper exited".into(),
+                    }))
+                }
+            }
+        };
+        let control = Arc::new(control);
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+            ended: Mutex::new(None),
+        });
+        let reader_control = control.clone();
+        let reader_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("cordon-sandbox-{init_pid}"))
+            .spawn(move || read_events(&reader_control, &reader_shared))
+            .map_err(|e| EngineError::io("starting the sandbox reader thread", e))?;
+        Ok(Sandbox {
+            control,
+            helper: Mutex::new(child),
+            shared,
+            next_id: AtomicU64::new(1),
+            enforcement,
+            init_pid,
+            host_uid,
+            host_gid,
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Why the sandbox ended, once it has.
+    pub fn ended(&self) -> Option<String> {
+        self.shared.ended.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Host pid of the helper that supervises this sandbox.
+    pub fn helper_pid(&self) -> u32 {
+        self.helper.lock().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Starts a command. `on_exit` is called exactly once, from another thread, when it ends.
+    pub fn exec(&self, spec: ExecSpec, on_exit: OnExit) -> Result<Started, EngineError> {
+        if !self.is_alive() {
+            return Err(EngineError::Invalid(format!(
+                "the sandbox has ended: {}",
+                self.ended().unwrap_or_default()
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.insert(id, Pending { started: Some(tx), on_exit: Some(on_exit), exec_error: None });
+        }
+        let msg = ToHelper::Exec { id, argv: spec.argv, env: spec.env, cwd: spec.cwd };
+        if let Err(e) = self.control.send(&msg) {
+            self.forget(id);
+            return Err(EngineError::io("sending the command to the sandbox", e));
+        }
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => r,
+            Err(_) => {
+                self.forget(id);
+                Err(EngineError::Setup {
+                    step: "starting the command".into(),
+                    message: "the sandbox did not answer".into(),
+                })
+            }
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.remove(&id);
+        }
+    }
+
+    /// Signals command `id` and its process group.
+    pub fn signal(&self, id: u64, signal: i32) {
+        let _ = self.control.send(&ToHelper::Signal { id, signal });
+    }
+
+    /// Kills the sandbox and everything in it; waits for the helper to clean up.
+    pub fn shutdown(&self) {
+        let _ = self.control.send(&ToHelper::Shutdown);
+        if let Ok(mut child) = self.helper.lock() {
+            // The helper removes the cgroup itself; give it a moment, then insist.
+            for _ in 0..200 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn read_events(control: &Channel, shared: &Shared) {
+    let reason = loop {
+        match control.recv::<FromHelper>() {
+            Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
+            Ok(Some((FromHelper::Ended { reason }, _))) => break reason,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break "the sandbox helper exited".to_string(),
+        }
+    };
+    shared.alive.store(false, Ordering::SeqCst);
+    if let Ok(mut e) = shared.ended.lock() {
+        *e = Some(reason.clone());
+    }
+    let pending: Vec<Pending> = shared
+        .pending
+        .lock()
+        .map(|mut p| p.drain().map(|(_, v)| v).collect())
+        .unwrap_or_default();
+    for p in pending {
+        if let Some(tx) = p.started {
+            let _ = tx.send(Err(EngineError::Invalid(format!("the sandbox has ended: {reason}"))));
+        }
+        if let Some(cb) = p.on_exit {
+            cb(ExitInfo {
+                signal: Some(libc::SIGKILL),
+                sandbox_ended: Some(reason.clone()),
+                exec_error: p.exec_error,
+                ..ExitInfo::default()
+            });
+        }
+    }
+}
+
+fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
+    let Ok(mut pending) = shared.pending.lock() else { return };
+    match msg {
+        ToSupervisor::Started { id, .. } => {
+            let Some(p) = pending.get_mut(&id) else { return };
+            let mut it = fds.into_iter();
+            let started = match (it.next(), it.next(), it.next()) {
+                (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started { id, stdin, stdout, stderr }),
+                _ => Err(EngineError::Setup {
+                    step: "starting the command".into(),
+                    message: "the sandbox sent no pipes".into(),
+                }),
+            };
+            if let Some(tx) = p.started.take() {
+                let _ = tx.send(started);
+            }
+        }
+        ToSupervisor::ExecFailed { id, errno, path } => {
+            let Some(p) = pending.get_mut(&id) else { return };
+            let what: String = path.chars().take(4096).collect();
+            match p.started.take() {
+                // Failed before it could start: the caller hears it now.
+                Some(tx) => {
+                    let _ = tx.send(Err(EngineError::Setup {
+                        step: "starting the command".into(),
+                        message: format!("{what}: {}", std::io::Error::from_raw_os_error(errno)),
+                    }));
+                    pending.remove(&id);
+                }
+                None => p.exec_error = Some((errno, what)),
+            }
+        }
+        ToSupervisor::ExecExit { id, code, signal, cpu_user_us, cpu_system_us, max_rss_kb } => {
+            let Some(mut p) = pending.remove(&id) else { return };
+            drop(pending);
+            if let Some(cb) = p.on_exit.take() {
+                cb(ExitInfo {
+                    code,
+                    signal,
+                    cpu_user_us,
+                    cpu_system_us,
+                    max_rss_kb,
+                    exec_error: p.exec_error.take(),
+                    sandbox_ended: None,
+                });
+            }
+        }
+        _ => {}
+    }
+}
