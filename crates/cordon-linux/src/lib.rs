@@ -18,6 +18,7 @@ pub mod cgroup;
 mod channel;
 pub mod detect;
 mod error;
+pub mod fsview;
 mod landlock_rules;
 mod mounts;
 mod output;

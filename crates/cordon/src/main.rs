@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod run;
 mod run_egress;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,10 @@ enum Command {
     Run(run::RunArgs),
     /// Show what this host can enforce, and what each missing piece costs.
     Check(check::CheckArgs),
+    /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
+    Serve(serve::ServeArgs),
+    /// Manage API keys of `cordon serve`.
+    Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
     Bench(bench::BenchArgs),
 }
@@ -40,6 +45,9 @@ fn main() -> ExitCode {
     // anything can start a thread: it forks the sandbox.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
         return ExitCode::from(cordon_linux::persistent::helper_main().clamp(0, 255) as u8);
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
+        return ExitCode::from(serve::oneshot_main().clamp(0, 255) as u8);
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -60,6 +68,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Check(args) => check::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Serve(args) => serve::serve_main(args),
+        Command::Keys(args) => serve::keys_main(args),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }

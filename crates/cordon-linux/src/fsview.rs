@@ -1,0 +1,1262 @@
+//! File operations inside a live sandbox, performed from the host, that cannot reach the host.
+//!
+//! A [`SandboxFs`] holds an `O_PATH` descriptor of the sandbox's root (normally opened through
+//! `/proc/<init_pid>/root`) and resolves every path relative to it with `openat2(2)` and
+//! `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`: the kernel treats that descriptor as `/` for the
+//! whole walk, so `..`, absolute paths and absolute symlink targets are clamped inside the
+//! sandbox, and `/proc/<pid>/root`-style magic links (the one kind of link that could jump out)
+//! are refused. Nothing is ever string-joined with a host path.
+//!
+//! Rules that hold for every operation:
+//! - Paths are sandbox paths: relative ones start at [`WORKSPACE`], absolute ones at the sandbox
+//!   root. `..` above the root stays at the root (as it does inside the sandbox), so
+//!   `../../etc/passwd` names the *sandbox's* `/etc/passwd`.
+//! - Operations on a final component (create, replace, remove, rename, `stat`) first open the
+//!   parent directory with `openat2` (`O_PATH | O_DIRECTORY`), then act on the last name
+//!   relative to that descriptor with calls that do not follow it (`unlinkat`, `mkdirat`,
+//!   `renameat2`, `fstatat(AT_SYMLINK_NOFOLLOW)`, `openat(O_CREAT | O_EXCL | O_NOFOLLOW)`). A
+//!   descriptor pins a directory that lies inside the root, so swapping a directory for a
+//!   symlink after the parent was opened redirects nothing.
+//! - `.` and `..` cannot be the final component of a create, remove or rename, and the sandbox
+//!   root itself can be neither removed nor renamed.
+//! - Kernel interface file systems (proc, sysfs, cgroup, debugfs, ...) visible in the sandbox
+//!   are neither read nor modified: the server runs with host privileges, which there would
+//!   mean host data (`/proc/kcore`, ...). Only regular files are read; a FIFO, socket or device
+//!   answers [`FsError::NotAFile`] without being opened for reading.
+//!
+//! Symlinks, operation by operation:
+//! - [`SandboxFs::read`], [`SandboxFs::open_read`] and [`SandboxFs::list`] follow symlinks,
+//!   including a final one, *inside the root* (a link to `/etc` lists the sandbox's `/etc`).
+//! - [`SandboxFs::stat`] and the entries of [`SandboxFs::list`] describe a final symlink itself
+//!   (`lstat`), with its target text.
+//! - [`SandboxFs::write`] replaces a final symlink with the new file (the link is renamed over,
+//!   never written through); [`SandboxFs::remove`] removes the link, never its target;
+//!   [`SandboxFs::rename`] moves or replaces the link itself.
+//! - Symlinks in the *middle* of a path are followed inside the root for every operation.
+//!
+//! Writes go to a fresh temporary file (`.cordon-upload-<random>`, created with `O_EXCL`) in
+//! the destination directory, which is then renamed over the destination: readers never see a
+//! partial file, and a failure (limit exceeded, no space, reader error) removes the temporary
+//! file. New files and directories are `fchown`ed to the sandbox owner given to
+//! [`SandboxFs::open`].
+//!
+//! Recursive removal walks with descriptors only: each directory is opened relative to its
+//! parent's descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV)`
+//! and emptied with `unlinkat` on that descriptor. It does not cross into other mounts (a mount
+//! point answers [`FsError::Busy`]) and refuses trees deeper than [`MAX_REMOVE_DEPTH`].
+//!
+//! Requires Linux 5.6 (`openat2`); on older kernels [`SandboxFs::open`] answers
+//! [`FsError::Unsupported`] instead of falling back to a weaker resolution.
+//!
+//! All calls are blocking; an async server runs them on a blocking thread pool.
+
+use std::ffi::{CStr, CString};
+use std::fs::{File, Metadata};
+use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// The sandbox's working directory: relative paths start here.
+pub const WORKSPACE: &str = "/workspace";
+/// [`SandboxFs::list`] answers [`FsError::TooLarge`] for a directory with more entries.
+pub const LIST_LIMIT: usize = 100_000;
+/// [`SandboxFs::remove`] refuses to descend deeper than this (each level holds a descriptor).
+pub const MAX_REMOVE_DEPTH: usize = 256;
+/// [`SandboxFs::remove`] gives up after removing this many entries in one call (a sandbox that
+/// keeps creating files must not pin a server thread forever).
+pub const REMOVE_LIMIT: u64 = 4 << 20;
+
+/// Longest accepted path, in bytes, after the implicit `/workspace/` prefix (PATH_MAX - 1).
+const MAX_PATH: usize = 4095;
+const NAME_MAX: usize = 255;
+/// Full-path resolution: the root descriptor is `/` for the whole walk; no magic links.
+const RESOLVE: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+/// One-name steps of a recursive removal: no symlink, nothing outside the directory, no mount.
+const RESOLVE_STEP: u64 = libc::RESOLVE_BENEATH
+    | libc::RESOLVE_NO_SYMLINKS
+    | libc::RESOLVE_NO_MAGICLINKS
+    | libc::RESOLVE_NO_XDEV;
+/// How often a resolution or removal is retried when the sandbox changes the tree under it.
+const RETRIES: usize = 64;
+const COPY_CHUNK: usize = 64 << 10;
+const TEMP_PREFIX: &str = ".cordon-upload-";
+
+/// Why a file operation failed. [`FsError::http_status`] and [`FsError::code`] give the HTTP
+/// mapping; messages name sandbox paths only, never host paths.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("{path}: no such file or directory")]
+    NotFound { path: String },
+    #[error("{path}: {reason}")]
+    PermissionDenied { path: String, reason: &'static str },
+    #[error("{path}: read-only file system")]
+    ReadOnly { path: String },
+    #[error("{path}: path escapes the sandbox (a /proc magic link) or has too many levels of symbolic links")]
+    Escapes { path: String },
+    #[error("{path}: not a directory")]
+    NotADirectory { path: String },
+    #[error("{path}: is a directory")]
+    IsADirectory { path: String },
+    #[error("{path}: not a regular file")]
+    NotAFile { path: String },
+    #[error("{path}: already exists")]
+    AlreadyExists { path: String },
+    #[error("{path}: directory not empty")]
+    NotEmpty { path: String },
+    #[error("{path}: {reason}")]
+    Busy { path: String, reason: &'static str },
+    #[error("{path}: only regular files can be moved across file systems")]
+    CrossDevice { path: String },
+    #[error("{path}: no space left in the sandbox")]
+    NoSpace { path: String },
+    #[error("{path}: {detail}")]
+    TooLarge { path: String, detail: String },
+    #[error("invalid path {path}: {reason}")]
+    InvalidPath { path: String, reason: &'static str },
+    #[error("file operations unsupported on this host: {reason}")]
+    Unsupported { reason: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// The HTTP status a server answers with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            FsError::NotFound { .. } => 404,
+            FsError::PermissionDenied { .. }
+            | FsError::ReadOnly { .. }
+            | FsError::Escapes { .. } => 403,
+            FsError::NotADirectory { .. }
+            | FsError::IsADirectory { .. }
+            | FsError::AlreadyExists { .. }
+            | FsError::NotEmpty { .. }
+            | FsError::Busy { .. }
+            | FsError::CrossDevice { .. } => 409,
+            FsError::NotAFile { .. } | FsError::InvalidPath { .. } => 400,
+            FsError::NoSpace { .. } => 507,
+            FsError::TooLarge { .. } => 413,
+            FsError::Unsupported { .. } => 501,
+            FsError::Io { .. } => 500,
+        }
+    }
+
+    /// A stable machine-readable code for the JSON error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            FsError::NotFound { .. } => "not_found",
+            FsError::PermissionDenied { .. } => "permission_denied",
+            FsError::ReadOnly { .. } => "read_only",
+            FsError::Escapes { .. } => "escapes_sandbox",
+            FsError::NotADirectory { .. } => "not_a_directory",
+            FsError::IsADirectory { .. } => "is_a_directory",
+            FsError::NotAFile { .. } => "not_a_file",
+            FsError::AlreadyExists { .. } => "already_exists",
+            FsError::NotEmpty { .. } => "not_empty",
+            FsError::Busy { .. } => "busy",
+            FsError::CrossDevice { .. } => "cross_device",
+            FsError::NoSpace { .. } => "no_space",
+            FsError::TooLarge { .. } => "too_large",
+            FsError::InvalidPath { .. } => "invalid_path",
+            FsError::Unsupported { .. } => "unsupported",
+            FsError::Io { .. } => "io_error",
+        }
+    }
+
+    fn from_io(err: io::Error, path: &str) -> FsError {
+        let path = path.to_owned();
+        match err.raw_os_error() {
+            Some(libc::ENOENT) => FsError::NotFound { path },
+            Some(libc::EACCES | libc::EPERM) => FsError::PermissionDenied {
+                path,
+                reason: "permission denied",
+            },
+            Some(libc::EROFS) => FsError::ReadOnly { path },
+            Some(libc::ELOOP) => FsError::Escapes { path },
+            Some(libc::ENOTDIR) => FsError::NotADirectory { path },
+            Some(libc::EISDIR) => FsError::IsADirectory { path },
+            Some(libc::EEXIST) => FsError::AlreadyExists { path },
+            Some(libc::ENOTEMPTY) => FsError::NotEmpty { path },
+            Some(libc::EBUSY) => FsError::Busy {
+                path,
+                reason: "busy (a mount point, or in use)",
+            },
+            Some(libc::EAGAIN) => FsError::Busy {
+                path,
+                reason: "the path kept changing during resolution; try again",
+            },
+            Some(libc::EXDEV) => FsError::CrossDevice { path },
+            Some(libc::ENOSPC | libc::EDQUOT) => FsError::NoSpace { path },
+            Some(libc::EFBIG) => FsError::TooLarge {
+                path,
+                detail: "file too large for the file system".into(),
+            },
+            Some(libc::ENAMETOOLONG) => FsError::InvalidPath {
+                path,
+                reason: "name too long",
+            },
+            Some(libc::EINVAL) => FsError::InvalidPath {
+                path,
+                reason:
+                    "invalid operation for this path (for example, moving a directory into itself)",
+            },
+            Some(libc::ENXIO | libc::ENODEV) => FsError::NotAFile { path },
+            Some(libc::ENOSYS) => FsError::Unsupported {
+                reason: format!("{path}: {err}"),
+            },
+            _ => FsError::Io { path, source: err },
+        }
+    }
+}
+
+/// What an entry is; serialized in lowercase (`"file"`, `"dir"`, `"symlink"`, `"other"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One file system entry, as [`SandboxFs::list`] and [`SandboxFs::stat`] report it. A symlink
+/// is described itself (not its target); names that are not UTF-8 are shown lossily.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Entry {
+    /// Last component (`/` for the sandbox root).
+    pub name: String,
+    /// Absolute path inside the sandbox, `.` and `..` resolved lexically.
+    pub path: String,
+    /// Serialized as `"type"`.
+    pub r#type: EntryType,
+    /// Bytes (for a symlink: the length of its target).
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Last modification, in seconds since the Unix epoch.
+    pub modified: u64,
+    /// For a symlink, the target text as stored (not resolved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// A handle on one sandbox's file system, confined to its root. Cheap to share between threads
+/// (`Send + Sync`); every call resolves its paths afresh.
+#[derive(Debug)]
+pub struct SandboxFs {
+    root: OwnedFd,
+    owner: (u32, u32),
+}
+
+impl SandboxFs {
+    /// Opens the sandbox whose root directory is `root` (the host path of its `/`, normally
+    /// `/proc/<init_pid>/root`). New files and directories get the host `owner` (uid, gid).
+    ///
+    /// The descriptor keeps the sandbox's mount tree reachable while it lives: drop the
+    /// `SandboxFs` when the sandbox goes away.
+    pub fn open(root: &Path, owner: (u32, u32)) -> Result<SandboxFs, FsError> {
+        let c = CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| {
+            FsError::InvalidPath {
+                path: "/".into(),
+                reason: "the sandbox root path contains a NUL byte",
+            }
+        })?;
+        // SAFETY: `c` is a valid NUL-terminated string; open returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(FsError::from_io(io::Error::last_os_error(), "/"));
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let root = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Probe openat2 once: no fallback to a resolution that could be raced outside.
+        match openat2(
+            root.as_fd(),
+            c"/",
+            libc::O_PATH | libc::O_DIRECTORY,
+            RESOLVE,
+        ) {
+            Ok(_) => Ok(SandboxFs { root, owner }),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
+                ) =>
+            {
+                Err(FsError::Unsupported {
+                    reason: format!(
+                        "openat2 with RESOLVE_IN_ROOT (Linux 5.6 or later) is required: {e}"
+                    ),
+                })
+            }
+            Err(e) => Err(FsError::from_io(e, "/")),
+        }
+    }
+
+    /// Reads a whole regular file; [`FsError::TooLarge`] if it holds more than `max_bytes`.
+    pub fn read(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, FsError> {
+        let (file, meta) = self.open_read(path)?;
+        let shown = SPath::parse(path)?.shown;
+        let too_large = || FsError::TooLarge {
+            path: shown.clone(),
+            detail: format!("file is larger than the limit of {max_bytes} bytes"),
+        };
+        if meta.len() > max_bytes {
+            return Err(too_large());
+        }
+        let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| FsError::from_io(e, &shown))?;
+        if buf.len() as u64 > max_bytes {
+            return Err(too_large());
+        }
+        Ok(buf)
+    }
+
+    /// Opens a regular file for reading (for streaming). Symlinks are followed inside the root.
+    pub fn open_read(&self, path: &str) -> Result<(File, Metadata), FsError> {
+        let p = SPath::parse(path)?;
+        let full = p.full();
+        let dir_flag = if p.dir_only { libc::O_DIRECTORY } else { 0 };
+        // Look first without opening (O_PATH): a FIFO or device is never opened for reading.
+        let probe = openat2(self.root.as_fd(), &full, libc::O_PATH | dir_flag, RESOLVE)
+            .map_err(|e| p.err(e))?;
+        let st = fstat(probe.as_fd()).map_err(|e| p.err(e))?;
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(FsError::IsADirectory { path: p.shown }),
+            _ => return Err(FsError::NotAFile { path: p.shown }),
+        }
+        check_fs(probe.as_fd(), &p.shown)?;
+        // O_NONBLOCK: if the sandbox swaps a FIFO in between, the open does not hang.
+        let fd = openat2(
+            self.root.as_fd(),
+            &full,
+            libc::O_RDONLY | libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_LARGEFILE,
+            RESOLVE,
+        )
+        .map_err(|e| p.err(e))?;
+        let st2 = fstat(fd.as_fd()).map_err(|e| p.err(e))?;
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(FsError::Busy {
+                path: p.shown,
+                reason: "the file was replaced while being opened; try again",
+            });
+        }
+        set_blocking(fd.as_fd()).map_err(|e| p.err(e))?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(|e| p.err(e))?;
+        Ok((file, meta))
+    }
+
+    /// Writes `data` to `path` atomically (temporary file + rename), at most `max_bytes` of it,
+    /// returning the number of bytes written. `create_parents` creates missing directories like
+    /// `mkdir -p`. An existing file is replaced (keeping its permission bits), an existing
+    /// symlink is replaced by the file (never written through), an existing directory answers
+    /// [`FsError::IsADirectory`]. Over the limit: [`FsError::TooLarge`]; out of space:
+    /// [`FsError::NoSpace`]; either way nothing is left behind and the old file is intact.
+    pub fn write(
+        &self,
+        path: &str,
+        data: &mut dyn Read,
+        max_bytes: u64,
+        create_parents: bool,
+    ) -> Result<u64, FsError> {
+        let p = SPath::parse(path)?;
+        if p.dir_only {
+            return Err(FsError::InvalidPath {
+                path: p.shown,
+                reason: "a file path cannot end with '/'",
+            });
+        }
+        let name = p.final_name()?;
+        let parent = if create_parents {
+            self.ensure_dirs(&p.comps[..p.comps.len() - 1])?
+        } else {
+            self.open_parent(&p)?
+        };
+        check_fs(parent.as_fd(), &p.shown)?;
+        let limit = Limit::Upload(max_bytes);
+        self.write_in(parent.as_fd(), &name, data, limit, None, &p.shown)
+    }
+
+    /// Lists a directory (following symlinks inside the root to reach it), sorted by name.
+    pub fn list(&self, path: &str) -> Result<Vec<Entry>, FsError> {
+        let p = SPath::parse(path)?;
+        let fd = openat2(
+            self.root.as_fd(),
+            &p.full(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            RESOLVE,
+        )
+        .map_err(|e| p.err(e))?;
+        let mut dir = Dir::new(fd).map_err(|e| p.err(e))?;
+        let mut out = Vec::new();
+        while let Some(name) = dir.next_name() {
+            let name = name.map_err(|e| p.err(e))?;
+            if out.len() >= LIST_LIMIT {
+                return Err(FsError::TooLarge {
+                    path: p.shown,
+                    detail: format!("directory has more than {LIST_LIMIT} entries"),
+                });
+            }
+            let child = join_shown(&p.shown, &String::from_utf8_lossy(name.to_bytes()));
+            match entry_at(dir.fd(), &name, &child) {
+                Ok(entry) => out.push(entry),
+                // Removed since readdir saw it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(FsError::from_io(e, &child)),
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Describes one entry; a final symlink is described itself (with its target), unless the
+    /// path ends with `/`, `.` or `..`, which resolve it.
+    pub fn stat(&self, path: &str) -> Result<Entry, FsError> {
+        let p = SPath::parse(path)?;
+        match p.comps.last() {
+            Some(&name) if !p.dir_only && name != "." && name != ".." => {
+                let parent = self.open_parent(&p)?;
+                entry_at(parent.as_fd(), &cstring(name), &p.shown).map_err(|e| p.err(e))
+            }
+            _ => {
+                let dir_flag = if p.dir_only { libc::O_DIRECTORY } else { 0 };
+                let fd = openat2(
+                    self.root.as_fd(),
+                    &p.full(),
+                    libc::O_PATH | dir_flag,
+                    RESOLVE,
+                )
+                .map_err(|e| p.err(e))?;
+                entry_at(fd.as_fd(), c"", &p.shown).map_err(|e| p.err(e))
+            }
+        }
+    }
+
+    /// Creates a directory. With `parents`, missing parents are created and an existing
+    /// directory (or symlink to one inside the root) is not an error, like `mkdir -p`.
+    pub fn mkdir(&self, path: &str, parents: bool) -> Result<(), FsError> {
+        let p = SPath::parse(path)?;
+        let name = p.final_name()?;
+        let parent = if parents {
+            self.ensure_dirs(&p.comps[..p.comps.len() - 1])?
+        } else {
+            self.open_parent(&p)?
+        };
+        check_fs(parent.as_fd(), &p.shown)?;
+        match mkdirat(parent.as_fd(), &name) {
+            Ok(()) => self.adopt_dir(parent.as_fd(), &name, &p.shown),
+            Err(e) if parents && e.raw_os_error() == Some(libc::EEXIST) => {
+                match openat2(
+                    self.root.as_fd(),
+                    &p.full(),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    RESOLVE,
+                ) {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(FsError::AlreadyExists { path: p.shown }),
+                }
+            }
+            Err(e) => Err(p.err(e)),
+        }
+    }
+
+    /// Moves `from` to `to` with `rename(2)` semantics: an existing file at `to` is replaced,
+    /// an empty directory can be replaced by a directory, a symlink is moved or replaced
+    /// itself. Across file systems (say `/tmp` to `/workspace`) a regular file is copied and
+    /// the original removed; anything else answers [`FsError::CrossDevice`].
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        let pf = SPath::parse(from)?;
+        let pt = SPath::parse(to)?;
+        let from_name = pf.final_name()?;
+        let to_name = pt.final_name()?;
+        let from_dir = self.open_parent(&pf)?;
+        check_fs(from_dir.as_fd(), &pf.shown)?;
+        let to_dir = self.open_parent(&pt)?;
+        check_fs(to_dir.as_fd(), &pt.shown)?;
+        if pf.dir_only || pt.dir_only {
+            let st = fstatat(from_dir.as_fd(), &from_name, libc::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| pf.err(e))?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(FsError::NotADirectory { path: pf.shown });
+            }
+        }
+        match renameat2(from_dir.as_fd(), &from_name, to_dir.as_fd(), &to_name, 0) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => self.move_across(
+                from_dir.as_fd(),
+                &from_name,
+                &pf.shown,
+                to_dir.as_fd(),
+                &to_name,
+                &pt.shown,
+            ),
+            // The kernel reports a missing source or destination parent the same way; the
+            // parents were opened already, so it is the source.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(pf.err(e)),
+            Err(e) => Err(pt.err(e)),
+        }
+    }
+
+    /// Removes a file, symlink (never its target) or empty directory; with `recursive`, a
+    /// directory and everything under it (not crossing into other mounts).
+    pub fn remove(&self, path: &str, recursive: bool) -> Result<(), FsError> {
+        let p = SPath::parse(path)?;
+        let name = p.final_name()?;
+        let parent = self.open_parent(&p)?;
+        check_fs(parent.as_fd(), &p.shown)?;
+        if p.dir_only {
+            let st =
+                fstatat(parent.as_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| p.err(e))?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(FsError::NotADirectory { path: p.shown });
+            }
+        }
+        let mut budget = REMOVE_LIMIT;
+        remove_entry(parent.as_fd(), &name, &p.shown, recursive, 0, &mut budget)
+    }
+
+    /// Opens the directory holding the last component of `p`.
+    fn open_parent(&self, p: &SPath<'_>) -> Result<OwnedFd, FsError> {
+        openat2(
+            self.root.as_fd(),
+            &p.parent(),
+            libc::O_PATH | libc::O_DIRECTORY,
+            RESOLVE,
+        )
+        .map_err(|e| p.err(e))
+    }
+
+    /// `mkdir -p` for `comps` (from the root); returns an `O_PATH` descriptor of the last one.
+    /// Every prefix is resolved from the root with `openat2`; a missing one is created with
+    /// `mkdirat` relative to the descriptor of its (already resolved) parent.
+    fn ensure_dirs(&self, comps: &[&str]) -> Result<OwnedFd, FsError> {
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        let mut cur = openat2(self.root.as_fd(), c"/", flags, RESOLVE)
+            .map_err(|e| FsError::from_io(e, "/"))?;
+        for i in 0..comps.len() {
+            let prefix = SPath::from_comps(comps[..=i].to_vec());
+            match openat2(self.root.as_fd(), &prefix.full(), flags, RESOLVE) {
+                Ok(fd) => {
+                    cur = fd;
+                    continue;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !is_dot(comps[i]) => {}
+                Err(e) => return Err(prefix.err(e)),
+            }
+            check_fs(cur.as_fd(), &prefix.shown)?;
+            let name = cstring(comps[i]);
+            match mkdirat(cur.as_fd(), &name) {
+                Ok(()) => self.adopt_dir(cur.as_fd(), &name, &prefix.shown)?,
+                // Created meanwhile (or a dangling symlink: the reopen below says which).
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(prefix.err(e)),
+            }
+            cur = openat2(self.root.as_fd(), &prefix.full(), flags, RESOLVE)
+                .map_err(|e| prefix.err(e))?;
+        }
+        Ok(cur)
+    }
+
+    /// Gives a directory this call just created its owner and mode.
+    fn adopt_dir(&self, parent: BorrowedFd<'_>, name: &CStr, shown: &str) -> Result<(), FsError> {
+        let fd = openat_raw(
+            parent,
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| FsError::from_io(e, shown))?;
+        self.adopt(fd.as_fd(), 0o755)
+            .map_err(|e| FsError::from_io(e, shown))
+    }
+
+    fn adopt(&self, fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+        let st = fstat(fd)?;
+        if (st.st_uid, st.st_gid) != self.owner {
+            // SAFETY: `fd` is a valid open descriptor; fchown only reads its arguments.
+            cvt(unsafe { libc::fchown(fd.as_raw_fd(), self.owner.0, self.owner.1) })?;
+        }
+        // SAFETY: as above; explicit mode so the server's umask does not matter.
+        cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
+        Ok(())
+    }
+
+    /// Writes `data` into a new temporary file in `parent` and renames it over `name`.
+    fn write_in(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        data: &mut dyn Read,
+        limit: Limit,
+        mode: Option<u32>,
+        shown: &str,
+    ) -> Result<u64, FsError> {
+        let err = |e: io::Error| FsError::from_io(e, shown);
+        let mode = match fstatat(parent, name, libc::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                return Err(FsError::IsADirectory { path: shown.into() })
+            }
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
+                mode.unwrap_or(st.st_mode & 0o777)
+            }
+            Ok(_) => mode.unwrap_or(0o644),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => mode.unwrap_or(0o644),
+            Err(e) => return Err(err(e)),
+        };
+        let (tmp, mut file) = create_temp(parent).map_err(err)?;
+        self.adopt(file.as_fd(), mode).map_err(err)?;
+        let mut buf = vec![0u8; COPY_CHUNK];
+        let mut total: u64 = 0;
+        loop {
+            let n = match data.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(err(e)),
+            };
+            total += n as u64;
+            if let Limit::Upload(max) = limit {
+                if total > max {
+                    return Err(FsError::TooLarge {
+                        path: shown.into(),
+                        detail: format!("upload exceeds the limit of {max} bytes"),
+                    });
+                }
+            }
+            file.write_all(&buf[..n]).map_err(err)?;
+        }
+        close_checked(file).map_err(err)?;
+        renameat2(parent, &tmp.name, parent, name, 0).map_err(err)?;
+        tmp.keep();
+        Ok(total)
+    }
+
+    /// The cross-file-system half of [`SandboxFs::rename`]: copy a regular file, then unlink
+    /// the source if it is still the file that was copied.
+    fn move_across(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from_name: &CStr,
+        from_shown: &str,
+        to_dir: BorrowedFd<'_>,
+        to_name: &CStr,
+        to_shown: &str,
+    ) -> Result<(), FsError> {
+        let cross = || FsError::CrossDevice {
+            path: from_shown.into(),
+        };
+        let src = match openat_raw(from_dir, from_name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+            Ok(fd) => fd,
+            Err(e) => return Err(FsError::from_io(e, from_shown)),
+        };
+        let st = fstat(src.as_fd()).map_err(|e| FsError::from_io(e, from_shown))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(cross());
+        }
+        check_fs(src.as_fd(), from_shown)?;
+        let fd = openat_raw(
+            from_dir,
+            from_name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0,
+        )
+        .map_err(|e| FsError::from_io(e, from_shown))?;
+        let st2 = fstat(fd.as_fd()).map_err(|e| FsError::from_io(e, from_shown))?;
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(FsError::Busy {
+                path: from_shown.into(),
+                reason: "the file was replaced while being moved; try again",
+            });
+        }
+        let mut file = File::from(fd);
+        self.write_in(
+            to_dir,
+            to_name,
+            &mut file,
+            Limit::None,
+            Some(st.st_mode & 0o777),
+            to_shown,
+        )?;
+        // Remove the source only if it is still the file that was copied.
+        match fstatat(from_dir, from_name, libc::AT_SYMLINK_NOFOLLOW) {
+            Ok(now) if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) => {
+                unlinkat(from_dir, from_name, 0).map_err(|e| FsError::from_io(e, from_shown))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Limit {
+    Upload(u64),
+    None,
+}
+
+/// A parsed sandbox path: components from the root (`.` and `..` kept for the kernel to
+/// resolve) and the lexically normalized form used in entries and messages.
+struct SPath<'a> {
+    comps: Vec<&'a str>,
+    shown: String,
+    dir_only: bool,
+}
+
+impl<'a> SPath<'a> {
+    fn parse(input: &'a str) -> Result<SPath<'a>, FsError> {
+        let invalid = |reason| FsError::InvalidPath {
+            path: sanitize(input),
+            reason,
+        };
+        if input.is_empty() {
+            return Err(invalid("empty path"));
+        }
+        if input.contains('\0') {
+            return Err(invalid("contains a NUL byte"));
+        }
+        let relative = !input.starts_with('/');
+        if input.len() + if relative { WORKSPACE.len() + 1 } else { 0 } > MAX_PATH {
+            return Err(invalid("path too long"));
+        }
+        let mut comps = Vec::new();
+        if relative {
+            comps.push(&WORKSPACE[1..]);
+        }
+        for c in input.split('/').filter(|c| !c.is_empty()) {
+            if c.len() > NAME_MAX {
+                return Err(invalid("a path component is longer than 255 bytes"));
+            }
+            comps.push(c);
+        }
+        let mut p = SPath::from_comps(comps);
+        p.dir_only = input.ends_with('/') && !p.comps.is_empty();
+        Ok(p)
+    }
+
+    fn from_comps(comps: Vec<&'a str>) -> SPath<'a> {
+        let mut norm: Vec<&str> = Vec::new();
+        for c in &comps {
+            match *c {
+                "." => {}
+                ".." => {
+                    norm.pop();
+                }
+                c => norm.push(c),
+            }
+        }
+        SPath {
+            shown: format!("/{}", norm.join("/")),
+            comps,
+            dir_only: false,
+        }
+    }
+
+    /// The whole path, absolute (the root descriptor is `/` under RESOLVE_IN_ROOT).
+    fn full(&self) -> CString {
+        cstring(&format!("/{}", self.comps.join("/")))
+    }
+
+    /// The path of the directory holding the last component.
+    fn parent(&self) -> CString {
+        let n = self.comps.len().saturating_sub(1);
+        cstring(&format!("/{}", self.comps[..n].join("/")))
+    }
+
+    /// The last component, for operations that create, remove or rename it.
+    fn final_name(&self) -> Result<CString, FsError> {
+        match self.comps.last() {
+            None => Err(FsError::InvalidPath {
+                path: self.shown.clone(),
+                reason: "the sandbox root cannot be created, replaced, moved or removed",
+            }),
+            Some(&c) if is_dot(c) => Err(FsError::InvalidPath {
+                path: self.shown.clone(),
+                reason: "the last component cannot be '.' or '..'",
+            }),
+            Some(&c) => Ok(cstring(c)),
+        }
+    }
+
+    fn err(&self, e: io::Error) -> FsError {
+        FsError::from_io(e, &self.shown)
+    }
+}
+
+fn is_dot(c: &str) -> bool {
+    c == "." || c == ".."
+}
+
+fn join_shown(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// A caller's invalid path, made printable and short for an error message.
+fn sanitize(input: &str) -> String {
+    let short: String = input.chars().take(200).collect();
+    let mut s = format!("{:?}", short);
+    if short.len() < input.len() {
+        s.push_str("...");
+    }
+    s
+}
+
+/// Only for strings already checked to hold no NUL byte.
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("sandbox paths are checked for NUL bytes")
+}
+
+/// Magic numbers (`statfs.f_type`) of kernel interface file systems: through them the host
+/// privileges of the server would read or change host state, so they are off limits.
+const PSEUDO_FS: &[u32] = &[
+    0x9fa0,      // proc
+    0x6265_6572, // sysfs
+    0x0027_e0eb, // cgroup
+    0x6367_7270, // cgroup2
+    0x6462_6720, // debugfs
+    0x7472_6163, // tracefs
+    0x7363_6673, // securityfs
+    0xcafe_4a11, // bpf
+    0x6165_676c, // pstore
+    0xde5e_81e4, // efivarfs
+    0x6265_6570, // configfs
+    0x4249_4e4d, // binfmt_misc
+    0xf97c_ff8c, // selinuxfs
+    0x4341_5d53, // smackfs
+    0x6573_5543, // fusectl
+    0x6e73_6673, // nsfs
+    0x1cd1,      // devpts
+];
+
+fn check_fs(fd: BorrowedFd<'_>, shown: &str) -> Result<(), FsError> {
+    let mut st = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fd` is a valid descriptor and `st` a writable statfs of the right type.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })
+        .map_err(|e| FsError::from_io(e, shown))?;
+    // SAFETY: fstatfs succeeded and filled the struct.
+    let st = unsafe { st.assume_init() };
+    // The magic is a 32-bit value stored in a word whose width and sign vary by architecture.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as u32;
+    if PSEUDO_FS.contains(&magic) {
+        return Err(FsError::PermissionDenied {
+            path: shown.into(),
+            reason: "kernel interface file systems (proc, sysfs, cgroup, ...) are not accessible through the file API",
+        });
+    }
+    Ok(())
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `openat2(2)`, retried while the kernel answers EAGAIN (a rename or mount raced a `..`
+/// under RESOLVE_IN_ROOT) or EINTR.
+fn openat2(
+    dir: BorrowedFd<'_>,
+    path: &CStr,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain old data; all zeroes is a valid (empty) value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = 0;
+    how.resolve = resolve;
+    for _ in 0..RETRIES {
+        // SAFETY: `path` is NUL-terminated and `how` is a valid open_how whose exact size is
+        // passed; both outlive the call, which returns a new descriptor or -1.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if ret >= 0 {
+            // SAFETY: a non-negative result is a descriptor just opened for us alone.
+            return Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) });
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => continue,
+            _ => return Err(err),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+/// Plain `openat` of one name relative to `dir` (callers pass O_NOFOLLOW or O_EXCL).
+fn openat_raw(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: libc::c_uint,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated and outlives the call; openat returns a new fd or -1.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode,
+        )
+    })?;
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn fstatat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<libc::stat> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `name` is NUL-terminated and `st` is a writable stat of the right type.
+    cvt(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) })?;
+    // SAFETY: fstatat succeeded and filled the struct.
+    Ok(unsafe { st.assume_init() })
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    fstatat(fd, c"", libc::AT_EMPTY_PATH)
+}
+
+fn mkdirat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated; mkdirat never follows a final symlink.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o700) }).map(drop)
+}
+
+fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated; unlinkat removes the name itself, never a link target.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+fn renameat2(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: libc::c_uint,
+) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated; renameat2 moves names, following no final link.
+    cvt(unsafe {
+        libc::renameat2(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+fn readlinkat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: `name` is NUL-terminated and `buf` is writable for its whole length.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a valid descriptor take and return plain ints.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) }).map(drop)
+}
+
+/// Closes a written file and reports the error `drop` would swallow (some file systems report
+/// a full disk only there).
+fn close_checked(file: File) -> io::Result<()> {
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` came from into_raw_fd, so it is open and owned by nothing else; after
+    // close it is gone whatever the result (Linux never leaves it open on EINTR).
+    cvt(unsafe { libc::close(fd) }).map(drop)
+}
+
+fn random_suffix() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is writable for 8 bytes.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), libc::GRND_NONBLOCK) };
+    if n == 8 {
+        return u64::from_ne_bytes(buf);
+    }
+    // O_EXCL keeps a predictable name safe; it only costs retries.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A temporary file being written; unlinked (by name, relative to its directory) unless kept.
+struct Temp<'a> {
+    dir: BorrowedFd<'a>,
+    name: CString,
+    keep: bool,
+}
+
+impl Temp<'_> {
+    fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Temp<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = unlinkat(self.dir, &self.name, 0);
+        }
+    }
+}
+
+fn create_temp(dir: BorrowedFd<'_>) -> io::Result<(Temp<'_>, File)> {
+    let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+    for _ in 0..16 {
+        let name = cstring(&format!("{TEMP_PREFIX}{:016x}", random_suffix()));
+        match openat_raw(
+            dir,
+            &name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY,
+            0o600,
+        ) {
+            Ok(fd) => {
+                let temp = Temp {
+                    dir,
+                    name,
+                    keep: false,
+                };
+                return Ok((temp, File::from(fd)));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+fn entry_at(dir: BorrowedFd<'_>, name: &CStr, shown: &str) -> io::Result<Entry> {
+    let flags = if name.is_empty() {
+        libc::AT_EMPTY_PATH
+    } else {
+        libc::AT_SYMLINK_NOFOLLOW
+    };
+    let st = fstatat(dir, name, flags)?;
+    let r#type = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => EntryType::File,
+        libc::S_IFDIR => EntryType::Dir,
+        libc::S_IFLNK => EntryType::Symlink,
+        _ => EntryType::Other,
+    };
+    let target = if r#type == EntryType::Symlink && !name.is_empty() {
+        Some(String::from_utf8_lossy(&readlinkat(dir, name)?).into_owned())
+    } else {
+        None
+    };
+    let entry_name = match shown.rsplit('/').next() {
+        Some("") | None => "/".to_owned(),
+        Some(n) => n.to_owned(),
+    };
+    Ok(Entry {
+        name: entry_name,
+        path: shown.to_owned(),
+        r#type,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mode: st.st_mode & 0o7777,
+        modified: u64::try_from(st.st_mtime).unwrap_or(0),
+        target,
+    })
+}
+
+/// Removes `name` in `parent`: unlink it; if it is a directory, empty it first when
+/// `recursive`, then rmdir it. Every step acts on a descriptor, so a directory swapped for a
+/// symlink at any moment is unlinked as a link, never followed.
+fn remove_entry(
+    parent: BorrowedFd<'_>,
+    name: &CStr,
+    shown: &str,
+    recursive: bool,
+    depth: usize,
+    budget: &mut u64,
+) -> Result<(), FsError> {
+    let err = |e: io::Error| FsError::from_io(e, shown);
+    for _ in 0..RETRIES {
+        match unlinkat(parent, name, 0) {
+            Ok(()) => return Ok(()),
+            // Linux answers EISDIR for a directory.
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {}
+            Err(e) => return Err(err(e)),
+        }
+        if recursive {
+            if depth >= MAX_REMOVE_DEPTH {
+                return Err(FsError::TooLarge {
+                    path: shown.into(),
+                    detail: format!("directory tree deeper than {MAX_REMOVE_DEPTH} levels"),
+                });
+            }
+            match openat2(
+                parent,
+                name,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                RESOLVE_STEP,
+            ) {
+                Ok(fd) => empty_dir(fd, shown, depth + 1, budget)?,
+                // Swapped for a symlink or a file since the unlink: start over.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    return Err(FsError::Busy {
+                        path: shown.into(),
+                        reason: "is a mount point; recursive removal does not cross mounts",
+                    })
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
+        match unlinkat(parent, name, libc::AT_REMOVEDIR) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+            Err(e)
+                if recursive
+                    && matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) =>
+            {
+                continue
+            }
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Err(FsError::Busy {
+        path: shown.into(),
+        reason: "kept changing during removal; try again",
+    })
+}
+
+/// Removes everything in the directory open as `fd`, in batches (re-reading from the start
+/// after each batch, so a huge directory needs no huge memory).
+fn empty_dir(fd: OwnedFd, shown: &str, depth: usize, budget: &mut u64) -> Result<(), FsError> {
+    let mut dir = Dir::new(fd).map_err(|e| FsError::from_io(e, shown))?;
+    loop {
+        let mut batch = Vec::new();
+        while batch.len() < 1024 {
+            match dir.next_name() {
+                None => break,
+                Some(Ok(name)) => batch.push(name),
+                Some(Err(e)) => return Err(FsError::from_io(e, shown)),
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for name in &batch {
+            if *budget == 0 {
+                return Err(FsError::TooLarge {
+                    path: shown.into(),
+                    detail: format!("more than {REMOVE_LIMIT} entries to remove"),
+                });
+            }
+            *budget -= 1;
+            let child = join_shown(shown, &String::from_utf8_lossy(name.to_bytes()));
+            match remove_entry(dir.fd(), name, &child, true, depth, budget) {
+                Ok(()) | Err(FsError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        dir.rewind();
+    }
+}
+
+/// A directory stream over a descriptor (`fdopendir`), yielding names other than `.`/`..`.
+struct Dir {
+    ptr: NonNull<libc::DIR>,
+}
+
+impl Dir {
+    fn new(fd: OwnedFd) -> io::Result<Dir> {
+        let raw = fd.into_raw_fd();
+        // SAFETY: `raw` is an open directory descriptor; on success the stream owns it.
+        let ptr = unsafe { libc::fdopendir(raw) };
+        match NonNull::new(ptr) {
+            Some(ptr) => Ok(Dir { ptr }),
+            None => {
+                let e = io::Error::last_os_error();
+                // SAFETY: fdopendir failed, so `raw` is still ours to close.
+                unsafe { libc::close(raw) };
+                Err(e)
+            }
+        }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the stream is open, so dirfd returns its descriptor, which lives as long as
+        // the stream (borrowed from `self`).
+        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.ptr.as_ptr())) }
+    }
+
+    fn next_name(&mut self) -> Option<io::Result<CString>> {
+        loop {
+            // SAFETY: errno is thread-local; clearing it tells end-of-stream from an error.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: the stream is open and used by this thread only (Dir is not Send).
+            let ent = unsafe { libc::readdir(self.ptr.as_ptr()) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(0) | None => None,
+                    Some(_) => Some(Err(e)),
+                };
+            }
+            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it stays
+            // valid until the next readdir, and is copied out before that.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            if name == c"." || name == c".." {
+                continue;
+            }
+            return Some(Ok(name.to_owned()));
+        }
+    }
+
+    fn rewind(&mut self) {
+        // SAFETY: the stream is open.
+        unsafe { libc::rewinddir(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        // SAFETY: the stream is open and closed exactly once here (with its descriptor).
+        unsafe { libc::closedir(self.ptr.as_ptr()) };
+    }
+}

@@ -1,0 +1,183 @@
+//! The node's SQLite registry: API keys and the sandboxes this node owns.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::error::ApiError;
+
+/// Per-key limits.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct KeyRecord {
+    pub id: String,
+    pub name: String,
+    pub max_sandboxes: u32,
+    pub requests_per_second: u32,
+    pub created_at: u64,
+    pub revoked: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxRow {
+    pub id: String,
+    pub key_id: String,
+    pub state: String,
+    pub profile: String,
+    pub metadata: String,
+    pub created_at: u64,
+    pub expires_at: u64,
+    pub helper_pid: i64,
+    pub ended_reason: Option<String>,
+}
+
+pub struct Registry {
+    conn: Mutex<Connection>,
+}
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Registry {
+    pub fn open(path: &Path) -> Result<Registry, ApiError> {
+        let conn = Connection::open(path)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=NORMAL;
+             CREATE TABLE IF NOT EXISTS api_keys (
+                 id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,
+                 max_sandboxes INTEGER NOT NULL, rps INTEGER NOT NULL,
+                 created_at INTEGER NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+             CREATE TABLE IF NOT EXISTS sandboxes (
+                 id TEXT PRIMARY KEY, key_id TEXT NOT NULL, state TEXT NOT NULL,
+                 profile TEXT NOT NULL, metadata TEXT NOT NULL,
+                 created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+                 helper_pid INTEGER NOT NULL DEFAULT 0, ended_reason TEXT,
+                 ended_at INTEGER);",
+        )?;
+        Ok(Registry {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ApiError> {
+        self.conn
+            .lock()
+            .map_err(|_| ApiError::internal("registry lock poisoned"))
+    }
+
+    pub fn add_key(&self, id: &str, name: &str, hash: &str, max_sandboxes: u32, rps: u32) -> Result<(), ApiError> {
+        self.conn()?.execute(
+            "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![id, name, hash, max_sandboxes, rps, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn key_by_hash(&self, hash: &str) -> Result<Option<KeyRecord>, ApiError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE hash = ?1",
+                params![hash],
+                |r| {
+                    Ok(KeyRecord {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        max_sandboxes: r.get(2)?,
+                        requests_per_second: r.get(3)?,
+                        created_at: r.get(4)?,
+                        revoked: r.get::<_, i64>(5)? != 0,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ApiError> {
+        let conn = self.conn()?;
+        let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;
+        let rows = st.query_map([], |r| {
+            Ok(KeyRecord {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                max_sandboxes: r.get(2)?,
+                requests_per_second: r.get(3)?,
+                created_at: r.get(4)?,
+                revoked: r.get::<_, i64>(5)? != 0,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
+        Ok(self.conn()?.execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", params![id])? > 0)
+    }
+
+    pub fn active_keys(&self) -> Result<usize, ApiError> {
+        let n: i64 = self
+            .conn()?
+            .query_row("SELECT COUNT(*) FROM api_keys WHERE revoked = 0", [], |r| r.get(0))?;
+        Ok(n as usize)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert_sandbox(&self, id: &str, key_id: &str, profile: &str, metadata: &str, created_at: u64, expires_at: u64, helper_pid: u32) -> Result<(), ApiError> {
+        self.conn()?.execute(
+            "INSERT INTO sandboxes (id, key_id, state, profile, metadata, created_at, expires_at, helper_pid) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)",
+            params![id, key_id, profile, metadata, created_at, expires_at, helper_pid],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_expiry(&self, id: &str, expires_at: u64) -> Result<(), ApiError> {
+        self.conn()?.execute("UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1", params![id, expires_at])?;
+        Ok(())
+    }
+
+    pub fn mark_ended(&self, id: &str, state: &str, reason: &str) -> Result<(), ApiError> {
+        self.conn()?.execute(
+            "UPDATE sandboxes SET state = ?2, ended_reason = ?3, ended_at = ?4 WHERE id = ?1 AND state = 'running'",
+            params![id, state, reason, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn sandbox(&self, id: &str) -> Result<Option<SandboxRow>, ApiError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                "SELECT id, key_id, state, profile, metadata, created_at, expires_at, helper_pid, ended_reason FROM sandboxes WHERE id = ?1",
+                params![id],
+                row,
+            )
+            .optional()?)
+    }
+
+    /// Sandboxes in state `running` (used at start-up to reap what a previous run left).
+    pub fn running(&self) -> Result<Vec<SandboxRow>, ApiError> {
+        let conn = self.conn()?;
+        let mut st = conn.prepare("SELECT id, key_id, state, profile, metadata, created_at, expires_at, helper_pid, ended_reason FROM sandboxes WHERE state = 'running'")?;
+        let rows = st.query_map([], row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
+    Ok(SandboxRow {
+        id: r.get(0)?,
+        key_id: r.get(1)?,
+        state: r.get(2)?,
+        profile: r.get(3)?,
+        metadata: r.get(4)?,
+        created_at: r.get(5)?,
+        expires_at: r.get(6)?,
+        helper_pid: r.get(7)?,
+        ended_reason: r.get(8)?,
+    })
+}

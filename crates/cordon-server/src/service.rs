@@ -1,0 +1,731 @@
+//! The service layer: sandboxes, commands, files and one-shot runs, independent of any wire
+//! protocol. HTTP (and MCP) are thin front ends over it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use cordon_linux::persistent::{ExecSpec, ExitInfo, Sandbox};
+use cordon_policy::units::{parse_duration, parse_size};
+use cordon_policy::{EnvEntry, Outcome, Profile, Status, Usage};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::audit::Audit;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::registry::{now, Registry};
+use crate::types::*;
+
+/// Who is calling (after authentication).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: String,
+    pub max_sandboxes: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The cordon binary, re-executed as the per-sandbox helper.
+    pub helper_exe: PathBuf,
+    pub data_dir: PathBuf,
+    /// This node's name; sandbox ids carry it so a front door can route.
+    pub node: String,
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+    pub max_upload: u64,
+    pub max_download: u64,
+    pub default_exec_timeout: Duration,
+    pub max_exec_timeout: Duration,
+}
+
+/// A streamed piece of a running command.
+#[derive(Debug, Clone)]
+pub enum ExecEvent {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exit(Box<Outcome>),
+}
+
+/// Output kept so far, with the cap the profile sets.
+#[derive(Debug, Default, Clone)]
+struct Capped {
+    data: Vec<u8>,
+    limit: usize,
+    truncated: bool,
+}
+
+impl Capped {
+    fn new(limit: u64) -> Self {
+        Capped { data: Vec::new(), limit: usize::try_from(limit).unwrap_or(usize::MAX), truncated: false }
+    }
+    fn push(&mut self, d: &[u8]) {
+        let room = self.limit.saturating_sub(self.data.len());
+        if d.len() > room {
+            self.truncated = true;
+        }
+        self.data.extend_from_slice(&d[..room.min(d.len())]);
+    }
+    fn text(&self) -> (String, Option<String>) {
+        use base64::Engine;
+        let exact = std::str::from_utf8(&self.data)
+            .is_err()
+            .then(|| base64::engine::general_purpose::STANDARD.encode(&self.data));
+        (String::from_utf8_lossy(&self.data).into_owned(), exact)
+    }
+}
+
+/// A command started with `background: true`.
+pub struct BgCommand {
+    pub id: String,
+    pub exec_id: u64,
+    pub argv: Vec<String>,
+    pub started_at_ms: u64,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    output: Mutex<(Capped, Capped)>,
+    done: watch::Receiver<Option<Outcome>>,
+}
+
+impl BgCommand {
+    pub fn info(&self) -> CommandInfo {
+        let (out, err) = self.output.lock().map(|o| (o.0.text().0, o.1.text().0)).unwrap_or_default();
+        let outcome = self.done.borrow().clone();
+        CommandInfo {
+            command_id: self.id.clone(),
+            cmd: self.argv.clone(),
+            running: outcome.is_none(),
+            started_at_ms: self.started_at_ms,
+            stdout: out,
+            stderr: err,
+            outcome,
+        }
+    }
+}
+
+/// A sandbox this node is running.
+pub struct Live {
+    pub id: String,
+    pub key_id: String,
+    pub sandbox: Arc<Sandbox>,
+    pub profile: Profile,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: u64,
+    pub expires_at: AtomicU64,
+    pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
+}
+
+impl Live {
+    pub fn info(&self) -> SandboxInfo {
+        let l = &self.profile.limits;
+        SandboxInfo {
+            id: self.id.clone(),
+            state: if self.sandbox.is_alive() { "running".into() } else { "failed".into() },
+            profile: self.profile.name.clone(),
+            created_at: self.created_at,
+            expires_at: self.expires_at.load(Ordering::SeqCst),
+            metadata: self.metadata.clone(),
+            enforcement: Some(self.sandbox.enforcement.clone()),
+            limits: Some(LimitsView {
+                memory_bytes: l.memory,
+                cpus: l.cpus,
+                pids: l.pids,
+                disk_bytes: l.disk,
+                output_limit_bytes: l.output_limit,
+            }),
+            ended_reason: self.sandbox.ended(),
+        }
+    }
+}
+
+pub struct Service {
+    pub cfg: Config,
+    pub registry: Registry,
+    pub audit: Audit,
+    pub metrics: Metrics,
+    live: RwLock<HashMap<String, Arc<Live>>>,
+}
+
+fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
+    match a {
+        Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
+        Amount::Number(_) => Err(ApiError::bad_request(format!("{field}: must not be negative"))),
+        Amount::Text(t) => parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))),
+    }
+}
+
+fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
+    match a {
+        Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < 1e9 => Ok(Duration::from_secs_f64(*n)),
+        Amount::Number(_) => Err(ApiError::bad_request(format!("{field}: must be a positive number of seconds"))),
+        Amount::Text(t) => parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))),
+    }
+}
+
+/// A signal by number or name.
+pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
+    let n = match a {
+        Amount::Number(n) => *n as i32,
+        Amount::Text(t) => {
+            let t = t.trim().to_ascii_uppercase();
+            let t = t.strip_prefix("SIG").unwrap_or(&t).to_string();
+            match t.as_str() {
+                "HUP" => libc::SIGHUP,
+                "INT" => libc::SIGINT,
+                "QUIT" => libc::SIGQUIT,
+                "KILL" => libc::SIGKILL,
+                "USR1" => libc::SIGUSR1,
+                "USR2" => libc::SIGUSR2,
+                "TERM" => libc::SIGTERM,
+                "CONT" => libc::SIGCONT,
+                "STOP" => libc::SIGSTOP,
+                other => other.parse().map_err(|_| ApiError::bad_request(format!("signal: unknown signal '{other}'")))?,
+            }
+        }
+    };
+    if !(1..=64).contains(&n) {
+        return Err(ApiError::bad_request(format!("signal: {n} is not a signal number")));
+    }
+    Ok(n)
+}
+
+/// Builds a profile from a built-in and the request's overrides.
+#[allow(clippy::too_many_arguments)]
+pub fn profile_from(
+    name: Option<&str>,
+    memory: Option<&Amount>,
+    cpus: Option<f64>,
+    pids: Option<u32>,
+    disk: Option<&Amount>,
+    timeout: Option<&Amount>,
+    env: &BTreeMap<String, String>,
+    network: Option<&cordon_policy::network::NetworkPolicy>,
+) -> Result<Profile, ApiError> {
+    let name = name.unwrap_or("default");
+    // Only built-ins: a client must never make the server read a file of its choosing.
+    let mut p = Profile::builtin(name).map_err(|e| ApiError::bad_request(format!("profile: {e}")))?;
+    if let Some(m) = memory {
+        p.limits.memory = size(m, "memory")?;
+    }
+    if let Some(c) = cpus {
+        p.limits.cpus = c;
+    }
+    if let Some(n) = pids {
+        p.limits.pids = n;
+    }
+    if let Some(d) = disk {
+        p.limits.disk = size(d, "disk")?;
+    }
+    if let Some(t) = timeout {
+        p.limits.timeout = duration(t, "timeout")?;
+    }
+    for (k, v) in env {
+        p.env.push(EnvEntry::Set(k.clone(), v.clone()));
+    }
+    if let Some(n) = network {
+        p.network = n.clone();
+    }
+    p.validate().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(p)
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Service {
+    pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
+        let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
+        let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
+            .map_err(|e| ApiError::internal(format!("audit log: {e}")))?;
+        let svc = Arc::new(Service {
+            cfg,
+            registry,
+            audit,
+            metrics: Metrics::default(),
+            live: RwLock::new(HashMap::new()),
+        });
+        svc.reap_previous_run()?;
+        Ok(svc)
+    }
+
+    /// Sandboxes a previous server process left in the registry: their helpers exit when the
+    /// server's control socket closes, so they are gone or going; make sure, and record it.
+    fn reap_previous_run(&self) -> Result<(), ApiError> {
+        for row in self.registry.running()? {
+            let pid = row.helper_pid as i32;
+            if pid > 0 {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("__sandbox") {
+                    // SAFETY: kill with a positive pid that we just checked is our helper.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            self.registry.mark_ended(&row.id, "reaped", "the server restarted; the sandbox was killed")?;
+            self.audit.record("sandbox.reaped", &row.key_id, Some(&row.id), json!({"reason": "server restart"}));
+        }
+        Ok(())
+    }
+
+    fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+        let live = self.live.read().map_err(|_| ApiError::internal("lock"))?;
+        match live.get(id) {
+            // Another key's sandbox answers 404, so ids cannot be probed.
+            Some(l) if l.key_id == caller.key_id => Ok(l.clone()),
+            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+        }
+    }
+
+    pub fn count_for(&self, key_id: &str) -> usize {
+        self.live.read().map(|l| l.values().filter(|s| s.key_id == key_id).count()).unwrap_or(0)
+    }
+
+    pub fn by_state(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        if let Ok(l) = self.live.read() {
+            for s in l.values() {
+                *m.entry(if s.sandbox.is_alive() { "running" } else { "failed" }.to_string()).or_insert(0) += 1;
+            }
+        }
+        m.entry("running".to_string()).or_insert(0);
+        m
+    }
+
+    pub async fn create(self: &Arc<Self>, caller: &Caller, req: CreateSandbox) -> Result<SandboxInfo, ApiError> {
+        if self.count_for(&caller.key_id) >= caller.max_sandboxes as usize {
+            self.metrics.deny("sandbox_quota");
+            return Err(ApiError {
+                code: "quota_exceeded",
+                ..ApiError::too_many(format!("this key may run at most {} sandboxes at once; delete one first", caller.max_sandboxes), 5)
+            });
+        }
+        let profile = profile_from(req.profile.as_deref(), req.memory.as_ref(), req.cpus, req.pids, req.disk.as_ref(), None, &req.env, req.network.as_ref())?;
+        let ttl = match &req.ttl {
+            Some(t) => duration(t, "ttl")?,
+            None => self.cfg.default_ttl,
+        };
+        if ttl > self.cfg.max_ttl {
+            return Err(ApiError::bad_request(format!("ttl: at most {}s", self.cfg.max_ttl.as_secs())));
+        }
+        for (k, v) in &req.metadata {
+            if k.len() > 128 || v.len() > 1024 {
+                return Err(ApiError::bad_request("metadata: keys up to 128 bytes, values up to 1024"));
+            }
+        }
+        let helper = self.cfg.helper_exe.clone();
+        let prof = profile.clone();
+        let sandbox = tokio::task::spawn_blocking(move || Sandbox::create(&helper, &prof, &BTreeMap::new(), None))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
+        let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
+        let created_at = now();
+        let expires_at = created_at + ttl.as_secs();
+        let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
+        self.registry.insert_sandbox(&id, &caller.key_id, &profile.name, &metadata_json, created_at, expires_at, sandbox.helper_pid())?;
+        let live = Arc::new(Live {
+            id: id.clone(),
+            key_id: caller.key_id.clone(),
+            sandbox: Arc::new(sandbox),
+            profile,
+            metadata: req.metadata,
+            created_at,
+            expires_at: AtomicU64::new(expires_at),
+            commands: Mutex::new(HashMap::new()),
+        });
+        if let Ok(mut l) = self.live.write() {
+            l.insert(id.clone(), live.clone());
+        }
+        self.metrics.sandboxes_created.fetch_add(1, Ordering::Relaxed);
+        self.audit.record(
+            "sandbox.create",
+            &caller.key_id,
+            Some(&id),
+            json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
+        );
+        Ok(live.info())
+    }
+
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+        if let Ok(l) = self.get_live(caller, id) {
+            return Ok(l.info());
+        }
+        // Ended sandboxes stay visible in the registry, so callers can see why they ended.
+        match self.registry.sandbox(id)? {
+            Some(row) if row.key_id == caller.key_id => Ok(SandboxInfo {
+                id: row.id,
+                state: row.state,
+                profile: row.profile,
+                created_at: row.created_at,
+                expires_at: row.expires_at,
+                metadata: serde_json::from_str(&row.metadata).unwrap_or_default(),
+                enforcement: None,
+                limits: None,
+                ended_reason: row.ended_reason,
+            }),
+            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+        }
+    }
+
+    pub fn list(&self, caller: &Caller, filter: &BTreeMap<String, String>) -> SandboxList {
+        let mut out: Vec<SandboxInfo> = self
+            .live
+            .read()
+            .map(|l| {
+                l.values()
+                    .filter(|s| s.key_id == caller.key_id)
+                    .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+                    .map(|s| s.info())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        SandboxList { sandboxes: out }
+    }
+
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        self.destroy(&live, "deleted", "deleted by request").await;
+        self.metrics.sandboxes_deleted.fetch_add(1, Ordering::Relaxed);
+        self.audit.record("sandbox.delete", &caller.key_id, Some(id), json!({}));
+        Ok(())
+    }
+
+    async fn destroy(&self, live: &Arc<Live>, state: &str, reason: &str) {
+        if let Ok(mut l) = self.live.write() {
+            l.remove(&live.id);
+        }
+        let sb = live.sandbox.clone();
+        let _ = tokio::task::spawn_blocking(move || sb.shutdown()).await;
+        let _ = self.registry.mark_ended(&live.id, state, reason);
+    }
+
+    pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let ttl = duration(ttl, "ttl")?;
+        if ttl > self.cfg.max_ttl {
+            return Err(ApiError::bad_request(format!("ttl: at most {}s", self.cfg.max_ttl.as_secs())));
+        }
+        let exp = now() + ttl.as_secs();
+        live.expires_at.store(exp, Ordering::SeqCst);
+        self.registry.set_expiry(id, exp)?;
+        self.audit.record("sandbox.ttl", &caller.key_id, Some(id), json!({"ttl_s": ttl.as_secs()}));
+        Ok(live.info())
+    }
+
+    /// Reaps sandboxes past their TTL or whose sandbox died. Called periodically.
+    pub async fn reap(&self) {
+        let t = now();
+        let due: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map(|l| l.values().filter(|s| s.expires_at.load(Ordering::SeqCst) <= t || !s.sandbox.is_alive()).cloned().collect())
+            .unwrap_or_default();
+        for live in due {
+            let (state, reason) = if live.sandbox.is_alive() {
+                ("expired", "its time to live ran out".to_string())
+            } else {
+                ("failed", live.sandbox.ended().unwrap_or_else(|| "the sandbox died".into()))
+            };
+            self.destroy(&live, state, &reason).await;
+            if state == "expired" {
+                self.metrics.sandboxes_expired.fetch_add(1, Ordering::Relaxed);
+            }
+            self.audit.record(&format!("sandbox.{state}"), &live.key_id, Some(&live.id), json!({"reason": reason}));
+        }
+    }
+
+    /// Kills every sandbox (server shutdown).
+    pub async fn shutdown_all(&self) {
+        let all: Vec<Arc<Live>> = self.live.read().map(|l| l.values().cloned().collect()).unwrap_or_default();
+        for live in all {
+            self.destroy(&live, "reaped", "the server shut down").await;
+        }
+    }
+
+    fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
+        let argv = req.cmd.argv();
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(ApiError::bad_request("cmd: give an argv array or a shell string"));
+        }
+        for k in req.env.keys() {
+            EnvEntry::parse(&format!("{k}=x")).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        }
+        let timeout = match &req.timeout {
+            Some(t) => duration(t, "timeout")?,
+            None => live.profile.limits.timeout.min(self.cfg.default_exec_timeout.max(live.profile.limits.timeout)),
+        };
+        if timeout > self.cfg.max_exec_timeout {
+            return Err(ApiError::bad_request(format!("timeout: at most {}s", self.cfg.max_exec_timeout.as_secs())));
+        }
+        Ok((
+            ExecSpec { argv, env: req.env.clone().into_iter().collect(), cwd: req.cwd.clone() },
+            timeout,
+        ))
+    }
+
+    /// Runs a command to completion; with `events`, streams its output as it comes.
+    pub async fn exec(self: &Arc<Self>, caller: &Caller, id: &str, req: ExecRequest, events: Option<mpsc::Sender<ExecEvent>>) -> Result<Outcome, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let (spec, timeout) = self.exec_parts(&live, &req)?;
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "timeout_ms": timeout.as_millis() as u64}),
+        );
+        let outcome = run_in(&live, spec, req.stdin.map(String::into_bytes), timeout, events, None).await?;
+        self.metrics.observe_exec(outcome.usage.wall_ms as f64);
+        Ok(outcome)
+    }
+
+    pub async fn exec_background(self: &Arc<Self>, caller: &Caller, id: &str, req: ExecRequest) -> Result<CommandInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let (spec, timeout) = self.exec_parts(&live, &req)?;
+        let argv = spec.argv.clone();
+        let (done_tx, done_rx) = watch::channel(None);
+        let cid = format!("cmd-{}", crate::keys::random_hex(6));
+        let started = start(&live, spec).await?;
+        let limit = live.profile.limits.output_limit;
+        let cmd = Arc::new(BgCommand {
+            id: cid.clone(),
+            exec_id: started.0.id,
+            argv,
+            started_at_ms: unix_ms(),
+            stdin: tokio::sync::Mutex::new(None),
+            output: Mutex::new((Capped::new(limit), Capped::new(limit))),
+            done: done_rx,
+        });
+        if let Ok(mut c) = live.commands.lock() {
+            // Keep the table bounded: forget finished commands beyond 100.
+            if c.len() >= 100 {
+                let finished: Vec<String> = c.iter().filter(|(_, v)| v.done.borrow().is_some()).map(|(k, _)| k.clone()).collect();
+                for k in finished {
+                    c.remove(&k);
+                }
+            }
+            c.insert(cid.clone(), cmd.clone());
+        }
+        self.audit.record("sandbox.exec", &caller.key_id, Some(id), json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid}));
+        let svc = self.clone();
+        let live2 = live.clone();
+        let cmd2 = cmd.clone();
+        tokio::spawn(async move {
+            let outcome = pump(&live2, started, None, timeout, None, Some(&cmd2)).await;
+            let outcome = outcome.unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
+            svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
+            let _ = done_tx.send(Some(outcome));
+        });
+        Ok(cmd.info())
+    }
+
+    fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live.commands.lock().map_err(|_| ApiError::internal("lock"))?;
+        c.get(cid).cloned().ok_or_else(|| ApiError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
+    }
+
+    pub fn list_commands(&self, caller: &Caller, id: &str) -> Result<CommandList, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live.commands.lock().map_err(|_| ApiError::internal("lock"))?;
+        let mut commands: Vec<CommandInfo> = c.values().map(|c| c.info()).collect();
+        commands.sort_by_key(|c| c.started_at_ms);
+        Ok(CommandList { commands })
+    }
+
+    pub fn get_command(&self, caller: &Caller, id: &str, cid: &str) -> Result<CommandInfo, ApiError> {
+        Ok(self.command(caller, id, cid)?.info())
+    }
+
+    pub async fn wait_command(&self, caller: &Caller, id: &str, cid: &str, timeout: Duration) -> Result<CommandInfo, ApiError> {
+        let cmd = self.command(caller, id, cid)?;
+        let mut rx = cmd.done.clone();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|o| o.is_some())).await;
+        Ok(cmd.info())
+    }
+
+    pub async fn command_stdin(&self, caller: &Caller, id: &str, cid: &str, req: StdinRequest) -> Result<(), ApiError> {
+        let cmd = self.command(caller, id, cid)?;
+        let mut guard = cmd.stdin.lock().await;
+        if let Some(w) = guard.as_mut() {
+            if !req.data.is_empty() {
+                w.write_all(req.data.as_bytes()).await.map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
+            }
+        } else if !req.data.is_empty() {
+            return Err(ApiError::conflict("stdin of this command is closed"));
+        }
+        if req.close {
+            *guard = None;
+        }
+        Ok(())
+    }
+
+    pub fn command_signal(&self, caller: &Caller, id: &str, cid: &str, signal: i32) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        let cmd = self.command(caller, id, cid)?;
+        live.sandbox.signal(cmd.exec_id, signal);
+        self.audit.record("sandbox.signal", &caller.key_id, Some(id), json!({"command_id": cid, "signal": signal}));
+        Ok(())
+    }
+
+    /// A handle for file operations inside the sandbox.
+    pub fn sandbox_for_files(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+        self.metrics.file_ops.fetch_add(1, Ordering::Relaxed);
+        self.get_live(caller, id)
+    }
+}
+
+type StartedParts = (cordon_linux::persistent::Started, tokio::sync::oneshot::Receiver<ExitInfo>, Instant);
+
+async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sb = live.sandbox.clone();
+    let t0 = Instant::now();
+    let started = tokio::task::spawn_blocking(move || {
+        sb.exec(spec, Box::new(move |e| {
+            let _ = tx.send(e);
+        }))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    Ok((started, rx, t0))
+}
+
+async fn run_in(live: &Arc<Live>, spec: ExecSpec, stdin: Option<Vec<u8>>, timeout: Duration, events: Option<mpsc::Sender<ExecEvent>>, bg: Option<&BgCommand>) -> Result<Outcome, ApiError> {
+    let started = start(live, spec).await?;
+    pump(live, started, stdin, timeout, events, bg).await
+}
+
+/// Feeds stdin, drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
+async fn pump(live: &Arc<Live>, started: StartedParts, stdin: Option<Vec<u8>>, timeout: Duration, events: Option<mpsc::Sender<ExecEvent>>, bg: Option<&BgCommand>) -> Result<Outcome, ApiError> {
+    let (st, exit_rx, t0) = started;
+    let exec_id = st.id;
+    let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+    let mut out = tokio::net::unix::pipe::Receiver::from_owned_fd(st.stdout).map_err(io)?;
+    let mut err = tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?;
+    let stdin_pipe = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
+    match (bg, stdin) {
+        (Some(b), _) => *b.stdin.lock().await = Some(stdin_pipe),
+        (None, Some(data)) => {
+            let mut w = stdin_pipe;
+            tokio::spawn(async move {
+                let _ = w.write_all(&data).await;
+            });
+        }
+        (None, None) => drop(stdin_pipe),
+    }
+    let limit = live.profile.limits.output_limit;
+    let mut so = Capped::new(limit);
+    let mut se = Capped::new(limit);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    let (mut out_open, mut err_open) = (true, true);
+    let mut bo = [0u8; 32 * 1024];
+    let mut be = [0u8; 32 * 1024];
+    let mut exit_rx = exit_rx;
+    let mut exit: Option<ExitInfo> = None;
+    // Read until both streams close and the command has exited (or time runs out).
+    while out_open || err_open || exit.is_none() {
+        tokio::select! {
+            r = out.read(&mut bo), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => {
+                    so.push(&bo[..n]);
+                    if let Some(b) = bg { if let Ok(mut o) = b.output.lock() { o.0.push(&bo[..n]); } }
+                    if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stdout(bo[..n].to_vec())).await; }
+                }
+            },
+            r = err.read(&mut be), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => {
+                    se.push(&be[..n]);
+                    if let Some(b) = bg { if let Ok(mut o) = b.output.lock() { o.1.push(&be[..n]); } }
+                    if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stderr(be[..n].to_vec())).await; }
+                }
+            },
+            r = &mut exit_rx, if exit.is_none() => {
+                exit = Some(r.unwrap_or_else(|_| ExitInfo { sandbox_ended: Some("the sandbox ended".into()), ..ExitInfo::default() }));
+                // Background children may keep the pipes open; give output a moment, then stop.
+                if out_open || err_open {
+                    let grace = tokio::time::Instant::now() + Duration::from_millis(200);
+                    let until = grace.min(deadline);
+                    loop {
+                        tokio::select! {
+                            r = out.read(&mut bo), if out_open => match r { Ok(0) | Err(_) => out_open = false, Ok(n) => { so.push(&bo[..n]); if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stdout(bo[..n].to_vec())).await; } } },
+                            r = err.read(&mut be), if err_open => match r { Ok(0) | Err(_) => err_open = false, Ok(n) => { se.push(&be[..n]); if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stderr(be[..n].to_vec())).await; } } },
+                            _ = tokio::time::sleep_until(until) => { out_open = false; err_open = false; }
+                        }
+                        if !out_open && !err_open { break; }
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                live.sandbox.signal(exec_id, libc::SIGKILL);
+                // Wait briefly for the exit report, then give up on the streams.
+                if exit.is_none() {
+                    if let Ok(r) = tokio::time::timeout(Duration::from_secs(5), &mut exit_rx).await {
+                        exit = Some(r.unwrap_or_default());
+                    } else {
+                        exit = Some(ExitInfo { signal: Some(libc::SIGKILL), ..ExitInfo::default() });
+                    }
+                }
+                out_open = false;
+                err_open = false;
+            },
+        }
+    }
+    let wall = t0.elapsed();
+    let exit = exit.unwrap_or_default();
+    let (stdout, stdout_b64) = so.text();
+    let (stderr, stderr_b64) = se.text();
+    let mut outcome = Outcome {
+        status: Status::Exited,
+        exit_code: exit.code,
+        signal: exit.signal,
+        error: None,
+        stdout,
+        stderr,
+        stdout_b64,
+        stderr_b64,
+        stdout_truncated: so.truncated,
+        stderr_truncated: se.truncated,
+        usage: Usage {
+            wall_ms: wall.as_millis() as u64,
+            cpu_user_ms: exit.cpu_user_us / 1000,
+            cpu_system_ms: exit.cpu_system_us / 1000,
+            peak_memory_bytes: exit.max_rss_kb * 1024,
+            peak_pids: 0,
+        },
+        enforcement: live.sandbox.enforcement.clone(),
+        network: Vec::new(),
+    };
+    if timed_out {
+        outcome.status = Status::Timeout;
+        outcome.exit_code = None;
+    } else if let Some((errno, what)) = &exit.exec_error {
+        outcome.status = Status::Error;
+        outcome.error = Some(if *errno == libc::ENOENT {
+            format!("command not found: {what}")
+        } else {
+            format!("cannot execute {what}: {}", std::io::Error::from_raw_os_error(*errno))
+        });
+    } else if let Some(reason) = &exit.sandbox_ended {
+        outcome.status = Status::Error;
+        outcome.error = Some(format!("the sandbox ended: {reason}"));
+    } else if exit.signal.is_some() {
+        outcome.status = Status::Signaled;
+    }
+    if let Some(tx) = &events {
+        let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,252 @@
+//! `cordon serve` and `cordon keys`: wiring for the HTTP service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use cordon_policy::units::{parse_duration, parse_size};
+use cordon_server::registry::Registry;
+use cordon_server::{Config, Service, ServeOptions};
+
+#[derive(Args, Debug)]
+#[command(after_help = "On first start (no keys yet) an API key is created and printed once; \
+create more with `cordon keys create`.\n\nExample:\n  cordon serve --listen 127.0.0.1:8080\n  \
+curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes")]
+pub struct ServeArgs {
+    /// Address to listen on. Non-loopback addresses require API keys (no --no-auth).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    data: DataDir,
+    /// Serve without authentication (loopback only).
+    #[arg(long)]
+    no_auth: bool,
+    /// Name of this node; sandbox ids carry it. [default: the host name]
+    #[arg(long)]
+    node: Option<String>,
+    /// Time to live of a sandbox created without one.
+    #[arg(long, default_value = "10m")]
+    default_ttl: String,
+    /// Longest time to live a client may ask for.
+    #[arg(long, default_value = "24h")]
+    max_ttl: String,
+    /// Largest file upload (and download).
+    #[arg(long, default_value = "100M")]
+    max_upload: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DataDir {
+    /// Where the registry (SQLite), audit log and keys live.
+    /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+}
+
+impl DataDir {
+    fn resolve(&self) -> PathBuf {
+        if let Some(d) = &self.data_dir {
+            return d.clone();
+        }
+        if let Some(d) = std::env::var_os("CORDON_DATA_DIR") {
+            return PathBuf::from(d);
+        }
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            return PathBuf::from("/var/lib/cordon");
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        home.join(".local/share/cordon")
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct KeysArgs {
+    #[command(subcommand)]
+    command: KeysCommand,
+    #[command(flatten)]
+    data: DataDir,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysCommand {
+    /// Create a key; its secret is printed once and stored only as a hash.
+    Create {
+        /// A label for the key.
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// Sandboxes this key may run at once.
+        #[arg(long, default_value_t = cordon_server::DEFAULT_MAX_SANDBOXES)]
+        max_sandboxes: u32,
+        /// Requests per second this key may make.
+        #[arg(long, default_value_t = cordon_server::DEFAULT_RPS)]
+        rps: u32,
+    },
+    /// List keys (ids and limits, never secrets).
+    List,
+    /// Revoke a key by id.
+    Revoke { id: String },
+}
+
+fn open_registry(dir: &PathBuf) -> Result<Registry, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Registry::open(&dir.join("cordon.db")).map_err(|e| e.to_string())
+}
+
+pub fn keys_main(a: KeysArgs) -> i32 {
+    let dir = a.data.resolve();
+    let reg = match open_registry(&dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return 125;
+        }
+    };
+    let result = match a.command {
+        KeysCommand::Create { name, max_sandboxes, rps } => cordon_server::create_key(&reg, &name, max_sandboxes, rps).map(|(secret, id)| {
+            println!("{secret}");
+            eprintln!("created key {id} ({name}): at most {max_sandboxes} sandboxes, {rps} requests/s. The secret above is shown only once.");
+        }),
+        KeysCommand::List => reg.list_keys().map(|keys| {
+            for k in keys {
+                println!("{}\t{}\tmax_sandboxes={}\trps={}\t{}", k.id, k.name, k.max_sandboxes, k.requests_per_second, if k.revoked { "revoked" } else { "active" });
+            }
+        }),
+        KeysCommand::Revoke { id } => reg.revoke_key(&id).map(|found| {
+            if found {
+                eprintln!("revoked {id}");
+            } else {
+                eprintln!("no key {id}");
+            }
+        }),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            125
+        }
+    }
+}
+
+pub fn serve_main(a: ServeArgs) -> i32 {
+    match serve(a) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            125
+        }
+    }
+}
+
+fn serve(a: ServeArgs) -> Result<(), String> {
+    if a.no_auth && !a.listen.ip().is_loopback() {
+        return Err(format!("refusing to serve {} without authentication: drop --no-auth (keys are created for you) or listen on 127.0.0.1", a.listen));
+    }
+    let dir = a.data.resolve();
+    let dur = |flag: &str, v: &str| parse_duration(v).map_err(|e| format!("--{flag}: {e}"));
+    let max_upload = parse_size(&a.max_upload).map_err(|e| format!("--max-upload: {e}"))?;
+    let node = a.node.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "node".into())
+    });
+    let node: String = node.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
+    let cfg = Config {
+        helper_exe: std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?,
+        data_dir: dir.clone(),
+        node: if node.is_empty() { "node".into() } else { node },
+        default_ttl: dur("default-ttl", &a.default_ttl)?,
+        max_ttl: dur("max-ttl", &a.max_ttl)?,
+        max_upload,
+        max_download: max_upload,
+        default_exec_timeout: Duration::from_secs(30),
+        max_exec_timeout: Duration::from_secs(3600),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    rt.block_on(async move {
+        let service = Service::new(cfg).map_err(|e| e.to_string())?;
+        let mut first_key = None;
+        if !a.no_auth && service.registry.active_keys().map_err(|e| e.to_string())? == 0 {
+            let (secret, id) = cordon_server::create_key(&service.registry, "default", cordon_server::DEFAULT_MAX_SANDBOXES, cordon_server::DEFAULT_RPS)
+                .map_err(|e| e.to_string())?;
+            first_key = Some((secret, id));
+        }
+        let opts = ServeOptions { listen: a.listen, open: a.no_auth };
+        cordon_server::serve(service, opts, move |addr| {
+            println!("cordon serving on http://{addr}");
+            println!("data in {}", dir.display());
+            match first_key {
+                Some((secret, id)) => println!("API key ({id}, shown once): {secret}"),
+                None if a.no_auth => println!("authentication disabled (loopback only)"),
+                None => println!("API keys: see `cordon keys list`; create one with `cordon keys create`"),
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// `cordon __oneshot`: one run for the server, request on fd 3, Outcome JSON on stdout.
+pub fn oneshot_main() -> i32 {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the server starts us with the request pipe on fd 3; nothing else owns it.
+    let mut f = unsafe { std::fs::File::from_raw_fd(cordon_server::oneshot::REQUEST_FD) };
+    let mut buf = Vec::new();
+    if let Err(e) = f.read_to_end(&mut buf) {
+        eprintln!("cordon: reading the request: {e}");
+        return 125;
+    }
+    drop(f);
+    let req: cordon_server::oneshot::OneShot = match serde_json::from_slice(&buf) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cordon: bad request: {e}");
+            return 125;
+        }
+    };
+    let egress = if req.profile.network.is_enabled() {
+        match crate::run_egress::factory(&req.profile) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return 125;
+            }
+        }
+    } else {
+        None
+    };
+    let run = cordon_linux::RunRequest {
+        profile: req.profile,
+        argv: req.argv,
+        cwd: req.cwd,
+        env: req.env,
+        stdin: match req.stdin {
+            Some(s) => cordon_linux::StdinSource::Bytes(s.into_bytes()),
+            None => cordon_linux::StdinSource::Empty,
+        },
+        output: cordon_linux::OutputMode::Capture,
+        egress,
+    };
+    match cordon_linux::run(run) {
+        Ok(o) => match serde_json::to_string(&o) {
+            Ok(s) => {
+                println!("{s}");
+                0
+            }
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                125
+            }
+        },
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            125
+        }
+    }
+}

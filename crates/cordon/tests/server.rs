@@ -1,0 +1,435 @@
+//! `cordon serve` end to end: a real server on loopback, real sandboxes, real HTTP.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Server {
+    child: Child,
+    url: String,
+    key: String,
+    data_dir: std::path::PathBuf,
+}
+
+impl Server {
+    fn start_in(data_dir: std::path::PathBuf, extra: &[&str]) -> Server {
+        std::fs::create_dir_all(&data_dir).expect("data dir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start cordon serve");
+        let out = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(out).lines();
+        let mut url = String::new();
+        let mut key = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let Some(Ok(line)) = lines.next() else { break };
+            if let Some(u) = line.strip_prefix("cordon serving on ") {
+                url = u.trim().to_string();
+            }
+            if let Some((_, k)) = line.split_once("shown once): ") {
+                key = k.trim().to_string();
+            }
+            if line.starts_with("API key") || line.starts_with("API keys") || line.starts_with("authentication disabled") {
+                break;
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        assert!(!url.is_empty(), "server did not print its URL");
+        Server { child, url, key, data_dir }
+    }
+
+    fn start() -> Server {
+        let dir = std::env::temp_dir().join(format!("cordon-serve-test-{}-{}", std::process::id(), unique()));
+        Server::start_in(dir, &[])
+    }
+
+    fn req(&self, method: &str, path: &str) -> ureq::Request {
+        ureq::request(method, &format!("{}{}", self.url, path))
+            .set("Authorization", &format!("Bearer {}", self.key))
+            .timeout(Duration::from_secs(60))
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let r = self.req(method, path);
+        let res = match body {
+            Some(b) => r.send_json(b),
+            None => r.call(),
+        };
+        let resp = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        let text = resp.into_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn create(&self, body: Value) -> String {
+        let (s, v) = self.call("POST", "/v1/sandboxes", Some(body));
+        assert_eq!(s, 201, "{v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+
+    fn exec(&self, id: &str, body: Value) -> Value {
+        let (s, v) = self.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(body));
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill9();
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn lifecycle_exec_and_state() {
+    let s = Server::start();
+    let id = s.create(json!({"metadata": {"agent": "a1"}, "env": {"GREETING": "hi"}}));
+    let (st, info) = s.call("GET", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(info["state"], "running");
+    assert_eq!(info["enforcement"]["seccomp"], true);
+    assert_eq!(info["metadata"]["agent"], "a1");
+
+    let o = s.exec(&id, json!({"cmd": "echo $GREETING > /workspace/a.txt; echo out; echo err >&2; exit 3"}));
+    assert_eq!(o["status"], "exited");
+    assert_eq!(o["exit_code"], 3);
+    assert_eq!(o["stdout"], "out\n");
+    assert_eq!(o["stderr"], "err\n");
+    let o = s.exec(&id, json!({"cmd": ["cat", "/workspace/a.txt"]}));
+    assert_eq!(o["stdout"], "hi\n", "state persists between commands");
+    let o = s.exec(&id, json!({"cmd": ["pwd"], "cwd": "/tmp"}));
+    assert_eq!(o["stdout"], "/tmp\n");
+    let o = s.exec(&id, json!({"cmd": ["cat"], "stdin": "fed"}));
+    assert_eq!(o["stdout"], "fed");
+    let o = s.exec(&id, json!({"cmd": "echo $X", "env": {"X": "per-exec"}}));
+    assert_eq!(o["stdout"], "per-exec\n");
+    let o = s.exec(&id, json!({"cmd": ["sleep", "30"], "timeout": "300ms"}));
+    assert_eq!(o["status"], "timeout");
+    let o = s.exec(&id, json!({"cmd": ["definitely-not-a-command"]}));
+    assert_eq!(o["status"], "error");
+    assert_eq!(o["exit_code"], 127);
+
+    // List with a metadata filter.
+    let other = s.create(json!({"metadata": {"agent": "a2"}}));
+    let (_, l) = s.call("GET", "/v1/sandboxes?metadata.agent=a1", None);
+    let ids: Vec<&str> = l["sandboxes"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![id.as_str()]);
+
+    // TTL extension.
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/ttl"), Some(json!({"ttl": "2h"})));
+    assert_eq!(st, 200, "{v}");
+    assert!(v["expires_at"].as_u64().unwrap() > v["created_at"].as_u64().unwrap() + 7000);
+
+    // Delete leaves nothing behind.
+    let helper_marker = "__sandbox";
+    let before = processes_with(helper_marker).len();
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    let (st, v) = s.call("GET", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(v["state"], "deleted");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "true"})));
+    assert_eq!(st, 404, "{v}");
+    wait_until("the helper to exit", || processes_with(helper_marker).len() < before);
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{other}"), None);
+    assert_eq!(st, 204);
+}
+
+#[test]
+fn isolation_between_sandboxes() {
+    let s = Server::start();
+    let a = s.create(json!({}));
+    let b = s.create(json!({}));
+    // A background process in A.
+    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{a}/exec"), Some(json!({"cmd": "sleep 60 # isolation-marker", "background": true})));
+    assert_eq!(st, 202);
+    s.exec(&a, json!({"cmd": "echo secret-of-a > /tmp/s; echo x > /workspace/w"}));
+    let o = s.exec(&b, json!({"cmd": "ls /tmp /workspace; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"}));
+    let seen = o["stdout"].as_str().unwrap();
+    assert!(!seen.contains("sleep 60"), "B sees A's process: {o}");
+    assert!(!seen.lines().any(|l| l == "s" || l == "w"), "B sees A's files: {o}");
+    let o = s.exec(&b, json!({"cmd": ["cat", "/tmp/s"]}));
+    assert_ne!(o["exit_code"], 0);
+    // Signalling every pid B can see cannot reach A's process.
+    s.exec(&b, json!({"cmd": "kill -9 -1; true"}));
+    let o = s.exec(&a, json!({"cmd": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"}));
+    assert!(o["stdout"].as_str().unwrap().contains("sleep 60"), "A's process survived: {o}");
+}
+
+#[test]
+fn background_commands_and_streaming() {
+    let s = Server::start();
+    let id = s.create(json!({}));
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "read line; echo got:$line; sleep 0.2; echo done", "background": true})));
+    assert_eq!(st, 202, "{v}");
+    let cid = v["command_id"].as_str().unwrap().to_string();
+    let (st, l) = s.call("GET", &format!("/v1/sandboxes/{id}/commands"), None);
+    assert_eq!(st, 200);
+    assert_eq!(l["commands"][0]["running"], true);
+    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/stdin"), Some(json!({"data": "hello\n", "close": true})));
+    assert_eq!(st, 204);
+    let (_, w) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"), None);
+    assert_eq!(w["running"], false, "{w}");
+    assert_eq!(w["outcome"]["stdout"], "got:hello\ndone\n");
+
+    // A long one, signalled.
+    let (_, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": ["sleep", "100"], "background": true})));
+    let cid = v["command_id"].as_str().unwrap().to_string();
+    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/signal"), Some(json!({"signal": "TERM"})));
+    assert_eq!(st, 204);
+    let (_, w) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"), None);
+    assert_eq!(w["outcome"]["status"], "signaled", "{w}");
+    assert_eq!(w["outcome"]["signal"], 15);
+
+    // Server-sent events: chunks then the exit.
+    let resp = s
+        .req("POST", &format!("/v1/sandboxes/{id}/exec"))
+        .set("Accept", "text/event-stream")
+        .send_json(json!({"cmd": "for i in 1 2 3; do echo line$i; sleep 0.05; done; echo oops >&2"}))
+        .expect("stream");
+    assert!(resp.content_type().contains("text/event-stream"));
+    let mut body = String::new();
+    resp.into_reader().read_to_string(&mut body).expect("read stream");
+    let events: Vec<(String, Value)> = body
+        .split("\n\n")
+        .filter_map(|block| {
+            let ev = block.lines().find_map(|l| l.strip_prefix("event: "))?.to_string();
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((ev, serde_json::from_str(data).ok()?))
+        })
+        .collect();
+    let stdout: String = events.iter().filter(|(e, _)| e == "stdout").map(|(_, d)| d["data"].as_str().unwrap().to_string()).collect();
+    assert_eq!(stdout, "line1\nline2\nline3\n");
+    assert!(events.iter().any(|(e, d)| e == "stderr" && d["data"] == "oops\n"));
+    let (last, exit) = events.last().expect("events");
+    assert_eq!(last, "exit");
+    assert_eq!(exit["exit_code"], 0);
+}
+
+#[test]
+fn files_api_and_traversal_attacks() {
+    let s = Server::start();
+    let id = s.create(json!({"disk": "2M"}));
+    let host_secret_dir = std::env::temp_dir().join(format!("cordon-host-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&host_secret_dir).unwrap();
+    let secret = host_secret_dir.join("secret.txt");
+    std::fs::write(&secret, "host secret").unwrap();
+
+    let put = |path: &str, data: &[u8]| -> (u16, Value) {
+        let res = s.req("PUT", &format!("/v1/sandboxes/{id}/files?path={path}")).send_bytes(data);
+        let r = match res { Ok(r) => r, Err(ureq::Error::Status(_, r)) => r, Err(e) => panic!("{e}") };
+        let st = r.status();
+        (st, serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null))
+    };
+    let get = |path: &str| -> (u16, Vec<u8>) {
+        let res = s.req("GET", &format!("/v1/sandboxes/{id}/files?path={path}")).call();
+        let r = match res { Ok(r) => r, Err(ureq::Error::Status(_, r)) => r, Err(e) => panic!("{e}") };
+        let st = r.status();
+        let mut v = Vec::new();
+        r.into_reader().read_to_end(&mut v).unwrap();
+        (st, v)
+    };
+    assert_eq!(put("/workspace/dir/hello.txt", b"hello").0, 201);
+    assert_eq!(get("/workspace/dir/hello.txt"), (200, b"hello".to_vec()));
+    let o = s.exec(&id, json!({"cmd": "cat /workspace/dir/hello.txt && echo more >> /workspace/dir/hello.txt"}));
+    assert_eq!(o["stdout"], "hello", "uploaded file visible and writable inside: {o}");
+    assert_eq!(get("dir/hello.txt").1, b"hellomore\n".to_vec(), "relative paths are under /workspace");
+    let (st, l) = s.call("GET", &format!("/v1/sandboxes/{id}/files/list?path=/workspace/dir"), None);
+    assert_eq!(st, 200);
+    assert_eq!(l["entries"][0]["name"], "hello.txt");
+    assert_eq!(l["entries"][0]["type"], "file");
+    assert_eq!(s.call("POST", &format!("/v1/sandboxes/{id}/files/mkdir"), Some(json!({"path": "/workspace/m/n"}))).0, 201);
+    assert_eq!(s.call("POST", &format!("/v1/sandboxes/{id}/files/move"), Some(json!({"from": "/workspace/dir/hello.txt", "to": "/workspace/m/n/h.txt"}))).0, 204);
+    assert_eq!(s.call("GET", &format!("/v1/sandboxes/{id}/files/stat?path=/workspace/m/n/h.txt"), None).1["size"], 10);
+
+    // Traversal and absolute host paths stay inside.
+    for p in ["../../../../etc/shadow", "/../../etc/shadow", &secret.display().to_string()] {
+        let (st, body) = get(p);
+        assert_ne!(st, 200, "{p} returned {:?}", String::from_utf8_lossy(&body));
+    }
+    // A symlink the sandbox plants, pointing at the host secret, leads nowhere.
+    s.exec(&id, json!({"cmd": format!("ln -s {} /workspace/link; ln -s / /workspace/rootlink; ln -s {} /workspace/dirlink", secret.display(), host_secret_dir.display())}));
+    assert_ne!(get("/workspace/link").0, 200);
+    assert_ne!(put("/workspace/dirlink/secret.txt", b"pwned").0, 201);
+    let _ = put("/workspace/link", b"pwned");
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}/files?path=/workspace/dirlink/secret.txt"), None);
+    assert_ne!(st, 204);
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret", "host file untouched");
+    // Symlink-swap race: the sandbox flips a dir and a symlink to the host while we write.
+    let (_, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": format!("cd /workspace; for i in $(seq 3000); do rm -rf race; mkdir race; rm -rf race; ln -s {} race; done", host_secret_dir.display()), "background": true})));
+    let race_cmd = v["command_id"].as_str().unwrap().to_string();
+    for _ in 0..200 {
+        let _ = put("/workspace/race/secret.txt", b"pwned");
+        let _ = s.call("DELETE", &format!("/v1/sandboxes/{id}/files?path=/workspace/race&recursive=true"), None);
+    }
+    s.call("POST", &format!("/v1/sandboxes/{id}/commands/{race_cmd}/signal"), Some(json!({"signal": 9})));
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret", "race did not reach the host");
+    assert_eq!(std::fs::read_dir(&host_secret_dir).unwrap().count(), 1);
+
+    // Disk full answers 507; oversized upload 413 (server limit) is tested separately.
+    let big = vec![b'x'; 3 << 20];
+    let (st, v) = put("/workspace/big.bin", &big);
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"]["code"], "no_space");
+    let _ = std::fs::remove_dir_all(&host_secret_dir);
+}
+
+#[test]
+fn auth_quota_rate_limit_and_body_limit() {
+    let dir = std::env::temp_dir().join(format!("cordon-serve-quota-{}", std::process::id()));
+    let s = Server::start_in(dir.clone(), &["--max-upload", "1M"]);
+    // No key, wrong key.
+    let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).call();
+    assert!(matches!(r, Err(ureq::Error::Status(401, _))));
+    let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).set("Authorization", "Bearer cdn_wrong").call();
+    match r {
+        Err(ureq::Error::Status(401, resp)) => {
+            let v: Value = resp.into_json().unwrap();
+            assert_eq!(v["error"]["code"], "unauthorized");
+        }
+        other => panic!("expected 401, got {other:?}"),
+    }
+    // healthz, metrics and openapi need no key.
+    assert_eq!(ureq::get(&format!("{}/healthz", s.url)).call().unwrap().status(), 200);
+    let openapi: Value = ureq::get(&format!("{}/openapi.json", s.url)).call().unwrap().into_json().unwrap();
+    assert!(openapi["paths"]["/v1/sandboxes/{id}/exec"].is_object());
+
+    // A key limited to 1 sandbox and 5 requests/s, created with the CLI.
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["keys", "create", "--name", "tight", "--max-sandboxes", "1", "--rps", "5", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let tight = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let post = |body: Value| ureq::post(&format!("{}/v1/sandboxes", s.url)).set("Authorization", &format!("Bearer {tight}")).send_json(body);
+    let first = post(json!({})).expect("first sandbox");
+    let sid = first.into_json::<Value>().unwrap()["id"].as_str().unwrap().to_string();
+    match post(json!({})) {
+        Err(ureq::Error::Status(429, resp)) => {
+            assert!(resp.header("Retry-After").is_some());
+            let v: Value = resp.into_json().unwrap();
+            assert_eq!(v["error"]["code"], "quota_exceeded");
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    // The other key cannot see this sandbox.
+    assert_eq!(s.call("GET", &format!("/v1/sandboxes/{sid}"), None).0, 404);
+    let mut limited = 0;
+    for _ in 0..20 {
+        let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).set("Authorization", &format!("Bearer {tight}")).call();
+        if let Err(ureq::Error::Status(429, resp)) = r {
+            assert!(resp.header("Retry-After").is_some());
+            limited += 1;
+        }
+    }
+    assert!(limited > 0, "rate limit never hit");
+    // Upload over --max-upload.
+    let id = s.create(json!({}));
+    let r = s.req("PUT", &format!("/v1/sandboxes/{id}/files?path=/workspace/x")).send_bytes(&vec![0u8; 2 << 20]);
+    assert!(matches!(r, Err(ureq::Error::Status(413, _))), "{r:?}");
+    // Audit log has events with key ids and never the key or env values.
+    s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "true", "env": {"TOKEN": "super-secret-value"}})));
+    let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
+    assert!(audit.contains("sandbox.create") && audit.contains("sandbox.exec"));
+    assert!(!audit.contains("super-secret-value") && !audit.contains(&tight) && !audit.contains(&s.key));
+    // Metrics.
+    let m = ureq::get(&format!("{}/metrics", s.url)).call().unwrap().into_string().unwrap();
+    assert!(m.contains("cordon_sandboxes{state=\"running\"}") && m.contains("cordon_exec_duration_seconds_bucket") && m.contains("cordon_denials_total{reason=\"rate_limit\"}"), "{m}");
+}
+
+#[test]
+fn ttl_expiry_and_restart_reaps() {
+    let dir = std::env::temp_dir().join(format!("cordon-serve-restart-{}", std::process::id()));
+    let mut s = Server::start_in(dir.clone(), &[]);
+    let short = s.create(json!({"ttl": 1}));
+    wait_until("the TTL reaper", || s.call("GET", &format!("/v1/sandboxes/{short}"), None).1["state"] == "expired");
+
+    let live = s.create(json!({"ttl": "1h"}));
+    s.exec(&live, json!({"cmd": "sleep 300 # restart-marker &"}));
+    let (_, v) = s.call("POST", &format!("/v1/sandboxes/{live}/exec"), Some(json!({"cmd": "sleep 300 # restart-marker-2", "background": true})));
+    assert!(v["command_id"].is_string());
+    wait_until("the background command to start", || !processes_with("restart-marker-2").is_empty());
+    let key = s.key.clone();
+    s.kill9();
+    // Nothing of the sandbox outlives the server.
+    wait_until("sandbox processes to die", || processes_with("restart-marker").is_empty());
+    let mut s2 = Server::start_in(dir.clone(), &[]);
+    s2.key = key;
+    let (st, v) = s2.call("GET", &format!("/v1/sandboxes/{live}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(v["state"], "reaped", "{v}");
+    assert!(v["ended_reason"].as_str().unwrap().contains("restart"));
+}
+
+#[test]
+fn one_shot_run_endpoint() {
+    let s = Server::start();
+    let (st, o) = s.call("POST", "/v1/run", Some(json!({"cmd": ["python3", "-c", "import os; print(os.getuid())"], "timeout": "10s"})));
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["status"], "exited");
+    assert_eq!(o["stdout"], "1000\n");
+    assert_eq!(o["enforcement"]["net_ns"], true);
+    let (_, o) = s.call("POST", "/v1/run", Some(json!({"cmd": "sleep 5", "timeout": "200ms"})));
+    assert_eq!(o["status"], "timeout");
+    let (st, o) = s.call("POST", "/v1/run", Some(json!({"cmd": "true", "memory": "lots"})));
+    assert_eq!(st, 400);
+    assert_eq!(o["error"]["code"], "invalid_request");
+}
