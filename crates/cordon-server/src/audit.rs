@@ -13,8 +13,13 @@ pub struct Audit {
 
 impl Audit {
     pub fn open(path: &Path) -> std::io::Result<Audit> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Audit { file: Mutex::new(file) })
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Audit {
+            file: Mutex::new(file),
+        })
     }
 
     /// Records one event. `fields` must not contain secrets; callers pass names, not values.

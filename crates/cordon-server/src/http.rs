@@ -33,12 +33,18 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(service: Arc<Service>, open: bool) -> Arc<AppState> {
-        Arc::new(AppState { service, open, limiter: Mutex::new(HashMap::new()) })
+        Arc::new(AppState {
+            service,
+            open,
+            limiter: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Token bucket per key: `rps` requests per second, bursts up to `rps`.
     fn allow(&self, key: &str, rps: u32) -> bool {
-        let Ok(mut m) = self.limiter.lock() else { return true };
+        let Ok(mut m) = self.limiter.lock() else {
+            return true;
+        };
         let now = Instant::now();
         let cap = f64::from(rps.max(1));
         let entry = m.entry(key.to_string()).or_insert((cap, now));
@@ -67,16 +73,15 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn fs_error(e: FsError) -> ApiError {
-    ApiError::new(e.http_status(), e.code(), e.to_string())
-}
-
 /// Local users of an open (no-auth) server all act as this key id.
 const OPEN_KEY: &str = "local";
 
 async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let caller = if st.open {
-        Caller { key_id: OPEN_KEY.into(), max_sandboxes: 1000 }
+        Caller {
+            key_id: OPEN_KEY.into(),
+            max_sandboxes: 1000,
+        }
     } else {
         let token = req
             .headers()
@@ -86,7 +91,8 @@ async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> 
             .map(str::trim);
         let Some(token) = token else {
             st.service.metrics.deny("unauthenticated");
-            return ApiError::unauthorized("missing API key: send 'Authorization: Bearer <key>'").into_response();
+            return ApiError::unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+                .into_response();
         };
         let rec = match st.service.registry.key_by_hash(&keys::hash(token)) {
             Ok(Some(r)) if !r.revoked => r,
@@ -98,9 +104,19 @@ async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> 
         };
         if !st.allow(&rec.id, rec.requests_per_second) {
             st.service.metrics.deny("rate_limit");
-            return ApiError::too_many(format!("rate limit of {} requests per second exceeded", rec.requests_per_second), 1).into_response();
+            return ApiError::too_many(
+                format!(
+                    "rate limit of {} requests per second exceeded",
+                    rec.requests_per_second
+                ),
+                1,
+            )
+            .into_response();
         }
-        Caller { key_id: rec.id, max_sandboxes: rec.max_sandboxes }
+        Caller {
+            key_id: rec.id,
+            max_sandboxes: rec.max_sandboxes,
+        }
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
@@ -116,14 +132,40 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/sandboxes/{id}/commands", get(list_commands))
         .route("/v1/sandboxes/{id}/commands/{cid}", get(get_command))
         .route("/v1/sandboxes/{id}/commands/{cid}/wait", post(wait_command))
-        .route("/v1/sandboxes/{id}/commands/{cid}/stdin", post(command_stdin))
-        .route("/v1/sandboxes/{id}/commands/{cid}/signal", post(command_signal))
-        .route("/v1/sandboxes/{id}/files", get(file_read).put(file_write).delete(file_delete))
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/stdin",
+            post(command_stdin),
+        )
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/signal",
+            post(command_signal),
+        )
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(file_read).put(file_write).delete(file_delete),
+        )
         .route("/v1/sandboxes/{id}/files/list", get(file_list))
         .route("/v1/sandboxes/{id}/files/stat", get(file_stat))
         .route("/v1/sandboxes/{id}/files/mkdir", post(file_mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(file_move))
+        .route("/v1/sandboxes/{id}/code", post(run_code))
+        .route(
+            "/v1/sandboxes/{id}/contexts",
+            get(list_contexts).post(create_context),
+        )
+        .route(
+            "/v1/sandboxes/{id}/contexts/{language}/{name}",
+            axum::routing::delete(delete_context),
+        )
+        .route(
+            "/v1/sandboxes/{id}/contexts/{language}/{name}/restart",
+            post(restart_context),
+        )
         .route("/v1/run", post(run_oneshot))
+        .nest_service(
+            "/mcp",
+            crate::mcp::http_service(crate::mcp::McpState::new(st.service.clone(), None)),
+        )
         .layer(middleware::from_fn_with_state(st.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
@@ -158,14 +200,22 @@ where
 
 #[utoipa::path(post, path = "/v1/sandboxes", request_body = CreateSandbox,
     responses((status = 201, body = SandboxInfo), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody)))]
-async fn create(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, JsonBody(req): JsonBody<CreateSandbox>) -> Result<impl IntoResponse, ApiError> {
+async fn create(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    JsonBody(req): JsonBody<CreateSandbox>,
+) -> Result<impl IntoResponse, ApiError> {
     let info = st.service.create(&c, req).await?;
     Ok((StatusCode::CREATED, Json(info)))
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes", params(("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY equals the value")),
     responses((status = 200, body = SandboxList)))]
-async fn list(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Query(q): Query<BTreeMap<String, String>>) -> Json<SandboxList> {
+async fn list(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Json<SandboxList> {
     let filter: BTreeMap<String, String> = q
         .into_iter()
         .filter_map(|(k, v)| k.strip_prefix("metadata.").map(|k| (k.to_string(), v)))
@@ -174,37 +224,60 @@ async fn list(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, 
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", responses((status = 200, body = SandboxInfo), (status = 404, body = ErrorBody)))]
-async fn get_one(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>) -> Result<Json<SandboxInfo>, ApiError> {
+async fn get_one(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.get(&c, &id)?))
 }
 
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
-async fn delete(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     st.service.delete(&c, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", request_body = ExtendTtl, responses((status = 200, body = SandboxInfo)))]
-async fn extend(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, JsonBody(req): JsonBody<ExtendTtl>) -> Result<Json<SandboxInfo>, ApiError> {
+async fn extend(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<ExtendTtl>,
+) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
 }
 
 fn wants_stream(h: &HeaderMap) -> bool {
-    h.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"))
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
 }
 
 fn chunk_event(name: &str, data: &[u8]) -> Event {
     use base64::Engine;
     let payload = match std::str::from_utf8(data) {
         Ok(s) => json!({"data": s}),
-        Err(_) => json!({"data": String::from_utf8_lossy(data), "b64": base64::engine::general_purpose::STANDARD.encode(data)}),
+        Err(_) => {
+            json!({"data": String::from_utf8_lossy(data), "b64": base64::engine::general_purpose::STANDARD.encode(data)})
+        }
     };
     Event::default().event(name).data(payload.to_string())
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", request_body = ExecRequest,
     responses((status = 200, description = "the Outcome, or server-sent events (stdout, stderr, exit) with Accept: text/event-stream"), (status = 202, body = CommandInfo, description = "background command started")))]
-async fn exec(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, headers: HeaderMap, JsonBody(req): JsonBody<ExecRequest>) -> Result<Response, ApiError> {
+async fn exec(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> Result<Response, ApiError> {
     if req.background {
         let info = st.service.exec_background(&c, &id, req).await?;
         return Ok((StatusCode::ACCEPTED, Json(info)).into_response());
@@ -228,19 +301,31 @@ async fn exec(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, 
         Ok::<Event, Infallible>(match ev {
             ExecEvent::Stdout(d) => chunk_event("stdout", &d),
             ExecEvent::Stderr(d) => chunk_event("stderr", &d),
-            ExecEvent::Exit(o) => Event::default().event("exit").data(serde_json::to_string(&o).unwrap_or_default()),
+            ExecEvent::Exit(o) => Event::default()
+                .event("exit")
+                .data(serde_json::to_string(&o).unwrap_or_default()),
         })
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/commands", responses((status = 200, body = CommandList)))]
-async fn list_commands(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>) -> Result<Json<CommandList>, ApiError> {
+async fn list_commands(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<CommandList>, ApiError> {
     Ok(Json(st.service.list_commands(&c, &id)?))
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/commands/{cid}", responses((status = 200, body = CommandInfo)))]
-async fn get_command(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path((id, cid)): Path<(String, String)>) -> Result<Json<CommandInfo>, ApiError> {
+async fn get_command(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, cid)): Path<(String, String)>,
+) -> Result<Json<CommandInfo>, ApiError> {
     Ok(Json(st.service.get_command(&c, &id, &cid)?))
 }
 
@@ -250,9 +335,15 @@ struct WaitQuery {
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/wait", params(("timeout" = Option<String>, Query, description = "how long to wait, e.g. 30s")), responses((status = 200, body = CommandInfo)))]
-async fn wait_command(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path((id, cid)): Path<(String, String)>, Query(q): Query<WaitQuery>) -> Result<Json<CommandInfo>, ApiError> {
+async fn wait_command(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, cid)): Path<(String, String)>,
+    Query(q): Query<WaitQuery>,
+) -> Result<Json<CommandInfo>, ApiError> {
     let t = match q.timeout.as_deref() {
-        Some(t) => cordon_policy::units::parse_duration(t).map_err(|e| ApiError::bad_request(format!("timeout: {e}")))?,
+        Some(t) => cordon_policy::units::parse_duration(t)
+            .map_err(|e| ApiError::bad_request(format!("timeout: {e}")))?,
         None => Duration::from_secs(30),
     }
     .min(Duration::from_secs(300));
@@ -260,14 +351,25 @@ async fn wait_command(State(st): State<Arc<AppState>>, Extension(c): Extension<C
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/stdin", request_body = StdinRequest, responses((status = 204)))]
-async fn command_stdin(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path((id, cid)): Path<(String, String)>, JsonBody(req): JsonBody<StdinRequest>) -> Result<StatusCode, ApiError> {
+async fn command_stdin(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, cid)): Path<(String, String)>,
+    JsonBody(req): JsonBody<StdinRequest>,
+) -> Result<StatusCode, ApiError> {
     st.service.command_stdin(&c, &id, &cid, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/signal", request_body = SignalRequest, responses((status = 204)))]
-async fn command_signal(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path((id, cid)): Path<(String, String)>, JsonBody(req): JsonBody<SignalRequest>) -> Result<StatusCode, ApiError> {
-    st.service.command_signal(&c, &id, &cid, signal_number(&req.signal)?)?;
+async fn command_signal(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, cid)): Path<(String, String)>,
+    JsonBody(req): JsonBody<SignalRequest>,
+) -> Result<StatusCode, ApiError> {
+    st.service
+        .command_signal(&c, &id, &cid, signal_number(&req.signal)?)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -279,58 +381,93 @@ struct PathQuery {
 }
 
 fn need_path(q: &PathQuery) -> Result<String, ApiError> {
-    q.path.clone().filter(|p| !p.is_empty()).ok_or_else(|| ApiError::bad_request("path: give ?path=/workspace/file"))
+    q.path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| ApiError::bad_request("path: give ?path=/workspace/file"))
 }
 
-/// Runs a file operation on a blocking thread against the sandbox's own root.
-async fn with_fs<T: Send + 'static>(st: &AppState, c: &Caller, id: &str, event: &str, path: &str, op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static) -> Result<T, ApiError> {
-    let live = st.service.sandbox_for_files(c, id)?;
-    st.service.audit.record(event, &c.key_id, Some(id), json!({"path": path}));
-    let root = std::path::PathBuf::from(format!("/proc/{}/root", live.sandbox.init_pid));
-    let owner = (live.sandbox.host_uid, live.sandbox.host_gid);
-    tokio::task::spawn_blocking(move || {
-        // Keep the sandbox alive while we work inside it.
-        let _live = live;
-        let fs = SandboxFs::open(&root, owner)?;
-        op(&fs)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(fs_error)
+async fn with_fs<T: Send + 'static>(
+    st: &AppState,
+    c: &Caller,
+    id: &str,
+    event: &str,
+    path: &str,
+    op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
+) -> Result<T, ApiError> {
+    crate::files::with_fs(&st.service, c, id, event, path, op).await
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,)), responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream")))]
-async fn file_read(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Response, ApiError> {
+async fn file_read(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Response, ApiError> {
     let path = need_path(&q)?;
     let max = st.service.cfg.max_download;
     let p = path.clone();
     let data = with_fs(&st, &c, &id, "file.read", &path, move |fs| fs.read(&p, max)).await?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], Body::from(data)).into_response())
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from(data),
+    )
+        .into_response())
 }
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,)), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses((status = 201), (status = 413, body = ErrorBody), (status = 507, body = ErrorBody)))]
-async fn file_write(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, Query(q): Query<PathQuery>, body: Bytes) -> Result<impl IntoResponse, ApiError> {
+async fn file_write(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
     let path = need_path(&q)?;
     let max = st.service.cfg.max_upload;
     if body.len() as u64 > max {
-        return Err(ApiError::new(413, "too_large", format!("uploads are limited to {max} bytes")));
+        return Err(ApiError::new(
+            413,
+            "too_large",
+            format!("uploads are limited to {max} bytes"),
+        ));
     }
     let p = path.clone();
-    let written = with_fs(&st, &c, &id, "file.write", &path, move |fs| fs.write(&p, &mut body.as_ref(), max, true)).await?;
-    Ok((StatusCode::CREATED, Json(json!({"path": path, "bytes": written}))))
+    let written = with_fs(&st, &c, &id, "file.write", &path, move |fs| {
+        fs.write(&p, &mut body.as_ref(), max, true)
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"path": path, "bytes": written})),
+    ))
 }
 
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,), ("recursive" = Option<bool>, Query,)), responses((status = 204)))]
-async fn file_delete(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<StatusCode, ApiError> {
+async fn file_delete(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<StatusCode, ApiError> {
     let path = need_path(&q)?;
     let p = path.clone();
     let rec = q.recursive;
-    with_fs(&st, &c, &id, "file.delete", &path, move |fs| fs.remove(&p, rec)).await?;
+    with_fs(&st, &c, &id, "file.delete", &path, move |fs| {
+        fs.remove(&p, rec)
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(("path" = Option<String>, Query,)), responses((status = 200, description = "{\"entries\": [{name, path, type, size, mode, modified}]}")))]
-async fn file_list(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn file_list(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let path = q.path.clone().unwrap_or_else(|| "/workspace".into());
     let p = path.clone();
     let entries = with_fs(&st, &c, &id, "file.list", &path, move |fs| fs.list(&p)).await?;
@@ -338,7 +475,12 @@ async fn file_list(State(st): State<Arc<AppState>>, Extension(c): Extension<Call
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/stat", params(("path" = String, Query,)), responses((status = 200, description = "{name, path, type, size, mode, modified}")))]
-async fn file_stat(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn file_stat(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let path = need_path(&q)?;
     let p = path.clone();
     let entry = with_fs(&st, &c, &id, "file.stat", &path, move |fs| fs.stat(&p)).await?;
@@ -346,31 +488,220 @@ async fn file_stat(State(st): State<Arc<AppState>>, Extension(c): Extension<Call
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", request_body = MkdirRequest, responses((status = 201)))]
-async fn file_mkdir(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, JsonBody(req): JsonBody<MkdirRequest>) -> Result<StatusCode, ApiError> {
+async fn file_mkdir(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<MkdirRequest>,
+) -> Result<StatusCode, ApiError> {
     let p = req.path.clone();
-    with_fs(&st, &c, &id, "file.mkdir", &req.path, move |fs| fs.mkdir(&p, req.parents)).await?;
+    with_fs(&st, &c, &id, "file.mkdir", &req.path, move |fs| {
+        fs.mkdir(&p, req.parents)
+    })
+    .await?;
     Ok(StatusCode::CREATED)
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/files/move", request_body = MoveRequest, responses((status = 204)))]
-async fn file_move(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, JsonBody(req): JsonBody<MoveRequest>) -> Result<StatusCode, ApiError> {
+async fn file_move(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<MoveRequest>,
+) -> Result<StatusCode, ApiError> {
     let (from, to) = (req.from.clone(), req.to.clone());
-    with_fs(&st, &c, &id, "file.move", &format!("{} -> {}", req.from, req.to), move |fs| fs.rename(&from, &to)).await?;
+    with_fs(
+        &st,
+        &c,
+        &id,
+        "file.move",
+        &format!("{} -> {}", req.from, req.to),
+        move |fs| fs.rename(&from, &to),
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", request_body = crate::kernel::CodeRequest,
+    responses((status = 200, body = crate::kernel::CodeResult, description = "or server-sent events (stdout, stderr, result, error, done) with Accept: text/event-stream")))]
+async fn run_code(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<crate::kernel::CodeRequest>,
+) -> Result<Response, ApiError> {
+    use crate::kernel::CellEvent;
+    if !wants_stream(&headers) {
+        return Ok(Json(st.service.run_code(&c, &id, req, None).await?).into_response());
+    }
+    st.service.get(&c, &id)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<CellEvent>(64);
+    let svc = st.service.clone();
+    tokio::spawn(async move {
+        if let Err(e) = svc.run_code(&c, &id, req, Some(tx.clone())).await {
+            let r = crate::kernel::CodeResult {
+                error: Some(crate::kernel::CodeError {
+                    name: e.code.to_string(),
+                    value: e.message,
+                    traceback: vec![],
+                }),
+                ..Default::default()
+            };
+            let _ = tx.send(CellEvent::Done(Box::new(r))).await;
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|ev| {
+        Ok::<Event, Infallible>(match ev {
+            CellEvent::Stdout(t) => Event::default()
+                .event("stdout")
+                .data(json!({"data": t}).to_string()),
+            CellEvent::Stderr(t) => Event::default()
+                .event("stderr")
+                .data(json!({"data": t}).to_string()),
+            CellEvent::Result(v) => Event::default().event("result").data(v.to_string()),
+            CellEvent::Error(e) => Event::default()
+                .event("error")
+                .data(serde_json::to_string(&e).unwrap_or_default()),
+            CellEvent::Done(r) => Event::default()
+                .event("done")
+                .data(serde_json::to_string(&r).unwrap_or_default()),
+        })
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewContext {
+    #[serde(default = "py")]
+    language: String,
+    #[serde(default = "default_ctx")]
+    name: String,
+}
+
+fn py() -> String {
+    "python".into()
+}
+
+fn default_ctx() -> String {
+    "default".into()
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/contexts", responses((status = 200, description = "{\"contexts\": [{language, name, execution_count, alive}]}")))]
+async fn list_contexts(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(
+        json!({"contexts": st.service.list_contexts(&c, &id)?}),
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts", request_body = NewContext, responses((status = 201, body = crate::kernel::ContextInfo)))]
+async fn create_context(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<NewContext>,
+) -> Result<impl IntoResponse, ApiError> {
+    let info = st
+        .service
+        .create_context(&c, &id, &req.language, &req.name)
+        .await?;
+    Ok((StatusCode::CREATED, Json(info)))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts/{language}/{name}/restart", responses((status = 204)))]
+async fn restart_context(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, language, name)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    st.service
+        .restart_context(&c, &id, &language, &name)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/contexts/{language}/{name}", responses((status = 204)))]
+async fn delete_context(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path((id, language, name)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    st.service.delete_context(&c, &id, &language, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(post, path = "/v1/run", request_body = RunRequest, responses((status = 200, description = "the Outcome of a one-shot run")))]
-async fn run_oneshot(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, JsonBody(req): JsonBody<RunRequest>) -> Result<Response, ApiError> {
+async fn run_oneshot(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    JsonBody(req): JsonBody<RunRequest>,
+) -> Result<Response, ApiError> {
     let outcome = crate::oneshot::run(&st.service, &c, req).await?;
     Ok(Json(outcome).into_response())
 }
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "cordon", description = "Persistent and one-shot sandboxes for code that AI agents write. Authenticate with 'Authorization: Bearer <key>'."),
-    paths(create, list, get_one, delete, extend, exec, list_commands, get_command, wait_command, command_stdin, command_signal,
-          file_read, file_write, file_delete, file_list, file_stat, file_mkdir, file_move, run_oneshot),
-    components(schemas(CreateSandbox, SandboxInfo, SandboxList, LimitsView, ExtendTtl, ExecRequest, Cmd, Amount, RunRequest,
-                       CommandInfo, CommandList, StdinRequest, SignalRequest, MkdirRequest, MoveRequest, ErrorBody, crate::error::ErrorDetail))
+    info(
+        title = "cordon",
+        description = "Persistent and one-shot sandboxes for code that AI agents write. Authenticate with 'Authorization: Bearer <key>'."
+    ),
+    paths(
+        create,
+        list,
+        get_one,
+        delete,
+        extend,
+        exec,
+        list_commands,
+        get_command,
+        wait_command,
+        command_stdin,
+        command_signal,
+        file_read,
+        file_write,
+        file_delete,
+        file_list,
+        file_stat,
+        file_mkdir,
+        file_move,
+        run_oneshot,
+        run_code,
+        list_contexts,
+        create_context,
+        restart_context,
+        delete_context
+    ),
+    components(schemas(
+        CreateSandbox,
+        SandboxInfo,
+        SandboxList,
+        LimitsView,
+        ExtendTtl,
+        ExecRequest,
+        Cmd,
+        Amount,
+        RunRequest,
+        CommandInfo,
+        CommandList,
+        StdinRequest,
+        SignalRequest,
+        MkdirRequest,
+        MoveRequest,
+        ErrorBody,
+        crate::error::ErrorDetail,
+        crate::kernel::CodeRequest,
+        crate::kernel::CodeResult,
+        crate::kernel::CodeError,
+        crate::kernel::ContextInfo,
+        NewContext
+    ))
 )]
 pub struct ApiDoc;

@@ -11,7 +11,10 @@ pub fn generate() -> std::io::Result<(String, String)> {
     let mut id = [0u8; 6];
     getrandom::getrandom(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
     getrandom::getrandom(&mut id).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok((format!("{PREFIX}{}", hex::encode(secret)), format!("key_{}", hex::encode(id))))
+    Ok((
+        format!("{PREFIX}{}", hex::encode(secret)),
+        format!("key_{}", hex::encode(id)),
+    ))
 }
 
 pub fn hash(secret: &str) -> String {
@@ -36,7 +39,11 @@ pub fn random_hex(bytes: usize) -> String {
 
 /// Compares two hex digests without an early exit.
 pub fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 #[cfg(test)]

@@ -4,8 +4,11 @@
 
 pub mod audit;
 pub mod error;
+pub mod files;
 pub mod http;
+pub mod kernel;
 pub mod keys;
+pub mod mcp;
 pub mod metrics;
 pub mod oneshot;
 pub mod registry;
@@ -24,7 +27,12 @@ pub const DEFAULT_MAX_SANDBOXES: u32 = 50;
 pub const DEFAULT_RPS: u32 = 100;
 
 /// Creates a key and returns (secret, id). The secret is shown once and stored hashed.
-pub fn create_key(registry: &registry::Registry, name: &str, max_sandboxes: u32, rps: u32) -> Result<(String, String), ApiError> {
+pub fn create_key(
+    registry: &registry::Registry,
+    name: &str,
+    max_sandboxes: u32,
+    rps: u32,
+) -> Result<(String, String), ApiError> {
     let (secret, id) = keys::generate().map_err(|e| ApiError::internal(e.to_string()))?;
     registry.add_key(&id, name, &keys::hash(&secret), max_sandboxes, rps)?;
     Ok((secret, id))
@@ -36,11 +44,17 @@ pub struct ServeOptions {
 }
 
 /// Runs the HTTP server until SIGINT/SIGTERM, then kills every sandbox it owns.
-pub async fn serve(service: Arc<Service>, opts: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), ApiError> {
+pub async fn serve(
+    service: Arc<Service>,
+    opts: ServeOptions,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ApiError> {
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| ApiError::internal(format!("cannot listen on {}: {e}", opts.listen)))?;
-    let addr = listener.local_addr().map_err(|e| ApiError::internal(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let state = http::AppState::new(service.clone(), opts.open);
     let reaper = service.clone();
     tokio::spawn(async move {

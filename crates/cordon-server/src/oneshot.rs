@@ -28,10 +28,21 @@ pub struct OneShot {
 pub const REQUEST_FD: i32 = 3;
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
-    let profile = profile_from(req.profile.as_deref(), req.memory.as_ref(), req.cpus, req.pids, req.disk.as_ref(), req.timeout.as_ref(), &req.env, req.network.as_ref())?;
+    let profile = profile_from(
+        req.profile.as_deref(),
+        req.memory.as_ref(),
+        req.cpus,
+        req.pids,
+        req.disk.as_ref(),
+        req.timeout.as_ref(),
+        &req.env,
+        req.network.as_ref(),
+    )?;
     let argv = req.cmd.argv();
     if argv.is_empty() || argv[0].is_empty() {
-        return Err(ApiError::bad_request("cmd: give an argv array or a shell string"));
+        return Err(ApiError::bad_request(
+            "cmd: give an argv array or a shell string",
+        ));
     }
     svc.audit.record(
         "run",
@@ -39,7 +50,13 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         None,
         json!({"argv0": argv.first(), "args": argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>()}),
     );
-    let request = OneShot { profile, argv, cwd: req.cwd, env: BTreeMap::new(), stdin: req.stdin };
+    let request = OneShot {
+        profile,
+        argv,
+        cwd: req.cwd,
+        env: BTreeMap::new(),
+        stdin: req.stdin,
+    };
     let body = serde_json::to_vec(&request).map_err(|e| ApiError::internal(e.to_string()))?;
     let exe = svc.cfg.helper_exe.clone();
     let t0 = std::time::Instant::now();
@@ -59,7 +76,10 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
                 Ok(())
             });
         }
-        let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
         drop(r);
         let mut w = w;
         w.write_all(&body)?;
@@ -69,10 +89,20 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("starting the one-shot runner: {e}")))?;
-    svc.metrics.observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
+    svc.metrics
+        .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(ApiError::new(500, "run_failed", if msg.is_empty() { format!("the runner exited with {}", out.status) } else { msg }));
+        return Err(ApiError::new(
+            500,
+            "run_failed",
+            if msg.is_empty() {
+                format!("the runner exited with {}", out.status)
+            } else {
+                msg
+            },
+        ));
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| ApiError::internal(format!("the runner's outcome did not parse: {e}")))
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| ApiError::internal(format!("the runner's outcome did not parse: {e}")))
 }

@@ -71,7 +71,14 @@ impl Registry {
             .map_err(|_| ApiError::internal("registry lock poisoned"))
     }
 
-    pub fn add_key(&self, id: &str, name: &str, hash: &str, max_sandboxes: u32, rps: u32) -> Result<(), ApiError> {
+    pub fn add_key(
+        &self,
+        id: &str,
+        name: &str,
+        hash: &str,
+        max_sandboxes: u32,
+        rps: u32,
+    ) -> Result<(), ApiError> {
         self.conn()?.execute(
             "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![id, name, hash, max_sandboxes, rps, now()],
@@ -116,18 +123,32 @@ impl Registry {
     }
 
     pub fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
-        Ok(self.conn()?.execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", params![id])? > 0)
+        Ok(self
+            .conn()?
+            .execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", params![id])?
+            > 0)
     }
 
     pub fn active_keys(&self) -> Result<usize, ApiError> {
-        let n: i64 = self
-            .conn()?
-            .query_row("SELECT COUNT(*) FROM api_keys WHERE revoked = 0", [], |r| r.get(0))?;
+        let n: i64 =
+            self.conn()?
+                .query_row("SELECT COUNT(*) FROM api_keys WHERE revoked = 0", [], |r| {
+                    r.get(0)
+                })?;
         Ok(n as usize)
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn insert_sandbox(&self, id: &str, key_id: &str, profile: &str, metadata: &str, created_at: u64, expires_at: u64, helper_pid: u32) -> Result<(), ApiError> {
+    pub fn insert_sandbox(
+        &self,
+        id: &str,
+        key_id: &str,
+        profile: &str,
+        metadata: &str,
+        created_at: u64,
+        expires_at: u64,
+        helper_pid: u32,
+    ) -> Result<(), ApiError> {
         self.conn()?.execute(
             "INSERT INTO sandboxes (id, key_id, state, profile, metadata, created_at, expires_at, helper_pid) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)",
             params![id, key_id, profile, metadata, created_at, expires_at, helper_pid],
@@ -136,7 +157,10 @@ impl Registry {
     }
 
     pub fn set_expiry(&self, id: &str, expires_at: u64) -> Result<(), ApiError> {
-        self.conn()?.execute("UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1", params![id, expires_at])?;
+        self.conn()?.execute(
+            "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1",
+            params![id, expires_at],
+        )?;
         Ok(())
     }
 

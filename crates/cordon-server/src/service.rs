@@ -60,7 +60,11 @@ struct Capped {
 
 impl Capped {
     fn new(limit: u64) -> Self {
-        Capped { data: Vec::new(), limit: usize::try_from(limit).unwrap_or(usize::MAX), truncated: false }
+        Capped {
+            data: Vec::new(),
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            truncated: false,
+        }
     }
     fn push(&mut self, d: &[u8]) {
         let room = self.limit.saturating_sub(self.data.len());
@@ -91,7 +95,11 @@ pub struct BgCommand {
 
 impl BgCommand {
     pub fn info(&self) -> CommandInfo {
-        let (out, err) = self.output.lock().map(|o| (o.0.text().0, o.1.text().0)).unwrap_or_default();
+        let (out, err) = self
+            .output
+            .lock()
+            .map(|o| (o.0.text().0, o.1.text().0))
+            .unwrap_or_default();
         let outcome = self.done.borrow().clone();
         CommandInfo {
             command_id: self.id.clone(),
@@ -115,6 +123,7 @@ pub struct Live {
     pub created_at: u64,
     pub expires_at: AtomicU64,
     pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
+    pub contexts: crate::kernel::Contexts,
 }
 
 impl Live {
@@ -122,7 +131,11 @@ impl Live {
         let l = &self.profile.limits;
         SandboxInfo {
             id: self.id.clone(),
-            state: if self.sandbox.is_alive() { "running".into() } else { "failed".into() },
+            state: if self.sandbox.is_alive() {
+                "running".into()
+            } else {
+                "failed".into()
+            },
             profile: self.profile.name.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at.load(Ordering::SeqCst),
@@ -142,6 +155,8 @@ impl Live {
 
 pub struct Service {
     pub cfg: Config,
+    /// Held for the life of the service: one server per data directory.
+    _lock: std::fs::File,
     pub registry: Registry,
     pub audit: Audit,
     pub metrics: Metrics,
@@ -151,16 +166,26 @@ pub struct Service {
 fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
     match a {
         Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
-        Amount::Number(_) => Err(ApiError::bad_request(format!("{field}: must not be negative"))),
-        Amount::Text(t) => parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))),
+        Amount::Number(_) => Err(ApiError::bad_request(format!(
+            "{field}: must not be negative"
+        ))),
+        Amount::Text(t) => {
+            parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+        }
     }
 }
 
 fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
     match a {
-        Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < 1e9 => Ok(Duration::from_secs_f64(*n)),
-        Amount::Number(_) => Err(ApiError::bad_request(format!("{field}: must be a positive number of seconds"))),
-        Amount::Text(t) => parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))),
+        Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < 1e9 => {
+            Ok(Duration::from_secs_f64(*n))
+        }
+        Amount::Number(_) => Err(ApiError::bad_request(format!(
+            "{field}: must be a positive number of seconds"
+        ))),
+        Amount::Text(t) => {
+            parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+        }
     }
 }
 
@@ -181,12 +206,16 @@ pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
                 "TERM" => libc::SIGTERM,
                 "CONT" => libc::SIGCONT,
                 "STOP" => libc::SIGSTOP,
-                other => other.parse().map_err(|_| ApiError::bad_request(format!("signal: unknown signal '{other}'")))?,
+                other => other.parse().map_err(|_| {
+                    ApiError::bad_request(format!("signal: unknown signal '{other}'"))
+                })?,
             }
         }
     };
     if !(1..=64).contains(&n) {
-        return Err(ApiError::bad_request(format!("signal: {n} is not a signal number")));
+        return Err(ApiError::bad_request(format!(
+            "signal: {n} is not a signal number"
+        )));
     }
     Ok(n)
 }
@@ -205,7 +234,8 @@ pub fn profile_from(
 ) -> Result<Profile, ApiError> {
     let name = name.unwrap_or("default");
     // Only built-ins: a client must never make the server read a file of its choosing.
-    let mut p = Profile::builtin(name).map_err(|e| ApiError::bad_request(format!("profile: {e}")))?;
+    let mut p =
+        Profile::builtin(name).map_err(|e| ApiError::bad_request(format!("profile: {e}")))?;
     if let Some(m) = memory {
         p.limits.memory = size(m, "memory")?;
     }
@@ -227,8 +257,29 @@ pub fn profile_from(
     if let Some(n) = network {
         p.network = n.clone();
     }
-    p.validate().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    p.validate()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(p)
+}
+
+/// Takes an exclusive lock on the data directory: a second server on the same registry would
+/// reap the first one's sandboxes at start-up.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(ApiError::conflict(format!(
+            "another cordon server is using {}; give each server its own --data-dir",
+            dir.display()
+        )));
+    }
+    Ok(f)
 }
 
 fn unix_ms() -> u64 {
@@ -242,10 +293,12 @@ impl Service {
     pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
+        let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
         let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
             .map_err(|e| ApiError::internal(format!("audit log: {e}")))?;
         let svc = Arc::new(Service {
+            _lock: lock,
             cfg,
             registry,
             audit,
@@ -268,8 +321,17 @@ impl Service {
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }
-            self.registry.mark_ended(&row.id, "reaped", "the server restarted; the sandbox was killed")?;
-            self.audit.record("sandbox.reaped", &row.key_id, Some(&row.id), json!({"reason": "server restart"}));
+            self.registry.mark_ended(
+                &row.id,
+                "reaped",
+                "the server restarted; the sandbox was killed",
+            )?;
+            self.audit.record(
+                "sandbox.reaped",
+                &row.key_id,
+                Some(&row.id),
+                json!({"reason": "server restart"}),
+            );
         }
         Ok(())
     }
@@ -284,52 +346,97 @@ impl Service {
     }
 
     pub fn count_for(&self, key_id: &str) -> usize {
-        self.live.read().map(|l| l.values().filter(|s| s.key_id == key_id).count()).unwrap_or(0)
+        self.live
+            .read()
+            .map(|l| l.values().filter(|s| s.key_id == key_id).count())
+            .unwrap_or(0)
     }
 
     pub fn by_state(&self) -> BTreeMap<String, u64> {
         let mut m = BTreeMap::new();
         if let Ok(l) = self.live.read() {
             for s in l.values() {
-                *m.entry(if s.sandbox.is_alive() { "running" } else { "failed" }.to_string()).or_insert(0) += 1;
+                *m.entry(
+                    if s.sandbox.is_alive() {
+                        "running"
+                    } else {
+                        "failed"
+                    }
+                    .to_string(),
+                )
+                .or_insert(0) += 1;
             }
         }
         m.entry("running".to_string()).or_insert(0);
         m
     }
 
-    pub async fn create(self: &Arc<Self>, caller: &Caller, req: CreateSandbox) -> Result<SandboxInfo, ApiError> {
+    pub async fn create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateSandbox,
+    ) -> Result<SandboxInfo, ApiError> {
         if self.count_for(&caller.key_id) >= caller.max_sandboxes as usize {
             self.metrics.deny("sandbox_quota");
             return Err(ApiError {
                 code: "quota_exceeded",
-                ..ApiError::too_many(format!("this key may run at most {} sandboxes at once; delete one first", caller.max_sandboxes), 5)
+                ..ApiError::too_many(
+                    format!(
+                        "this key may run at most {} sandboxes at once; delete one first",
+                        caller.max_sandboxes
+                    ),
+                    5,
+                )
             });
         }
-        let profile = profile_from(req.profile.as_deref(), req.memory.as_ref(), req.cpus, req.pids, req.disk.as_ref(), None, &req.env, req.network.as_ref())?;
+        let profile = profile_from(
+            req.profile.as_deref(),
+            req.memory.as_ref(),
+            req.cpus,
+            req.pids,
+            req.disk.as_ref(),
+            None,
+            &req.env,
+            req.network.as_ref(),
+        )?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
         };
         if ttl > self.cfg.max_ttl {
-            return Err(ApiError::bad_request(format!("ttl: at most {}s", self.cfg.max_ttl.as_secs())));
+            return Err(ApiError::bad_request(format!(
+                "ttl: at most {}s",
+                self.cfg.max_ttl.as_secs()
+            )));
         }
         for (k, v) in &req.metadata {
             if k.len() > 128 || v.len() > 1024 {
-                return Err(ApiError::bad_request("metadata: keys up to 128 bytes, values up to 1024"));
+                return Err(ApiError::bad_request(
+                    "metadata: keys up to 128 bytes, values up to 1024",
+                ));
             }
         }
         let helper = self.cfg.helper_exe.clone();
         let prof = profile.clone();
-        let sandbox = tokio::task::spawn_blocking(move || Sandbox::create(&helper, &prof, &BTreeMap::new(), None))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
+        let sandbox = tokio::task::spawn_blocking(move || {
+            Sandbox::create(&helper, &prof, &BTreeMap::new(), None)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
         let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let created_at = now();
         let expires_at = created_at + ttl.as_secs();
         let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
-        self.registry.insert_sandbox(&id, &caller.key_id, &profile.name, &metadata_json, created_at, expires_at, sandbox.helper_pid())?;
+        self.registry.insert_sandbox(
+            &id,
+            &caller.key_id,
+            &profile.name,
+            &metadata_json,
+            created_at,
+            expires_at,
+            sandbox.helper_pid(),
+        )?;
         let live = Arc::new(Live {
             id: id.clone(),
             key_id: caller.key_id.clone(),
@@ -339,11 +446,14 @@ impl Service {
             created_at,
             expires_at: AtomicU64::new(expires_at),
             commands: Mutex::new(HashMap::new()),
+            contexts: Default::default(),
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
         }
-        self.metrics.sandboxes_created.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .sandboxes_created
+            .fetch_add(1, Ordering::Relaxed);
         self.audit.record(
             "sandbox.create",
             &caller.key_id,
@@ -393,8 +503,11 @@ impl Service {
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ApiError> {
         let live = self.get_live(caller, id)?;
         self.destroy(&live, "deleted", "deleted by request").await;
-        self.metrics.sandboxes_deleted.fetch_add(1, Ordering::Relaxed);
-        self.audit.record("sandbox.delete", &caller.key_id, Some(id), json!({}));
+        self.metrics
+            .sandboxes_deleted
+            .fetch_add(1, Ordering::Relaxed);
+        self.audit
+            .record("sandbox.delete", &caller.key_id, Some(id), json!({}));
         Ok(())
     }
 
@@ -411,12 +524,20 @@ impl Service {
         let live = self.get_live(caller, id)?;
         let ttl = duration(ttl, "ttl")?;
         if ttl > self.cfg.max_ttl {
-            return Err(ApiError::bad_request(format!("ttl: at most {}s", self.cfg.max_ttl.as_secs())));
+            return Err(ApiError::bad_request(format!(
+                "ttl: at most {}s",
+                self.cfg.max_ttl.as_secs()
+            )));
         }
         let exp = now() + ttl.as_secs();
         live.expires_at.store(exp, Ordering::SeqCst);
         self.registry.set_expiry(id, exp)?;
-        self.audit.record("sandbox.ttl", &caller.key_id, Some(id), json!({"ttl_s": ttl.as_secs()}));
+        self.audit.record(
+            "sandbox.ttl",
+            &caller.key_id,
+            Some(id),
+            json!({"ttl_s": ttl.as_secs()}),
+        );
         Ok(live.info())
     }
 
@@ -426,25 +547,46 @@ impl Service {
         let due: Vec<Arc<Live>> = self
             .live
             .read()
-            .map(|l| l.values().filter(|s| s.expires_at.load(Ordering::SeqCst) <= t || !s.sandbox.is_alive()).cloned().collect())
+            .map(|l| {
+                l.values()
+                    .filter(|s| s.expires_at.load(Ordering::SeqCst) <= t || !s.sandbox.is_alive())
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         for live in due {
             let (state, reason) = if live.sandbox.is_alive() {
                 ("expired", "its time to live ran out".to_string())
             } else {
-                ("failed", live.sandbox.ended().unwrap_or_else(|| "the sandbox died".into()))
+                (
+                    "failed",
+                    live.sandbox
+                        .ended()
+                        .unwrap_or_else(|| "the sandbox died".into()),
+                )
             };
             self.destroy(&live, state, &reason).await;
             if state == "expired" {
-                self.metrics.sandboxes_expired.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .sandboxes_expired
+                    .fetch_add(1, Ordering::Relaxed);
             }
-            self.audit.record(&format!("sandbox.{state}"), &live.key_id, Some(&live.id), json!({"reason": reason}));
+            self.audit.record(
+                &format!("sandbox.{state}"),
+                &live.key_id,
+                Some(&live.id),
+                json!({"reason": reason}),
+            );
         }
     }
 
     /// Kills every sandbox (server shutdown).
     pub async fn shutdown_all(&self) {
-        let all: Vec<Arc<Live>> = self.live.read().map(|l| l.values().cloned().collect()).unwrap_or_default();
+        let all: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
         for live in all {
             self.destroy(&live, "reaped", "the server shut down").await;
         }
@@ -453,26 +595,45 @@ impl Service {
     fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
         let argv = req.cmd.argv();
         if argv.is_empty() || argv[0].is_empty() {
-            return Err(ApiError::bad_request("cmd: give an argv array or a shell string"));
+            return Err(ApiError::bad_request(
+                "cmd: give an argv array or a shell string",
+            ));
         }
         for k in req.env.keys() {
             EnvEntry::parse(&format!("{k}=x")).map_err(|e| ApiError::bad_request(e.to_string()))?;
         }
         let timeout = match &req.timeout {
             Some(t) => duration(t, "timeout")?,
-            None => live.profile.limits.timeout.min(self.cfg.default_exec_timeout.max(live.profile.limits.timeout)),
+            None => live.profile.limits.timeout.min(
+                self.cfg
+                    .default_exec_timeout
+                    .max(live.profile.limits.timeout),
+            ),
         };
         if timeout > self.cfg.max_exec_timeout {
-            return Err(ApiError::bad_request(format!("timeout: at most {}s", self.cfg.max_exec_timeout.as_secs())));
+            return Err(ApiError::bad_request(format!(
+                "timeout: at most {}s",
+                self.cfg.max_exec_timeout.as_secs()
+            )));
         }
         Ok((
-            ExecSpec { argv, env: req.env.clone().into_iter().collect(), cwd: req.cwd.clone() },
+            ExecSpec {
+                argv,
+                env: req.env.clone().into_iter().collect(),
+                cwd: req.cwd.clone(),
+            },
             timeout,
         ))
     }
 
     /// Runs a command to completion; with `events`, streams its output as it comes.
-    pub async fn exec(self: &Arc<Self>, caller: &Caller, id: &str, req: ExecRequest, events: Option<mpsc::Sender<ExecEvent>>) -> Result<Outcome, ApiError> {
+    pub async fn exec(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        events: Option<mpsc::Sender<ExecEvent>>,
+    ) -> Result<Outcome, ApiError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         self.audit.record(
@@ -481,12 +642,25 @@ impl Service {
             Some(id),
             json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "timeout_ms": timeout.as_millis() as u64}),
         );
-        let outcome = run_in(&live, spec, req.stdin.map(String::into_bytes), timeout, events, None).await?;
+        let outcome = run_in(
+            &live,
+            spec,
+            req.stdin.map(String::into_bytes),
+            timeout,
+            events,
+            None,
+        )
+        .await?;
         self.metrics.observe_exec(outcome.usage.wall_ms as f64);
         Ok(outcome)
     }
 
-    pub async fn exec_background(self: &Arc<Self>, caller: &Caller, id: &str, req: ExecRequest) -> Result<CommandInfo, ApiError> {
+    pub async fn exec_background(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<CommandInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         let argv = spec.argv.clone();
@@ -506,20 +680,30 @@ impl Service {
         if let Ok(mut c) = live.commands.lock() {
             // Keep the table bounded: forget finished commands beyond 100.
             if c.len() >= 100 {
-                let finished: Vec<String> = c.iter().filter(|(_, v)| v.done.borrow().is_some()).map(|(k, _)| k.clone()).collect();
+                let finished: Vec<String> = c
+                    .iter()
+                    .filter(|(_, v)| v.done.borrow().is_some())
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 for k in finished {
                     c.remove(&k);
                 }
             }
             c.insert(cid.clone(), cmd.clone());
         }
-        self.audit.record("sandbox.exec", &caller.key_id, Some(id), json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid}));
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid}),
+        );
         let svc = self.clone();
         let live2 = live.clone();
         let cmd2 = cmd.clone();
         tokio::spawn(async move {
             let outcome = pump(&live2, started, None, timeout, None, Some(&cmd2)).await;
-            let outcome = outcome.unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
+            let outcome = outcome
+                .unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
             svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
             let _ = done_tx.send(Some(outcome));
         });
@@ -528,35 +712,62 @@ impl Service {
 
     fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
         let live = self.get_live(caller, id)?;
-        let c = live.commands.lock().map_err(|_| ApiError::internal("lock"))?;
-        c.get(cid).cloned().ok_or_else(|| ApiError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        c.get(cid)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
     }
 
     pub fn list_commands(&self, caller: &Caller, id: &str) -> Result<CommandList, ApiError> {
         let live = self.get_live(caller, id)?;
-        let c = live.commands.lock().map_err(|_| ApiError::internal("lock"))?;
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
         let mut commands: Vec<CommandInfo> = c.values().map(|c| c.info()).collect();
         commands.sort_by_key(|c| c.started_at_ms);
         Ok(CommandList { commands })
     }
 
-    pub fn get_command(&self, caller: &Caller, id: &str, cid: &str) -> Result<CommandInfo, ApiError> {
+    pub fn get_command(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+    ) -> Result<CommandInfo, ApiError> {
         Ok(self.command(caller, id, cid)?.info())
     }
 
-    pub async fn wait_command(&self, caller: &Caller, id: &str, cid: &str, timeout: Duration) -> Result<CommandInfo, ApiError> {
+    pub async fn wait_command(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        timeout: Duration,
+    ) -> Result<CommandInfo, ApiError> {
         let cmd = self.command(caller, id, cid)?;
         let mut rx = cmd.done.clone();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|o| o.is_some())).await;
         Ok(cmd.info())
     }
 
-    pub async fn command_stdin(&self, caller: &Caller, id: &str, cid: &str, req: StdinRequest) -> Result<(), ApiError> {
+    pub async fn command_stdin(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        req: StdinRequest,
+    ) -> Result<(), ApiError> {
         let cmd = self.command(caller, id, cid)?;
         let mut guard = cmd.stdin.lock().await;
         if let Some(w) = guard.as_mut() {
             if !req.data.is_empty() {
-                w.write_all(req.data.as_bytes()).await.map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
+                w.write_all(req.data.as_bytes())
+                    .await
+                    .map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
             }
         } else if !req.data.is_empty() {
             return Err(ApiError::conflict("stdin of this command is closed"));
@@ -567,11 +778,133 @@ impl Service {
         Ok(())
     }
 
-    pub fn command_signal(&self, caller: &Caller, id: &str, cid: &str, signal: i32) -> Result<(), ApiError> {
+    pub fn command_signal(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        signal: i32,
+    ) -> Result<(), ApiError> {
         let live = self.get_live(caller, id)?;
         let cmd = self.command(caller, id, cid)?;
         live.sandbox.signal(cmd.exec_id, signal);
-        self.audit.record("sandbox.signal", &caller.key_id, Some(id), json!({"command_id": cid, "signal": signal}));
+        self.audit.record(
+            "sandbox.signal",
+            &caller.key_id,
+            Some(id),
+            json!({"command_id": cid, "signal": signal}),
+        );
+        Ok(())
+    }
+
+    /// Runs a code cell in a stateful context (see [`crate::kernel`]).
+    pub async fn run_code(
+        &self,
+        caller: &Caller,
+        id: &str,
+        req: crate::kernel::CodeRequest,
+        events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
+    ) -> Result<crate::kernel::CodeResult, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(&req.language)?;
+        let context = req.context.clone().unwrap_or_else(|| "default".into());
+        let timeout = match &req.timeout {
+            Some(t) => duration(t, "timeout")?,
+            None => live.profile.limits.timeout,
+        };
+        if timeout > self.cfg.max_exec_timeout {
+            return Err(ApiError::bad_request(format!(
+                "timeout: at most {}s",
+                self.cfg.max_exec_timeout.as_secs()
+            )));
+        }
+        let slot = live.contexts.slot(language, &context)?;
+        self.audit.record(
+            "sandbox.code",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": context, "bytes": req.code.len()}),
+        );
+        let t0 = Instant::now();
+        let r = crate::kernel::run_cell(&live, &slot, &req.code, timeout, events).await;
+        self.metrics
+            .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
+        r
+    }
+
+    pub fn list_contexts(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Vec<crate::kernel::ContextInfo>, ApiError> {
+        Ok(self.get_live(caller, id)?.contexts.list())
+    }
+
+    pub async fn create_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+    ) -> Result<crate::kernel::ContextInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(language)?;
+        let slot = live.contexts.slot(language, name)?;
+        crate::kernel::ensure_started(&live, &slot).await?;
+        self.audit.record(
+            "sandbox.context.create",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": name}),
+        );
+        Ok(crate::kernel::ContextInfo {
+            language: language.into(),
+            name: name.into(),
+            execution_count: 0,
+            alive: true,
+        })
+    }
+
+    pub async fn restart_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(language)?;
+        let slot = live.contexts.slot(language, name)?;
+        crate::kernel::stop(&live, &slot).await;
+        self.audit.record(
+            "sandbox.context.restart",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": name}),
+        );
+        Ok(())
+    }
+
+    pub async fn delete_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(language)?;
+        let slot = live
+            .contexts
+            .remove(language, name)
+            .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
+        crate::kernel::stop(&live, &slot).await;
+        self.audit.record(
+            "sandbox.context.delete",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": name}),
+        );
         Ok(())
     }
 
@@ -582,16 +915,23 @@ impl Service {
     }
 }
 
-type StartedParts = (cordon_linux::persistent::Started, tokio::sync::oneshot::Receiver<ExitInfo>, Instant);
+type StartedParts = (
+    cordon_linux::persistent::Started,
+    tokio::sync::oneshot::Receiver<ExitInfo>,
+    Instant,
+);
 
 async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sb = live.sandbox.clone();
     let t0 = Instant::now();
     let started = tokio::task::spawn_blocking(move || {
-        sb.exec(spec, Box::new(move |e| {
-            let _ = tx.send(e);
-        }))
+        sb.exec(
+            spec,
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
@@ -599,13 +939,27 @@ async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiErro
     Ok((started, rx, t0))
 }
 
-async fn run_in(live: &Arc<Live>, spec: ExecSpec, stdin: Option<Vec<u8>>, timeout: Duration, events: Option<mpsc::Sender<ExecEvent>>, bg: Option<&BgCommand>) -> Result<Outcome, ApiError> {
+async fn run_in(
+    live: &Arc<Live>,
+    spec: ExecSpec,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    events: Option<mpsc::Sender<ExecEvent>>,
+    bg: Option<&BgCommand>,
+) -> Result<Outcome, ApiError> {
     let started = start(live, spec).await?;
     pump(live, started, stdin, timeout, events, bg).await
 }
 
 /// Feeds stdin, drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
-async fn pump(live: &Arc<Live>, started: StartedParts, stdin: Option<Vec<u8>>, timeout: Duration, events: Option<mpsc::Sender<ExecEvent>>, bg: Option<&BgCommand>) -> Result<Outcome, ApiError> {
+async fn pump(
+    live: &Arc<Live>,
+    started: StartedParts,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    events: Option<mpsc::Sender<ExecEvent>>,
+    bg: Option<&BgCommand>,
+) -> Result<Outcome, ApiError> {
     let (st, exit_rx, t0) = started;
     let exec_id = st.id;
     let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
@@ -716,7 +1070,10 @@ async fn pump(live: &Arc<Live>, started: StartedParts, stdin: Option<Vec<u8>>, t
         outcome.error = Some(if *errno == libc::ENOENT {
             format!("command not found: {what}")
         } else {
-            format!("cannot execute {what}: {}", std::io::Error::from_raw_os_error(*errno))
+            format!(
+                "cannot execute {what}: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            )
         });
     } else if let Some(reason) = &exit.sandbox_ended {
         outcome.status = Status::Error;

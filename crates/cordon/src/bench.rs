@@ -25,10 +25,39 @@ struct Variant {
 
 fn bwrap_argv(cmd: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
-        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr",
-        "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-        "--symlink", "usr/sbin", "/sbin", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
-        "--tmpfs", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--",
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -71,23 +100,39 @@ pub fn main(a: BenchArgs) -> i32 {
         }
     };
     let me = me.display().to_string();
-    let have_bwrap = Command::new("bwrap").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let have_bwrap = Command::new("bwrap")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     if !have_bwrap {
         eprintln!("cordon bench: bubblewrap not found; install it (apt-get install bubblewrap) to compare");
     }
     let mut report = Vec::new();
-    for (label, cmd) in [("/bin/true", vec!["/bin/true"]), ("python3 -c pass", vec!["/usr/bin/python3", "-c", "pass"])] {
+    for (label, cmd) in [
+        ("/bin/true", vec!["/bin/true"]),
+        ("python3 -c pass", vec!["/usr/bin/python3", "-c", "pass"]),
+    ] {
         let mut variants = vec![Variant {
             name: "bare".into(),
             argv: cmd.iter().map(|s| s.to_string()).collect(),
             samples: Vec::new(),
         }];
         if have_bwrap {
-            variants.push(Variant { name: "bwrap".into(), argv: bwrap_argv(&cmd), samples: Vec::new() });
+            variants.push(Variant {
+                name: "bwrap".into(),
+                argv: bwrap_argv(&cmd),
+                samples: Vec::new(),
+            });
         }
         let mut c = vec![me.clone(), "run".into(), "--".into()];
         c.extend(cmd.iter().map(|s| s.to_string()));
-        variants.push(Variant { name: "cordon".into(), argv: c, samples: Vec::new() });
+        variants.push(Variant {
+            name: "cordon".into(),
+            argv: c,
+            samples: Vec::new(),
+        });
         // Warm the page cache once for each, then interleave.
         for v in &variants {
             if let Err(e) = time_once(&v.argv) {
@@ -106,7 +151,10 @@ pub fn main(a: BenchArgs) -> i32 {
                 }
             }
         }
-        let medians: Vec<(String, Duration)> = variants.iter_mut().map(|v| (v.name.clone(), median(&mut v.samples))).collect();
+        let medians: Vec<(String, Duration)> = variants
+            .iter_mut()
+            .map(|v| (v.name.clone(), median(&mut v.samples)))
+            .collect();
         let get = |n: &str| medians.iter().find(|(m, _)| m == n).map(|(_, d)| *d);
         let cordon = get("cordon").unwrap_or_default();
         let bare = get("bare").unwrap_or_default();
@@ -119,13 +167,19 @@ pub fn main(a: BenchArgs) -> i32 {
             "cordon_vs_bwrap": bwrap.map(|b| ms(cordon) / ms(b).max(1e-9)),
         }));
         if !a.json {
-            println!("{label} ({} runs each, median wall time of a cold start):", a.iterations);
+            println!(
+                "{label} ({} runs each, median wall time of a cold start):",
+                a.iterations
+            );
             for (n, d) in &medians {
                 println!("  {n:8} {:8.2} ms", ms(*d));
             }
             println!("  cordon / bare  = {:.2}x", ms(cordon) / ms(bare).max(1e-9));
             if let Some(b) = bwrap {
-                println!("  cordon / bwrap = {:.2}x  (target: <= 1.00x)", ms(cordon) / ms(b).max(1e-9));
+                println!(
+                    "  cordon / bwrap = {:.2}x  (target: <= 1.00x)",
+                    ms(cordon) / ms(b).max(1e-9)
+                );
             }
         }
     }

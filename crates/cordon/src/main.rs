@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod mcp;
 mod run;
 mod run_egress;
 mod serve;
@@ -34,6 +35,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
     Serve(serve::ServeArgs),
+    /// Serve the sandbox as MCP tools on stdin/stdout, for agent hosts.
+    Mcp(mcp::McpArgs),
     /// Manage API keys of `cordon serve`.
     Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
+        Command::Mcp(args) => mcp::main(args),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }

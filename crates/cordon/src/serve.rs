@@ -7,12 +7,14 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use cordon_policy::units::{parse_duration, parse_size};
 use cordon_server::registry::Registry;
-use cordon_server::{Config, Service, ServeOptions};
+use cordon_server::{Config, ServeOptions, Service};
 
 #[derive(Args, Debug)]
-#[command(after_help = "On first start (no keys yet) an API key is created and printed once; \
+#[command(
+    after_help = "On first start (no keys yet) an API key is created and printed once; \
 create more with `cordon keys create`.\n\nExample:\n  cordon serve --listen 127.0.0.1:8080\n  \
-curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes")]
+curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes"
+)]
 pub struct ServeArgs {
     /// Address to listen on. Non-loopback addresses require API keys (no --no-auth).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -56,7 +58,9 @@ impl DataDir {
         if unsafe { libc::geteuid() } == 0 {
             return PathBuf::from("/var/lib/cordon");
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
         home.join(".local/share/cordon")
     }
 }
@@ -148,11 +152,18 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     let dur = |flag: &str, v: &str| parse_duration(v).map_err(|e| format!("--{flag}: {e}"));
     let max_upload = parse_size(&a.max_upload).map_err(|e| format!("--max-upload: {e}"))?;
     let node = a.node.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "node".into())
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "node".into())
     });
-    let node: String = node.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
+    let node: String = node
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(32)
+        .collect();
     let cfg = Config {
-        helper_exe: std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?,
+        helper_exe: std::env::current_exe()
+            .map_err(|e| format!("cannot find my own executable: {e}"))?,
         data_dir: dir.clone(),
         node: if node.is_empty() { "node".into() } else { node },
         default_ttl: dur("default-ttl", &a.default_ttl)?,
@@ -170,18 +181,28 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         let service = Service::new(cfg).map_err(|e| e.to_string())?;
         let mut first_key = None;
         if !a.no_auth && service.registry.active_keys().map_err(|e| e.to_string())? == 0 {
-            let (secret, id) = cordon_server::create_key(&service.registry, "default", cordon_server::DEFAULT_MAX_SANDBOXES, cordon_server::DEFAULT_RPS)
-                .map_err(|e| e.to_string())?;
+            let (secret, id) = cordon_server::create_key(
+                &service.registry,
+                "default",
+                cordon_server::DEFAULT_MAX_SANDBOXES,
+                cordon_server::DEFAULT_RPS,
+            )
+            .map_err(|e| e.to_string())?;
             first_key = Some((secret, id));
         }
-        let opts = ServeOptions { listen: a.listen, open: a.no_auth };
+        let opts = ServeOptions {
+            listen: a.listen,
+            open: a.no_auth,
+        };
         cordon_server::serve(service, opts, move |addr| {
             println!("cordon serving on http://{addr}");
             println!("data in {}", dir.display());
             match first_key {
                 Some((secret, id)) => println!("API key ({id}, shown once): {secret}"),
                 None if a.no_auth => println!("authentication disabled (loopback only)"),
-                None => println!("API keys: see `cordon keys list`; create one with `cordon keys create`"),
+                None => println!(
+                    "API keys: see `cordon keys list`; create one with `cordon keys create`"
+                ),
             }
             use std::io::Write;
             let _ = std::io::stdout().flush();

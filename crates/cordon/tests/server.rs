@@ -37,18 +37,30 @@ impl Server {
             if let Some((_, k)) = line.split_once("shown once): ") {
                 key = k.trim().to_string();
             }
-            if line.starts_with("API key") || line.starts_with("API keys") || line.starts_with("authentication disabled") {
+            if line.starts_with("API key")
+                || line.starts_with("API keys")
+                || line.starts_with("authentication disabled")
+            {
                 break;
             }
         }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         assert!(!url.is_empty(), "server did not print its URL");
-        Server { child, url, key, data_dir }
+        Server {
+            child,
+            url,
+            key,
+            data_dir,
+        }
     }
 
     fn start() -> Server {
-        let dir = std::env::temp_dir().join(format!("cordon-serve-test-{}-{}", std::process::id(), unique()));
+        let dir = std::env::temp_dir().join(format!(
+            "cordon-serve-test-{}-{}",
+            std::process::id(),
+            unique()
+        ));
         Server::start_in(dir, &[])
     }
 
@@ -71,7 +83,10 @@ impl Server {
         };
         let status = resp.status();
         let text = resp.into_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     fn create(&self, body: Value) -> String {
@@ -117,7 +132,9 @@ fn unique() -> u64 {
 fn processes_with(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
         if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() {
             out.push(pid);
@@ -147,7 +164,10 @@ fn lifecycle_exec_and_state() {
     assert_eq!(info["enforcement"]["seccomp"], true);
     assert_eq!(info["metadata"]["agent"], "a1");
 
-    let o = s.exec(&id, json!({"cmd": "echo $GREETING > /workspace/a.txt; echo out; echo err >&2; exit 3"}));
+    let o = s.exec(
+        &id,
+        json!({"cmd": "echo $GREETING > /workspace/a.txt; echo out; echo err >&2; exit 3"}),
+    );
     assert_eq!(o["status"], "exited");
     assert_eq!(o["exit_code"], 3);
     assert_eq!(o["stdout"], "out\n");
@@ -169,11 +189,20 @@ fn lifecycle_exec_and_state() {
     // List with a metadata filter.
     let other = s.create(json!({"metadata": {"agent": "a2"}}));
     let (_, l) = s.call("GET", "/v1/sandboxes?metadata.agent=a1", None);
-    let ids: Vec<&str> = l["sandboxes"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = l["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, vec![id.as_str()]);
 
     // TTL extension.
-    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/ttl"), Some(json!({"ttl": "2h"})));
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/ttl"),
+        Some(json!({"ttl": "2h"})),
+    );
     assert_eq!(st, 200, "{v}");
     assert!(v["expires_at"].as_u64().unwrap() > v["created_at"].as_u64().unwrap() + 7000);
 
@@ -185,9 +214,15 @@ fn lifecycle_exec_and_state() {
     let (st, v) = s.call("GET", &format!("/v1/sandboxes/{id}"), None);
     assert_eq!(st, 200);
     assert_eq!(v["state"], "deleted");
-    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "true"})));
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "true"})),
+    );
     assert_eq!(st, 404, "{v}");
-    wait_until("the helper to exit", || processes_with(helper_marker).len() < before);
+    wait_until("the helper to exit", || {
+        processes_with(helper_marker).len() < before
+    });
     let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{other}"), None);
     assert_eq!(st, 204);
 }
@@ -198,43 +233,83 @@ fn isolation_between_sandboxes() {
     let a = s.create(json!({}));
     let b = s.create(json!({}));
     // A background process in A.
-    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{a}/exec"), Some(json!({"cmd": "sleep 60 # isolation-marker", "background": true})));
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/exec"),
+        Some(json!({"cmd": "sleep 60 # isolation-marker", "background": true})),
+    );
     assert_eq!(st, 202);
-    s.exec(&a, json!({"cmd": "echo secret-of-a > /tmp/s; echo x > /workspace/w"}));
+    s.exec(
+        &a,
+        json!({"cmd": "echo secret-of-a > /tmp/s; echo x > /workspace/w"}),
+    );
     let o = s.exec(&b, json!({"cmd": "ls /tmp /workspace; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"}));
     let seen = o["stdout"].as_str().unwrap();
     assert!(!seen.contains("sleep 60"), "B sees A's process: {o}");
-    assert!(!seen.lines().any(|l| l == "s" || l == "w"), "B sees A's files: {o}");
+    assert!(
+        !seen.lines().any(|l| l == "s" || l == "w"),
+        "B sees A's files: {o}"
+    );
     let o = s.exec(&b, json!({"cmd": ["cat", "/tmp/s"]}));
     assert_ne!(o["exit_code"], 0);
     // Signalling every pid B can see cannot reach A's process.
     s.exec(&b, json!({"cmd": "kill -9 -1; true"}));
-    let o = s.exec(&a, json!({"cmd": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"}));
-    assert!(o["stdout"].as_str().unwrap().contains("sleep 60"), "A's process survived: {o}");
+    let o = s.exec(
+        &a,
+        json!({"cmd": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"}),
+    );
+    assert!(
+        o["stdout"].as_str().unwrap().contains("sleep 60"),
+        "A's process survived: {o}"
+    );
 }
 
 #[test]
 fn background_commands_and_streaming() {
     let s = Server::start();
     let id = s.create(json!({}));
-    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "read line; echo got:$line; sleep 0.2; echo done", "background": true})));
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "read line; echo got:$line; sleep 0.2; echo done", "background": true})),
+    );
     assert_eq!(st, 202, "{v}");
     let cid = v["command_id"].as_str().unwrap().to_string();
     let (st, l) = s.call("GET", &format!("/v1/sandboxes/{id}/commands"), None);
     assert_eq!(st, 200);
     assert_eq!(l["commands"][0]["running"], true);
-    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/stdin"), Some(json!({"data": "hello\n", "close": true})));
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/commands/{cid}/stdin"),
+        Some(json!({"data": "hello\n", "close": true})),
+    );
     assert_eq!(st, 204);
-    let (_, w) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"), None);
+    let (_, w) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"),
+        None,
+    );
     assert_eq!(w["running"], false, "{w}");
     assert_eq!(w["outcome"]["stdout"], "got:hello\ndone\n");
 
     // A long one, signalled.
-    let (_, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": ["sleep", "100"], "background": true})));
+    let (_, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": ["sleep", "100"], "background": true})),
+    );
     let cid = v["command_id"].as_str().unwrap().to_string();
-    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/signal"), Some(json!({"signal": "TERM"})));
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/commands/{cid}/signal"),
+        Some(json!({"signal": "TERM"})),
+    );
     assert_eq!(st, 204);
-    let (_, w) = s.call("POST", &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"), None);
+    let (_, w) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/commands/{cid}/wait?timeout=10s"),
+        None,
+    );
     assert_eq!(w["outcome"]["status"], "signaled", "{w}");
     assert_eq!(w["outcome"]["signal"], 15);
 
@@ -242,22 +317,35 @@ fn background_commands_and_streaming() {
     let resp = s
         .req("POST", &format!("/v1/sandboxes/{id}/exec"))
         .set("Accept", "text/event-stream")
-        .send_json(json!({"cmd": "for i in 1 2 3; do echo line$i; sleep 0.05; done; echo oops >&2"}))
+        .send_json(
+            json!({"cmd": "for i in 1 2 3; do echo line$i; sleep 0.05; done; echo oops >&2"}),
+        )
         .expect("stream");
     assert!(resp.content_type().contains("text/event-stream"));
     let mut body = String::new();
-    resp.into_reader().read_to_string(&mut body).expect("read stream");
+    resp.into_reader()
+        .read_to_string(&mut body)
+        .expect("read stream");
     let events: Vec<(String, Value)> = body
         .split("\n\n")
         .filter_map(|block| {
-            let ev = block.lines().find_map(|l| l.strip_prefix("event: "))?.to_string();
+            let ev = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))?
+                .to_string();
             let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
             Some((ev, serde_json::from_str(data).ok()?))
         })
         .collect();
-    let stdout: String = events.iter().filter(|(e, _)| e == "stdout").map(|(_, d)| d["data"].as_str().unwrap().to_string()).collect();
+    let stdout: String = events
+        .iter()
+        .filter(|(e, _)| e == "stdout")
+        .map(|(_, d)| d["data"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(stdout, "line1\nline2\nline3\n");
-    assert!(events.iter().any(|(e, d)| e == "stderr" && d["data"] == "oops\n"));
+    assert!(events
+        .iter()
+        .any(|(e, d)| e == "stderr" && d["data"] == "oops\n"));
     let (last, exit) = events.last().expect("events");
     assert_eq!(last, "exit");
     assert_eq!(exit["exit_code"], 0);
@@ -267,20 +355,36 @@ fn background_commands_and_streaming() {
 fn files_api_and_traversal_attacks() {
     let s = Server::start();
     let id = s.create(json!({"disk": "2M"}));
-    let host_secret_dir = std::env::temp_dir().join(format!("cordon-host-secret-{}", std::process::id()));
+    let host_secret_dir =
+        std::env::temp_dir().join(format!("cordon-host-secret-{}", std::process::id()));
     std::fs::create_dir_all(&host_secret_dir).unwrap();
     let secret = host_secret_dir.join("secret.txt");
     std::fs::write(&secret, "host secret").unwrap();
 
     let put = |path: &str, data: &[u8]| -> (u16, Value) {
-        let res = s.req("PUT", &format!("/v1/sandboxes/{id}/files?path={path}")).send_bytes(data);
-        let r = match res { Ok(r) => r, Err(ureq::Error::Status(_, r)) => r, Err(e) => panic!("{e}") };
+        let res = s
+            .req("PUT", &format!("/v1/sandboxes/{id}/files?path={path}"))
+            .send_bytes(data);
+        let r = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{e}"),
+        };
         let st = r.status();
-        (st, serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null))
+        (
+            st,
+            serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+        )
     };
     let get = |path: &str| -> (u16, Vec<u8>) {
-        let res = s.req("GET", &format!("/v1/sandboxes/{id}/files?path={path}")).call();
-        let r = match res { Ok(r) => r, Err(ureq::Error::Status(_, r)) => r, Err(e) => panic!("{e}") };
+        let res = s
+            .req("GET", &format!("/v1/sandboxes/{id}/files?path={path}"))
+            .call();
+        let r = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{e}"),
+        };
         let st = r.status();
         let mut v = Vec::new();
         r.into_reader().read_to_end(&mut v).unwrap();
@@ -288,19 +392,61 @@ fn files_api_and_traversal_attacks() {
     };
     assert_eq!(put("/workspace/dir/hello.txt", b"hello").0, 201);
     assert_eq!(get("/workspace/dir/hello.txt"), (200, b"hello".to_vec()));
-    let o = s.exec(&id, json!({"cmd": "cat /workspace/dir/hello.txt && echo more >> /workspace/dir/hello.txt"}));
-    assert_eq!(o["stdout"], "hello", "uploaded file visible and writable inside: {o}");
-    assert_eq!(get("dir/hello.txt").1, b"hellomore\n".to_vec(), "relative paths are under /workspace");
-    let (st, l) = s.call("GET", &format!("/v1/sandboxes/{id}/files/list?path=/workspace/dir"), None);
+    let o = s.exec(
+        &id,
+        json!({"cmd": "cat /workspace/dir/hello.txt && echo more >> /workspace/dir/hello.txt"}),
+    );
+    assert_eq!(
+        o["stdout"], "hello",
+        "uploaded file visible and writable inside: {o}"
+    );
+    assert_eq!(
+        get("dir/hello.txt").1,
+        b"hellomore\n".to_vec(),
+        "relative paths are under /workspace"
+    );
+    let (st, l) = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files/list?path=/workspace/dir"),
+        None,
+    );
     assert_eq!(st, 200);
     assert_eq!(l["entries"][0]["name"], "hello.txt");
     assert_eq!(l["entries"][0]["type"], "file");
-    assert_eq!(s.call("POST", &format!("/v1/sandboxes/{id}/files/mkdir"), Some(json!({"path": "/workspace/m/n"}))).0, 201);
-    assert_eq!(s.call("POST", &format!("/v1/sandboxes/{id}/files/move"), Some(json!({"from": "/workspace/dir/hello.txt", "to": "/workspace/m/n/h.txt"}))).0, 204);
-    assert_eq!(s.call("GET", &format!("/v1/sandboxes/{id}/files/stat?path=/workspace/m/n/h.txt"), None).1["size"], 10);
+    assert_eq!(
+        s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/files/mkdir"),
+            Some(json!({"path": "/workspace/m/n"}))
+        )
+        .0,
+        201
+    );
+    assert_eq!(
+        s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/files/move"),
+            Some(json!({"from": "/workspace/dir/hello.txt", "to": "/workspace/m/n/h.txt"}))
+        )
+        .0,
+        204
+    );
+    assert_eq!(
+        s.call(
+            "GET",
+            &format!("/v1/sandboxes/{id}/files/stat?path=/workspace/m/n/h.txt"),
+            None
+        )
+        .1["size"],
+        10
+    );
 
     // Traversal and absolute host paths stay inside.
-    for p in ["../../../../etc/shadow", "/../../etc/shadow", &secret.display().to_string()] {
+    for p in [
+        "../../../../etc/shadow",
+        "/../../etc/shadow",
+        &secret.display().to_string(),
+    ] {
         let (st, body) = get(p);
         assert_ne!(st, 200, "{p} returned {:?}", String::from_utf8_lossy(&body));
     }
@@ -309,18 +455,38 @@ fn files_api_and_traversal_attacks() {
     assert_ne!(get("/workspace/link").0, 200);
     assert_ne!(put("/workspace/dirlink/secret.txt", b"pwned").0, 201);
     let _ = put("/workspace/link", b"pwned");
-    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}/files?path=/workspace/dirlink/secret.txt"), None);
+    let (st, _) = s.call(
+        "DELETE",
+        &format!("/v1/sandboxes/{id}/files?path=/workspace/dirlink/secret.txt"),
+        None,
+    );
     assert_ne!(st, 204);
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret", "host file untouched");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "host secret",
+        "host file untouched"
+    );
     // Symlink-swap race: the sandbox flips a dir and a symlink to the host while we write.
     let (_, v) = s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": format!("cd /workspace; for i in $(seq 3000); do rm -rf race; mkdir race; rm -rf race; ln -s {} race; done", host_secret_dir.display()), "background": true})));
     let race_cmd = v["command_id"].as_str().unwrap().to_string();
     for _ in 0..200 {
         let _ = put("/workspace/race/secret.txt", b"pwned");
-        let _ = s.call("DELETE", &format!("/v1/sandboxes/{id}/files?path=/workspace/race&recursive=true"), None);
+        let _ = s.call(
+            "DELETE",
+            &format!("/v1/sandboxes/{id}/files?path=/workspace/race&recursive=true"),
+            None,
+        );
     }
-    s.call("POST", &format!("/v1/sandboxes/{id}/commands/{race_cmd}/signal"), Some(json!({"signal": 9})));
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret", "race did not reach the host");
+    s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/commands/{race_cmd}/signal"),
+        Some(json!({"signal": 9})),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "host secret",
+        "race did not reach the host"
+    );
     assert_eq!(std::fs::read_dir(&host_secret_dir).unwrap().count(), 1);
 
     // Disk full answers 507; oversized upload 413 (server limit) is tested separately.
@@ -338,7 +504,9 @@ fn auth_quota_rate_limit_and_body_limit() {
     // No key, wrong key.
     let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).call();
     assert!(matches!(r, Err(ureq::Error::Status(401, _))));
-    let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).set("Authorization", "Bearer cdn_wrong").call();
+    let r = ureq::get(&format!("{}/v1/sandboxes", s.url))
+        .set("Authorization", "Bearer cdn_wrong")
+        .call();
     match r {
         Err(ureq::Error::Status(401, resp)) => {
             let v: Value = resp.into_json().unwrap();
@@ -347,21 +515,48 @@ fn auth_quota_rate_limit_and_body_limit() {
         other => panic!("expected 401, got {other:?}"),
     }
     // healthz, metrics and openapi need no key.
-    assert_eq!(ureq::get(&format!("{}/healthz", s.url)).call().unwrap().status(), 200);
-    let openapi: Value = ureq::get(&format!("{}/openapi.json", s.url)).call().unwrap().into_json().unwrap();
+    assert_eq!(
+        ureq::get(&format!("{}/healthz", s.url))
+            .call()
+            .unwrap()
+            .status(),
+        200
+    );
+    let openapi: Value = ureq::get(&format!("{}/openapi.json", s.url))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
     assert!(openapi["paths"]["/v1/sandboxes/{id}/exec"].is_object());
 
     // A key limited to 1 sandbox and 5 requests/s, created with the CLI.
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["keys", "create", "--name", "tight", "--max-sandboxes", "1", "--rps", "5", "--data-dir"])
+        .args([
+            "keys",
+            "create",
+            "--name",
+            "tight",
+            "--max-sandboxes",
+            "1",
+            "--rps",
+            "5",
+            "--data-dir",
+        ])
         .arg(&dir)
         .output()
         .unwrap();
     assert!(out.status.success());
     let tight = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let post = |body: Value| ureq::post(&format!("{}/v1/sandboxes", s.url)).set("Authorization", &format!("Bearer {tight}")).send_json(body);
+    let post = |body: Value| {
+        ureq::post(&format!("{}/v1/sandboxes", s.url))
+            .set("Authorization", &format!("Bearer {tight}"))
+            .send_json(body)
+    };
     let first = post(json!({})).expect("first sandbox");
-    let sid = first.into_json::<Value>().unwrap()["id"].as_str().unwrap().to_string();
+    let sid = first.into_json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     match post(json!({})) {
         Err(ureq::Error::Status(429, resp)) => {
             assert!(resp.header("Retry-After").is_some());
@@ -374,7 +569,9 @@ fn auth_quota_rate_limit_and_body_limit() {
     assert_eq!(s.call("GET", &format!("/v1/sandboxes/{sid}"), None).0, 404);
     let mut limited = 0;
     for _ in 0..20 {
-        let r = ureq::get(&format!("{}/v1/sandboxes", s.url)).set("Authorization", &format!("Bearer {tight}")).call();
+        let r = ureq::get(&format!("{}/v1/sandboxes", s.url))
+            .set("Authorization", &format!("Bearer {tight}"))
+            .call();
         if let Err(ureq::Error::Status(429, resp)) = r {
             assert!(resp.header("Retry-After").is_some());
             limited += 1;
@@ -383,16 +580,36 @@ fn auth_quota_rate_limit_and_body_limit() {
     assert!(limited > 0, "rate limit never hit");
     // Upload over --max-upload.
     let id = s.create(json!({}));
-    let r = s.req("PUT", &format!("/v1/sandboxes/{id}/files?path=/workspace/x")).send_bytes(&vec![0u8; 2 << 20]);
+    let r = s
+        .req(
+            "PUT",
+            &format!("/v1/sandboxes/{id}/files?path=/workspace/x"),
+        )
+        .send_bytes(&vec![0u8; 2 << 20]);
     assert!(matches!(r, Err(ureq::Error::Status(413, _))), "{r:?}");
     // Audit log has events with key ids and never the key or env values.
-    s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "true", "env": {"TOKEN": "super-secret-value"}})));
+    s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "true", "env": {"TOKEN": "super-secret-value"}})),
+    );
     let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
     assert!(audit.contains("sandbox.create") && audit.contains("sandbox.exec"));
-    assert!(!audit.contains("super-secret-value") && !audit.contains(&tight) && !audit.contains(&s.key));
+    assert!(
+        !audit.contains("super-secret-value") && !audit.contains(&tight) && !audit.contains(&s.key)
+    );
     // Metrics.
-    let m = ureq::get(&format!("{}/metrics", s.url)).call().unwrap().into_string().unwrap();
-    assert!(m.contains("cordon_sandboxes{state=\"running\"}") && m.contains("cordon_exec_duration_seconds_bucket") && m.contains("cordon_denials_total{reason=\"rate_limit\"}"), "{m}");
+    let m = ureq::get(&format!("{}/metrics", s.url))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        m.contains("cordon_sandboxes{state=\"running\"}")
+            && m.contains("cordon_exec_duration_seconds_bucket")
+            && m.contains("cordon_denials_total{reason=\"rate_limit\"}"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -400,17 +617,27 @@ fn ttl_expiry_and_restart_reaps() {
     let dir = std::env::temp_dir().join(format!("cordon-serve-restart-{}", std::process::id()));
     let mut s = Server::start_in(dir.clone(), &[]);
     let short = s.create(json!({"ttl": 1}));
-    wait_until("the TTL reaper", || s.call("GET", &format!("/v1/sandboxes/{short}"), None).1["state"] == "expired");
+    wait_until("the TTL reaper", || {
+        s.call("GET", &format!("/v1/sandboxes/{short}"), None).1["state"] == "expired"
+    });
 
     let live = s.create(json!({"ttl": "1h"}));
     s.exec(&live, json!({"cmd": "sleep 300 # restart-marker &"}));
-    let (_, v) = s.call("POST", &format!("/v1/sandboxes/{live}/exec"), Some(json!({"cmd": "sleep 300 # restart-marker-2", "background": true})));
+    let (_, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{live}/exec"),
+        Some(json!({"cmd": "sleep 300 # restart-marker-2", "background": true})),
+    );
     assert!(v["command_id"].is_string());
-    wait_until("the background command to start", || !processes_with("restart-marker-2").is_empty());
+    wait_until("the background command to start", || {
+        !processes_with("restart-marker-2").is_empty()
+    });
     let key = s.key.clone();
     s.kill9();
     // Nothing of the sandbox outlives the server.
-    wait_until("sandbox processes to die", || processes_with("restart-marker").is_empty());
+    wait_until("sandbox processes to die", || {
+        processes_with("restart-marker").is_empty()
+    });
     let mut s2 = Server::start_in(dir.clone(), &[]);
     s2.key = key;
     let (st, v) = s2.call("GET", &format!("/v1/sandboxes/{live}"), None);
@@ -422,14 +649,26 @@ fn ttl_expiry_and_restart_reaps() {
 #[test]
 fn one_shot_run_endpoint() {
     let s = Server::start();
-    let (st, o) = s.call("POST", "/v1/run", Some(json!({"cmd": ["python3", "-c", "import os; print(os.getuid())"], "timeout": "10s"})));
+    let (st, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(json!({"cmd": ["python3", "-c", "import os; print(os.getuid())"], "timeout": "10s"})),
+    );
     assert_eq!(st, 200, "{o}");
     assert_eq!(o["status"], "exited");
     assert_eq!(o["stdout"], "1000\n");
     assert_eq!(o["enforcement"]["net_ns"], true);
-    let (_, o) = s.call("POST", "/v1/run", Some(json!({"cmd": "sleep 5", "timeout": "200ms"})));
+    let (_, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(json!({"cmd": "sleep 5", "timeout": "200ms"})),
+    );
     assert_eq!(o["status"], "timeout");
-    let (st, o) = s.call("POST", "/v1/run", Some(json!({"cmd": "true", "memory": "lots"})));
+    let (st, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(json!({"cmd": "true", "memory": "lots"})),
+    );
     assert_eq!(st, 400);
     assert_eq!(o["error"]["code"], "invalid_request");
 }

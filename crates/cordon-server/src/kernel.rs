@@ -1,0 +1,496 @@
+//! Stateful code interpreter: one driver process per (language, context) inside a persistent
+//! sandbox, speaking JSON lines over its own stdin/stdout (see kernels/driver.py).
+//!
+//! Everything a driver says is untrusted: lines are size-capped, unparsable lines are ignored,
+//! and a driver that dies or stops answering is replaced — the caller is told its state is gone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_linux::persistent::{ExecSpec, ExitInfo};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, Mutex};
+
+use crate::error::ApiError;
+use crate::service::Live;
+
+pub const PY_DRIVER: &str = include_str!("kernels/driver.py");
+pub const NODE_DRIVER: &str = include_str!("kernels/node_driver.js");
+
+/// Longest protocol line accepted (a PNG result travels base64 in one line).
+const MAX_LINE: usize = 64 << 20;
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// After SIGINT, how long a kernel gets to report the interrupt before it is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
+pub const LANGUAGES: &[&str] = &["python", "javascript", "bash"];
+
+pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
+    match l.trim().to_ascii_lowercase().as_str() {
+        "python" | "python3" | "py" => Ok("python"),
+        "javascript" | "js" | "node" => Ok("javascript"),
+        "bash" | "sh" | "shell" => Ok("bash"),
+        other => Err(ApiError::bad_request(format!(
+            "language: '{other}' is not one of python, javascript, bash"
+        ))),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeRequest {
+    #[serde(default = "default_language")]
+    pub language: String,
+    pub code: String,
+    /// Named context; each has its own state. Default: `default`.
+    pub context: Option<String>,
+    /// Per-cell limit, e.g. `"30s"`.
+    pub timeout: Option<crate::types::Amount>,
+}
+
+fn default_language() -> String {
+    "python".into()
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CodeError {
+    pub name: String,
+    pub value: String,
+    pub traceback: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct CodeResult {
+    pub stdout: String,
+    pub stderr: String,
+    /// MIME bundles; one has `is_main_result: true` (the last expression's value).
+    #[schema(value_type = Vec<Object>)]
+    pub results: Vec<Value>,
+    pub error: Option<CodeError>,
+    pub execution_count: u64,
+    /// True when the kernel had to be restarted and earlier state was lost.
+    pub state_lost: bool,
+}
+
+/// A piece of a running cell, for streaming.
+#[derive(Debug, Clone)]
+pub enum CellEvent {
+    Stdout(String),
+    Stderr(String),
+    Result(Value),
+    Error(CodeError),
+    Done(Box<CodeResult>),
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ContextInfo {
+    pub language: String,
+    pub name: String,
+    pub execution_count: u64,
+    pub alive: bool,
+}
+
+struct Kernel {
+    exec_id: u64,
+    stdin: tokio::net::unix::pipe::Sender,
+    lines: mpsc::Receiver<Value>,
+    exit: tokio::sync::oneshot::Receiver<ExitInfo>,
+    next_id: u64,
+    execution_count: u64,
+    dead: bool,
+}
+
+/// One context's slot; the Mutex serialises cells of one context.
+pub struct Slot {
+    kernel: Mutex<Option<Kernel>>,
+    language: &'static str,
+    name: String,
+    count: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Contexts {
+    slots: std::sync::Mutex<HashMap<(String, String), Arc<Slot>>>,
+}
+
+impl Contexts {
+    pub fn slot(&self, language: &'static str, name: &str) -> Result<Arc<Slot>, ApiError> {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ApiError::bad_request(
+                "context: use 1-64 letters, digits, '-' or '_'",
+            ));
+        }
+        let mut s = self.slots.lock().map_err(|_| ApiError::internal("lock"))?;
+        if s.len() >= 32 && !s.contains_key(&(language.to_string(), name.to_string())) {
+            return Err(ApiError::conflict(
+                "at most 32 contexts per sandbox; delete one first",
+            ));
+        }
+        Ok(s.entry((language.to_string(), name.to_string()))
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    kernel: Mutex::new(None),
+                    language,
+                    name: name.to_string(),
+                    count: Default::default(),
+                })
+            })
+            .clone())
+    }
+
+    pub fn list(&self) -> Vec<ContextInfo> {
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out: Vec<ContextInfo> = slots
+            .iter()
+            .map(|s| ContextInfo {
+                language: s.language.to_string(),
+                name: s.name.clone(),
+                execution_count: s.count.load(std::sync::atomic::Ordering::Relaxed),
+                alive: s
+                    .kernel
+                    .try_lock()
+                    .map(|k| k.as_ref().is_some_and(|k| !k.dead))
+                    .unwrap_or(true),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.language, &a.name).cmp(&(&b.language, &b.name)));
+        out
+    }
+
+    pub fn remove(&self, language: &str, name: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .ok()?
+            .remove(&(language.to_string(), name.to_string()))
+    }
+}
+
+async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel, ApiError> {
+    let (tx, exit) = tokio::sync::oneshot::channel();
+    let mut env = vec![
+        ("MPLBACKEND".to_string(), "Agg".to_string()),
+        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+    ];
+    if language == "javascript" {
+        env.push(("CORDON_NODE_DRIVER".into(), NODE_DRIVER.into()));
+    }
+    let spec = ExecSpec {
+        argv: vec![
+            "python3".into(),
+            "-u".into(),
+            "-c".into(),
+            PY_DRIVER.into(),
+            language.into(),
+        ],
+        env,
+        cwd: None,
+    };
+    let sb = live.sandbox.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        sb.exec(
+            spec,
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
+    let mut stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stderr).map_err(io)?;
+    let (line_tx, mut lines) = mpsc::channel::<Value>(256);
+    tokio::spawn(async move {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            // Bounded line read: a driver that floods without newlines is cut off.
+            let n = match (&mut r)
+                .take(MAX_LINE as u64)
+                .read_until(b'\n', &mut buf)
+                .await
+            {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
+                if line_tx.send(v).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    // The driver's own stderr (not the cells': those are captured by the driver) is drained.
+    tokio::spawn(async move {
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    let ready = tokio::time::timeout(START_TIMEOUT, async {
+        while let Some(v) = lines.recv().await {
+            if v["type"] == "ready" {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    if !matches!(ready, Ok(true)) {
+        live.sandbox.signal(started.id, libc::SIGKILL);
+        return Err(ApiError::new(
+            500,
+            "kernel_failed",
+            format!("the {language} kernel did not start (is its interpreter in the sandbox?)"),
+        ));
+    }
+    Ok(Kernel {
+        exec_id: started.id,
+        stdin,
+        lines,
+        exit,
+        next_id: 1,
+        execution_count: 0,
+        dead: false,
+    })
+}
+
+fn text_of(v: &Value) -> String {
+    v.get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Runs one cell in a context, starting (or restarting) its kernel as needed.
+pub async fn run_cell(
+    live: &Arc<Live>,
+    slot: &Arc<Slot>,
+    code: &str,
+    timeout: Duration,
+    events: Option<mpsc::Sender<CellEvent>>,
+) -> Result<CodeResult, ApiError> {
+    let mut guard = slot.kernel.lock().await;
+    let mut state_lost = false;
+    if guard.as_ref().is_some_and(|k| k.dead) {
+        *guard = None;
+        state_lost = true;
+    }
+    if guard.is_none() {
+        *guard = Some(start_kernel(live, slot.language).await?);
+    }
+    let Some(k) = guard.as_mut() else {
+        return Err(ApiError::internal("kernel slot empty"));
+    };
+    let id = k.next_id;
+    k.next_id += 1;
+    let mut req =
+        serde_json::to_vec(&json!({"id": id, "op": "execute", "code": code})).unwrap_or_default();
+    req.push(b'\n');
+    let mut result = CodeResult {
+        state_lost,
+        ..CodeResult::default()
+    };
+    if k.stdin.write_all(&req).await.is_err() {
+        k.dead = true;
+        return Err(died(
+            slot,
+            &mut result,
+            "the kernel stopped reading its input",
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let next = tokio::select! {
+            v = k.lines.recv() => v,
+            _ = tokio::time::sleep_until(deadline) => {
+                // Python turns SIGINT into KeyboardInterrupt and keeps its state.
+                live.sandbox.signal(k.exec_id, libc::SIGINT);
+                match tokio::time::timeout(INTERRUPT_GRACE, wait_done(&mut k.lines, id, &mut result, &events)).await {
+                    Ok(true) => break,
+                    _ => {
+                        live.sandbox.signal(k.exec_id, libc::SIGKILL);
+                        k.dead = true;
+                        result.error = Some(CodeError {
+                            name: "TimeoutError".into(),
+                            value: format!("the cell ran past its {}ms limit and did not stop when interrupted; the kernel was restarted and its state is lost", timeout.as_millis()),
+                            traceback: vec![],
+                        });
+                        result.state_lost = true;
+                        break;
+                    }
+                }
+            }
+        };
+        let Some(v) = next else {
+            // The driver's stdout closed: it died (crash, os._exit, OOM kill).
+            k.dead = true;
+            let why = match tokio::time::timeout(Duration::from_secs(2), &mut k.exit).await {
+                Ok(Ok(e)) => match (e.code, e.signal) {
+                    (_, Some(9)) => {
+                        "the kernel was killed (signal 9 — often out of memory)".to_string()
+                    }
+                    (_, Some(s)) => format!("the kernel died from signal {s}"),
+                    (Some(c), _) => format!("the kernel exited with status {c}"),
+                    _ => "the kernel died".to_string(),
+                },
+                _ => "the kernel died".to_string(),
+            };
+            return Ok(died_result(slot, result, &why, &events).await);
+        };
+        if handle_line(&v, id, &mut result, &events).await {
+            break;
+        }
+    }
+    k.execution_count = result.execution_count.max(k.execution_count);
+    slot.count
+        .store(k.execution_count, std::sync::atomic::Ordering::Relaxed);
+    if let Some(tx) = &events {
+        let _ = tx.send(CellEvent::Done(Box::new(result.clone()))).await;
+    }
+    Ok(result)
+}
+
+async fn wait_done(
+    lines: &mut mpsc::Receiver<Value>,
+    id: u64,
+    result: &mut CodeResult,
+    events: &Option<mpsc::Sender<CellEvent>>,
+) -> bool {
+    while let Some(v) = lines.recv().await {
+        if handle_line(&v, id, result, events).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// Folds one protocol line into the result; true when the cell is done.
+async fn handle_line(
+    v: &Value,
+    id: u64,
+    r: &mut CodeResult,
+    events: &Option<mpsc::Sender<CellEvent>>,
+) -> bool {
+    if v["id"].as_u64() != Some(id) {
+        return false;
+    }
+    match v["type"].as_str() {
+        Some("stream") => {
+            let t = text_of(v);
+            if v["name"] == "stderr" {
+                r.stderr.push_str(&t);
+                if let Some(tx) = events {
+                    let _ = tx.send(CellEvent::Stderr(t)).await;
+                }
+            } else {
+                r.stdout.push_str(&t);
+                if let Some(tx) = events {
+                    let _ = tx.send(CellEvent::Stdout(t)).await;
+                }
+            }
+        }
+        Some("result") => {
+            let mut bundle = v.get("data").cloned().unwrap_or(json!({}));
+            if let Some(obj) = bundle.as_object_mut() {
+                obj.insert(
+                    "is_main_result".into(),
+                    json!(v["is_main_result"].as_bool().unwrap_or(false)),
+                );
+            }
+            if let Some(tx) = events {
+                let _ = tx.send(CellEvent::Result(bundle.clone())).await;
+            }
+            r.results.push(bundle);
+        }
+        Some("error") => {
+            let e = CodeError {
+                name: v["name"].as_str().unwrap_or("Error").to_string(),
+                value: v["value"].as_str().unwrap_or_default().to_string(),
+                traceback: v["traceback"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            if let Some(tx) = events {
+                let _ = tx.send(CellEvent::Error(e.clone())).await;
+            }
+            r.error = Some(e);
+        }
+        Some("done") => {
+            r.execution_count = v["execution_count"].as_u64().unwrap_or(0);
+            return true;
+        }
+        _ => {}
+    }
+    false
+}
+
+fn died(_slot: &Slot, r: &mut CodeResult, why: &str) -> ApiError {
+    r.state_lost = true;
+    ApiError::new(
+        500,
+        "kernel_died",
+        format!("{why}; the kernel will restart on the next cell and its state is lost"),
+    )
+}
+
+async fn died_result(
+    _slot: &Slot,
+    mut r: CodeResult,
+    why: &str,
+    events: &Option<mpsc::Sender<CellEvent>>,
+) -> CodeResult {
+    r.state_lost = true;
+    r.error = Some(CodeError {
+        name: "KernelDied".into(),
+        value: format!("{why}; its state is lost and it restarts on the next cell"),
+        traceback: vec![],
+    });
+    if let Some(tx) = events {
+        let _ = tx.send(CellEvent::Done(Box::new(r.clone()))).await;
+    }
+    r
+}
+
+/// Kills a context's kernel (restart = kill now, start fresh on the next cell).
+pub async fn stop(live: &Arc<Live>, slot: &Arc<Slot>) {
+    let mut guard = slot.kernel.lock().await;
+    if let Some(k) = guard.take() {
+        live.sandbox.signal(k.exec_id, libc::SIGKILL);
+    }
+    slot.count.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Starts a context's kernel now (so the first cell does not pay for it).
+pub async fn ensure_started(live: &Arc<Live>, slot: &Arc<Slot>) -> Result<(), ApiError> {
+    let mut guard = slot.kernel.lock().await;
+    if guard.as_ref().is_none_or(|k| k.dead) {
+        *guard = Some(start_kernel(live, slot.language).await?);
+    }
+    Ok(())
+}

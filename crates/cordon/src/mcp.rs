@@ -1,0 +1,92 @@
+//! `cordon mcp`: the sandbox as Model Context Protocol tools over stdio.
+
+use std::time::Duration;
+
+use clap::Args;
+use cordon_server::service::Caller;
+use cordon_server::{Config, Service};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Add to an agent host's MCP configuration, e.g.:\n  \
+{\"mcpServers\": {\"cordon\": {\"command\": \"cordon\", \"args\": [\"mcp\"]}}}\n\n\
+Tools: run_code, run_command, read_file, write_file, list_files, reset_sandbox. One sandbox per \
+session, created on first use and deleted when the session ends.")]
+pub struct McpArgs {
+    /// Built-in profile of the session's sandbox (default, strict).
+    #[arg(long, default_value = "default")]
+    profile: String,
+    /// Where this session keeps its registry and audit log. [default: a temporary directory,
+    /// removed at exit]
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+}
+
+pub fn main(a: McpArgs) -> i32 {
+    if a.profile != "default" {
+        eprintln!("cordon: --profile: only the default profile is available over MCP for now");
+        return 125;
+    }
+    let (dir, temporary) = match a.data_dir {
+        Some(d) => (d, false),
+        None => (
+            std::env::temp_dir().join(format!("cordon-mcp-{}", std::process::id())),
+            true,
+        ),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cordon: cannot find my own executable: {e}");
+            return 125;
+        }
+    };
+    let cfg = Config {
+        helper_exe: exe,
+        data_dir: dir.clone(),
+        node: "mcp".into(),
+        default_ttl: Duration::from_secs(4 * 3600),
+        max_ttl: Duration::from_secs(24 * 3600),
+        max_upload: 100 << 20,
+        max_download: 100 << 20,
+        default_exec_timeout: Duration::from_secs(30),
+        max_exec_timeout: Duration::from_secs(3600),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return 125;
+        }
+    };
+    let result = rt.block_on(async {
+        let service = Service::new(cfg).map_err(|e| e.to_string())?;
+        let reaper = service.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                reaper.reap().await;
+            }
+        });
+        let caller = Caller {
+            key_id: "mcp-stdio".into(),
+            max_sandboxes: 4,
+        };
+        let state = cordon_server::mcp::McpState::new(service.clone(), Some(caller));
+        let r = cordon_server::mcp::serve_stdio(state).await;
+        service.shutdown_all().await;
+        r
+    });
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            125
+        }
+    }
+}
