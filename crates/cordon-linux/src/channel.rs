@@ -27,12 +27,18 @@ pub enum ToSupervisor {
     },
     /// A listening socket inside the sandbox's network namespace, attached as an fd.
     ProxyListener,
+    /// Persistent sandbox: an O_PATH fd of the sandbox's root directory, attached, so the
+    /// supervisor can resolve file paths inside it without going through /proc.
+    RootFd,
     /// The payload (or, in a persistent sandbox, command `id`) could not be executed.
     ExecFailed {
         #[serde(default)]
         id: u64,
         errno: i32,
         path: String,
+        /// The working directory, not the program, was the problem.
+        #[serde(default)]
+        cwd: bool,
     },
     /// Setup failed before the payload ran.
     SetupFailed { step: String, message: String },

@@ -255,6 +255,32 @@ pub struct SandboxFs {
 }
 
 impl SandboxFs {
+    /// Like [`SandboxFs::open`], from an already-open directory fd of the sandbox's root (the
+    /// persistent engine hands one over, so no `/proc/<pid>/root` access is needed).
+    pub fn from_root_fd(root: OwnedFd, owner: (u32, u32)) -> Result<SandboxFs, FsError> {
+        match openat2(
+            root.as_fd(),
+            c"/",
+            libc::O_PATH | libc::O_DIRECTORY,
+            RESOLVE,
+        ) {
+            Ok(_) => Ok(SandboxFs { root, owner }),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
+                ) =>
+            {
+                Err(FsError::Unsupported {
+                    reason: format!(
+                        "openat2 with RESOLVE_IN_ROOT (Linux 5.6 or later) is required: {e}"
+                    ),
+                })
+            }
+            Err(e) => Err(FsError::from_io(e, "/")),
+        }
+    }
+
     /// Opens the sandbox whose root directory is `root` (the host path of its `/`, normally
     /// `/proc/<init_pid>/root`). New files and directories get the host `owner` (uid, gid).
     ///
@@ -1259,4 +1285,42 @@ impl Drop for Dir {
         // SAFETY: the stream is open and closed exactly once here (with its descriptor).
         unsafe { libc::closedir(self.ptr.as_ptr()) };
     }
+}
+
+/// Runs `f` on a fresh thread that carries the sandbox user's identity (uid, gid, no
+/// supplementary groups) instead of the server's. A server running as root would otherwise
+/// act inside the sandbox with root's rights — and could not even create files there, since
+/// host uid 0 has no mapping in the sandbox's user namespace (EOVERFLOW).
+///
+/// Raw syscalls on purpose: glibc's setresuid/setgroups change every thread of the process;
+/// the kernel's change only the calling one, which is what is wanted here.
+pub fn as_sandbox_user<T: Send>(
+    owner: (u32, u32),
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, FsError> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 || owner.0 == 0 {
+        return Ok(f());
+    }
+    std::thread::scope(|scope| {
+        let handle = scope.spawn(move || {
+            // SAFETY: per-thread credential changes with plain integer arguments; this thread
+            // ends when `f` returns, so nothing else ever runs with these credentials.
+            let ok = unsafe {
+                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                    && libc::syscall(libc::SYS_setresgid, owner.1, owner.1, owner.1) == 0
+                    && libc::syscall(libc::SYS_setresuid, owner.0, owner.0, owner.0) == 0
+            };
+            if !ok {
+                return Err(FsError::from_io(io::Error::last_os_error(), "/"));
+            }
+            Ok(f())
+        });
+        handle.join().unwrap_or_else(|_| {
+            Err(FsError::Io {
+                path: "/".into(),
+                source: io::Error::other("file operation thread panicked"),
+            })
+        })
+    })
 }

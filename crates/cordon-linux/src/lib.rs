@@ -31,4 +31,6 @@ mod sys;
 
 pub use detect::{HostReport, Support};
 pub use error::EngineError;
-pub use supervisor::{run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource};
+pub use supervisor::{
+    exec_failure_message, run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource,
+};

@@ -149,6 +149,32 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
 
+    // Scratch space first, so that binds the user asked for under /tmp or /workspace land on
+    // top of it instead of being hidden by it.
+    let disk = plan.limits.disk;
+    tmpfs(
+        &under_new(Path::new("/tmp")),
+        disk,
+        0o1777,
+        MS_NOSUID | MS_NODEV,
+    )?;
+    match &plan.workspace {
+        Some(ws) => bind(
+            &under_old(ws),
+            &under_new(Path::new("/workspace")),
+            true,
+            MS_NOSUID | MS_NODEV,
+        )?,
+        None => tmpfs(
+            &under_new(Path::new("/workspace")),
+            disk,
+            0o755,
+            MS_NOSUID | MS_NODEV,
+        )?,
+    }
+    build_dev(disk)?;
+    build_proc()?;
+
     for entry in &plan.root {
         match entry {
             RootEntry::Bind {
@@ -174,30 +200,6 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             }
         }
     }
-
-    let disk = plan.limits.disk;
-    tmpfs(
-        &under_new(Path::new("/tmp")),
-        disk,
-        0o1777,
-        MS_NOSUID | MS_NODEV,
-    )?;
-    match &plan.workspace {
-        Some(ws) => bind(
-            &under_old(ws),
-            &under_new(Path::new("/workspace")),
-            true,
-            MS_NOSUID | MS_NODEV,
-        )?,
-        None => tmpfs(
-            &under_new(Path::new("/workspace")),
-            disk,
-            0o755,
-            MS_NOSUID | MS_NODEV,
-        )?,
-    }
-    build_dev(disk)?;
-    build_proc()?;
 
     // Everything is mounted; the root itself becomes read-only.
     sys::mount(

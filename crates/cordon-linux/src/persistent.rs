@@ -92,7 +92,11 @@ pub fn helper_main() -> i32 {
             .map(OwnedFd::from)
     };
     let stdio = match (null(false), null(true), null(true)) {
-        (Ok(stdin), Ok(stdout), Ok(stderr)) => Stdio { stdin, stdout, stderr },
+        (Ok(stdin), Ok(stdout), Ok(stderr)) => Stdio {
+            stdin,
+            stdout,
+            stderr,
+        },
         _ => return failed(&control, "cannot open /dev/null".into()),
     };
     let (relay, chan) = match spawn_relay(&prepared, stdio) {
@@ -119,21 +123,26 @@ pub fn helper_main() -> i32 {
         }
     };
 
-    // Setup: wait for the init's pid and its confinement report.
+    // Setup: wait for the init's pid, its root and its confinement report.
     let mut init_pid = None;
+    let mut root_fd: Option<OwnedFd> = None;
     loop {
         match chan.recv::<ToSupervisor>() {
             Ok(Some((ToSupervisor::InitPid { pid }, _))) => {
                 init_pid = Some(pid);
                 *init_fd.borrow_mut() = sys::pidfd_open(pid).ok();
             }
+            Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
             Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
                 apply_confined(&mut enforcement, &msg);
                 break;
             }
             Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
                 kill(&mut cgroup);
-                return failed(&control, format!("sandbox setup failed at {step}: {message}"));
+                return failed(
+                    &control,
+                    format!("sandbox setup failed at {step}: {message}"),
+                );
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
@@ -142,9 +151,12 @@ pub fn helper_main() -> i32 {
             }
         }
     }
-    let Some(init_pid) = init_pid else {
+    let (Some(init_pid), Some(root_fd)) = (init_pid, root_fd) else {
         kill(&mut cgroup);
-        return failed(&control, "the sandbox did not report its init".into());
+        return failed(
+            &control,
+            "the sandbox did not report its init and root".into(),
+        );
     };
     if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
         kill(&mut cgroup);
@@ -156,7 +168,10 @@ pub fn helper_main() -> i32 {
         host_uid,
         host_gid,
     };
-    if control.send(&ready).is_err() {
+    if control
+        .send_with_fds(&ready, &[root_fd.as_raw_fd()])
+        .is_err()
+    {
         kill(&mut cgroup);
         return 1;
     }
@@ -165,11 +180,23 @@ pub fn helper_main() -> i32 {
     let relay_fd = sys::pidfd_open(relay).ok();
     let reason = loop {
         let mut pfds = vec![
-            libc::pollfd { fd: control.raw(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: chan.raw(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: control.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: chan.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         if let Some(fd) = &relay_fd {
-            pfds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            pfds.push(libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         if sys::poll(&mut pfds, 1000).is_err() {
             break "poll failed".to_string();
@@ -201,7 +228,10 @@ pub fn helper_main() -> i32 {
             match chan.recv::<ToSupervisor>() {
                 Ok(Some((msg, fds))) => {
                     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                    if control.send_with_fds(&FromHelper::Sandbox(msg), &raw).is_err() {
+                    if control
+                        .send_with_fds(&FromHelper::Sandbox(msg), &raw)
+                        .is_err()
+                    {
                         break "the server went away".to_string();
                     }
                 }
@@ -222,8 +252,9 @@ pub struct ExitInfo {
     pub cpu_user_us: u64,
     pub cpu_system_us: u64,
     pub max_rss_kb: u64,
-    /// The command could not be executed: (errno, what).
-    pub exec_error: Option<(i32, String)>,
+    /// The command could not be executed: (errno, what, whether the working directory was
+    /// the problem).
+    pub exec_error: Option<(i32, String, bool)>,
     /// The sandbox itself ended while the command ran.
     pub sandbox_ended: Option<String>,
 }
@@ -249,7 +280,7 @@ type OnExit = Box<dyn FnOnce(ExitInfo) + Send>;
 struct Pending {
     started: Option<mpsc::Sender<Result<Started, EngineError>>>,
     on_exit: Option<OnExit>,
-    exec_error: Option<(i32, String)>,
+    exec_error: Option<(i32, String, bool)>,
 }
 
 /// Called with the listening socket inside the sandbox when its profile allows egress.
@@ -272,6 +303,8 @@ pub struct Sandbox {
     pub init_pid: i32,
     pub host_uid: u32,
     pub host_gid: u32,
+    /// O_PATH fd of the sandbox's root directory (in its own mount namespace).
+    root: OwnedFd,
 }
 
 impl Sandbox {
@@ -317,13 +350,33 @@ impl Sandbox {
             profile: Box::new(profile.clone()),
             env: env.clone(),
         }) {
-            return Err(fail(&mut child, EngineError::io("talking to the sandbox helper", e)));
+            return Err(fail(
+                &mut child,
+                EngineError::io("talking to the sandbox helper", e),
+            ));
         }
         let mut on_proxy = on_proxy;
-        let (enforcement, init_pid, host_uid, host_gid) = loop {
+        let (enforcement, init_pid, host_uid, host_gid, root) = loop {
             match control.recv::<FromHelper>() {
-                Ok(Some((FromHelper::Ready { enforcement, init_pid, host_uid, host_gid }, _))) => {
-                    break (*enforcement, init_pid, host_uid, host_gid)
+                Ok(Some((
+                    FromHelper::Ready {
+                        enforcement,
+                        init_pid,
+                        host_uid,
+                        host_gid,
+                    },
+                    fds,
+                ))) => {
+                    let Some(root) = fds.into_iter().next() else {
+                        return Err(fail(
+                            &mut child,
+                            EngineError::Setup {
+                                step: "creating the sandbox".into(),
+                                message: "no root directory was handed over".into(),
+                            },
+                        ));
+                    };
+                    break (*enforcement, init_pid, host_uid, host_gid, root);
                 }
                 Ok(Some((FromHelper::Sandbox(ToSupervisor::ProxyListener), fds))) => {
                     if let (Some(cb), Some(fd)) = (on_proxy.take(), fds.into_iter().next()) {
@@ -331,14 +384,23 @@ impl Sandbox {
                     }
                 }
                 Ok(Some((FromHelper::Failed { message }, _))) => {
-                    return Err(fail(&mut child, EngineError::Setup { step: "creating the sandbox".into(), message }))
+                    return Err(fail(
+                        &mut child,
+                        EngineError::Setup {
+                            step: "creating the sandbox".into(),
+                            message,
+                        },
+                    ))
                 }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => {
-                    return Err(fail(&mut child, EngineError::Setup {
-                        step: "creating the sandbox".into(),
-                        message: "the sandbox helper exited".into(),
-                    }))
+                    return Err(fail(
+                        &mut child,
+                        EngineError::Setup {
+                            step: "creating the sandbox".into(),
+                            message: "the sandbox helper exited".into(),
+                        },
+                    ))
                 }
             }
         };
@@ -363,7 +425,13 @@ impl Sandbox {
             init_pid,
             host_uid,
             host_gid,
+            root,
         })
+    }
+
+    /// A new fd for the sandbox's root directory (for [`crate::fsview::SandboxFs::from_root_fd`]).
+    pub fn root_dir(&self) -> std::io::Result<OwnedFd> {
+        self.root.try_clone()
     }
 
     pub fn is_alive(&self) -> bool {
@@ -391,9 +459,21 @@ impl Sandbox {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::channel();
         if let Ok(mut p) = self.shared.pending.lock() {
-            p.insert(id, Pending { started: Some(tx), on_exit: Some(on_exit), exec_error: None });
+            p.insert(
+                id,
+                Pending {
+                    started: Some(tx),
+                    on_exit: Some(on_exit),
+                    exec_error: None,
+                },
+            );
         }
-        let msg = ToHelper::Exec { id, argv: spec.argv, env: spec.env, cwd: spec.cwd };
+        let msg = ToHelper::Exec {
+            id,
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.cwd,
+        };
         if let Err(e) = self.control.send(&msg) {
             self.forget(id);
             return Err(EngineError::io("sending the command to the sandbox", e));
@@ -464,7 +544,9 @@ fn read_events(control: &Channel, shared: &Shared) {
         .unwrap_or_default();
     for p in pending {
         if let Some(tx) = p.started {
-            let _ = tx.send(Err(EngineError::Invalid(format!("the sandbox has ended: {reason}"))));
+            let _ = tx.send(Err(EngineError::Invalid(format!(
+                "the sandbox has ended: {reason}"
+            ))));
         }
         if let Some(cb) = p.on_exit {
             cb(ExitInfo {
@@ -478,13 +560,22 @@ fn read_events(control: &Channel, shared: &Shared) {
 }
 
 fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
-    let Ok(mut pending) = shared.pending.lock() else { return };
+    let Ok(mut pending) = shared.pending.lock() else {
+        return;
+    };
     match msg {
         ToSupervisor::Started { id, .. } => {
-            let Some(p) = pending.get_mut(&id) else { return };
+            let Some(p) = pending.get_mut(&id) else {
+                return;
+            };
             let mut it = fds.into_iter();
             let started = match (it.next(), it.next(), it.next()) {
-                (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started { id, stdin, stdout, stderr }),
+                (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started {
+                    id,
+                    stdin,
+                    stdout,
+                    stderr,
+                }),
                 _ => Err(EngineError::Setup {
                     step: "starting the command".into(),
                     message: "the sandbox sent no pipes".into(),
@@ -494,8 +585,15 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                 let _ = tx.send(started);
             }
         }
-        ToSupervisor::ExecFailed { id, errno, path } => {
-            let Some(p) = pending.get_mut(&id) else { return };
+        ToSupervisor::ExecFailed {
+            id,
+            errno,
+            path,
+            cwd,
+        } => {
+            let Some(p) = pending.get_mut(&id) else {
+                return;
+            };
             let what: String = path.chars().take(4096).collect();
             match p.started.take() {
                 // Failed before it could start: the caller hears it now.
@@ -506,11 +604,20 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                     }));
                     pending.remove(&id);
                 }
-                None => p.exec_error = Some((errno, what)),
+                None => p.exec_error = Some((errno, what, cwd)),
             }
         }
-        ToSupervisor::ExecExit { id, code, signal, cpu_user_us, cpu_system_us, max_rss_kb } => {
-            let Some(mut p) = pending.remove(&id) else { return };
+        ToSupervisor::ExecExit {
+            id,
+            code,
+            signal,
+            cpu_user_us,
+            cpu_system_us,
+            max_rss_kb,
+        } => {
+            let Some(mut p) = pending.remove(&id) else {
+                return;
+            };
             drop(pending);
             if let Some(cb) = p.on_exit.take() {
                 cb(ExitInfo {

@@ -198,7 +198,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let cwd = PathBuf::from(input.cwd.unwrap_or("/workspace"));
     if !cwd.is_absolute() {
         return Err(EngineError::Invalid(format!(
-            "working directory {} must be absolute",
+            "--cwd {}: must be an absolute path inside the sandbox, e.g. /workspace/src",
             cwd.display()
         )));
     }

@@ -4,6 +4,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
@@ -55,22 +56,23 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
             fail(&ch, "stdio", e);
         }
     }
-    drop(stdio);
-    // 4. Wait until the supervisor has put us in our cgroup.
-    match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go, _))) => {}
-        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    // Whatever the supervisor had open (its ends of our pipes, fds cordon inherited) must not
+    // reach the sandbox: an open pipe end would also keep the payload from seeing EOF.
+    std::mem::forget(stdio);
+    if let Err(e) = sys::close_fds_except(&[ch.raw()]) {
+        fail(&ch, "closing inherited fds", e);
     }
     // Our host ids, read before unshare (inside, they show as the overflow id until mapped).
     let (host_uid, host_gid) = (sys::geteuid(), sys::getegid());
-    // 5. New namespaces, all owned by the new user namespace.
+    // 4. New namespaces, all owned by the new user namespace.
+    // (The cgroup namespace comes later: it must be rooted at the cgroup we are moved into,
+    // and the supervisor moves us there while we do this.)
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP;
+        | libc::CLONE_NEWUTS;
     if let Err(e) = sys::unshare(flags) {
         fail(
             &ch,
@@ -78,7 +80,7 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
             format!("{e}; this host refuses unprivileged user namespaces (see `cordon check`)"),
         );
     }
-    // 6. Map our one host uid/gid to the sandbox user. setgroups must be denied first.
+    // 5. Map our one host uid/gid to the sandbox user. setgroups must be denied first.
     let maps = sys::write_file(Path::new("/proc/self/setgroups"), "deny")
         .and_then(|_| {
             sys::write_file(
@@ -95,7 +97,20 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
     if let Err(e) = maps {
         fail(&ch, "writing uid/gid maps", e);
     }
-    // 7. The first child is PID 1 of the new pid namespace.
+    // From here on nothing in the sandbox may read our memory (cordon's environment is in
+    // it) or reach our fds through /proc/<pid>/: the init inherits this.
+    if let Err(e) = sys::set_dumpable(false) {
+        fail(&ch, "set non-dumpable", e);
+    }
+    // Wait until the supervisor has put us in our cgroup, then root a cgroup namespace there.
+    match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Go, _))) => {}
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    }
+    if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
+        fail(&ch, "creating the cgroup namespace", e);
+    }
+    // 6. The first child is PID 1 of the new pid namespace.
     // SAFETY: this process is single-threaded (forked from a single-threaded supervisor).
     match unsafe { sys::fork() } {
         Err(e) => fail(&ch, "fork init", e),
@@ -122,6 +137,20 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     }
     if let Err(e) = mounts::build_root(plan) {
         fail(&ch, &e.step, e.error);
+    }
+    if plan.persistent {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open("/")
+        {
+            Ok(root) => {
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::RootFd, &[root.as_raw_fd()]) {
+                    fail(&ch, "handing the root to the supervisor", e);
+                }
+            }
+            Err(e) => fail(&ch, "opening the new root", e),
+        }
     }
     if let Err(e) = sys::sethostname(&plan.hostname) {
         fail(&ch, "sethostname", e);
@@ -230,13 +259,21 @@ fn payload_main(plan: &Plan, ch: &Channel) -> ! {
     exec_command(plan, ch, 0, &plan.argv, &plan.env, &plan.cwd)
 }
 
-fn exec_command(plan: &Plan, ch: &Channel, id: u64, argv: &[CString], env: &[CString], cwd: &Path) -> ! {
+fn exec_command(
+    plan: &Plan,
+    ch: &Channel,
+    id: u64,
+    argv: &[CString],
+    env: &[CString],
+    cwd: &Path,
+) -> ! {
     let _ = sys::setsid();
     if let Err(e) = std::env::set_current_dir(cwd) {
         let _ = ch.send(&ToSupervisor::ExecFailed {
             id,
             errno: e.raw_os_error().unwrap_or(libc::ENOENT),
-            path: format!("working directory {}", cwd.display()),
+            path: cwd.display().to_string(),
+            cwd: true,
         });
         sys::exit_now(EXIT_SETUP_FAILED);
     }
@@ -272,15 +309,18 @@ fn exec_command(plan: &Plan, ch: &Channel, id: u64, argv: &[CString], env: &[CSt
             break;
         }
     }
-    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno, path: tried });
+    let _ = ch.send(&ToSupervisor::ExecFailed {
+        id,
+        errno,
+        path: tried,
+        cwd: false,
+    });
     sys::exit_now(if errno == libc::ENOENT { 127 } else { 126 })
 }
-
 
 /// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
 fn serve_loop(plan: &Plan, ch: Channel) -> ! {
     use std::collections::HashMap;
-
 
     // Child exits arrive on a signalfd, so one poll covers requests and exits.
     let sigchld = match sys::signalfd_sigchld() {
@@ -299,8 +339,16 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
     let mut running: HashMap<libc::pid_t, u64> = HashMap::new();
     loop {
         let mut pfds = [
-            libc::pollfd { fd: ch.raw(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: ch.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigchld.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         if sys::poll(&mut pfds, -1).is_err() {
             sys::exit_now(EXIT_SETUP_FAILED);
@@ -309,7 +357,8 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
             sys::drain_signalfd(&sigchld);
             while let Ok(Some((pid, exit))) = sys::wait4(-1, true) {
                 if let Some(id) = running.remove(&pid) {
-                    let tv_us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+                    let tv_us =
+                        |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
                     let (code, signal) = if libc::WIFSIGNALED(exit.status) {
                         (None, Some(libc::WTERMSIG(exit.status)))
                     } else {
@@ -346,7 +395,8 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
             }
             ToSandbox::Exec { id, argv, env, cwd } => {
                 let to_c = |s: Vec<u8>| CString::new(s).ok();
-                let argv: Option<Vec<CString>> = argv.into_iter().map(|a| to_c(a.into_bytes())).collect();
+                let argv: Option<Vec<CString>> =
+                    argv.into_iter().map(|a| to_c(a.into_bytes())).collect();
                 let mut merged = base_env.clone();
                 for (k, v) in env {
                     merged.retain(|(bk, _)| *bk != k.as_bytes());
@@ -361,14 +411,25 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
                     })
                     .collect();
                 let cwd = std::path::PathBuf::from(std::ffi::OsString::from_vec(
-                    cwd.unwrap_or_else(|| plan.cwd.display().to_string()).into_bytes(),
+                    cwd.unwrap_or_else(|| plan.cwd.display().to_string())
+                        .into_bytes(),
                 ));
                 let (Some(argv), Some(envp)) = (argv, envp) else {
-                    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: libc::EINVAL, path: "argument with NUL byte".into() });
+                    let _ = ch.send(&ToSupervisor::ExecFailed {
+                        id,
+                        errno: libc::EINVAL,
+                        path: "argument with NUL byte".into(),
+                        cwd: false,
+                    });
                     continue;
                 };
                 if argv.is_empty() {
-                    let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: libc::ENOENT, path: String::new() });
+                    let _ = ch.send(&ToSupervisor::ExecFailed {
+                        id,
+                        errno: libc::ENOENT,
+                        path: String::new(),
+                        cwd: false,
+                    });
                     continue;
                 }
                 match spawn_command(plan, &ch, id, &argv, &envp, &cwd) {
@@ -378,7 +439,12 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
                         let _ = ch.send_with_fds(&ToSupervisor::Started { id, pid }, &raw);
                     }
                     Err(e) => {
-                        let _ = ch.send(&ToSupervisor::ExecFailed { id, errno: e.raw_os_error().unwrap_or(libc::EIO), path: "spawning".into() });
+                        let _ = ch.send(&ToSupervisor::ExecFailed {
+                            id,
+                            errno: e.raw_os_error().unwrap_or(libc::EIO),
+                            path: "spawning".into(),
+                            cwd: false,
+                        });
                     }
                 }
             }

@@ -147,19 +147,18 @@ pub fn main_filter() -> Result<BpfProgram, SeccompError> {
         .iter()
         .map(|f| rule(vec![Cond::new(0, Len::Dword, Op::Eq, *f)?]))
         .collect::<Result<Vec<_>, _>>()?;
-    // SOCK_RAW in the type's low bits, whatever flags (NONBLOCK, CLOEXEC) ride along.
-    socket_rules.push(rule(vec![Cond::new(
-        1,
-        Len::Dword,
-        Op::MaskedEq(0xf),
+    // SOCK_RAW / SOCK_PACKET in the type's low bits, whatever flags ride along — except for
+    // netlink, whose ordinary sockets are raw (ip(8), if_nameindex) and which, in a network
+    // namespace holding only loopback and without capabilities, exposes nothing of the host.
+    for raw_type in [
         libc::SOCK_RAW as u64,
-    )?])?);
-    socket_rules.push(rule(vec![Cond::new(
-        1,
-        Len::Dword,
-        Op::MaskedEq(0xf),
-        10, /* SOCK_PACKET, obsolete but still accepted by the kernel */
-    )?])?);
+        10, /* SOCK_PACKET, obsolete but accepted */
+    ] {
+        socket_rules.push(rule(vec![
+            Cond::new(0, Len::Dword, Op::Ne, libc::AF_NETLINK as u64)?,
+            Cond::new(1, Len::Dword, Op::MaskedEq(0xf), raw_type)?,
+        ])?);
+    }
     rules.insert(libc::SYS_socket, socket_rules.clone());
     rules.insert(libc::SYS_socketpair, socket_rules);
     let personality = PERSONALITY_OK
@@ -179,7 +178,8 @@ pub fn main_filter() -> Result<BpfProgram, SeccompError> {
     Ok(program)
 }
 
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+/// BPF_LD | BPF_W | BPF_ABS (0x00 | 0x00 | 0x20).
+const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_RET_K: u16 = 0x06;
@@ -190,8 +190,18 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// forward, and none crosses the insertion point except the arch check's own "skip the kill"
 /// jump, which now lands on the guard's first instruction — exactly where it should.
 fn insert_guards(program: &mut BpfProgram) {
-    let stmt = |code, k| sock_filter { code, jt: 0, jf: 0, k };
-    let jump = |code, k| sock_filter { code, jt: 0, jf: 1, k };
+    let stmt = |code, k| sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code, k| sock_filter {
+        code,
+        jt: 0,
+        jf: 1,
+        k,
+    };
     let guard = [
         stmt(BPF_LD_W_ABS, 0),
         jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT),

@@ -350,6 +350,24 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     Ok(outcome)
 }
 
+/// The message and exit code (125, 126 or 127) for a command that could not be started.
+pub fn exec_failure_message(errno: i32, path: &str, cwd: bool) -> (String, i32) {
+    let e = std::io::Error::from_raw_os_error(errno);
+    if cwd {
+        (
+            format!("--cwd {path}: {e} (the working directory must exist inside the sandbox)"),
+            125,
+        )
+    } else if errno == libc::ENOENT {
+        (
+            format!("command not found: {path} (looked in the sandbox's PATH)"),
+            127,
+        )
+    } else {
+        (format!("cannot execute {path}: {e}"), 126)
+    }
+}
+
 /// Writes the payload's stdin from a thread, so a payload that never reads cannot block us.
 fn feed_stdin(src: StdinSource, w: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
     let mut file = std::fs::File::from(w);
@@ -404,7 +422,8 @@ impl Supervision {
         start: Instant,
         cgroup: Option<Cgroup>,
     ) -> Self {
-        let (out, err): (Option<Box<dyn Write>>, Option<Box<dyn Write>>) = match mode {
+        type Echo = Option<Box<dyn Write>>;
+        let (out, err): (Echo, Echo) = match mode {
             OutputMode::Capture => (None, None),
             OutputMode::Stream => (
                 Some(Box::new(std::io::stdout())),
@@ -460,7 +479,7 @@ impl Supervision {
         let mut egress: Option<Box<dyn Egress>> = None;
         let mut confined = false;
         let mut setup_error: Option<String> = None;
-        let mut exec_failed: Option<(i32, String)> = None;
+        let mut exec_failed: Option<(i32, String, bool)> = None;
         let mut payload_end: Option<ToSupervisor> = None;
         let mut buf = vec![0u8; 64 * 1024];
         // Wakes the poll the moment the relay exits (pidfds need Linux 5.3; else we tick).
@@ -598,7 +617,9 @@ impl Supervision {
                             }
                         }
                         ToSupervisor::ProxyListener if egress.is_none() => {
-                            if let (Some(fd), Some(factory)) = (fds.into_iter().next(), egress_factory.take()) {
+                            if let (Some(fd), Some(factory)) =
+                                (fds.into_iter().next(), egress_factory.take())
+                            {
                                 let listener = std::net::TcpListener::from(fd);
                                 match factory(listener) {
                                     Ok(e) => egress = Some(e),
@@ -610,8 +631,10 @@ impl Supervision {
                                 }
                             }
                         }
-                        ToSupervisor::ExecFailed { errno, path, .. } if exec_failed.is_none() => {
-                            exec_failed = Some((*errno, path.chars().take(4096).collect()));
+                        ToSupervisor::ExecFailed {
+                            errno, path, cwd, ..
+                        } if exec_failed.is_none() => {
+                            exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
                         }
                         ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
                             setup_error = Some(format!("{step}: {message}"));
@@ -648,7 +671,7 @@ impl Supervision {
         &mut self,
         enforcement: Enforcement,
         setup_error: Option<String>,
-        exec_failed: Option<(i32, String)>,
+        exec_failed: Option<(i32, String, bool)>,
         payload_end: Option<ToSupervisor>,
         network: Vec<NetworkEvent>,
         confined: bool,
@@ -699,14 +722,11 @@ impl Supervision {
             (None, Some(ToSupervisor::Exited { code })) => {
                 status = Status::Exited;
                 exit_code = Some(*code);
-                if let Some((errno, path)) = &exec_failed {
+                if let Some((errno, path, cwd)) = &exec_failed {
                     status = Status::Error;
-                    let e = std::io::Error::from_raw_os_error(*errno);
-                    error = Some(if *errno == libc::ENOENT {
-                        format!("command not found: {path} (looked in the sandbox's PATH)")
-                    } else {
-                        format!("cannot execute {path}: {e}")
-                    });
+                    let (message, code) = exec_failure_message(*errno, path, *cwd);
+                    error = Some(message);
+                    exit_code = Some(code);
                 }
             }
             (None, Some(ToSupervisor::Signaled { signal: s })) => {

@@ -323,7 +323,8 @@ pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedF
         iov_len: buf.len(),
     };
     // SAFETY: pure size computation.
-    let space = unsafe { libc::CMSG_SPACE((std::mem::size_of::<RawFd>() * MAX_FDS) as u32) } as usize;
+    let space =
+        unsafe { libc::CMSG_SPACE((std::mem::size_of::<RawFd>() * MAX_FDS) as u32) } as usize;
     let mut cbuf = vec![0u8; space];
     // SAFETY: zeroed msghdr is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -350,7 +351,8 @@ pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedF
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg) as *const RawFd;
-                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let count =
+                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 for i in 0..count {
                     received.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
                 }
@@ -429,8 +431,16 @@ pub fn signalfd_sigchld() -> io::Result<OwnedFd> {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
-        cvt(libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()))?;
-        let fd = cvt(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
+        cvt(libc::sigprocmask(
+            libc::SIG_BLOCK,
+            &set,
+            std::ptr::null_mut(),
+        ))?;
+        let fd = cvt(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+        ))?;
         Ok(OwnedFd::from_raw_fd(fd))
     }
 }
@@ -440,7 +450,13 @@ pub fn drain_signalfd(fd: &OwnedFd) {
     let mut buf = [0u8; 128 * 8];
     loop {
         // SAFETY: reading into a local buffer from an fd we own.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+            )
+        };
         if n <= 0 {
             break;
         }
@@ -453,7 +469,12 @@ pub fn unblock_all_signals() -> io::Result<()> {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        cvt(libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut())).map(drop)
+        cvt(libc::sigprocmask(
+            libc::SIG_SETMASK,
+            &set,
+            std::ptr::null_mut(),
+        ))
+        .map(drop)
     }
 }
 
@@ -461,7 +482,13 @@ pub fn unblock_all_signals() -> io::Result<()> {
 pub fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
     let ret = unsafe {
-        libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
     };
     if ret < 0 {
         return Err(io::Error::last_os_error());
@@ -471,6 +498,42 @@ pub fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
 
 /// Waits up to `timeout_ms` for the process behind a pidfd to exit.
 pub fn pidfd_wait_exit(fd: &OwnedFd, timeout_ms: i32) -> bool {
-    let mut p = [libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    let mut p = [libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
     matches!(poll(&mut p, timeout_ms), Ok(n) if n > 0)
+}
+
+/// Closes every fd except 0-2 and `keep` (close_range over the gaps; /proc/self/fd fallback).
+pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut start: u32 = 3;
+    let mut ranges = Vec::new();
+    for k in &keep {
+        if (*k as u32) > start {
+            ranges.push((start, *k as u32 - 1));
+        }
+        start = *k as u32 + 1;
+    }
+    ranges.push((start, u32::MAX));
+    for (lo, hi) in ranges {
+        // SAFETY: close_range only closes fds in [lo, hi]; none of them is in use by Rust
+        // objects we keep (callers pass every fd they still need in `keep`).
+        let ret = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
+        if ret != 0 {
+            let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|fd: &RawFd| *fd as u32 >= lo && (*fd as u32) <= hi)
+                .collect();
+            for fd in fds {
+                // SAFETY: as above.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+    Ok(())
 }

@@ -54,7 +54,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         "h" => value * 3600.0,
         _ => return Err(err()),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 365.0 * 86400.0 {
+    if !secs.is_finite() || !(0.0..=365.0 * 86400.0).contains(&secs) {
         return Err(err());
     }
     Ok(Duration::from_secs_f64(secs))
@@ -69,7 +69,7 @@ pub fn format_size(bytes: u64) -> String {
         (1 << 10, "K"),
     ];
     for (mult, unit) in UNITS {
-        if bytes >= mult && bytes % mult == 0 {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{unit}", bytes / mult);
         }
     }
@@ -79,7 +79,7 @@ pub fn format_size(bytes: u64) -> String {
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
     } else {
         format!("{}s", ms / 1000)

@@ -23,13 +23,18 @@ pub async fn with_fs<T: Send + 'static>(
     let live = svc.sandbox_for_files(caller, id)?;
     svc.audit
         .record(event, &caller.key_id, Some(id), json!({"path": path}));
-    let root = std::path::PathBuf::from(format!("/proc/{}/root", live.sandbox.init_pid));
     let owner = (live.sandbox.host_uid, live.sandbox.host_gid);
+    let root = live
+        .sandbox
+        .root_dir()
+        .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
     tokio::task::spawn_blocking(move || {
         // Keep the sandbox alive while we work inside it.
         let _live = live;
-        let fs = SandboxFs::open(&root, owner)?;
-        op(&fs)
+        cordon_linux::fsview::as_sandbox_user(owner, move || {
+            let fs = SandboxFs::from_root_fd(root, owner)?;
+            op(&fs)
+        })?
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?

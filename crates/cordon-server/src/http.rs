@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -193,6 +193,11 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(JsonBody(v)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                413,
+                "too_large",
+                "the request body is larger than this server accepts",
+            )),
             Err(e) => Err(ApiError::bad_request(e.body_text())),
         }
     }
@@ -289,7 +294,7 @@ async fn exec(
     let (tx, rx) = tokio::sync::mpsc::channel::<ExecEvent>(64);
     let svc = st.service.clone();
     // Validate (and start) before answering, so errors come back as JSON, not as a stream.
-    svc.get(&c, &id)?;
+    svc.get_live(&c, &id)?;
     tokio::spawn(async move {
         if let Err(e) = svc.exec(&c, &id, req, Some(tx.clone())).await {
             let mut o = cordon_policy::Outcome::error(e.message, Default::default());
@@ -422,22 +427,32 @@ async fn file_write(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<PathQuery>,
-    body: Bytes,
+    body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let path = need_path(&q)?;
     let max = st.service.cfg.max_upload;
-    if body.len() as u64 > max {
+    // Read at most one byte past the limit, so an oversized upload is refused without
+    // buffering all of it.
+    let data = axum::body::to_bytes(
+        body,
+        usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            413,
+            "too_large",
+            format!("uploads are limited to {max} bytes"),
+        )
+    })?;
+    if data.len() as u64 > max {
         return Err(ApiError::new(
             413,
             "too_large",
             format!("uploads are limited to {max} bytes"),
         ));
     }
-    let p = path.clone();
-    let written = with_fs(&st, &c, &id, "file.write", &path, move |fs| {
-        fs.write(&p, &mut body.as_ref(), max, true)
-    })
-    .await?;
+    let written = crate::files::write(&st.service, &c, &id, &path, data.to_vec()).await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({"path": path, "bytes": written})),
@@ -535,7 +550,7 @@ async fn run_code(
     if !wants_stream(&headers) {
         return Ok(Json(st.service.run_code(&c, &id, req, None).await?).into_response());
     }
-    st.service.get(&c, &id)?;
+    st.service.get_live(&c, &id)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<CellEvent>(64);
     let svc = st.service.clone();
     tokio::spawn(async move {

@@ -336,7 +336,7 @@ impl Service {
         Ok(())
     }
 
-    fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+    pub fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
         let live = self.live.read().map_err(|_| ApiError::internal("lock"))?;
         match live.get(id) {
             // Another key's sandbox answers 404, so ids cannot be probed.
@@ -1065,16 +1065,11 @@ async fn pump(
     if timed_out {
         outcome.status = Status::Timeout;
         outcome.exit_code = None;
-    } else if let Some((errno, what)) = &exit.exec_error {
+    } else if let Some((errno, what, cwd)) = &exit.exec_error {
         outcome.status = Status::Error;
-        outcome.error = Some(if *errno == libc::ENOENT {
-            format!("command not found: {what}")
-        } else {
-            format!(
-                "cannot execute {what}: {}",
-                std::io::Error::from_raw_os_error(*errno)
-            )
-        });
+        let (message, code) = cordon_linux::exec_failure_message(*errno, what, *cwd);
+        outcome.error = Some(message);
+        outcome.exit_code = Some(code);
     } else if let Some(reason) = &exit.sandbox_ended {
         outcome.status = Status::Error;
         outcome.error = Some(format!("the sandbox ended: {reason}"));

@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one command in a fresh sandbox and report how it ended.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Show what this host can enforce, and what each missing piece costs.
     Check(check::CheckArgs),
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Run(args) => run::main(args),
+        Command::Run(args) => run::main(*args),
         Command::Check(args) => check::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Serve(args) => serve::serve_main(args),

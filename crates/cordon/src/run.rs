@@ -26,10 +26,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     memory: Option<String>,
     /// CPU quota in cores, fractions allowed (e.g. 0.5). [profile default: 1]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     cpus: Option<String>,
     /// Maximum processes and threads at once. [profile default: 64]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pids: Option<String>,
     /// Wall-clock limit (e.g. 500ms, 30s, 5m). [profile default: 30s]
     #[arg(long, value_name = "DURATION")]

@@ -11,8 +11,13 @@ use cordon_policy::Profile;
 
 fn sandbox() -> Sandbox {
     let profile = Profile::builtin("default").expect("builtin");
-    Sandbox::create(Path::new(env!("CARGO_BIN_EXE_cordon")), &profile, &BTreeMap::new(), None)
-        .expect("create sandbox")
+    Sandbox::create(
+        Path::new(env!("CARGO_BIN_EXE_cordon")),
+        &profile,
+        &BTreeMap::new(),
+        None,
+    )
+    .expect("create sandbox")
 }
 
 fn run(sb: &Sandbox, argv: &[&str], stdin: &[u8]) -> (String, String, ExitInfo) {
@@ -22,17 +27,24 @@ fn run(sb: &Sandbox, argv: &[&str], stdin: &[u8]) -> (String, String, ExitInfo) 
         ..ExecSpec::default()
     };
     let started = sb
-        .exec(spec, Box::new(move |e| {
-            let _ = tx.send(e);
-        }))
+        .exec(
+            spec,
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
         .expect("exec");
     let mut stdin_f = std::fs::File::from(started.stdin);
     stdin_f.write_all(stdin).expect("stdin");
     drop(stdin_f);
     let mut out = String::new();
     let mut err = String::new();
-    std::fs::File::from(started.stdout).read_to_string(&mut out).expect("stdout");
-    std::fs::File::from(started.stderr).read_to_string(&mut err).expect("stderr");
+    std::fs::File::from(started.stdout)
+        .read_to_string(&mut out)
+        .expect("stdout");
+    std::fs::File::from(started.stderr)
+        .read_to_string(&mut err)
+        .expect("stderr");
     let exit = rx.recv_timeout(Duration::from_secs(20)).expect("exit");
     (out, err, exit)
 }
@@ -41,7 +53,15 @@ fn run(sb: &Sandbox, argv: &[&str], stdin: &[u8]) -> (String, String, ExitInfo) 
 fn state_persists_between_commands() {
     let sb = sandbox();
     assert!(sb.enforcement.seccomp && sb.enforcement.user_ns);
-    let (_, _, e) = run(&sb, &["sh", "-c", "echo hello > /workspace/f; cd /tmp && echo x > y"], b"");
+    let (_, _, e) = run(
+        &sb,
+        &[
+            "sh",
+            "-c",
+            "echo hello > /workspace/f; cd /tmp && echo x > y",
+        ],
+        b"",
+    );
     assert_eq!(e.code, Some(0));
     let (out, _, e) = run(&sb, &["cat", "/workspace/f", "/tmp/y"], b"");
     assert_eq!(e.code, Some(0));
@@ -79,10 +99,19 @@ fn shutdown_leaves_nothing() {
     let init = sb.init_pid;
     std::thread::sleep(Duration::from_millis(100));
     sb.shutdown();
-    assert!(!Path::new(&format!("/proc/{helper}")).exists() || std::fs::read_to_string(format!("/proc/{helper}/stat")).unwrap_or_default().contains(") Z"));
+    assert!(
+        !Path::new(&format!("/proc/{helper}")).exists()
+            || std::fs::read_to_string(format!("/proc/{helper}/stat"))
+                .unwrap_or_default()
+                .contains(") Z")
+    );
     assert!(!Path::new(&format!("/proc/{init}/cmdline")).exists());
     for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
         let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        assert!(!String::from_utf8_lossy(&cmd).contains(&marker), "leftover process {:?}", entry.path());
+        assert!(
+            !String::from_utf8_lossy(&cmd).contains(&marker),
+            "leftover process {:?}",
+            entry.path()
+        );
     }
 }

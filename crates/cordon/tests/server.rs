@@ -1,4 +1,5 @@
 //! `cordon serve` end to end: a real server on loopback, real sandboxes, real HTTP.
+#![allow(clippy::result_large_err)] // ureq 2 errors carry the whole response; fine in tests.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,7 @@ struct Server {
     child: Child,
     url: String,
     key: String,
-    data_dir: std::path::PathBuf,
+    _data_dir: std::path::PathBuf,
 }
 
 impl Server {
@@ -51,7 +52,7 @@ impl Server {
             child,
             url,
             key,
-            data_dir,
+            _data_dir: data_dir,
         }
     }
 
