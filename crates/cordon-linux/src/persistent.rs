@@ -133,6 +133,10 @@ pub fn helper_main() -> i32 {
                 *init_fd.borrow_mut() = sys::pidfd_open(pid).ok();
             }
             Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
+            Ok(Some((ToSupervisor::ProxyListener, fds))) => {
+                let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                let _ = control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
+            }
             Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
                 apply_confined(&mut enforcement, &msg);
                 break;

@@ -111,7 +111,10 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut env_map = p.environment(|k| std::env::var(k).ok());
-    if p.network.is_enabled() {
+    // Persistent sandboxes always get the proxy (denying everything until the owner allows
+    // something), so that their policy can change while they run.
+    let network = p.network.is_enabled() || input.persistent_ok;
+    if network {
         let url = format!("http://127.0.0.1:{PROXY_PORT}");
         for k in [
             "HTTP_PROXY",
@@ -217,7 +220,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         host_uid: input.host_uid,
         host_gid: input.host_gid,
         drop_root: input.drop_root,
-        network: p.network.is_enabled(),
+        network,
         rlimit_fallback: input.rlimit_fallback,
         persistent: false,
     })

@@ -124,6 +124,10 @@ pub struct Live {
     pub expires_at: AtomicU64,
     pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
     pub contexts: crate::kernel::Contexts,
+    /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything
+    /// until the policy allows something).
+    pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+    pub network: Mutex<cordon_policy::network::NetworkPolicy>,
 }
 
 impl Live {
@@ -416,15 +420,17 @@ impl Service {
                 ));
             }
         }
+        let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
+        let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
+        let on_proxy = self.egress_starter(&id, &caller.key_id, &profile.network, egress.clone())?;
         let helper = self.cfg.helper_exe.clone();
         let prof = profile.clone();
         let sandbox = tokio::task::spawn_blocking(move || {
-            Sandbox::create(&helper, &prof, &BTreeMap::new(), None)
+            Sandbox::create(&helper, &prof, &BTreeMap::new(), Some(on_proxy))
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
-        let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let created_at = now();
         let expires_at = created_at + ttl.as_secs();
         let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
@@ -437,6 +443,7 @@ impl Service {
             expires_at,
             sandbox.helper_pid(),
         )?;
+        let live_network = profile.network.clone();
         let live = Arc::new(Live {
             id: id.clone(),
             key_id: caller.key_id.clone(),
@@ -447,6 +454,8 @@ impl Service {
             expires_at: AtomicU64::new(expires_at),
             commands: Mutex::new(HashMap::new()),
             contexts: Default::default(),
+            egress,
+            network: Mutex::new(live_network),
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -461,6 +470,60 @@ impl Service {
             json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
         );
         Ok(live.info())
+    }
+
+    /// The callback that starts a sandbox's egress proxy on the listener its init created;
+    /// every decision also goes to the audit log.
+    fn egress_starter(
+        self: &Arc<Self>,
+        id: &str,
+        key_id: &str,
+        policy: &cordon_policy::network::NetworkPolicy,
+        slot: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+    ) -> Result<cordon_linux::persistent::OnProxyListener, ApiError> {
+        let mut config = cordon_net::ProxyConfig::from_policy(policy).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let weak = Arc::downgrade(self);
+        let (id, key_id) = (id.to_string(), key_id.to_string());
+        config.on_event = Some(Arc::new(move |ev: &cordon_policy::NetworkEvent| {
+            if let Some(svc) = weak.upgrade() {
+                if ev.verdict == "deny" {
+                    svc.metrics.deny("egress");
+                }
+                svc.audit.record("network", &key_id, Some(&id), json!({"host": ev.host, "port": ev.port, "verdict": ev.verdict, "reason": ev.reason, "bytes": ev.bytes}));
+            }
+        }));
+        Ok(Box::new(move |listener| {
+            if let Ok(p) = cordon_net::EgressProxy::start(listener, config) {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(p);
+                }
+            }
+        }))
+    }
+
+    /// The sandbox's egress policy and every decision its proxy made so far.
+    pub fn network(&self, caller: &Caller, id: &str) -> Result<serde_json::Value, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
+        let events = live.egress.lock().ok().and_then(|e| e.as_ref().map(|p| p.events())).unwrap_or_default();
+        Ok(json!({"policy": policy, "events": events}))
+    }
+
+    /// Replaces the sandbox's egress policy while it runs.
+    pub fn set_network(&self, caller: &Caller, id: &str, policy: cordon_policy::network::NetworkPolicy) -> Result<serde_json::Value, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let rules = policy.compile().map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let hosts = policy.static_hosts().map_err(|e| ApiError::bad_request(e.to_string()))?;
+        {
+            let guard = live.egress.lock().map_err(|_| ApiError::internal("lock"))?;
+            let proxy = guard.as_ref().ok_or_else(|| ApiError::conflict("this sandbox has no egress proxy"))?;
+            proxy.set_policy(rules, &hosts).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        }
+        if let Ok(mut p) = live.network.lock() {
+            *p = policy.clone();
+        }
+        self.audit.record("sandbox.network", &caller.key_id, Some(id), json!({"allow": policy.allow}));
+        Ok(json!({"policy": policy}))
     }
 
     pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
@@ -516,7 +579,14 @@ impl Service {
             l.remove(&live.id);
         }
         let sb = live.sandbox.clone();
-        let _ = tokio::task::spawn_blocking(move || sb.shutdown()).await;
+        let egress = live.egress.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            sb.shutdown();
+            if let Some(p) = egress.lock().ok().and_then(|mut e| e.take()) {
+                p.shutdown();
+            }
+        })
+        .await;
         let _ = self.registry.mark_ended(&live.id, state, reason);
     }
 

@@ -1,8 +1,25 @@
-//! Wires the egress proxy (cordon-net) into a one-shot run.
+//! Wires the egress proxy (cordon-net) into a one-shot run: the engine hands over the
+//! listening socket it created inside the sandbox, the proxy serves it from here.
 
-use cordon_linux::EgressFactory;
-use cordon_policy::Profile;
+use cordon_linux::{Egress, EgressFactory};
+use cordon_net::{EgressProxy, ProxyConfig};
+use cordon_policy::{NetworkEvent, Profile};
 
-pub fn factory(_profile: &Profile) -> Result<EgressFactory, String> {
-    Err("the egress proxy is not built yet".to_string())
+struct Running(EgressProxy);
+
+impl Egress for Running {
+    fn finish(self: Box<Self>) -> Vec<NetworkEvent> {
+        self.0.shutdown()
+    }
+}
+
+/// Checks the policy now (so a bad entry fails before anything starts) and returns the
+/// factory the engine calls once the sandbox's listener exists.
+pub fn factory(profile: &Profile) -> Result<EgressFactory, String> {
+    let config = ProxyConfig::from_policy(&profile.network).map_err(|e| e.to_string())?;
+    Ok(Box::new(move |listener| {
+        EgressProxy::start(listener, config)
+            .map(|p| Box::new(Running(p)) as Box<dyn Egress>)
+            .map_err(|e| e.to_string())
+    }))
 }
