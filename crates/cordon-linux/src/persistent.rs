@@ -135,7 +135,8 @@ pub fn helper_main() -> i32 {
             Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
             Ok(Some((ToSupervisor::ProxyListener, fds))) => {
                 let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                let _ = control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
+                let _ =
+                    control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
             }
             Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
                 apply_confined(&mut enforcement, &msg);

@@ -148,7 +148,10 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/sandboxes/{id}/files/stat", get(file_stat))
         .route("/v1/sandboxes/{id}/files/mkdir", post(file_mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(file_move))
-        .route("/v1/sandboxes/{id}/network", get(get_network).put(put_network))
+        .route(
+            "/v1/sandboxes/{id}/network",
+            get(get_network).put(put_network),
+        )
         .route("/v1/sandboxes/{id}/code", post(run_code))
         .route(
             "/v1/sandboxes/{id}/contexts",
@@ -590,12 +593,21 @@ async fn run_code(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/network", responses((status = 200, description = "{policy: {allow, hosts}, events: [{time_ms, host, port, verdict, reason, bytes}]}")))]
-async fn get_network(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn get_network(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(st.service.network(&c, &id)?))
 }
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", request_body(content = Object, description = "{allow: [\"DOMAIN[:PORT]\", …], hosts: {name: ip}}"), responses((status = 200), (status = 400, body = ErrorBody)))]
-async fn put_network(State(st): State<Arc<AppState>>, Extension(c): Extension<Caller>, Path(id): Path<String>, JsonBody(policy): JsonBody<cordon_policy::network::NetworkPolicy>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn put_network(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    JsonBody(policy): JsonBody<cordon_policy::network::NetworkPolicy>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(st.service.set_network(&c, &id, policy)?))
 }
 

@@ -422,7 +422,8 @@ impl Service {
         }
         let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
-        let on_proxy = self.egress_starter(&id, &caller.key_id, &profile.network, egress.clone())?;
+        let on_proxy =
+            self.egress_starter(&id, &caller.key_id, &profile.network, egress.clone())?;
         let helper = self.cfg.helper_exe.clone();
         let prof = profile.clone();
         let sandbox = tokio::task::spawn_blocking(move || {
@@ -481,7 +482,8 @@ impl Service {
         policy: &cordon_policy::network::NetworkPolicy,
         slot: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
     ) -> Result<cordon_linux::persistent::OnProxyListener, ApiError> {
-        let mut config = cordon_net::ProxyConfig::from_policy(policy).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let mut config = cordon_net::ProxyConfig::from_policy(policy)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let weak = Arc::downgrade(self);
         let (id, key_id) = (id.to_string(), key_id.to_string());
         config.on_event = Some(Arc::new(move |ev: &cordon_policy::NetworkEvent| {
@@ -505,24 +507,47 @@ impl Service {
     pub fn network(&self, caller: &Caller, id: &str) -> Result<serde_json::Value, ApiError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
-        let events = live.egress.lock().ok().and_then(|e| e.as_ref().map(|p| p.events())).unwrap_or_default();
+        let events = live
+            .egress
+            .lock()
+            .ok()
+            .and_then(|e| e.as_ref().map(|p| p.events()))
+            .unwrap_or_default();
         Ok(json!({"policy": policy, "events": events}))
     }
 
     /// Replaces the sandbox's egress policy while it runs.
-    pub fn set_network(&self, caller: &Caller, id: &str, policy: cordon_policy::network::NetworkPolicy) -> Result<serde_json::Value, ApiError> {
+    pub fn set_network(
+        &self,
+        caller: &Caller,
+        id: &str,
+        policy: cordon_policy::network::NetworkPolicy,
+    ) -> Result<serde_json::Value, ApiError> {
         let live = self.get_live(caller, id)?;
-        let rules = policy.compile().map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let hosts = policy.static_hosts().map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let rules = policy
+            .compile()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let hosts = policy
+            .static_hosts()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         {
             let guard = live.egress.lock().map_err(|_| ApiError::internal("lock"))?;
-            let proxy = guard.as_ref().ok_or_else(|| ApiError::conflict("this sandbox has no egress proxy"))?;
-            proxy.set_policy(rules, &hosts).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let proxy = guard
+                .as_ref()
+                .ok_or_else(|| ApiError::conflict("this sandbox has no egress proxy"))?;
+            proxy
+                .set_policy(rules, &hosts)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
         }
         if let Ok(mut p) = live.network.lock() {
             *p = policy.clone();
         }
-        self.audit.record("sandbox.network", &caller.key_id, Some(id), json!({"allow": policy.allow}));
+        self.audit.record(
+            "sandbox.network",
+            &caller.key_id,
+            Some(id),
+            json!({"allow": policy.allow}),
+        );
         Ok(json!({"policy": policy}))
     }
 

@@ -673,3 +673,52 @@ fn one_shot_run_endpoint() {
     assert_eq!(st, 400);
     assert_eq!(o["error"]["code"], "invalid_request");
 }
+
+#[test]
+fn per_sandbox_egress_policy_changes_at_runtime() {
+    // An upstream on loopback, reached by name through the sandbox's proxy.
+    let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 2048];
+                let _ = std::io::Read::read(&mut s, &mut buf);
+                let _ = std::io::Write::write_all(
+                    &mut s,
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n",
+                );
+            });
+        }
+    });
+    let s = Server::start();
+    let id = s.create(json!({"network": {"allow": [format!("api.test:{port}"), "127.0.0.2:*"], "hosts": {"api.test": "127.0.0.2"}}}));
+    let fetch = json!({"cmd": format!("python3 -c \"import urllib.request as u\ntry: print(u.urlopen('http://api.test:{port}/').read().decode(), end='')\nexcept Exception as e: print(getattr(e, 'code', e))\"")});
+    assert_eq!(s.exec(&id, fetch.clone())["stdout"], "ok\n");
+    // The owner closes the network while the sandbox runs.
+    let (st, v) = s.call(
+        "PUT",
+        &format!("/v1/sandboxes/{id}/network"),
+        Some(json!({"allow": []})),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.exec(&id, fetch.clone())["stdout"], "403\n");
+    let (_, net) = s.call("GET", &format!("/v1/sandboxes/{id}/network"), None);
+    let verdicts: Vec<&str> = net["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, vec!["allow", "deny"], "{net}");
+    // A sandbox created without a policy has no network at all, but can be opened later.
+    let closed = s.create(json!({}));
+    assert_eq!(s.exec(&closed, fetch.clone())["stdout"], "403\n");
+    let (st, v) = s.call(
+        "PUT",
+        &format!("/v1/sandboxes/{closed}/network"),
+        Some(json!({"allow": ["nonsense entry"]})),
+    );
+    assert_eq!(st, 400, "{v}");
+}
