@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys;
 
-const MAX_MESSAGE: usize = 16 * 1024;
+/// Largest message either side accepts. Exec requests carry whole argv/env (a code kernel's
+/// driver travels as an argument), so this is generous; socket buffers are raised to match.
+pub const MAX_MESSAGE: usize = 192 * 1024;
 
 /// What the relay, the init or the payload tells the supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,13 +97,28 @@ impl Channel {
 
     pub fn send_with_fds<T: Serialize>(&self, msg: &T, fds: &[RawFd]) -> io::Result<()> {
         let data = serde_json::to_vec(msg).map_err(io::Error::other)?;
+        if data.len() > MAX_MESSAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "message of {} bytes exceeds the {MAX_MESSAGE}-byte limit",
+                    data.len()
+                ),
+            ));
+        }
         sys::send_packet(self.fd.as_raw_fd(), &data, fds)
     }
 
     /// Receives one message; `Ok(None)` when the other side has closed.
     pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
         let mut buf = vec![0u8; MAX_MESSAGE];
-        let (n, fds) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
+        let (n, fds, truncated) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
+        if truncated {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too large",
+            ));
+        }
         if n == 0 {
             return Ok(None);
         }

@@ -226,6 +226,8 @@ pub fn helper_main() -> i32 {
                 }
                 Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
                 Ok(Some((ToHelper::Create { .. }, _))) => {}
+                // A message we cannot read is the server's bug, not a reason to kill the sandbox.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
                 Ok(None) | Err(_) => break "the server went away".to_string(),
             }
         }

@@ -257,6 +257,22 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
             fds.as_mut_ptr(),
         )
     })?;
+    // Room for large messages (see channel::MAX_MESSAGE); best effort, capped by wmem_max.
+    for fd in fds {
+        for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+            let size: libc::c_int = 1 << 20;
+            // SAFETY: setsockopt with a pointer to a live c_int of the stated size.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    &size as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+    }
     // SAFETY: socketpair returned two fresh fds that we now own.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
@@ -317,7 +333,7 @@ pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
 }
 
 /// Receives one datagram into `buf`; returns its length (0 at EOF) and the fds it carried.
-pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>, bool)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -360,7 +376,7 @@ pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedF
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((n, received))
+    Ok((n, received, msg.msg_flags & libc::MSG_TRUNC != 0))
 }
 
 pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
