@@ -126,7 +126,10 @@ pub fn helper_main() -> i32 {
     // Setup: wait for the init's pid, its root and its confinement report.
     let mut init_pid = None;
     let mut root_fd: Option<OwnedFd> = None;
-    loop {
+    let mut confined = false;
+    // The relay (InitPid) and the init (the rest) send from different processes, so their
+    // messages may arrive in either order.
+    while !(confined && init_pid.is_some()) {
         match chan.recv::<ToSupervisor>() {
             Ok(Some((ToSupervisor::InitPid { pid }, _))) => {
                 init_pid = Some(pid);
@@ -140,7 +143,7 @@ pub fn helper_main() -> i32 {
             }
             Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
                 apply_confined(&mut enforcement, &msg);
-                break;
+                confined = true;
             }
             Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
                 kill(&mut cgroup);

@@ -15,6 +15,9 @@ pub struct BenchArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+    /// Skip the `cordon serve` part (persistent sandboxes and code cells over HTTP).
+    #[arg(long)]
+    no_serve: bool,
 }
 
 struct Variant {
@@ -183,8 +186,146 @@ pub fn main(a: BenchArgs) -> i32 {
             }
         }
     }
+    if !a.no_serve {
+        let cold_true = report
+            .first()
+            .and_then(|r| r["median_ms"]["cordon"].as_f64())
+            .unwrap_or(0.0);
+        let cold_python = report
+            .get(1)
+            .and_then(|r| r["median_ms"]["bare"].as_f64())
+            .unwrap_or(0.0);
+        match bench_serve(&me, a.iterations, cold_true, cold_python) {
+            Ok(v) => {
+                if !a.json {
+                    print_serve(&v);
+                }
+                report.push(v);
+            }
+            Err(e) => {
+                eprintln!("cordon bench: serve part: {e}");
+                return 125;
+            }
+        }
+    }
     if a.json {
         println!("{}", serde_json::Value::Array(report));
     }
     0
+}
+
+fn print_serve(v: &serde_json::Value) {
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    println!(
+        "cordon serve over HTTP on loopback ({} runs each, medians):",
+        v["iterations"]
+    );
+    println!("  create sandbox          {:8.2} ms   / cold `cordon run -- /bin/true` = {:.2}x (target <= 2.0x)", f("create_ms"), f("create_vs_cold_run"));
+    println!("  exec /bin/true (warm)   {:8.2} ms   / cold `cordon run -- /bin/true` = {:.2}x (target <= 0.5x)", f("warm_exec_ms"), f("warm_exec_vs_cold_run"));
+    println!("  python cell `1+1`       {:8.2} ms   / cold `python3 -c pass` on the host = {:.2}x (target <= 0.1x)", f("warm_cell_ms"), f("warm_cell_vs_cold_python"));
+}
+
+/// Starts a private `cordon serve` and times create, warm exec and a warm code cell.
+fn bench_serve(
+    me: &str,
+    iterations: u32,
+    cold_true_ms: f64,
+    cold_python_ms: f64,
+) -> Result<serde_json::Value, String> {
+    use serde_json::json;
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("cordon-bench-{}", std::process::id()));
+    let mut child = Command::new(me)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting cordon serve: {e}"))?;
+    let result = (|| {
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(out).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(u) = l.strip_prefix("cordon serving on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => return Err("cordon serve did not start".to_string()),
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        let post = |path: &str, body: serde_json::Value| -> Result<serde_json::Value, String> {
+            agent
+                .post(&format!("{url}{path}"))
+                .send_json(body)
+                .map_err(|e| format!("POST {path}: {e}"))?
+                .into_json()
+                .map_err(|e| e.to_string())
+        };
+        let delete = |id: &str| {
+            let _ = agent.delete(&format!("{url}/v1/sandboxes/{id}")).call();
+        };
+        let n = iterations.clamp(5, 1000) as usize;
+        let mut create = Vec::new();
+        for _ in 0..n.min(30) {
+            let t = Instant::now();
+            let v = post("/v1/sandboxes", json!({}))?;
+            create.push(t.elapsed());
+            if let Some(id) = v["id"].as_str() {
+                delete(id);
+            }
+        }
+        let sb = post("/v1/sandboxes", json!({}))?;
+        let id = sb["id"].as_str().ok_or("no sandbox id")?.to_string();
+        let exec_path = format!("/v1/sandboxes/{id}/exec");
+        let code_path = format!("/v1/sandboxes/{id}/code");
+        post(&exec_path, json!({"cmd": ["/bin/true"]}))?;
+        let first = post(&code_path, json!({"code": "1+1"}))?;
+        if first["results"][0]["text/plain"] != "2" {
+            return Err(format!("unexpected cell result: {first}"));
+        }
+        let mut exec = Vec::new();
+        let mut cell = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            post(&exec_path, json!({"cmd": ["/bin/true"]}))?;
+            exec.push(t.elapsed());
+            let t = Instant::now();
+            post(&code_path, json!({"code": "1+1"}))?;
+            cell.push(t.elapsed());
+        }
+        delete(&id);
+        let (c, e, k) = (
+            ms(median(&mut create)),
+            ms(median(&mut exec)),
+            ms(median(&mut cell)),
+        );
+        Ok(json!({
+            "command": "serve",
+            "iterations": n,
+            "create_ms": c,
+            "warm_exec_ms": e,
+            "warm_cell_ms": k,
+            "cold_run_ms": cold_true_ms,
+            "cold_python_ms": cold_python_ms,
+            "create_vs_cold_run": c / cold_true_ms.max(1e-9),
+            "warm_exec_vs_cold_run": e / cold_true_ms.max(1e-9),
+            "warm_cell_vs_cold_python": k / cold_python_ms.max(1e-9),
+        }))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }

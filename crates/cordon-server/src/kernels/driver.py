@@ -745,14 +745,16 @@ _BASH_INIT = r"""
 exec {fd}>&{st} {st}>&- {fd1}>&1 {fd2}>&2
 set -T
 shopt -s expand_aliases
-trap '__cordon_intr=1; trap "return 130 2>/dev/null" DEBUG; return 130 2>/dev/null' INT
+trap '__cordon_intr=1; trap "return 130 2>/dev/null" DEBUG' INT
 printf '%s\n' "$BASH_VERSION" >&{fd}
 """
 
 # Each cell: stdin from /dev/null, stdout/stderr from the shell's private copies of the output
 # pipes (so `exec >&-` or `exec >file` in a cell ends with the cell), the status fd closed.
-# After an interrupt, the DEBUG trap set by the INT trap returns from every enclosing function
-# and the sourced file; it is cleared before and after each cell.
+# SIGINT kills the running child (same process group) or stops a builtin; the INT trap then
+# sets a DEBUG trap whose `return` leaves every enclosing function and the sourced file. (The
+# INT trap must not `return` itself: after a `return` from a trap run while bash waited for a
+# child, bash 5.2 stops running INT traps.) The DEBUG trap is cleared before and after cells.
 _BASH_RUN = (
     "trap - DEBUG; unset __cordon_intr; "
     "source {file} </dev/null >&{fd1} 2>&{fd2} {fd}>&- {fd1}>&- {fd2}>&-; __cordon_st=$?; "
@@ -950,6 +952,7 @@ def main():
         S.interrupted = False
         S.pending = False
         pump.begin(rid)
+        S.busy = lang != "python"  # the Python kernel marks exactly its user-code sections
         try:
             status = KERNEL.run(rid, req["code"], count)
         except ChildDied:
@@ -958,6 +961,7 @@ def main():
             out.send({"id": rid, "type": "stream", "name": "stderr",
                       "text": "[cordon] %s; the context's state is lost\n" % why})
             os._exit(rc)
+        S.busy = False
         pump.end()
         out.send({"id": rid, "type": "done", "status": status, "execution_count": count})
     try:

@@ -1,0 +1,444 @@
+"""cordon's MCP front end, driven by the official MCP Python SDK (`mcp` on PyPI).
+
+  * `cordon mcp` over stdio, started by the SDK's stdio client;
+  * `/mcp` (streamable HTTP) on a real `cordon serve`, behind `Authorization: Bearer KEY`.
+
+The binary is $CORDON_BIN, or <repo>/target/debug/cordon (build it first: `cargo build -p cordon`).
+The matplotlib test needs Debian's python3-matplotlib (the sandbox runs /usr/bin/python3).
+Everything stays on loopback.
+
+    python3 -m venv /tmp/mcpvenv
+    /tmp/mcpvenv/bin/pip install -r clients/mcp-e2e/requirements.txt pytest
+    /tmp/mcpvenv/bin/pytest clients/mcp-e2e -q
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = {"run_code", "run_command", "read_file", "write_file", "list_files", "reset_sandbox"}
+CALL_TIMEOUT = 120  # seconds for one whole test's MCP conversation
+
+
+def cordon_bin() -> str:
+    path = os.environ.get("CORDON_BIN") or str(REPO / "target" / "debug" / "cordon")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"no cordon binary at {path}: run `cargo build -p cordon` or set CORDON_BIN")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# SDK-version-tolerant accessors (the 2.x SDK uses snake_case, 1.x camelCase)
+
+
+def _a(obj, *names):
+    for n in names:
+        if hasattr(obj, n):
+            return getattr(obj, n)
+    raise AttributeError(f"{type(obj).__name__} has none of {names}")
+
+
+def is_error(result) -> bool:
+    return bool(_a(result, "is_error", "isError"))
+
+
+def texts(result) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+
+
+def images(result) -> list[tuple[str, bytes]]:
+    return [
+        (_a(c, "mime_type", "mimeType"), base64.b64decode(c.data))
+        for c in result.content
+        if getattr(c, "type", None) == "image"
+    ]
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", f"not a PNG: {png[:16]!r}"
+    assert png[12:16] == b"IHDR", "first chunk is not IHDR"
+    return struct.unpack(">II", png[16:24])
+
+
+async def call(session: ClientSession, tool: str, **args):
+    return await session.call_tool(tool, args)
+
+
+def run(main):
+    """Runs an async test body with an overall deadline."""
+
+    async def guarded():
+        with anyio.fail_after(CALL_TIMEOUT):
+            await main()
+
+    anyio.run(guarded)
+
+
+# ---------------------------------------------------------------------------------------------
+# The scenario both transports go through
+
+
+async def check_tools(session: ClientSession):
+    listed = (await session.list_tools()).tools
+    names = {t.name for t in listed}
+    assert names == TOOLS, names
+    for t in listed:
+        assert t.description and len(t.description) > 20, f"{t.name}: {t.description!r}"
+        schema = _a(t, "input_schema", "inputSchema")
+        assert isinstance(schema, dict) and schema.get("type") == "object", f"{t.name}: {schema}"
+    by_name = {t.name: _a(t, "input_schema", "inputSchema") for t in listed}
+    assert by_name["run_code"]["required"] == ["code"]
+    assert set(by_name["run_code"]["properties"]) >= {"code", "language", "context"}
+    for p in by_name["run_code"]["properties"].values():
+        assert p.get("description"), by_name["run_code"]
+    assert by_name["run_command"]["required"] == ["command"]
+    assert sorted(by_name["write_file"]["required"]) == ["content", "path"]
+    assert by_name["read_file"]["required"] == ["path"]
+
+
+async def check_state_and_image(session: ClientSession):
+    r = await call(session, "run_code", code="x = 21")
+    assert not is_error(r), texts(r)
+    r = await call(session, "run_code", code="x * 2")
+    assert not is_error(r), texts(r)
+    assert "42" in texts(r), texts(r)
+
+    r = await call(
+        session,
+        "run_code",
+        code="import matplotlib.pyplot as plt\n"
+        "plt.figure(figsize=(4,3), dpi=50); plt.plot([1,2,3]);",
+    )
+    assert not is_error(r), texts(r)
+    imgs = images(r)
+    assert len(imgs) == 1, r.content
+    mime, png = imgs[0]
+    assert mime == "image/png"
+    assert png_size(png) == (200, 150)
+
+
+async def scenario(session: ClientSession):
+    init = await session.initialize()
+    info = _a(init, "server_info", "serverInfo")
+    assert info.name == "cordon", info
+    await check_tools(session)
+    await check_state_and_image(session)
+
+    # Errors come back as tool errors with the traceback.
+    r = await call(session, "run_code", code="def f():\n    return 1/0\nf()")
+    assert is_error(r)
+    assert "ZeroDivisionError" in texts(r) and "Traceback" in texts(r), texts(r)
+
+    # Other languages through the same tool.
+    r = await call(session, "run_code", code="const a = 20; a + 1", language="javascript")
+    assert not is_error(r) and "21" in texts(r), texts(r)
+    r = await call(session, "run_code", code="cd /tmp && B=bash", language="bash")
+    assert not is_error(r), texts(r)
+    r = await call(session, "run_code", code="echo $B $PWD", language="bash")
+    assert "bash /tmp" in texts(r), texts(r)
+
+    # Files: write, read back, list.
+    content = "hello from mcp\nline 2 ✓\n"
+    r = await call(session, "write_file", path="notes/hello.txt", content=content)
+    assert not is_error(r), texts(r)
+    r = await call(session, "read_file", path="notes/hello.txt")
+    assert not is_error(r), texts(r)
+    assert texts(r) == content
+    r = await call(session, "read_file", path="/workspace/notes/hello.txt")
+    assert texts(r) == content, "relative paths are under /workspace"
+    r = await call(session, "list_files", path="notes")
+    assert not is_error(r), texts(r)
+    assert "hello.txt" in texts(r), texts(r)
+    r = await call(session, "list_files")
+    assert "notes" in texts(r), texts(r)
+    r = await call(session, "read_file", path="does/not/exist")
+    assert is_error(r), texts(r)
+
+    # The code interpreter and the file tools see the same sandbox.
+    r = await call(session, "run_code", code="open('/workspace/notes/hello.txt').read().count('line')")
+    assert "1" in texts(r), texts(r)
+    r = await call(
+        session,
+        "run_code",
+        code="import matplotlib.pyplot as plt\nplt.figure(figsize=(1,1), dpi=32)\n"
+        "plt.savefig('/workspace/chart.png'); plt.close('all')",
+    )
+    assert not is_error(r), texts(r)
+    r = await call(session, "read_file", path="chart.png")
+    imgs = images(r)
+    assert len(imgs) == 1 and imgs[0][0] == "image/png", r.content
+    assert png_size(imgs[0][1]) == (32, 32)
+
+    # Commands.
+    r = await call(session, "run_command", command="echo hi")
+    assert not is_error(r), texts(r)
+    assert "hi" in texts(r) and "exit code 0" in texts(r), texts(r)
+    r = await call(session, "run_command", command="cat notes/hello.txt | wc -l")
+    assert "2" in texts(r), texts(r)
+    r = await call(session, "run_command", command="echo oops >&2; exit 3")
+    assert is_error(r), texts(r)
+    assert "exit code 3" in texts(r) and "oops" in texts(r), texts(r)
+
+    # Reset: interpreter state and files are gone.
+    r = await call(session, "reset_sandbox")
+    assert not is_error(r), texts(r)
+    r = await call(session, "run_code", code="x")
+    assert is_error(r), texts(r)
+    assert "NameError" in texts(r), texts(r)
+    r = await call(session, "read_file", path="notes/hello.txt")
+    assert is_error(r), texts(r)
+    r = await call(session, "run_code", code="x = 1\nx + 1")
+    assert not is_error(r) and "2" in texts(r), texts(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# stdio
+
+
+def test_stdio_cordon_mcp():
+    data_dir = tempfile.mkdtemp(prefix="cordon-mcp-e2e-")
+
+    async def main():
+        params = StdioServerParameters(command=cordon_bin(), args=["mcp", "--data-dir", data_dir])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await scenario(session)
+
+    try:
+        run(main)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_stdio_default_data_dir_and_exit():
+    """Without --data-dir, `cordon mcp` works out of a temporary directory of its own and
+    removes it when the session ends."""
+    tmp = Path(tempfile.gettempdir())
+    before = set(tmp.glob("cordon-mcp-*"))
+    seen = set()
+
+    async def main():
+        params = StdioServerParameters(command=cordon_bin(), args=["mcp"])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r = await call(session, "run_code", code="6 * 7")
+                assert "42" in texts(r), texts(r)
+                seen.update(set(tmp.glob("cordon-mcp-*")) - before)
+
+    run(main)
+    assert len(seen) == 1, f"expected one new data dir, saw {seen}"
+    deadline = time.monotonic() + 10
+    while any(p.exists() for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(p.exists() for p in seen), f"{seen} outlived the session"
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamable HTTP on `cordon serve`
+
+
+class Server:
+    def __init__(self):
+        self.data_dir = tempfile.mkdtemp(prefix="cordon-serve-e2e-")
+        self.proc = subprocess.Popen(
+            [cordon_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", self.data_dir],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        self.url = ""
+        self.key = ""
+        deadline = time.monotonic() + 20
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("cordon serving on "):
+                self.url = line.removeprefix("cordon serving on ").strip()
+            if "shown once): " in line:
+                self.key = line.split("shown once): ", 1)[1].strip()
+            if line.startswith(("API key", "authentication disabled")):
+                break
+        # Keep draining stdout so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        if not self.url:
+            self.stop()
+            pytest.fail("cordon serve did not print its URL")
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+        assert self.key, "cordon serve did not print an API key"
+
+    def rest(self, method: str, path: str, key: str | None = None, body: bytes | None = None,
+             headers: dict | None = None):
+        req = urllib.request.Request(self.url + path, method=method, data=body)
+        if key is not None:
+            req.add_header("Authorization", f"Bearer {key}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def running_sandboxes(self) -> set[str]:
+        status, body = self.rest("GET", "/v1/sandboxes", key=self.key)
+        assert status == 200, body
+        return {s["id"] for s in json.loads(body)["sandboxes"] if s["state"] == "running"}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+def http_client_factory():
+    """(module, AsyncClient) of the HTTP library the installed SDK uses."""
+    try:
+        import httpx2 as httpx  # mcp >= 2
+    except ImportError:  # pragma: no cover - mcp 1.x
+        import httpx
+    return httpx
+
+
+def open_http_session(server: Server, key: str | None):
+    """An async context manager yielding an MCP ClientSession over streamable HTTP."""
+    from contextlib import asynccontextmanager
+
+    httpx = http_client_factory()
+    try:
+        from mcp.client.streamable_http import streamable_http_client as connect
+        new_api = True
+    except ImportError:  # pragma: no cover - mcp 1.x
+        from mcp.client.streamable_http import streamablehttp_client as connect
+        new_api = False
+
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+
+    @asynccontextmanager
+    async def cm():
+        if new_api:
+            async with httpx.AsyncClient(
+                headers=headers, timeout=httpx.Timeout(30, read=300)
+            ) as client:
+                async with connect(server.url + "/mcp", http_client=client) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        yield session
+        else:
+            async with connect(server.url + "/mcp", headers=headers) as (read, write, _):
+                async with ClientSession(read, write) as session:
+                    yield session
+
+    return cm()
+
+
+def test_http_mcp(server: Server):
+    before = server.running_sandboxes()
+
+    async def main():
+        async with open_http_session(server, server.key) as session:
+            await session.initialize()
+            await check_tools(session)
+            assert server.running_sandboxes() == before, "the sandbox is created lazily"
+            await check_state_and_image(session)
+            mine = server.running_sandboxes() - before
+            assert len(mine) == 1, mine
+
+            r = await call(session, "write_file", path="a.txt", content="over http")
+            assert not is_error(r), texts(r)
+            r = await call(session, "read_file", path="a.txt")
+            assert texts(r) == "over http"
+            r = await call(session, "run_command", command="echo hi")
+            assert "hi" in texts(r), texts(r)
+
+    run(main)
+    # The session is over (the SDK sends DELETE): its sandbox is deleted.
+    deadline = time.monotonic() + 10
+    while server.running_sandboxes() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not server.running_sandboxes() - before, "the session's sandbox outlived the session"
+
+
+def test_http_sessions_are_isolated(server: Server):
+    async def main():
+        async with open_http_session(server, server.key) as a:
+            await a.initialize()
+            async with open_http_session(server, server.key) as b:
+                await b.initialize()
+                r = await call(a, "run_code", code="secret = 'a'")
+                assert not is_error(r), texts(r)
+                await call(a, "write_file", path="mine.txt", content="a")
+                r = await call(b, "run_code", code="secret")
+                assert is_error(r) and "NameError" in texts(r), texts(r)
+                r = await call(b, "read_file", path="mine.txt")
+                assert is_error(r), texts(r)
+                r = await call(a, "run_code", code="secret")
+                assert "'a'" in texts(r), texts(r)
+
+    run(main)
+
+
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "e2e", "version": "0"},
+        },
+    }
+).encode()
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def test_http_mcp_requires_the_key(server: Server):
+    for key in (None, "cdn_not_a_real_key", ""):
+        status, body = server.rest("POST", "/mcp", key=key, body=INIT, headers=MCP_HEADERS)
+        assert status == 401, (key, status, body)
+    status, body = server.rest("GET", "/mcp", key=None, headers={"Accept": "text/event-stream"})
+    assert status == 401, (status, body)
+    # The right key gets through (a sanity check of the request above).
+    status, body = server.rest("POST", "/mcp", key=server.key, body=INIT, headers=MCP_HEADERS)
+    assert status == 200, (status, body)
+
+    # And the SDK's client, without the key, cannot start a session (the SDK reports the 401
+    # as an internal error, so only the failure itself is checked here).
+    async def main():
+        async with open_http_session(server, None) as session:
+            await session.initialize()
+
+    with pytest.raises(BaseException):  # noqa: PT011 - the SDK wraps it in an ExceptionGroup
+        run(main)
