@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs test dependencies and runs every test: unit, integration (as root and as an
-# unprivileged user), lints, and a short benchmark run. Needs root for apt and useradd.
+# unprivileged user), the Python SDK, kernel drivers and MCP end to end, lints, and a short
+# benchmark run. Needs root for apt and useradd (CI runs it as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  command -v bwrap >/dev/null || pkgs+=(bubblewrap)
-  command -v node >/dev/null || pkgs+=(nodejs)
-  command -v curl >/dev/null || pkgs+=(curl)
+  for p in bubblewrap curl nodejs python3-venv python3-pip python3-matplotlib python3-pandas; do
+    dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
+  done
   if [ ${#pkgs[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
@@ -20,7 +22,7 @@ echo "== fmt and clippy"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-echo "== tests (as $(id -un))"
+echo "== Rust tests (as $(id -un))"
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace -- --test-threads=4
 
@@ -36,13 +38,19 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
   # The binaries and the cordon executable must be reachable by that user.
-  chmod o+rx "$PWD" "$PWD/target" "$PWD/target/debug" "$PWD/target/debug/deps" 2>/dev/null || true
-  d="$PWD"; while [ "$d" != "/" ]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
+  d="$repo/target/debug/deps"; while [ "$d" != "/" ]; do chmod o+rx "$d" 2>/dev/null || true; d=$(dirname "$d"); done
   for b in $bins; do
     echo "-- $(basename "$b")"
-    (cd /tmp && runuser -u "$user" -- env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp "$b" --test-threads=4)
+    (cd /tmp && runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp TMPDIR=/tmp "$b" --test-threads=4)
   done
 fi
+
+echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
+venv=$(mktemp -d)/venv
+/usr/bin/python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest
+export CORDON_BIN="$repo/target/debug/cordon"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
 
 echo "== benchmark (short run; see README for the full one)"
 cargo build --release --locked -p cordon

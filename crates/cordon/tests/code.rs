@@ -280,16 +280,12 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Starts `sleep <tag>` from a context's kernel and returns (host pid of the kernel's driver,
-/// host pid of the sleep, tag).
-fn kernel_child(sb: &Sb, language: &str, context: &str) -> (u32, u32, String) {
+/// Starts `sleep <tag>` from a python context's kernel (as `_p`) and returns (host pid of the
+/// kernel's driver process, host pid of the sleep).
+fn kernel_child(sb: &Sb, context: &str) -> (u32, u32) {
     let tag = tag();
-    let code = match language {
-        "python" => format!("import subprocess; _p = subprocess.Popen(['sleep', '{tag}'])"),
-        "bash" => format!("sleep {tag} &"),
-        _ => format!("require('child_process').spawn('sleep', ['{tag}']); 0"),
-    };
-    assert_ok(&sb.run(language, context, &code, None));
+    let code = format!("import subprocess; _p = subprocess.Popen(['sleep', '{tag}'])");
+    assert_ok(&sb.run("python", context, &code, None));
     let mut sleeper = 0;
     wait_until("the marker child to appear", || {
         sleeper = pids_with_argv(&["sleep", &tag])
@@ -298,16 +294,12 @@ fn kernel_child(sb: &Sb, language: &str, context: &str) -> (u32, u32, String) {
             .unwrap_or(0);
         sleeper != 0
     });
-    let mut driver = ppid(sleeper);
-    if language != "python" {
-        driver = ppid(driver); // sleep <- node/bash <- python3 driver
-    }
-    (driver, sleeper, tag)
+    (ppid(sleeper), sleeper)
 }
 
 /// Host pid of a python context's driver (its marker child is stopped again).
 fn kernel_host_pid(sb: &Sb, context: &str) -> u32 {
-    let (driver, _, _) = kernel_child(sb, "python", context);
+    let (driver, _) = kernel_child(sb, context);
     assert_ok(&sb.run("python", context, "_p.kill(); _p.wait()", None));
     driver
 }
@@ -1433,7 +1425,7 @@ fn restart_and_delete_stop_the_kernels_children() {
     let s = Server::start();
     let sb = s.sandbox();
     for round in 0..6 {
-        let (driver, sleeper, _) = kernel_child(&sb, "python", "k");
+        let (driver, sleeper) = kernel_child(&sb, "k");
         let path = if round % 2 == 0 {
             ("POST", sb.path("/contexts/python/k/restart"))
         } else {
