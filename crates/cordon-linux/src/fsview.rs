@@ -258,6 +258,7 @@ impl SandboxFs {
     /// Like [`SandboxFs::open`], from an already-open directory fd of the sandbox's root (the
     /// persistent engine hands one over, so no `/proc/<pid>/root` access is needed).
     pub fn from_root_fd(root: OwnedFd, owner: (u32, u32)) -> Result<SandboxFs, FsError> {
+        // Probe openat2 once: no fallback to a resolution that could be raced outside.
         match openat2(
             root.as_fd(),
             c"/",
@@ -305,28 +306,7 @@ impl SandboxFs {
         }
         // SAFETY: `fd` was just opened and is owned by nothing else.
         let root = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Probe openat2 once: no fallback to a resolution that could be raced outside.
-        match openat2(
-            root.as_fd(),
-            c"/",
-            libc::O_PATH | libc::O_DIRECTORY,
-            RESOLVE,
-        ) {
-            Ok(_) => Ok(SandboxFs { root, owner }),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
-                ) =>
-            {
-                Err(FsError::Unsupported {
-                    reason: format!(
-                        "openat2 with RESOLVE_IN_ROOT (Linux 5.6 or later) is required: {e}"
-                    ),
-                })
-            }
-            Err(e) => Err(FsError::from_io(e, "/")),
-        }
+        SandboxFs::from_root_fd(root, owner)
     }
 
     /// Reads a whole regular file; [`FsError::TooLarge`] if it holds more than `max_bytes`.

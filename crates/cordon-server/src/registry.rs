@@ -92,16 +92,7 @@ impl Registry {
             .query_row(
                 "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE hash = ?1",
                 params![hash],
-                |r| {
-                    Ok(KeyRecord {
-                        id: r.get(0)?,
-                        name: r.get(1)?,
-                        max_sandboxes: r.get(2)?,
-                        requests_per_second: r.get(3)?,
-                        created_at: r.get(4)?,
-                        revoked: r.get::<_, i64>(5)? != 0,
-                    })
-                },
+                key_row,
             )
             .optional()?)
     }
@@ -109,16 +100,7 @@ impl Registry {
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ApiError> {
         let conn = self.conn()?;
         let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;
-        let rows = st.query_map([], |r| {
-            Ok(KeyRecord {
-                id: r.get(0)?,
-                name: r.get(1)?,
-                max_sandboxes: r.get(2)?,
-                requests_per_second: r.get(3)?,
-                created_at: r.get(4)?,
-                revoked: r.get::<_, i64>(5)? != 0,
-            })
-        })?;
+        let rows = st.query_map([], key_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
@@ -190,6 +172,17 @@ impl Registry {
         let rows = st.query_map([], row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
+}
+
+fn key_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRecord> {
+    Ok(KeyRecord {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        max_sandboxes: r.get(2)?,
+        requests_per_second: r.get(3)?,
+        created_at: r.get(4)?,
+        revoked: r.get::<_, i64>(5)? != 0,
+    })
 }
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {

@@ -1081,6 +1081,7 @@ async fn pump(
     let mut be = [0u8; 32 * 1024];
     let mut exit_rx = exit_rx;
     let mut exit: Option<ExitInfo> = None;
+    let mut grace = deadline;
     // Read until both streams close and the command has exited (or time runs out).
     while out_open || err_open || exit.is_none() {
         tokio::select! {
@@ -1102,19 +1103,12 @@ async fn pump(
             },
             r = &mut exit_rx, if exit.is_none() => {
                 exit = Some(r.unwrap_or_else(|_| ExitInfo { sandbox_ended: Some("the sandbox ended".into()), ..ExitInfo::default() }));
-                // Background children may keep the pipes open; give output a moment, then stop.
-                if out_open || err_open {
-                    let grace = tokio::time::Instant::now() + Duration::from_millis(200);
-                    let until = grace.min(deadline);
-                    loop {
-                        tokio::select! {
-                            r = out.read(&mut bo), if out_open => match r { Ok(0) | Err(_) => out_open = false, Ok(n) => { so.push(&bo[..n]); if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stdout(bo[..n].to_vec())).await; } } },
-                            r = err.read(&mut be), if err_open => match r { Ok(0) | Err(_) => err_open = false, Ok(n) => { se.push(&be[..n]); if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stderr(be[..n].to_vec())).await; } } },
-                            _ = tokio::time::sleep_until(until) => { out_open = false; err_open = false; }
-                        }
-                        if !out_open && !err_open { break; }
-                    }
-                }
+                // Background children may keep the pipes open: give output a moment, then stop.
+                grace = (tokio::time::Instant::now() + Duration::from_millis(200)).min(deadline);
+            },
+            _ = tokio::time::sleep_until(grace), if exit.is_some() => {
+                out_open = false;
+                err_open = false;
             },
             _ = tokio::time::sleep_until(deadline), if !timed_out => {
                 timed_out = true;

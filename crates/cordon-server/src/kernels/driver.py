@@ -283,7 +283,7 @@ class Stdio:
     def _stream(fd):
         raw = io.FileIO(fd, "w", closefd=False)
         return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace",
-                                line_buffering=True)
+                                line_buffering=True, write_through=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,18 +529,14 @@ class PythonKernel:
         self.cell = None  # id of the running cell
         self.shown = set()  # ids of figures already emitted in this cell
         self.loop = None
+        self.pid = os.getpid()
+        self.driver_module = sys.modules.get("__main__")  # keeps the driver's globals alive
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main  # so pickle and friends find user classes
         self.ns = main.__dict__
         builtins.display = self.display
         sys.argv = [""]
-        # One write per line (not per print() argument); sync() flushes partial lines.
-        for st in (sys.stdout, sys.stderr):
-            try:
-                st.reconfigure(line_buffering=True, write_through=False)
-            except Exception:
-                pass
         sys.meta_path.insert(0, _ImportHooks())
         os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -653,6 +649,10 @@ class PythonKernel:
                 err = e
         S.busy = False
         S.pending = False
+        if os.getpid() != self.pid:
+            os._exit(0)  # a child made by os.fork() in the cell must not become a second driver
+        if signal.getsignal(signal.SIGINT) is not _on_sigint:
+            signal.signal(signal.SIGINT, _on_sigint)  # a cell replaced it: idle SIGINT must not kill
         try:
             self.stdio.restore()
         except Exception:

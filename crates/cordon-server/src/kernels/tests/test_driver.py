@@ -460,6 +460,24 @@ def test_sigint_while_idle_is_ignored(py):
     assert py.execute("v").main["text/plain"] == "'alive'"
 
 
+def test_cell_cannot_disarm_the_driver(py):
+    # a cell that resets SIGINT to the default must not make an idle SIGINT fatal
+    py.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)")
+    py.interrupt()
+    time.sleep(0.3)
+    assert py.proc.poll() is None
+    # a forked child that falls out of the cell must not act as a second driver
+    c = py.execute("import os\npid = os.fork()\nprint('child' if pid == 0 else 'parent', flush=True)\n"
+                   "if pid:\n    os.waitpid(pid, 0)")
+    assert "child" in c.stdout and "parent" in c.stdout  # (two processes: may interleave)
+    assert py.execute("'one done only'").main["text/plain"] == "'one done only'"
+
+
+def test_print_is_not_fragmented(py):
+    c = py.execute("print('a', 1, 'b')")
+    assert [m["text"] for m in c.msgs if m["type"] == "stream"] == ["a 1 b\n"]
+
+
 def test_os_exit_ends_the_driver_without_done(py):
     c = py.execute("print('bye', flush=True)\nimport os\nos._exit(5)", expect_done=False)
     assert c.done is None
