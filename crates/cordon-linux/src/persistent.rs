@@ -610,7 +610,11 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                 Some(tx) => {
                     let _ = tx.send(Err(EngineError::Setup {
                         step: "starting the command".into(),
-                        message: format!("{what}: {}", std::io::Error::from_raw_os_error(errno)),
+                        message: if errno == libc::EAGAIN {
+                            "cannot start another process: the sandbox reached its process limit (pids)".to_string()
+                        } else {
+                            format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
+                        },
                     }));
                     pending.remove(&id);
                 }

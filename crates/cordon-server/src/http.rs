@@ -168,7 +168,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/run", post(run_oneshot))
         .nest_service(
             "/mcp",
-            crate::mcp::http_service(crate::mcp::McpState::new(st.service.clone(), None)),
+            crate::mcp::http_service(crate::mcp::McpState::new(st.service.clone(), None, None)),
         )
         .layer(middleware::from_fn_with_state(st.clone(), auth));
     Router::new()

@@ -73,6 +73,32 @@ pub struct CodeResult {
     pub execution_count: u64,
     /// True when the kernel had to be restarted and earlier state was lost.
     pub state_lost: bool,
+    /// Output past the profile's output limit was dropped.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Results past the first 100 were dropped.
+    pub results_truncated: bool,
+    /// Bytes kept per stream (the profile's output limit).
+    #[serde(skip)]
+    pub limit: usize,
+}
+
+const MAX_RESULTS: usize = 100;
+
+/// Appends what fits under `limit` (on a character boundary); returns the part kept.
+fn push_capped(buf: &mut String, text: &str, limit: usize, truncated: &mut bool) -> String {
+    let room = limit.saturating_sub(buf.len());
+    if text.len() <= room {
+        buf.push_str(text);
+        return text.to_string();
+    }
+    *truncated = true;
+    let mut cut = room;
+    while cut > 0 && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    buf.push_str(&text[..cut]);
+    text[..cut].to_string()
 }
 
 /// A piece of a running cell, for streaming.
@@ -169,6 +195,15 @@ impl Contexts {
         out
     }
 
+    /// An existing context, without creating it.
+    pub fn get(&self, language: &str, name: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .ok()?
+            .get(&(language.to_string(), name.to_string()))
+            .cloned()
+    }
+
     pub fn remove(&self, language: &str, name: &str) -> Option<Arc<Slot>> {
         self.slots
             .lock()
@@ -259,9 +294,12 @@ async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel
     if !matches!(ready, Ok(true)) {
         live.sandbox.signal(started.id, libc::SIGKILL);
         return Err(ApiError::new(
-            500,
+            409,
             "kernel_failed",
-            format!("the {language} kernel did not start (is its interpreter in the sandbox?)"),
+            format!(
+                "the {language} kernel did not start: its interpreter may be missing from the sandbox, or the sandbox reached its process limit (pids = {})",
+                live.profile.limits.pids
+            ),
         ));
     }
     Ok(Kernel {
@@ -309,16 +347,30 @@ pub async fn run_cell(
     req.push(b'\n');
     let mut result = CodeResult {
         state_lost,
+        limit: usize::try_from(live.profile.limits.output_limit).unwrap_or(usize::MAX),
         ..CodeResult::default()
     };
     if k.stdin.write_all(&req).await.is_err() {
-        k.dead = true;
-        return Err(died(
-            slot,
-            &mut result,
-            "the kernel stopped reading its input",
-        ));
+        // The kernel died while idle (a crash between cells): start a fresh one and say the
+        // state is gone, rather than failing the cell.
+        *guard = Some(start_kernel(live, slot.language).await?);
+        result.state_lost = true;
+        let Some(fresh) = guard.as_mut() else {
+            return Err(ApiError::internal("kernel slot empty"));
+        };
+        fresh.next_id = id + 1;
+        if fresh.stdin.write_all(&req).await.is_err() {
+            fresh.dead = true;
+            return Err(died(
+                slot,
+                &mut result,
+                "the kernel stopped reading its input",
+            ));
+        }
     }
+    let Some(k) = guard.as_mut() else {
+        return Err(ApiError::internal("kernel slot empty"));
+    };
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let next = tokio::select! {
@@ -398,18 +450,20 @@ async fn handle_line(
     match v["type"].as_str() {
         Some("stream") => {
             let t = text_of(v);
+            let limit = r.limit;
             if v["name"] == "stderr" {
-                r.stderr.push_str(&t);
-                if let Some(tx) = events {
-                    let _ = tx.send(CellEvent::Stderr(t)).await;
+                let kept = push_capped(&mut r.stderr, &t, limit, &mut r.stderr_truncated);
+                if let (Some(tx), false) = (events, kept.is_empty()) {
+                    let _ = tx.send(CellEvent::Stderr(kept)).await;
                 }
             } else {
-                r.stdout.push_str(&t);
-                if let Some(tx) = events {
-                    let _ = tx.send(CellEvent::Stdout(t)).await;
+                let kept = push_capped(&mut r.stdout, &t, limit, &mut r.stdout_truncated);
+                if let (Some(tx), false) = (events, kept.is_empty()) {
+                    let _ = tx.send(CellEvent::Stdout(kept)).await;
                 }
             }
         }
+        Some("result") if r.results.len() >= MAX_RESULTS => r.results_truncated = true,
         Some("result") => {
             let mut bundle = v.get("data").cloned().unwrap_or(json!({}));
             if let Some(obj) = bundle.as_object_mut() {
@@ -480,8 +534,11 @@ async fn died_result(
 /// Kills a context's kernel (restart = kill now, start fresh on the next cell).
 pub async fn stop(live: &Arc<Live>, slot: &Arc<Slot>) {
     let mut guard = slot.kernel.lock().await;
-    if let Some(k) = guard.take() {
+    if let Some(mut k) = guard.take() {
         live.sandbox.signal(k.exec_id, libc::SIGKILL);
+        // Keep the driver's stdin open until it is dead: if it saw EOF first it could exit
+        // and be reaped before the signal, and the group (its children) would survive.
+        let _ = tokio::time::timeout(Duration::from_secs(3), &mut k.exit).await;
     }
     slot.count.store(0, std::sync::atomic::Ordering::Relaxed);
 }

@@ -28,15 +28,22 @@ pub struct McpState {
     service: Arc<Service>,
     /// Caller for transports without HTTP authentication (stdio).
     local_caller: Option<Caller>,
+    /// Built-in profile of the sandboxes this front end creates.
+    profile: Option<String>,
     /// session key → sandbox id
     sandboxes: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
 impl McpState {
-    pub fn new(service: Arc<Service>, local_caller: Option<Caller>) -> Arc<McpState> {
+    pub fn new(
+        service: Arc<Service>,
+        local_caller: Option<Caller>,
+        profile: Option<String>,
+    ) -> Arc<McpState> {
         Arc::new(McpState {
             service,
             local_caller,
+            profile,
             sandboxes: Default::default(),
         })
     }
@@ -75,9 +82,7 @@ pub struct CordonMcp {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct RunCodeParams {
-    /// The code to run. State (variables, imports, functions, the working directory) persists
-    /// between calls in the same context, like notebook cells. The value of the last
-    /// expression is returned; charts drawn with matplotlib come back as images.
+    /// The code to run. State (variables, imports, functions, the working directory) persists between calls in the same context, like notebook cells. The value of the last expression is returned; charts drawn with matplotlib come back as images.
     pub code: String,
     /// "python" (default), "javascript" (Node.js, top-level await allowed) or "bash".
     pub language: Option<String>,
@@ -89,8 +94,7 @@ pub struct RunCodeParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct RunCommandParams {
-    /// A shell command line, run with /bin/sh -c in the sandbox (no network, Linux userland:
-    /// python3, node, bash and coreutils are available).
+    /// A shell command line, run with /bin/sh -c in the sandbox (no network, Linux userland: python3, node, bash and coreutils are available).
     pub command: String,
     /// Working directory. Default: /workspace.
     pub cwd: Option<String>,
@@ -192,6 +196,7 @@ impl CordonMcp {
             .create(
                 &caller,
                 CreateSandbox {
+                    profile: self.state.profile.clone(),
                     ttl: Some(Amount::Text("2h".into())),
                     ..Default::default()
                 },

@@ -969,7 +969,10 @@ impl Service {
     ) -> Result<(), ApiError> {
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(language)?;
-        let slot = live.contexts.slot(language, name)?;
+        let slot = live
+            .contexts
+            .get(language, name)
+            .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
         crate::kernel::stop(&live, &slot).await;
         self.audit.record(
             "sandbox.context.restart",

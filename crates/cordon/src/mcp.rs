@@ -22,8 +22,8 @@ pub struct McpArgs {
 }
 
 pub fn main(a: McpArgs) -> i32 {
-    if a.profile != "default" {
-        eprintln!("cordon: --profile: only the default profile is available over MCP for now");
+    if let Err(e) = cordon_policy::Profile::builtin(&a.profile) {
+        eprintln!("cordon: --profile: {e}");
         return 125;
     }
     let (dir, temporary) = match a.data_dir {
@@ -74,7 +74,11 @@ pub fn main(a: McpArgs) -> i32 {
             key_id: "mcp-stdio".into(),
             max_sandboxes: 4,
         };
-        let state = cordon_server::mcp::McpState::new(service.clone(), Some(caller));
+        let state = cordon_server::mcp::McpState::new(
+            service.clone(),
+            Some(caller),
+            Some(a.profile.clone()),
+        );
         let r = cordon_server::mcp::serve_stdio(state).await;
         service.shutdown_all().await;
         r

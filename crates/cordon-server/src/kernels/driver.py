@@ -4,7 +4,8 @@ Start:   python3 -u -c "<this file>" python|javascript|bash
          For javascript the server also sets CORDON_NODE_DRIVER=<contents of node_driver.js>;
          the driver reads that variable and deletes it from its environment at once, so user
          code never sees it (CORDON_NODE_DRIVER_FILE=<path> is accepted instead, for development).
-         Self-contained, standard library only; needs python3 >= 3.8 (node and bash as used).
+         Self-contained, standard library only; needs python3 >= 3.8, bash, and for javascript
+         node >= 20.12 (node_driver.js uses node's bundled acorn via --expose-internals).
 
 Protocol: JSON, one object per line, on the driver's ORIGINAL stdin/stdout. Those are moved
 to private close-on-exec descriptors at start-up; fd 0 then reads /dev/null and fds 1 and 2
@@ -28,6 +29,19 @@ protocol, and output of subprocesses is captured too.
   the driver forwards the output, writes a note on stderr and exits without "done" -- exactly
   as if the driver itself had died -- so the caller restarts the context.
   Start-up failure: {"type": "fatal", "message": "..."} and exit status 1.
+
+Languages.
+  python:     one persistent globals dict (sys.modules["__main__"], __name__ == "__main__").
+              The value of a trailing expression is the main result (not when it is None or
+              the line ends with ';'); it is also kept in `_`. Top-level `await` works.
+              Bundles: _repr_mimebundle_, _repr_html_/markdown/svg/png/jpeg/json/latex_, plus
+              text/plain (repr). display(*objs) (a builtin) emits non-main results. matplotlib
+              (MPLBACKEND=Agg) is switched to a small inline backend: plt.show() and the end of
+              each cell emit every open figure as image/png, then close them all.
+  javascript: see node_driver.js (one persistent context, top-level await, display()).
+  bash:       one `bash --noprofile --norc`; each cell is `source`d from a file, stdin
+              /dev/null; a non-zero status gives error "ExitCode" ("exit status N"). The shell
+              keeps fds 197-199 for itself.
 
 Interrupts: send SIGINT to the driver's process group (node and bash stay in that group).
   python:     KeyboardInterrupt is raised in the cell -> error "KeyboardInterrupt"; globals kept.
@@ -424,9 +438,9 @@ class _ImportHooks:
         self.busy = False
 
     def find_spec(self, name, path=None, target=None):
-        from importlib.machinery import ModuleSpec
-
         if name == _MPL_BACKEND:
+            from importlib.machinery import ModuleSpec
+
             return ModuleSpec(name, self)
         if name != "matplotlib" or self.busy:
             return None
@@ -576,8 +590,6 @@ class PythonKernel:
                 try:
                     data = {"image/png": _figure_png(fig), "text/plain": _safe_repr(fig)}
                 except Exception as e:
-                    if isinstance(e, KeyboardInterrupt):
-                        raise
                     _warn("rendering a figure failed: %s: %s" % (type(e).__name__, e))
                     continue
                 self.pump.sync()
@@ -766,8 +778,6 @@ class BashKernel:
     FD, FD1, FD2 = 197, 198, 199  # the shell's private status fd and copies of fds 1 and 2
 
     def __init__(self, out, pump):
-        import tempfile
-
         self.out = out
         self.pump = pump
         st_r, st_w = os.pipe()
@@ -784,7 +794,7 @@ class BashKernel:
         os.close(st_w)
         self.stdin = self.proc.stdin
         self.status = os.fdopen(st_r, "rb")
-        self.dir = tempfile.mkdtemp(prefix="cordon-bash-", dir=os.environ.get("TMPDIR") or "/tmp")
+        self.tmpdir = os.environ.get("TMPDIR") or "/tmp"
         fds = {"{fd}": self.FD, "{fd1}": self.FD1, "{fd2}": self.FD2, "{st}": st_w}
         init, self.run_cmd = _BASH_INIT, _BASH_RUN
         for k, v in fds.items():
@@ -807,9 +817,12 @@ class BashKernel:
             raise ChildDied("bash")
 
     def run(self, rid, code, count):
-        path = os.path.join(self.dir, "cell-%d" % count)  # bash says "cell-3: line 2: ..."
+        import tempfile
+
+        # One file per cell, removed after it (bash says ".../cordon-cell-3-xxxx: line 2: ...").
+        fd, path = tempfile.mkstemp(prefix="cordon-cell-%d-" % count, dir=self.tmpdir)
         try:
-            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(code)
                 if code and not code.endswith("\n"):
                     f.write("\n")
@@ -841,10 +854,6 @@ class BashKernel:
 
     def shutdown(self):
         _stop(self.proc)
-        try:
-            os.rmdir(self.dir)
-        except OSError:
-            pass
 
 
 def _describe_exit(what, proc):

@@ -694,6 +694,14 @@ def test_bash_sigint_keeps_state(sh):
     assert sh.execute("echo $((x + 1))").stdout == "42\n"
 
 
+def test_bash_leaves_no_files_behind(kernel_factory, tmp_path):
+    k = kernel_factory("bash", env={"TMPDIR": str(tmp_path)})
+    c = k.execute("echo one\nbad_command_xyz")
+    assert "cordon-cell-1-" in c.stderr and "line 2" in c.stderr  # where bash says it failed
+    assert k.execute("echo two").stdout == "two\n"
+    assert os.listdir(tmp_path) == []
+
+
 def test_bash_exit_ends_the_driver(sh):
     c = sh.execute("echo bye; exit 4", expect_done=False)
     assert c.done is None and c.stdout == "bye\n"
