@@ -99,7 +99,7 @@ pub fn helper_main() -> i32 {
         },
         _ => return failed(&control, "cannot open /dev/null".into()),
     };
-    let (relay, chan) = match spawn_relay(&prepared, stdio) {
+    let (relay, first_init, chan) = match spawn_relay(&prepared, stdio) {
         Ok(r) => r,
         Err(e) => return failed(&control, e.to_string()),
     };
@@ -124,7 +124,8 @@ pub fn helper_main() -> i32 {
     };
 
     // Setup: wait for the init's pid, its root and its confinement report.
-    let mut init_pid = None;
+    let mut init_pid = Some(first_init);
+    *init_fd.borrow_mut() = sys::pidfd_open(first_init).ok();
     let mut root_fd: Option<OwnedFd> = None;
     let mut confined = false;
     // The relay (InitPid) and the init (the rest) send from different processes, so their

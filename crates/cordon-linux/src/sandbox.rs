@@ -102,14 +102,6 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
     if let Err(e) = sys::set_dumpable(false) {
         fail(&ch, "set non-dumpable", e);
     }
-    // Wait until the supervisor has put us in our cgroup, then root a cgroup namespace there.
-    match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go, _))) => {}
-        _ => sys::exit_now(EXIT_SETUP_FAILED),
-    }
-    if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
-        fail(&ch, "creating the cgroup namespace", e);
-    }
     // 6. The first child is PID 1 of the new pid namespace.
     // SAFETY: this process is single-threaded (forked from a single-threaded supervisor).
     match unsafe { sys::fork() } {
@@ -138,6 +130,23 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     if let Err(e) = mounts::build_root(plan) {
         fail(&ch, &e.step, e.error);
     }
+    if let Err(e) = sys::sethostname(&plan.hostname) {
+        fail(&ch, "sethostname", e);
+    }
+    if let Err(e) = sys::loopback_up() {
+        fail(&ch, "bringing up loopback", e);
+    }
+    // The supervisor moves the relay and us into the cgroup while we built the root (a cgroup
+    // v1 migration waits for an RCU grace period, so doing both at once saves real time).
+    // Nothing runs on the sandbox's behalf before it says so: then root a cgroup namespace
+    // at the cgroup we are in.
+    match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Go, _))) => {}
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    }
+    if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
+        fail(&ch, "creating the cgroup namespace", e);
+    }
     if plan.persistent {
         match std::fs::OpenOptions::new()
             .read(true)
@@ -151,12 +160,6 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
             }
             Err(e) => fail(&ch, "opening the new root", e),
         }
-    }
-    if let Err(e) = sys::sethostname(&plan.hostname) {
-        fail(&ch, "sethostname", e);
-    }
-    if let Err(e) = sys::loopback_up() {
-        fail(&ch, "bringing up loopback", e);
     }
     if plan.network {
         match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {

@@ -243,12 +243,13 @@ pub(crate) fn prepare(
     })
 }
 
-/// Forks the relay with the given stdio, puts it in the cgroup and lets it go.
+/// Forks the relay with the given stdio; once it reports its init, puts both in the cgroup
+/// and lets the init go on. Returns (relay pid, init pid, channel).
 /// The calling process must be single-threaded.
 pub(crate) fn spawn_relay(
     prepared: &Prepared,
     stdio: Stdio,
-) -> Result<(libc::pid_t, Channel), EngineError> {
+) -> Result<(libc::pid_t, libc::pid_t, Channel), EngineError> {
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| EngineError::io(what, e)
@@ -266,22 +267,59 @@ pub(crate) fn spawn_relay(
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
     let chan = Channel::new(chan_parent);
-    let started = match &prepared.cgroup {
-        Some(cg) => cg
-            .add(relay)
-            .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e)),
-        None => Ok(()),
-    }
-    .and_then(|_| {
+    let started = wait_init_pid(&chan).and_then(|init| {
+        if let Some(cg) = &prepared.cgroup {
+            cg.add(relay)
+                .and_then(|_| cg.add(init))
+                .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e))?;
+        }
         chan.send(&ToSandbox::Go)
-            .map_err(|e| EngineError::io("starting the sandbox", e))
+            .map_err(|e| EngineError::io("starting the sandbox", e))?;
+        Ok(init)
     });
-    if let Err(e) = started {
-        let _ = sys::kill(relay, libc::SIGKILL);
-        let _ = sys::wait4(relay, false);
-        return Err(e);
+    match started {
+        Ok(init) => Ok((relay, init, chan)),
+        Err(e) => {
+            let _ = sys::kill(relay, libc::SIGKILL);
+            let _ = sys::wait4(relay, false);
+            Err(e)
+        }
     }
-    Ok((relay, chan))
+}
+
+/// Waits (bounded) for the relay's report of the init's pid, or a setup failure.
+fn wait_init_pid(chan: &Channel) -> Result<libc::pid_t, EngineError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(EngineError::Setup {
+                step: "starting the sandbox".into(),
+                message: "the sandbox did not start within 30s".into(),
+            });
+        }
+        let mut p = [libc::pollfd {
+            fd: chan.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) == 0 {
+            continue;
+        }
+        match chan.recv::<ToSupervisor>() {
+            Ok(Some((ToSupervisor::InitPid { pid }, _))) => return Ok(pid),
+            Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
+                return Err(EngineError::Setup { step, message })
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                return Err(EngineError::Setup {
+                    step: "starting the sandbox".into(),
+                    message: "the sandbox exited during setup".into(),
+                })
+            }
+        }
+    }
 }
 
 /// Records what the init reported as confined.
@@ -328,7 +366,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let (stderr_r, stderr_w) = sys::pipe().map_err(io("stderr pipe"))?;
     install_signal_handlers();
     let start = Instant::now();
-    let (relay, chan) = spawn_relay(
+    let (relay, _init, chan) = spawn_relay(
         &prepared,
         Stdio {
             stdin: stdin_r,
