@@ -490,6 +490,9 @@ fn files_api_and_traversal_attacks() {
     );
     assert_eq!(std::fs::read_dir(&host_secret_dir).unwrap().count(), 1);
 
+    // The race loop spent this key's request budget (100/s); let the bucket refill, or the
+    // next upload is answered 429 before its body is read.
+    std::thread::sleep(Duration::from_millis(1500));
     // Disk full answers 507; oversized upload 413 (server limit) is tested separately.
     let big = vec![b'x'; 3 << 20];
     let (st, v) = put("/workspace/big.bin", &big);
