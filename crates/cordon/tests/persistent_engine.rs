@@ -76,7 +76,10 @@ fn state_persists_between_commands() {
     // The filesystem is reachable from the host through the root fd the engine hands over
     // (the init itself is not dumpable, so /proc/<init>/root is closed even to its owner).
     let root = sb.root_dir().expect("root fd");
-    let f = format!("/proc/self/fd/{}/workspace/f", std::os::fd::AsRawFd::as_raw_fd(&root));
+    let f = format!(
+        "/proc/self/fd/{}/workspace/f",
+        std::os::fd::AsRawFd::as_raw_fd(&root)
+    );
     assert_eq!(std::fs::read_to_string(f).expect("host view"), "hello\n");
 }
 

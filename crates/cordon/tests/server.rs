@@ -1,95 +1,16 @@
 //! `cordon serve` end to end: a real server on loopback, real sandboxes, real HTTP.
 #![allow(clippy::result_large_err)] // ureq 2 errors carry the whole response; fine in tests.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-struct Server {
-    child: Child,
-    url: String,
-    key: String,
-    _data_dir: std::path::PathBuf,
-}
+mod serve;
+use serve::Server;
 
 impl Server {
-    fn start_in(data_dir: std::path::PathBuf, extra: &[&str]) -> Server {
-        std::fs::create_dir_all(&data_dir).expect("data dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start cordon serve");
-        let out = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(out).lines();
-        let mut url = String::new();
-        let mut key = String::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            let Some(Ok(line)) = lines.next() else { break };
-            if let Some(u) = line.strip_prefix("cordon serving on ") {
-                url = u.trim().to_string();
-            }
-            if let Some((_, k)) = line.split_once("shown once): ") {
-                key = k.trim().to_string();
-            }
-            if line.starts_with("API key")
-                || line.starts_with("API keys")
-                || line.starts_with("authentication disabled")
-            {
-                break;
-            }
-        }
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        assert!(!url.is_empty(), "server did not print its URL");
-        Server {
-            child,
-            url,
-            key,
-            _data_dir: data_dir,
-        }
-    }
-
-    fn start() -> Server {
-        let dir = std::env::temp_dir().join(format!(
-            "cordon-serve-test-{}-{}",
-            std::process::id(),
-            unique()
-        ));
-        Server::start_in(dir, &[])
-    }
-
-    fn req(&self, method: &str, path: &str) -> ureq::Request {
-        ureq::request(method, &format!("{}{}", self.url, path))
-            .set("Authorization", &format!("Bearer {}", self.key))
-            .timeout(Duration::from_secs(60))
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let r = self.req(method, path);
-        let res = match body {
-            Some(b) => r.send_json(b),
-            None => r.call(),
-        };
-        let resp = match res {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {path}: {e}"),
-        };
-        let status = resp.status();
-        let text = resp.into_string().unwrap_or_default();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
     fn create(&self, body: Value) -> String {
         let (s, v) = self.call("POST", "/v1/sandboxes", Some(body));
         assert_eq!(s, 201, "{v}");
@@ -101,32 +22,6 @@ impl Server {
         assert_eq!(s, 200, "{v}");
         v
     }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill9();
-    }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::SeqCst)
 }
 
 /// Processes whose command line contains `needle`.
