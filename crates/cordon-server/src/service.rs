@@ -1013,6 +1013,42 @@ impl Service {
     }
 }
 
+/// Reads what a pipe holds right now, without waiting for more.
+async fn drain_now(
+    pipe: &tokio::net::unix::pipe::Receiver,
+    keep: &mut Capped,
+    bg: Option<&Mutex<(Capped, Capped)>>,
+    is_stdout: bool,
+    events: &Option<mpsc::Sender<ExecEvent>>,
+) {
+    let mut buf = [0u8; 32 * 1024];
+    // Bounded: a writer that never stops must not keep us here.
+    for _ in 0..64 {
+        match pipe.try_read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let d = &buf[..n];
+                keep.push(d);
+                if let Some(Ok(mut o)) = bg.map(|m| m.lock()) {
+                    if is_stdout {
+                        o.0.push(d)
+                    } else {
+                        o.1.push(d)
+                    }
+                }
+                if let Some(tx) = events {
+                    let ev = if is_stdout {
+                        ExecEvent::Stdout(d.to_vec())
+                    } else {
+                        ExecEvent::Stderr(d.to_vec())
+                    };
+                    let _ = tx.send(ev).await;
+                }
+            }
+        }
+    }
+}
+
 type StartedParts = (
     cordon_linux::persistent::Started,
     tokio::sync::oneshot::Receiver<ExitInfo>,
@@ -1110,6 +1146,14 @@ async fn pump(
                 grace = (tokio::time::Instant::now() + Duration::from_millis(200)).min(deadline);
             },
             _ = tokio::time::sleep_until(grace), if exit.is_some() => {
+                // Whatever is already in the pipes belongs to the command: take it without
+                // waiting (under load the timer can win the race against ready pipes).
+                if out_open {
+                    drain_now(&out, &mut so, bg.map(|b| &b.output), true, &events).await;
+                }
+                if err_open {
+                    drain_now(&err, &mut se, bg.map(|b| &b.output), false, &events).await;
+                }
                 out_open = false;
                 err_open = false;
             },
