@@ -425,6 +425,39 @@ async fn file_read(
         .into_response())
 }
 
+/// Reads an upload of at most `max` bytes. Past the limit nothing more is kept, but the rest
+/// is read and dropped (up to a bound) so the client can read the 413 instead of meeting a
+/// reset connection.
+async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
+    const DRAIN_LIMIT: u64 = 64 << 20;
+    let too_large = || {
+        ApiError::new(
+            413,
+            "too_large",
+            format!("uploads are limited to {max} bytes"),
+        )
+    };
+    let mut stream = body.into_data_stream();
+    let mut data = Vec::new();
+    let mut seen: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the upload: {e}")))?;
+        seen += chunk.len() as u64;
+        if seen > max {
+            if seen > max.saturating_add(DRAIN_LIMIT) {
+                return Err(too_large());
+            }
+            data.clear();
+            continue;
+        }
+        data.extend_from_slice(&chunk);
+    }
+    if seen > max {
+        return Err(too_large());
+    }
+    Ok(data)
+}
+
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,)), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses((status = 201), (status = 413, body = ErrorBody), (status = 507, body = ErrorBody)))]
 async fn file_write(
     State(st): State<Arc<AppState>>,
@@ -435,20 +468,7 @@ async fn file_write(
 ) -> Result<impl IntoResponse, ApiError> {
     let path = need_path(&q)?;
     let max = st.service.cfg.max_upload;
-    // Read at most one byte past the limit, so an oversized upload is refused without
-    // buffering all of it.
-    let data = axum::body::to_bytes(
-        body,
-        usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1),
-    )
-    .await
-    .map_err(|_| {
-        ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes"),
-        )
-    })?;
+    let data = read_upload(body, max).await?;
     if data.len() as u64 > max {
         return Err(ApiError::new(
             413,
