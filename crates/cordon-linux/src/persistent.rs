@@ -124,18 +124,13 @@ pub fn helper_main() -> i32 {
     };
 
     // Setup: wait for the init's pid, its root and its confinement report.
-    let mut init_pid = Some(first_init);
-    *init_fd.borrow_mut() = sys::pidfd_open(first_init).ok();
+    let init_pid = first_init;
+    *init_fd.borrow_mut() = sys::pidfd_open(init_pid).ok();
     let mut root_fd: Option<OwnedFd> = None;
     let mut confined = false;
-    // The relay (InitPid) and the init (the rest) send from different processes, so their
-    // messages may arrive in either order.
-    while !(confined && init_pid.is_some()) {
+    // (spawn_relay already took the relay's InitPid; the rest comes from the init.)
+    while !confined {
         match chan.recv::<ToSupervisor>() {
-            Ok(Some((ToSupervisor::InitPid { pid }, _))) => {
-                init_pid = Some(pid);
-                *init_fd.borrow_mut() = sys::pidfd_open(pid).ok();
-            }
             Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
             Ok(Some((ToSupervisor::ProxyListener, fds))) => {
                 let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
@@ -160,12 +155,9 @@ pub fn helper_main() -> i32 {
             }
         }
     }
-    let (Some(init_pid), Some(root_fd)) = (init_pid, root_fd) else {
+    let Some(root_fd) = root_fd else {
         kill(&mut cgroup);
-        return failed(
-            &control,
-            "the sandbox did not report its init and root".into(),
-        );
+        return failed(&control, "the sandbox did not hand over its root".into());
     };
     if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
         kill(&mut cgroup);

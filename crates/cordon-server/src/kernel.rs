@@ -361,11 +361,7 @@ pub async fn run_cell(
         fresh.next_id = id + 1;
         if fresh.stdin.write_all(&req).await.is_err() {
             fresh.dead = true;
-            return Err(died(
-                slot,
-                &mut result,
-                "the kernel stopped reading its input",
-            ));
+            return Err(died(&mut result, "the kernel stopped reading its input"));
         }
     }
     let Some(k) = guard.as_mut() else {
@@ -408,7 +404,7 @@ pub async fn run_cell(
                 },
                 _ => "the kernel died".to_string(),
             };
-            return Ok(died_result(slot, result, &why, &events).await);
+            return Ok(died_result(result, &why, &events).await);
         };
         if handle_line(&v, id, &mut result, &events).await {
             break;
@@ -504,7 +500,7 @@ async fn handle_line(
     false
 }
 
-fn died(_slot: &Slot, r: &mut CodeResult, why: &str) -> ApiError {
+fn died(r: &mut CodeResult, why: &str) -> ApiError {
     r.state_lost = true;
     ApiError::new(
         500,
@@ -514,7 +510,6 @@ fn died(_slot: &Slot, r: &mut CodeResult, why: &str) -> ApiError {
 }
 
 async fn died_result(
-    _slot: &Slot,
     mut r: CodeResult,
     why: &str,
     events: &Option<mpsc::Sender<CellEvent>>,

@@ -967,20 +967,7 @@ impl Service {
         language: &str,
         name: &str,
     ) -> Result<(), ApiError> {
-        let live = self.get_live(caller, id)?;
-        let language = crate::kernel::normalize_language(language)?;
-        let slot = live
-            .contexts
-            .get(language, name)
-            .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
-        crate::kernel::stop(&live, &slot).await;
-        self.audit.record(
-            "sandbox.context.restart",
-            &caller.key_id,
-            Some(id),
-            json!({"language": language, "context": name}),
-        );
-        Ok(())
+        self.end_context(caller, id, language, name, false).await
     }
 
     pub async fn delete_context(
@@ -990,15 +977,35 @@ impl Service {
         language: &str,
         name: &str,
     ) -> Result<(), ApiError> {
+        self.end_context(caller, id, language, name, true).await
+    }
+
+    /// Stops a context's kernel; `remove` also forgets the context (delete), otherwise its
+    /// next cell starts a fresh kernel (restart).
+    async fn end_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+        remove: bool,
+    ) -> Result<(), ApiError> {
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(language)?;
-        let slot = live
-            .contexts
-            .remove(language, name)
-            .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
+        let slot = if remove {
+            live.contexts.remove(language, name)
+        } else {
+            live.contexts.get(language, name)
+        }
+        .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
         crate::kernel::stop(&live, &slot).await;
+        let event = if remove {
+            "sandbox.context.delete"
+        } else {
+            "sandbox.context.restart"
+        };
         self.audit.record(
-            "sandbox.context.delete",
+            event,
             &caller.key_id,
             Some(id),
             json!({"language": language, "context": name}),

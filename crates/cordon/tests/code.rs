@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 // A real server (same start-up contract as tests/server.rs)
 
 mod serve;
-use serve::{unique, Server};
+use serve::{unique, wait_until, Server};
 
 impl Server {
     /// A fresh sandbox on this server.
@@ -203,17 +203,6 @@ fn kernel_host_pid(sb: &Sb, context: &str) -> u32 {
     let (driver, _) = kernel_child(sb, context);
     assert_ok(&sb.run("python", context, "_p.kill(); _p.wait()", None));
     driver
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 
 use std::io::Read;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 mod serve;
-use serve::Server;
+use serve::{wait_until, Server};
 
 impl Server {
     fn create(&self, body: Value) -> String {
@@ -37,17 +37,6 @@ fn processes_with(needle: &str) -> Vec<u32> {
         }
     }
     out
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[test]

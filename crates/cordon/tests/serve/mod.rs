@@ -25,6 +25,18 @@ pub fn unique() -> u64 {
     N.fetch_add(1, Ordering::SeqCst)
 }
 
+/// Polls `f` every 50 ms until it holds; panics after 10 s.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
 impl Server {
     /// A server with a fresh data directory that is removed on drop.
     pub fn start() -> Server {
