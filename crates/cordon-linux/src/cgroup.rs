@@ -158,6 +158,70 @@ pub fn detect() -> Result<Layout, String> {
     Err("no cgroup v1 memory+pids hierarchies and no cgroup v2 mount".to_string())
 }
 
+/// Why sandbox cgroups cannot be created under `layout`, if they cannot (rootless on v1, an
+/// undelegated v2 subtree): checked before anything is forked, so the plan knows.
+pub fn cannot_create(layout: &Layout) -> Option<String> {
+    let parents: Vec<&PathBuf> = match layout {
+        Layout::V1 { memory, pids, .. } => vec![memory, pids],
+        Layout::V2 { base } => vec![base],
+    };
+    parents
+        .into_iter()
+        .find(|d| !crate::sys::writable(d))
+        .map(|d| format!("{} is not writable by this user", d.display()))
+}
+
+/// A child process that makes one no-op cgroup move (itself into the cgroup it is already in)
+/// the moment a run starts.
+///
+/// Why: a cgroup v1 move takes the kernel's global threadgroup lock for writing, and the
+/// first writer after a quiet spell waits for an RCU grace period (measured 7-15 ms here);
+/// writers that follow within about one more grace period pass at once. Started at the top of
+/// a run, that wait overlaps namespace and root setup instead of following them, so moving
+/// the sandbox into its cgroup later is quick. (Hosts whose cgroups are mounted with
+/// `favordynmods` never wait; v2 could use clone3's CLONE_INTO_CGROUP instead.)
+pub struct Warmup {
+    pid: libc::pid_t,
+}
+
+impl Warmup {
+    /// Starts the move; `None` if this host or caller has nothing to gain.
+    /// The calling process must be single-threaded.
+    pub fn start(layout: &Layout) -> Option<Warmup> {
+        let Layout::V1 { pids, .. } = layout else {
+            return None;
+        };
+        let tasks = pids.join("tasks");
+        // SAFETY: the caller is single-threaded; the child only writes one file and exits.
+        match unsafe { crate::sys::fork() } {
+            Ok(crate::sys::Fork::Child) => {
+                // "0" is the writer itself: a move into its own cgroup, which changes nothing.
+                let _ = crate::sys::write_file(&tasks, "0");
+                crate::sys::exit_now(0)
+            }
+            Ok(crate::sys::Fork::Parent(pid)) => Some(Warmup { pid }),
+            Err(_) => None,
+        }
+    }
+}
+
+/// Times one no-op cgroup move of the calling thread (v1 only): what moving a sandbox into
+/// its cgroup costs on this host. `cordon check` reports it.
+pub fn time_move(layout: &Layout) -> Option<Duration> {
+    let Layout::V1 { pids, .. } = layout else {
+        return None;
+    };
+    let start = Instant::now();
+    crate::sys::write_file(&pids.join("tasks"), "0").ok()?;
+    Some(start.elapsed())
+}
+
+impl Drop for Warmup {
+    fn drop(&mut self) {
+        let _ = crate::sys::wait4(self.pid, false);
+    }
+}
+
 /// Limits to apply to one sandbox's cgroup.
 #[derive(Debug, Clone)]
 pub struct CgroupLimits {
@@ -169,9 +233,19 @@ pub struct CgroupLimits {
 /// One sandbox's cgroup (one directory per v1 hierarchy, or one v2 directory).
 pub struct Cgroup {
     layout: Layout,
-    /// v1: memory, pids, cpu?, cpuacct?; v2: one dir.
+    /// v1: memory, pids, cpu?, cpuacct? (without repeats); v2: one dir.
     dirs: Vec<PathBuf>,
+    /// Which directory holds each controller's files.
+    ctl: ControllerDirs,
     peak_pids: u64,
+}
+
+#[derive(Default)]
+struct ControllerDirs {
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+    cpu: Option<PathBuf>,
+    cpuacct: Option<PathBuf>,
 }
 
 const PREFIX: &str = "cordon-";
@@ -182,6 +256,7 @@ impl Cgroup {
         let mut cg = Cgroup {
             layout: layout.clone(),
             dirs: Vec::new(),
+            ctl: ControllerDirs::default(),
             peak_pids: 0,
         };
         let result = cg.create_inner(name, limits);
@@ -204,19 +279,25 @@ impl Cgroup {
                 let mem = memory.join(&dirname);
                 fs::create_dir(&mem)?;
                 self.dirs.push(mem.clone());
+                self.ctl.memory = Some(mem.clone());
                 write(
                     &mem.join("memory.limit_in_bytes"),
                     &limits.memory.to_string(),
                 )?;
                 // Without this, the limit covers RAM only and the sandbox can push into swap.
-                let memsw = mem.join("memory.memsw.limit_in_bytes");
-                if memsw.exists() {
-                    write(&memsw, &limits.memory.to_string())?;
+                // (Absent when the kernel accounts no swap: then there is nothing to cap.)
+                match write(
+                    &mem.join("memory.memsw.limit_in_bytes"),
+                    &limits.memory.to_string(),
+                ) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    other => other?,
                 }
                 let _ = write(&mem.join("memory.swappiness"), "0");
                 let p = pids.join(&dirname);
                 fs::create_dir(&p)?;
                 self.dirs.push(p.clone());
+                self.ctl.pids = Some(p.clone());
                 write(&p.join("pids.max"), &limits.pids.to_string())?;
                 if let Some(cpu) = cpu {
                     let c = cpu.join(&dirname);
@@ -224,6 +305,7 @@ impl Cgroup {
                         fs::create_dir(&c)?;
                         self.dirs.push(c.clone());
                     }
+                    self.ctl.cpu = Some(c.clone());
                     let period = 100_000u64;
                     let quota = ((limits.cpus * period as f64) as u64).max(1000);
                     write(&c.join("cpu.cfs_period_us"), &period.to_string())?;
@@ -233,8 +315,9 @@ impl Cgroup {
                     let a = acct.join(&dirname);
                     if !self.dirs.contains(&a) {
                         fs::create_dir(&a)?;
-                        self.dirs.push(a);
+                        self.dirs.push(a.clone());
                     }
+                    self.ctl.cpuacct = Some(a);
                 }
             }
             Layout::V2 { base } => {
@@ -243,6 +326,12 @@ impl Cgroup {
                 let d = base.join(&dirname);
                 fs::create_dir(&d)?;
                 self.dirs.push(d.clone());
+                self.ctl = ControllerDirs {
+                    memory: Some(d.clone()),
+                    pids: Some(d.clone()),
+                    cpu: Some(d.clone()),
+                    cpuacct: Some(d.clone()),
+                };
                 write(&d.join("memory.max"), &limits.memory.to_string())?;
                 let _ = write(&d.join("memory.swap.max"), "0");
                 let _ = write(&d.join("memory.oom.group"), "1");
@@ -271,8 +360,20 @@ impl Cgroup {
         Ok(())
     }
 
+    /// The path of a control file. Its prefix names the controller, and so the directory:
+    /// nothing is probed (this runs in the supervisor's loop and at every exit).
     fn find(&self, file: &str) -> Option<PathBuf> {
-        self.dirs.iter().map(|d| d.join(file)).find(|p| p.exists())
+        let dir = match file.split('.').next()? {
+            "memory" => &self.ctl.memory,
+            "pids" => &self.ctl.pids,
+            "cpu" => &self.ctl.cpu,
+            "cpuacct" => &self.ctl.cpuacct,
+            // v1 has no cgroup.kill; other cgroup.* files are in every directory.
+            "cgroup" if file == "cgroup.kill" && self.version() == Version::V1 => return None,
+            "cgroup" => &self.ctl.memory,
+            _ => return None,
+        };
+        dir.as_ref().map(|d| d.join(file))
     }
 
     fn read_u64(&self, file: &str) -> Option<u64> {

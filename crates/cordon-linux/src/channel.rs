@@ -65,8 +65,9 @@ pub enum ToSupervisor {
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
-    /// The relay is in its cgroups; go on.
-    Go,
+    /// The relay and the init are in their cgroup (if any); go on. Without a cgroup
+    /// (`cgroup: false`) per-process rlimits must stand in for the memory and pid limits.
+    Go { cgroup: bool },
     /// Persistent sandbox: start a command.
     Exec {
         id: u64,
@@ -111,7 +112,10 @@ impl Channel {
 
     /// Receives one message; `Ok(None)` when the other side has closed.
     pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
-        let mut buf = vec![0u8; MAX_MESSAGE];
+        // Sized to the message, not to the limit: a fresh zeroed 192 KiB per message cost more
+        // than everything else a sandbox start does with the channel.
+        let len = sys::peek_packet_len(self.fd.as_raw_fd())?;
+        let mut buf = vec![0u8; len.clamp(1, MAX_MESSAGE)];
         let (n, fds, truncated) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
         if truncated {
             return Err(io::Error::new(

@@ -107,7 +107,7 @@ pub fn probe() -> HostReport {
             match cgroup::Cgroup::create(layout, &probe_name, &limits) {
                 Ok(mut c) => {
                     c.remove();
-                    Ok(layout.version())
+                    Ok((layout.version(), cgroup::time_move(layout)))
                 }
                 Err(e) => Err(format!(
                     "{} found but not writable by uid {euid}: {e}",
@@ -145,7 +145,15 @@ pub fn probe() -> HostReport {
             name: "cgroup",
             available: cg_writable.is_ok(),
             detail: match &cg_writable {
-                Ok(v) => format!("cgroup {} usable (memory, pids, cpu)", v.name()),
+                Ok((v, Some(moved))) if *moved > std::time::Duration::from_millis(2) => format!(
+                    "cgroup {} usable (memory, pids, cpu); moving a process into a cgroup took {:.1} ms here: \
+                     the kernel waits for an RCU grace period, and every sandbox start waits once \
+                     (cordon overlaps it with its own setup). Mounting any cgroup hierarchy with the \
+                     `favordynmods` option (Linux 6.0+) removes the wait at a small cost to fork and exit",
+                    v.name(),
+                    moved.as_secs_f64() * 1000.0
+                ),
+                Ok((v, _)) => format!("cgroup {} usable (memory, pids, cpu)", v.name()),
                 Err(e) => e.clone(),
             },
             cost_if_missing: "memory and process limits fall back to per-process rlimits: no hard memory cap for the whole tree, no CPU quota, OOM and peak memory not measured",
@@ -163,7 +171,7 @@ pub fn probe() -> HostReport {
         euid,
         landlock_abi: abi,
         cgroup: cg_writable
-            .map(|v| v.name().to_string())
+            .map(|(v, _)| v.name().to_string())
             .unwrap_or_else(|_| "none".into()),
         features,
     }

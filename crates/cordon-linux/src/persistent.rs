@@ -80,7 +80,7 @@ pub fn helper_main() -> i32 {
         let _ = control.send(&FromHelper::Failed { message });
         1
     };
-    let prepared = match prepare(&profile, &[], None, &env, true) {
+    let mut prepared = match prepare(&profile, &[], None, &env, true) {
         Ok(p) => p,
         Err(e) => return failed(&control, e.to_string()),
     };
@@ -99,7 +99,7 @@ pub fn helper_main() -> i32 {
         },
         _ => return failed(&control, "cannot open /dev/null".into()),
     };
-    let (relay, first_init, chan) = match spawn_relay(&prepared, stdio) {
+    let (relay, first_init, chan) = match spawn_relay(&mut prepared, stdio) {
         Ok(r) => r,
         Err(e) => return failed(&control, e.to_string()),
     };

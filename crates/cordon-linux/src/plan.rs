@@ -49,8 +49,6 @@ pub struct Plan {
     /// True when cordon runs as host root and must drop to `host_uid` before anything else.
     pub drop_root: bool,
     pub network: bool,
-    /// No cgroup: per-process rlimits must stand in for memory and pid limits.
-    pub rlimit_fallback: bool,
     /// Persistent sandbox: the init serves exec requests instead of running one payload.
     pub persistent: bool,
 }
@@ -91,7 +89,6 @@ pub struct PlanInput<'a> {
     pub host_uid: u32,
     pub host_gid: u32,
     pub drop_root: bool,
-    pub rlimit_fallback: bool,
     pub kernel_landlock_abi: u32,
     /// A persistent sandbox has no command of its own.
     pub persistent_ok: bool,
@@ -221,7 +218,6 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         host_gid: input.host_gid,
         drop_root: input.drop_root,
         network,
-        rlimit_fallback: input.rlimit_fallback,
         persistent: false,
     })
 }

@@ -140,10 +140,10 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     // v1 migration waits for an RCU grace period, so doing both at once saves real time).
     // Nothing runs on the sandbox's behalf before it says so: then root a cgroup namespace
     // at the cgroup we are in.
-    match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go, _))) => {}
+    let in_cgroup = match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Go { cgroup }, _))) => cgroup,
         _ => sys::exit_now(EXIT_SETUP_FAILED),
-    }
+    };
     if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
         fail(&ch, "creating the cgroup namespace", e);
     }
@@ -175,7 +175,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     let _ = sys::write_file(Path::new("/proc/self/oom_score_adj"), "1000");
 
     let mut notes = Vec::new();
-    if let Err(e) = apply_rlimits(plan) {
+    if let Err(e) = apply_rlimits(plan, !in_cgroup) {
         fail(&ch, "rlimits", e);
     }
     if let Err(e) = sys::cloexec_from(3) {
@@ -238,7 +238,8 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     }
 }
 
-fn apply_rlimits(plan: &Plan) -> std::io::Result<()> {
+/// `fallback`: there is no cgroup, so per-process limits stand in for memory and pids.
+fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
     let l = &plan.limits;
     sys::setrlimit(libc::RLIMIT_NOFILE, l.nofile, l.nofile)?;
     sys::setrlimit(libc::RLIMIT_FSIZE, l.file_size, l.file_size)?;
@@ -248,7 +249,7 @@ fn apply_rlimits(plan: &Plan) -> std::io::Result<()> {
         // SIGXCPU at the soft limit, SIGKILL a second later if it is caught.
         sys::setrlimit(libc::RLIMIT_CPU, secs, secs + 1)?;
     }
-    if plan.rlimit_fallback {
+    if fallback {
         // Without a cgroup these per-process limits are the best the host allows.
         let procs = u64::from(l.pids) + 2;
         sys::setrlimit(libc::RLIMIT_NPROC, procs, procs)?;
@@ -387,7 +388,7 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
             _ => sys::exit_now(0),
         };
         match msg {
-            ToSandbox::Go => {}
+            ToSandbox::Go { .. } => {}
             ToSandbox::Signal { id, signal } => {
                 if let Some((pid, _)) = running.iter().find(|(_, i)| **i == id) {
                     // The command leads its own process group (setsid): signal all of it.

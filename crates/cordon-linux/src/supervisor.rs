@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
 
-use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::cgroup::{self, Cgroup, CgroupLimits, Layout, Warmup};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::output::Capture;
@@ -91,7 +91,7 @@ fn check_required(
     profile: &Profile,
     abi: u32,
     seccomp: bool,
-    cg: &Option<Cgroup>,
+    cgroup: bool,
     cg_err: &str,
 ) -> Result<(), EngineError> {
     let mut missing = Vec::new();
@@ -100,7 +100,7 @@ fn check_required(
         let ok = match layer {
             Layer::Landlock => abi > 0,
             Layer::Seccomp => seccomp,
-            Layer::Cgroup => cg.is_some(),
+            Layer::Cgroup => cgroup,
             // Namespaces and rlimits are always set up; failing to is a setup error.
             _ => true,
         };
@@ -126,9 +126,20 @@ fn check_required(
     }
 }
 
+/// The cgroup a sandbox is to get; created by `spawn_relay` while the relay sets up.
+pub(crate) struct CgroupPlan {
+    layout: Layout,
+    name: String,
+    limits: CgroupLimits,
+    required: bool,
+}
+
 /// Everything decided before the fork: cgroup, host identity, the plan.
 pub(crate) struct Prepared {
+    /// The sandbox's cgroup once `spawn_relay` has created it.
     pub cgroup: Option<Cgroup>,
+    cgroup_plan: Option<CgroupPlan>,
+    warmup: Option<Warmup>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
     pub host_uid: u32,
@@ -146,6 +157,34 @@ impl Prepared {
             ..Enforcement::default()
         }
     }
+
+    /// Creates the planned cgroup (clearing what dead cordons left behind first). Without
+    /// one the sandbox runs on rlimits, and says so — unless the caller required a cgroup.
+    fn create_cgroup(&mut self) -> Result<(), EngineError> {
+        let Some(cp) = self.cgroup_plan.take() else {
+            return Ok(());
+        };
+        cgroup::remove_stale(&cp.layout);
+        match Cgroup::create(&cp.layout, &cp.name, &cp.limits) {
+            Ok(c) => {
+                self.cgroup_name = cp.layout.version().name().to_string();
+                self.cgroup = Some(c);
+                Ok(())
+            }
+            Err(e) if cp.required => Err(EngineError::Required {
+                missing: Layer::Cgroup.name().to_string(),
+                hint: format!("no usable cgroup: {e}"),
+            }),
+            Err(e) => {
+                self.notes.push(no_cgroup_note(&e.to_string()));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn no_cgroup_note(why: &str) -> String {
+    format!("no cgroup ({why}): memory and pids limited per process by rlimits only")
 }
 
 /// A unique name per sandbox of this process (one-shot runs use one; a helper uses one).
@@ -168,38 +207,37 @@ pub(crate) fn prepare(
     let euid = sys::geteuid();
     let abi = detect::landlock_abi();
 
-    // Cgroup first: without one, rlimits stand in (and say so).
+    // Cgroup first: without one, rlimits stand in (and say so). It is created once the
+    // relay is forked, in parallel with the relay's setup; here we only learn whether it can be.
     let mut notes = Vec::new();
-    let layout = cgroup::detect();
-    let mut cg_err = String::new();
-    let cg = match &layout {
-        Ok(layout) => {
-            cgroup::remove_stale(layout);
-            let limits = CgroupLimits {
-                memory: profile.limits.memory,
-                // The relay and the init are ours, not the payload's.
-                pids: u64::from(profile.limits.pids) + 2,
-                cpus: profile.limits.cpus,
-            };
-            match Cgroup::create(layout, &cgroup_name(pid), &limits) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    cg_err = e.to_string();
-                    None
-                }
-            }
-        }
-        Err(e) => {
-            cg_err = e.clone();
-            None
-        }
+    let (cgroup_plan, cg_err) = match cgroup::detect() {
+        Ok(layout) => match cgroup::cannot_create(&layout) {
+            None => (
+                Some(CgroupPlan {
+                    layout,
+                    name: cgroup_name(pid),
+                    limits: CgroupLimits {
+                        memory: profile.limits.memory,
+                        // The relay and the init are ours, not the payload's.
+                        pids: u64::from(profile.limits.pids) + 2,
+                        cpus: profile.limits.cpus,
+                    },
+                    required: profile.require.contains(&Layer::Cgroup),
+                }),
+                String::new(),
+            ),
+            Some(why) => (None, why),
+        },
+        Err(why) => (None, why),
     };
-    if cg.is_none() {
-        notes.push(format!(
-            "no cgroup ({cg_err}): memory and pids limited per process by rlimits only"
-        ));
+    if cgroup_plan.is_none() {
+        notes.push(no_cgroup_note(&cg_err));
     }
-    check_required(profile, abi, true, &cg, &cg_err)?;
+    check_required(profile, abi, true, cgroup_plan.is_some(), &cg_err)?;
+    let warmup = match &cgroup_plan {
+        Some(cp) if euid == 0 => Warmup::start(&cp.layout),
+        _ => None,
+    };
 
     // Host identity of the sandbox: never host root.
     let unique = ROOT_MODE_UID_BASE + pid as u32;
@@ -225,29 +263,27 @@ pub(crate) fn prepare(
         host_uid,
         host_gid,
         drop_root,
-        rlimit_fallback: cg.is_none(),
         kernel_landlock_abi: abi,
         persistent_ok: persistent,
     })?;
     plan.persistent = persistent;
-    let cgroup_name = match (&layout, &cg) {
-        (Ok(l), Some(_)) => l.version().name().to_string(),
-        _ => "none".to_string(),
-    };
     Ok(Prepared {
-        cgroup: cg,
-        cgroup_name,
+        cgroup: None,
+        cgroup_plan,
+        warmup,
+        cgroup_name: "none".to_string(),
         plan,
         host_uid,
         notes,
     })
 }
 
-/// Forks the relay with the given stdio; once it reports its init, puts both in the cgroup
-/// and lets the init go on. Returns (relay pid, init pid, channel).
+/// Forks the relay with the given stdio and creates the cgroup while the relay sets up; once
+/// the relay reports its init, puts both in the cgroup and lets the init go on.
+/// Returns (relay pid, init pid, channel); the cgroup is left in `prepared.cgroup`.
 /// The calling process must be single-threaded.
 pub(crate) fn spawn_relay(
-    prepared: &Prepared,
+    prepared: &mut Prepared,
     stdio: Stdio,
 ) -> Result<(libc::pid_t, libc::pid_t, Channel), EngineError> {
     let io = |what: &str| {
@@ -267,16 +303,23 @@ pub(crate) fn spawn_relay(
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
     let chan = Channel::new(chan_parent);
-    let started = wait_init_pid(&chan).and_then(|init| {
-        if let Some(cg) = &prepared.cgroup {
-            cg.add(relay)
-                .and_then(|_| cg.add(init))
-                .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e))?;
-        }
-        chan.send(&ToSandbox::Go)
+    let started = prepared
+        .create_cgroup()
+        .and_then(|_| wait_init_pid(&chan))
+        .and_then(|init| {
+            if let Some(cg) = &prepared.cgroup {
+                cg.add(relay)
+                    .and_then(|_| cg.add(init))
+                    .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e))?;
+            }
+            chan.send(&ToSandbox::Go {
+                cgroup: prepared.cgroup.is_some(),
+            })
             .map_err(|e| EngineError::io("starting the sandbox", e))?;
-        Ok(init)
-    });
+            Ok(init)
+        });
+    // Its move is long done (ours waited for the same grace period); reap it.
+    prepared.warmup = None;
     match started {
         Ok(init) => Ok((relay, init, chan)),
         Err(e) => {
@@ -356,7 +399,7 @@ pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) 
 /// Runs one sandbox to completion. The calling process must be single-threaded.
 pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let profile = &req.profile;
-    let prepared = prepare(profile, &req.argv, req.cwd.as_deref(), &req.env, false)?;
+    let mut prepared = prepare(profile, &req.argv, req.cwd.as_deref(), &req.env, false)?;
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| EngineError::io(what, e)
@@ -367,7 +410,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     install_signal_handlers();
     let start = Instant::now();
     let (relay, _init, chan) = spawn_relay(
-        &prepared,
+        &mut prepared,
         Stdio {
             stdin: stdin_r,
             stdout: stdout_w,
@@ -569,13 +612,6 @@ impl Supervision {
             if let Some(c) = &chan {
                 pfds.push(libc::pollfd {
                     fd: c.raw(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-            if let (Some(fd), None) = (&relay_fd, &self.relay_exit) {
-                pfds.push(libc::pollfd {
-                    fd: fd.as_raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 });

@@ -332,6 +332,29 @@ pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     }
 }
 
+/// Waits for the next datagram and returns its full length without consuming it (0 at EOF).
+pub fn peek_packet_len(sock: RawFd) -> io::Result<usize> {
+    loop {
+        // SAFETY: a zero-length read into no buffer; MSG_TRUNC makes the kernel report the
+        // datagram's real length, MSG_PEEK leaves it (and any fds it carries) queued.
+        let ret = unsafe {
+            libc::recv(
+                sock,
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_PEEK | libc::MSG_TRUNC,
+            )
+        };
+        if ret >= 0 {
+            return Ok(ret as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// Receives one datagram into `buf`; returns its length (0 at EOF) and the fds it carried.
 pub fn recv_packet(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>, bool)> {
     let mut iov = libc::iovec {
@@ -421,6 +444,16 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
         return Err(e);
     }
     Ok(ret as usize)
+}
+
+/// Whether this process may create entries in `dir` (access(2) with W_OK: it honours
+/// read-only mounts, and for root only those).
+pub fn writable(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path and a flag constant.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
 pub fn write_file(path: &Path, data: &str) -> io::Result<()> {
