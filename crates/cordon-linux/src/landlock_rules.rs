@@ -77,3 +77,253 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
         }),
     }
 }
+
+/// Landlock attacked on its own. Every filesystem attack in the integration suites meets the
+/// mount namespace first (the host's files are simply not in the sandbox's root), so those
+/// tests would pass with Landlock broken. Here a process builds the sandbox's real root and
+/// confines itself with the real rules, as the init does — but it kept a directory fd of the
+/// host's root from before the pivot, exactly what a mount-namespace escape hands an attacker.
+/// It runs as host root, with no user namespace and no seccomp filter: through that fd, only
+/// Landlock stands between it and the host.
+#[cfg(test)]
+mod alone {
+    use std::collections::BTreeMap;
+    use std::ffi::CString;
+    use std::io::{ErrorKind, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::path::Path;
+    use std::process::Command;
+
+    use crate::plan::{self, PlanInput};
+
+    const CHILD: &str = "CORDON_LANDLOCK_ALONE_CHILD";
+
+    fn default_plan() -> plan::Plan {
+        let profile = cordon_policy::Profile::builtin("default").expect("default profile");
+        let argv = vec!["/bin/true".to_string()];
+        plan::build(PlanInput {
+            profile: &profile,
+            argv: &argv,
+            cwd: None,
+            extra_env: &BTreeMap::new(),
+            host_uid: 0,
+            host_gid: 0,
+            drop_root: false,
+            kernel_landlock_abi: crate::detect::landlock_abi(),
+            persistent_ok: false,
+        })
+        .expect("plan")
+    }
+
+    /// openat(2) relative to `dir`, no flags beyond `flags | O_CLOEXEC`.
+    fn open_at(dir: &OwnedFd, path: &str, flags: i32) -> std::io::Result<OwnedFd> {
+        let c = CString::new(path).map_err(std::io::Error::other)?;
+        // SAFETY: valid fd and NUL-terminated path; a non-negative result is a new fd we own.
+        let fd =
+            unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: just returned by the kernel.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn list(dir: OwnedFd) -> std::io::Result<()> {
+        // SAFETY: fdopendir takes ownership of a valid directory fd.
+        let d = unsafe { libc::fdopendir(dir.as_raw_fd()) };
+        if d.is_null() {
+            return Err(std::io::Error::last_os_error());
+        }
+        std::mem::forget(dir);
+        // SAFETY: d is a valid DIR*; errno is reset to tell the end from an error.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let entry = libc::readdir(d);
+            let errno = *libc::__errno_location();
+            libc::closedir(d);
+            if entry.is_null() && errno != 0 {
+                Err(std::io::Error::from_raw_os_error(errno))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs in a fresh single-threaded test process (see `holds_without_the_mount_namespace`).
+    #[test]
+    fn attack_from_inside() {
+        let Some(secret_dir) = std::env::var(CHILD).ok() else {
+            return; // Only meaningful as the child of the test below.
+        };
+        let rel = secret_dir.trim_start_matches('/').to_string();
+        // The leak: the host's root, opened before the sandbox's root replaces it.
+        let host = open_at(
+            &open_at(
+                // SAFETY: AT_FDCWD is not a real fd; wrap it only to call open_at, never close.
+                &std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(libc::AT_FDCWD) }),
+                "/",
+                libc::O_PATH | libc::O_DIRECTORY,
+            )
+            .expect("host root"),
+            ".",
+            libc::O_PATH | libc::O_DIRECTORY,
+        )
+        .expect("host root");
+        let plan = default_plan();
+        crate::sys::unshare(libc::CLONE_NEWNS).expect("mount namespace");
+        crate::mounts::build_root(&plan).expect("build the sandbox root");
+        // The root really is the sandbox's now: the secret is not in it.
+        assert!(!Path::new(&secret_dir).exists());
+        // SAFETY: prctl with constant arguments.
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) },
+            0
+        );
+        super::apply(&plan.landlock, plan.kernel_landlock_abi).expect("landlock");
+
+        println!(); // the harness's "test … " prefix ends the line before ours
+        let report = |what: &str, r: std::io::Result<()>| match r {
+            Ok(()) => println!("{what}: allowed"),
+            Err(e) => println!("{what}: {:?}", e.kind()),
+        };
+        let rd = libc::O_RDONLY;
+        let wr = libc::O_WRONLY | libc::O_CREAT;
+        let secret = format!("{rel}/secret");
+        report("read secret", open_at(&host, &secret, rd).map(|_| ()));
+        report(
+            "overwrite secret",
+            open_at(&host, &secret, libc::O_WRONLY).map(|_| ()),
+        );
+        report(
+            "plant file",
+            open_at(&host, &format!("{rel}/planted"), wr).map(|_| ()),
+        );
+        report(
+            "list secret dir",
+            open_at(&host, &rel, rd | libc::O_DIRECTORY).and_then(list),
+        );
+        report(
+            "list host root",
+            open_at(&host, ".", rd | libc::O_DIRECTORY).and_then(list),
+        );
+        report(
+            "read /root",
+            open_at(&host, "root", rd | libc::O_DIRECTORY).and_then(list),
+        );
+        report(
+            "write host /etc",
+            open_at(&host, "etc/cordon-landlock-alone", wr).map(|_| ()),
+        );
+        report(
+            "write host /usr/bin",
+            open_at(&host, "usr/bin/cordon-landlock-alone", wr).map(|_| ()),
+        );
+        report(
+            "write host /tmp",
+            open_at(&host, "tmp/cordon-landlock-alone", wr).map(|_| ()),
+        );
+        report(
+            "write host /proc/sys",
+            open_at(&host, "proc/sys/kernel/hostname", libc::O_WRONLY).map(|_| ()),
+        );
+        // Controls: inside the sandbox's own root, the same rules let a program work.
+        report("read /etc/passwd", std::fs::read("/etc/passwd").map(|_| ()));
+        report(
+            "run /bin/true",
+            Command::new("/bin/true").status().map(|_| ()),
+        );
+        report("write /tmp", std::fs::write("/tmp/x", b"x"));
+        report("list /", std::fs::read_dir("/").map(|_| ()));
+        std::io::stdout().flush().expect("flush");
+    }
+
+    #[test]
+    fn holds_without_the_mount_namespace() {
+        if crate::detect::landlock_abi() == 0 {
+            eprintln!("Landlock is not enabled in this kernel; nothing to attack");
+            return;
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("needs root (builds a root in a mount namespace without a user namespace)");
+            return;
+        }
+        let base = if Path::new("/var/tmp").is_dir() {
+            "/var/tmp"
+        } else {
+            "/root"
+        };
+        let dir = Path::new(base).join(format!("cordon-landlock-alone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("secret"), b"host secret").expect("secret");
+
+        let out = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "landlock_rules::alone::attack_from_inside",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, &dir)
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let _cleanup = scopeguard(&dir);
+        assert!(
+            out.status.success(),
+            "child failed: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let verdict = |what: &str| -> String {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{what}: ")))
+                .unwrap_or_else(|| panic!("no verdict for {what:?} in:\n{text}"))
+                .to_string()
+        };
+        let denied = format!("{:?}", ErrorKind::PermissionDenied);
+        for attack in [
+            "read secret",
+            "overwrite secret",
+            "plant file",
+            "list secret dir",
+            "list host root",
+            "read /root",
+            "write host /etc",
+            "write host /usr/bin",
+            "write host /tmp",
+            "write host /proc/sys",
+        ] {
+            assert_eq!(verdict(attack), denied, "{attack}");
+        }
+        for control in ["read /etc/passwd", "run /bin/true", "write /tmp", "list /"] {
+            assert_eq!(verdict(control), "allowed", "{control}");
+        }
+        // From outside: the host is as it was.
+        assert_eq!(
+            std::fs::read(dir.join("secret")).expect("secret"),
+            b"host secret"
+        );
+        assert!(!dir.join("planted").exists());
+        assert!(!Path::new("/etc/cordon-landlock-alone").exists());
+        assert!(!Path::new("/usr/bin/cordon-landlock-alone").exists());
+        assert!(!Path::new("/tmp/cordon-landlock-alone").exists());
+    }
+
+    /// Removes the test's directory (and whatever a failed attack planted) when dropped.
+    fn scopeguard(dir: &Path) -> impl Drop + '_ {
+        struct Guard<'a>(&'a Path);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(self.0);
+                for planted in [
+                    "/etc/cordon-landlock-alone",
+                    "/usr/bin/cordon-landlock-alone",
+                    "/tmp/cordon-landlock-alone",
+                ] {
+                    let _ = std::fs::remove_file(planted);
+                }
+            }
+        }
+        Guard(dir)
+    }
+}
