@@ -19,6 +19,7 @@ mod channel;
 pub mod detect;
 mod error;
 pub mod fsview;
+mod idmap;
 mod landlock_rules;
 mod mounts;
 mod output;

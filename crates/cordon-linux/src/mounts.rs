@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::FromRawFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -158,14 +159,21 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         0o1777,
         MS_NOSUID | MS_NODEV,
     )?;
-    match &plan.workspace {
-        Some(ws) => bind(
+    match (&plan.workspace, plan.workspace_tree) {
+        (Some(_), Some(tree)) => {
+            let dest = under_new(Path::new("/workspace"));
+            mkdir_p(&dest, 0o755).step(|| "mkdir /workspace".into())?;
+            sys::move_mount_to(tree, &dest).step(|| "attach the idmapped workspace".into())?;
+            // SAFETY: the relay passed this fd down for this one use; nothing else owns it.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
+        }
+        (Some(ws), None) => bind(
             &under_old(ws),
             &under_new(Path::new("/workspace")),
             true,
             MS_NOSUID | MS_NODEV,
         )?,
-        None => tmpfs(
+        (None, _) => tmpfs(
             &under_new(Path::new("/workspace")),
             disk,
             0o755,

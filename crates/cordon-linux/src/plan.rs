@@ -40,6 +40,9 @@ pub struct Plan {
     pub root: Vec<RootEntry>,
     /// Host dir bound at /workspace, or None for a tmpfs.
     pub workspace: Option<PathBuf>,
+    /// An idmapped, detached copy of the workspace (an fd the supervisor opened and the
+    /// relay passes down) to attach instead of binding `workspace`; see `idmap`.
+    pub workspace_tree: Option<std::os::fd::RawFd>,
     pub limits: Limits,
     pub landlock: FsRules,
     pub kernel_landlock_abi: u32,
@@ -211,6 +214,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         hostname: p.hostname.clone(),
         root,
         workspace: p.workspace.clone(),
+        workspace_tree: None,
         limits: p.limits.clone(),
         landlock: ll,
         kernel_landlock_abi: input.kernel_landlock_abi,

@@ -2,7 +2,7 @@
 //! Nothing here returns to the caller: every path ends in `exec` or `_exit`.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -59,7 +59,10 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
     // Whatever the supervisor had open (its ends of our pipes, fds cordon inherited) must not
     // reach the sandbox: an open pipe end would also keep the payload from seeing EOF.
     std::mem::forget(stdio);
-    if let Err(e) = sys::close_fds_except(&[ch.raw()]) {
+    let keep: Vec<RawFd> = std::iter::once(ch.raw())
+        .chain(plan.workspace_tree)
+        .collect();
+    if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);
     }
     // Our host ids, read before unshare (inside, they show as the overflow id until mapped).

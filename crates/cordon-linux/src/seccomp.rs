@@ -5,8 +5,9 @@
 //! - x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch, so a deny-list keyed
 //!   on syscall numbers alone would let them through; they are refused before any rule runs.
 //! - `clone3` passes its flags in memory BPF cannot read; it gets `ENOSYS` so libc falls back
-//!   to `clone`, whose flags the filter inspects. (seccompiler has one match action per filter,
-//!   so this is part of the same hand-written prologue rather than a second filter.)
+//!   to `clone`, whose flags the filter inspects. `openat2` likewise (its mode, which the filter
+//!   checks for set-id bits in `open`/`openat`, is in memory too). (seccompiler has one match
+//!   action per filter, so this is part of the same hand-written prologue, not a second filter.)
 //! - seccompiler's dispatch walks ~140 instructions on average before it lets an allowed
 //!   syscall through. When a filter is attached the kernel runs it for every syscall number to
 //!   fill its allow-cache, so that walk cost ~0.2 ms of every sandbox start (65k emulated
@@ -107,6 +108,9 @@ const DENIED_FAMILIES: &[u64] = &[
     libc::AF_XDP as u64,
 ];
 
+/// O_TMPFILE without the O_DIRECTORY bit it is defined with (__O_TMPFILE).
+const O_TMPFILE_BIT: u64 = 0o20_000_000;
+
 /// `personality` values ordinary programs use (Docker allows the same).
 const PERSONALITY_OK: &[u64] = &[0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
 
@@ -181,6 +185,38 @@ fn rule_chain() -> Result<(BpfProgram, Vec<u32>), SeccompError> {
         .map(|v| Cond::new(0, Len::Dword, Op::Ne, *v))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_personality, vec![rule(personality)?]);
+    // No setuid/setgid files: a --workspace is a host directory, and a set-id file planted
+    // there (owned by the workspace's owner — root, for an idmapped one) would hand that
+    // owner's privileges to whoever on the host runs it.
+    let set_id = |mode_arg: u8, creating: Option<(u8, u64)>| {
+        [libc::S_ISUID as u64, libc::S_ISGID as u64]
+            .into_iter()
+            .map(|bit| {
+                let mut conds = vec![Cond::new(mode_arg, Len::Dword, Op::MaskedEq(bit), bit)?];
+                if let Some((flags_arg, flag)) = creating {
+                    conds.push(Cond::new(flags_arg, Len::Dword, Op::MaskedEq(flag), flag)?);
+                }
+                rule(conds)
+            })
+            .collect::<Result<Vec<_>, SeccompError>>()
+    };
+    for (nr, mode_arg) in [
+        (libc::SYS_chmod, 1),
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (libc::SYS_fchmodat2, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
+        (libc::SYS_mknodat, 2),
+    ] {
+        rules.insert(nr, set_id(mode_arg, None)?);
+    }
+    // open/openat take a mode only when creating (O_CREAT, or O_TMPFILE's own bit).
+    for (nr, flags_arg, mode_arg) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
+        let mut r = set_id(mode_arg, Some((flags_arg, libc::O_CREAT as u64)))?;
+        r.extend(set_id(mode_arg, Some((flags_arg, O_TMPFILE_BIT)))?);
+        rules.insert(nr, r);
+    }
 
     let ruled: Vec<u32> = rules.keys().map(|nr| *nr as u32).collect();
     let filter = SeccompFilter::new(
@@ -255,7 +291,7 @@ fn search(sorted: &[u32], out: &mut Vec<Insn>) {
 }
 
 /// Inserts, right after seccompiler's 3-instruction architecture check:
-/// "if nr >= X32_SYSCALL_BIT return EPERM; if nr == clone3 return ENOSYS; if nr has no rule
+/// "if nr >= X32_SYSCALL_BIT return EPERM; if nr is clone3 or openat2 return ENOSYS; if nr has no rule
 /// return ALLOW" (the last as a binary search over `ruled`). Every jump in seccompiler's
 /// program is relative and forward, and none crosses the insertion point except the arch
 /// check's own "skip the kill" jump, which now lands on the prologue's first instruction —
@@ -278,6 +314,13 @@ fn insert_prologue(program: &mut BpfProgram, ruled: &[u32]) -> Result<(), Seccom
             k: libc::SYS_clone3 as u32,
             jt: Target::Next,
             jf: Target::At(5),
+        },
+        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        Insn {
+            code: BPF_JMP_JEQ_K,
+            k: libc::SYS_openat2 as u32,
+            jt: Target::Next,
+            jf: Target::At(7),
         },
         stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ];
@@ -391,6 +434,18 @@ mod tests {
         arg_sets.push([0, TIOCSTI, 0, 0, 0, 0]);
         arg_sets.push([0, TIOCLINUX, 0, 0, 0, 0]);
         arg_sets.push([0x0008, 0, 0, 0, 0, 0]);
+        // Set-id modes, with and without O_CREAT / O_TMPFILE in every argument position.
+        for mode in [0o4755u64, 0o2755, 0o755] {
+            for flags in [
+                0u64,
+                libc::O_CREAT as u64,
+                O_TMPFILE_BIT | libc::O_RDWR as u64,
+            ] {
+                arg_sets.push([mode, mode, mode, mode, 0, 0]);
+                arg_sets.push([0, flags, mode, 0, 0, 0]);
+                arg_sets.push([0, 0, flags, mode, 0, 0]);
+            }
+        }
         let numbers = (0u32..1024).chain([
             X32_SYSCALL_BIT,
             X32_SYSCALL_BIT | libc::SYS_mount as u32,
@@ -401,7 +456,7 @@ mod tests {
             for args in &arg_sets {
                 let expected = if nr >= X32_SYSCALL_BIT {
                     libc::SECCOMP_RET_ERRNO | libc::EPERM as u32
-                } else if nr == libc::SYS_clone3 as u32 {
+                } else if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 {
                     libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
                 } else {
                     run(&chain, nr, arch, *args)
@@ -420,7 +475,7 @@ mod tests {
         for nr in [
             libc::SYS_read,
             libc::SYS_write,
-            libc::SYS_openat,
+            libc::SYS_mmap,
             libc::SYS_futex,
         ] {
             longest = longest.max(steps_to_verdict(&full, nr as u32, arch));

@@ -14,6 +14,7 @@ use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, 
 use crate::cgroup::{self, Cgroup, CgroupLimits, Layout, Warmup};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
+use crate::idmap;
 use crate::output::Capture;
 use crate::plan::{self, PlanInput};
 use crate::sandbox::{self, Stdio};
@@ -140,6 +141,8 @@ pub(crate) struct Prepared {
     pub cgroup: Option<Cgroup>,
     cgroup_plan: Option<CgroupPlan>,
     warmup: Option<Warmup>,
+    /// Held until the relay has its copy (see `plan.workspace_tree`).
+    workspace_tree: Option<OwnedFd>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
     pub host_uid: u32,
@@ -250,11 +253,6 @@ pub(crate) fn prepare(
     } else {
         (euid, sys::getegid(), false)
     };
-    if euid == 0 && host_uid >= ROOT_MODE_UID_BASE && profile.workspace.is_some() {
-        notes.push(format!(
-            "the workspace is owned by root; the sandbox runs as host uid {host_uid} and can write there only where permissions allow"
-        ));
-    }
     let mut plan = plan::build(PlanInput {
         profile,
         argv,
@@ -267,7 +265,30 @@ pub(crate) fn prepare(
         persistent_ok: persistent,
     })?;
     plan.persistent = persistent;
+    // A root-owned workspace, as root: idmap it so the sandbox user may write there.
+    let mut workspace_tree = None;
+    if let (true, Some(ws)) = (
+        euid == 0 && host_uid >= ROOT_MODE_UID_BASE,
+        profile.workspace.as_ref(),
+    ) {
+        match idmap::workspace_tree(ws, host_uid, host_gid) {
+            Ok(tree) => {
+                plan.workspace_tree = Some(tree.as_raw_fd());
+                workspace_tree = Some(tree);
+                notes.push(
+                    "the workspace is owned by root and mounted idmapped: root's files there are \
+                     the sandbox user's, and what it creates belongs to root on the host"
+                        .to_string(),
+                );
+            }
+            Err(why) => notes.push(format!(
+                "the workspace is owned by root and could not be idmapped ({why}); the sandbox \
+                 runs as host uid {host_uid} and can write there only where permissions allow"
+            )),
+        }
+    }
     Ok(Prepared {
+        workspace_tree,
         cgroup: None,
         cgroup_plan,
         warmup,
@@ -302,6 +323,7 @@ pub(crate) fn spawn_relay(
     };
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
+    prepared.workspace_tree = None;
     let chan = Channel::new(chan_parent);
     let started = prepared
         .create_cgroup()

@@ -246,6 +246,39 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Writes one small message whole (a few bytes to a pipe: never partial).
+pub fn write_all(fd: RawFd, data: &[u8]) -> io::Result<()> {
+    loop {
+        // SAFETY: writing from a valid buffer of the given length.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if n == data.len() as isize {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if n >= 0 || e.raw_os_error() != Some(libc::EINTR) {
+            return Err(if n >= 0 {
+                io::ErrorKind::WriteZero.into()
+            } else {
+                e
+            });
+        }
+    }
+}
+
+/// Blocks for one byte; `None` at end of file or on error.
+pub fn read_byte(fd: RawFd) -> Option<u8> {
+    let mut b = 0u8;
+    loop {
+        // SAFETY: reading one byte into a valid local.
+        let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
+        match n {
+            1 => return Some(b),
+            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return None,
+        }
+    }
+}
+
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid 2-int array.
@@ -583,6 +616,92 @@ pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
                 unsafe { libc::close(fd) };
             }
         }
+    }
+    Ok(())
+}
+
+// New mount API (Linux 5.12+ for idmapped mounts). libc has the syscall numbers but not all
+// the constants and structs; these are the kernel's uapi values (linux/mount.h).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn cpath(path: &Path) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// A detached copy of the mount at `path` (not recursive, like MS_BIND), close-on-exec.
+pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
+    let c = cpath(path)?;
+    // SAFETY: valid NUL-terminated path and flag constants; a non-negative result is a new fd.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// Makes the detached mount `tree` idmapped through `userns` (and nosuid, nodev).
+pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: a valid fd, an empty path with AT_EMPTY_PATH, and a pointer to a mount_attr of
+    // the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Attaches the detached mount `tree` at `dest`.
+pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
+    let c = cpath(dest)?;
+    // SAFETY: a valid fd with an empty path (F_EMPTY_PATH) and a NUL-terminated destination.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

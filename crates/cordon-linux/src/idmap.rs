@@ -1,0 +1,62 @@
+//! An idmapped `--workspace` for root-owned directories when cordon runs as root.
+//!
+//! As root, a sandbox runs as a fresh unprivileged host uid, so a workspace owned by root would
+//! be read-only to it. Instead the supervisor hands the sandbox a detached copy of the
+//! workspace mount whose idmapping shows host uid/gid 0 as the sandbox's host ids (and so, in
+//! the sandbox, as its own user): the program can write there, and what it creates belongs to
+//! root on disk, like the rest of the directory. Nothing on the host is chowned or widened.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use crate::sys;
+
+/// The idmapped, detached, nosuid/nodev copy of `workspace`, or why there is none (old
+/// kernel, a filesystem without idmap support, …). The calling process must be root and
+/// single-threaded.
+pub fn workspace_tree(workspace: &Path, host_uid: u32, host_gid: u32) -> Result<OwnedFd, String> {
+    let userns = mapping_userns(host_uid, host_gid)?;
+    let tree = sys::open_tree_clone(workspace).map_err(|e| format!("open_tree: {e}"))?;
+    sys::idmap_tree(&tree, &userns).map_err(|e| format!("idmapping the mount: {e}"))?;
+    Ok(tree)
+}
+
+/// A user namespace mapping 0 to `uid`/`gid`: the idmapping of the workspace mount. The
+/// kernel only takes a mapping from a user namespace, so a short-lived child creates one and
+/// we keep a reference to it.
+fn mapping_userns(uid: u32, gid: u32) -> Result<OwnedFd, String> {
+    let (ready_r, ready_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (hold_r, hold_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the caller is single-threaded; the child only makes raw syscalls and exits.
+    let child = match unsafe { sys::fork() }.map_err(|e| format!("fork: {e}"))? {
+        sys::Fork::Child => {
+            drop((ready_r, hold_w));
+            let ok = sys::unshare(libc::CLONE_NEWUSER).is_ok();
+            let _ = sys::write_all(ready_w.as_raw_fd(), if ok { b"1" } else { b"0" });
+            // Wait until the parent holds the namespace (or goes away), then leave.
+            let _ = sys::read_byte(hold_r.as_raw_fd());
+            sys::exit_now(0)
+        }
+        sys::Fork::Parent(pid) => pid,
+    };
+    drop((ready_w, hold_r));
+    let result = (|| {
+        if sys::read_byte(ready_r.as_raw_fd()) != Some(b'1') {
+            return Err("unshare(CLONE_NEWUSER) failed".to_string());
+        }
+        let proc_dir = format!("/proc/{child}");
+        let write = |file: &str, text: &str| {
+            sys::write_file(Path::new(&format!("{proc_dir}/{file}")), text)
+                .map_err(|e| format!("{file}: {e}"))
+        };
+        write("uid_map", &format!("0 {uid} 1\n"))?;
+        write("setgroups", "deny")?;
+        write("gid_map", &format!("0 {gid} 1\n"))?;
+        std::fs::File::open(format!("{proc_dir}/ns/user"))
+            .map(OwnedFd::from)
+            .map_err(|e| format!("ns/user: {e}"))
+    })();
+    drop(hold_w);
+    let _ = sys::wait4(child, false);
+    result
+}
