@@ -1271,7 +1271,6 @@ fn restarting_an_unknown_context_is_404() {
 }
 
 #[test]
-#[ignore = "BUG: after a javascript cell ends process.stdout (or closes fd 1), later cells' console.log output is lost for good (python restores fds 1/2 after each cell; node_driver.js does not); with fd 1 closed, a child with inherited stdio even aborts node (uv__close assertion)"]
 fn javascript_closing_stdout_does_not_silence_later_cells() {
     let s = Server::start();
     let sb = s.sandbox();

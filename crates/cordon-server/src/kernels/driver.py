@@ -67,6 +67,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -694,8 +695,22 @@ def _readline(f):
             continue
 
 
+def stdio_fifos():
+    """FIFOs read like fds 1 and 2 (see node_driver.js: node cannot dup2, so it reopens one of
+    these when a cell closed its stdout or stderr). Returns [(read fd, name)], [paths]."""
+    d = tempfile.mkdtemp(prefix=".cordon-stdio-")
+    fds, paths = [], []
+    for name in ("stdout", "stderr"):
+        path = os.path.join(d, name)
+        os.mkfifo(path, 0o600)
+        # Read-write: a writer always exists, so the pump never sees end-of-file on it.
+        fds.append((os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC), name))
+        paths.append(path)
+    return fds, paths
+
+
 class NodeKernel:
-    def __init__(self, out, pump, source):
+    def __init__(self, out, pump, source, fifos=()):
         self.out = out
         self.pump = pump
         req_r, req_w = os.pipe()
@@ -704,7 +719,7 @@ class NodeKernel:
         # fd 0 (/dev/null), 1 and 2 (the driver's output pipes) are inherited; the requests
         # and frames pipes are passed by number, so user code cannot read them by accident.
         self.proc = subprocess.Popen(
-            [node, "--expose-internals", "-e", source, str(req_r), str(frm_w)],
+            [node, "--expose-internals", "-e", source, str(req_r), str(frm_w), *fifos],
             pass_fds=(req_r, frm_w),
             close_fds=True,
         )
@@ -914,7 +929,8 @@ def main():
     try:
         if lang not in ("python", "javascript", "bash"):
             raise ValueError("unknown language %r (python, javascript or bash)" % lang)
-        pump = Pump(out, [(out_r, "stdout"), (err_r, "stderr")])
+        fifo_fds, fifo_paths = stdio_fifos() if lang == "javascript" else ([], [])
+        pump = Pump(out, [(out_r, "stdout"), (err_r, "stderr")] + fifo_fds)
         if lang == "python":
             KERNEL = PythonKernel(out, pump, Stdio(out_w, err_w))
         elif lang == "javascript":
@@ -923,7 +939,7 @@ def main():
                     node_src = f.read()
             if not node_src:
                 raise ValueError("CORDON_NODE_DRIVER is not set")
-            KERNEL = NodeKernel(out, pump, node_src)
+            KERNEL = NodeKernel(out, pump, node_src, fifo_paths)
             node_src = None
         else:
             KERNEL = BashKernel(out, pump)

@@ -30,7 +30,10 @@
 
   const REQ_FD = Number(process.argv[1]);
   const FRAME_FD = Number(process.argv[2]);
-  process.argv.splice(1, 2);
+  // FIFOs that driver.py reads as stdout/stderr too: node cannot dup2, so if a cell closes or
+  // replaces fd 1 or 2, reopening one of these lands on the freed descriptor.
+  const FIFO = { 1: process.argv[3] || '', 2: process.argv[4] || '' };
+  process.argv.splice(1, FIFO[1] ? 4 : 2);
   const stringify = JSON.stringify;
   const parseJSON = JSON.parse;
 
@@ -458,6 +461,72 @@
     });
   }
 
+  // ------------------------------------------------------------------------------------------
+  // Keeping stdio usable across cells (python's driver restores fds 1/2 after each cell)
+
+  const inode = (fd) => { try { return fs.fstatSync(fd).ino; } catch (e) { return null; } };
+  const ORIGINAL = { 1: inode(1), 2: inode(2) };
+  const FIFO_INO = {};
+  for (const fd of [1, 2]) {
+    try { FIFO_INO[fd] = FIFO[fd] ? fs.statSync(FIFO[fd]).ino : null; } catch (e) { FIFO_INO[fd] = null; }
+  }
+
+  // A synchronous stream on `fd`, standing in for an ended or broken process.stdout/stderr.
+  function syncStream(fd) {
+    const s = new (require('stream').Writable)({
+      write(chunk, encoding, cb) {
+        const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, encoding);
+        let off = 0;
+        try {
+          while (off < buf.length) {
+            try {
+              off += fs.writeSync(fd, buf, off, buf.length - off);
+            } catch (e) {
+              if (e.code !== 'EAGAIN') throw e;
+            }
+          }
+          cb();
+        } catch (e) {
+          cb(e);
+        }
+      },
+    });
+    s.fd = fd;
+    s.isTTY = false;
+    s._isStdio = true;
+    s.destroySoon = s.destroy;
+    s._destroy = (err, cb) => cb(err); // never closes the descriptor
+    return s;
+  }
+
+  function repairStdio() {
+    if (inode(0) === null) {
+      try { fs.openSync('/dev/null', 'r'); } catch (e) { /* lands on 0; best effort */ }
+    }
+    for (const fd of [1, 2]) {
+      const name = fd === 1 ? 'stdout' : 'stderr';
+      const ino = inode(fd);
+      const intact = ino !== null && (ino === ORIGINAL[fd] || ino === FIFO_INO[fd]);
+      if (!intact && FIFO[fd]) {
+        // Lower descriptors are in use (0 was just checked, 1 before 2), so open() takes `fd`.
+        if (ino !== null) { try { fs.closeSync(fd); } catch (e) { /* gone already */ } }
+        let got = -1;
+        try { got = fs.openSync(FIFO[fd], 'w'); } catch (e) { got = -1; }
+        if (got !== fd) {
+          if (got >= 0) { try { fs.closeSync(got); } catch (e) { /* ignore */ } }
+          warn(`fd ${fd} was closed by a cell and could not be restored`);
+          continue;
+        }
+      }
+      const s = process[name];
+      if (!intact || !s || s.destroyed || s.writableEnded) {
+        const fresh = syncStream(fd);
+        Object.defineProperty(process, name, { configurable: true, enumerable: true, get: () => fresh });
+        try { console[`_${name}`] = fresh; } catch (e) { /* older node: console keeps its own */ }
+      }
+    }
+  }
+
   let cells = 0;
   async function runCell(req) {
     const id = req.id;
@@ -483,6 +552,7 @@
     }
     await flushStream(process.stdout);
     await flushStream(process.stderr);
+    repairStdio();
     current = null;
     send({ id, type: 'done', status });
   }
