@@ -205,6 +205,12 @@ impl Warmup {
     }
 }
 
+impl Drop for Warmup {
+    fn drop(&mut self) {
+        let _ = crate::sys::wait4(self.pid, false);
+    }
+}
+
 /// Times one no-op cgroup move of the calling thread (v1 only): what moving a sandbox into
 /// its cgroup costs on this host. `cordon check` reports it.
 pub fn time_move(layout: &Layout) -> Option<Duration> {
@@ -214,12 +220,6 @@ pub fn time_move(layout: &Layout) -> Option<Duration> {
     let start = Instant::now();
     crate::sys::write_file(&pids.join("tasks"), "0").ok()?;
     Some(start.elapsed())
-}
-
-impl Drop for Warmup {
-    fn drop(&mut self) {
-        let _ = crate::sys::wait4(self.pid, false);
-    }
 }
 
 /// Limits to apply to one sandbox's cgroup.

@@ -267,10 +267,8 @@ pub(crate) fn prepare(
     plan.persistent = persistent;
     // A root-owned workspace, as root: idmap it so the sandbox user may write there.
     let mut workspace_tree = None;
-    if let (true, Some(ws)) = (
-        euid == 0 && host_uid >= ROOT_MODE_UID_BASE,
-        profile.workspace.as_ref(),
-    ) {
+    let root_owned_workspace = euid == 0 && host_uid >= ROOT_MODE_UID_BASE;
+    if let Some(ws) = profile.workspace.as_ref().filter(|_| root_owned_workspace) {
         match idmap::workspace_tree(ws, host_uid, host_gid) {
             Ok(tree) => {
                 plan.workspace_tree = Some(tree.as_raw_fd());
