@@ -263,9 +263,12 @@ fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
 
 /// The payload process: a new session, then exec.
 fn payload_main(plan: &Plan, ch: &Channel) -> ! {
-    exec_command(plan, ch, 0, &plan.argv, &plan.env, &plan.cwd)
+    exec_command(plan, ch, 0, &plan.argv, &plan.env, &plan.cwd, None)
 }
 
+/// `gate`: a pipe whose other end the parent closes once it has reported the command as
+/// started; a failure is reported only after that, so the supervisor never hears of a
+/// command's failure before it hears of the command.
 fn exec_command(
     plan: &Plan,
     ch: &Channel,
@@ -273,9 +276,16 @@ fn exec_command(
     argv: &[CString],
     env: &[CString],
     cwd: &Path,
+    gate: Option<OwnedFd>,
 ) -> ! {
+    let wait_gate = || {
+        if let Some(g) = &gate {
+            let _ = sys::read_byte(g.as_raw_fd());
+        }
+    };
     let _ = sys::setsid();
     if let Err(e) = std::env::set_current_dir(cwd) {
+        wait_gate();
         let _ = ch.send(&ToSupervisor::ExecFailed {
             id,
             errno: e.raw_os_error().unwrap_or(libc::ENOENT),
@@ -316,6 +326,7 @@ fn exec_command(
             break;
         }
     }
+    wait_gate();
     let _ = ch.send(&ToSupervisor::ExecFailed {
         id,
         errno,
@@ -440,10 +451,11 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
                     continue;
                 }
                 match spawn_command(plan, &ch, id, &argv, &envp, &cwd) {
-                    Ok((pid, fds)) => {
+                    Ok((pid, fds, gate)) => {
                         running.insert(pid, id);
                         let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
                         let _ = ch.send_with_fds(&ToSupervisor::Started { id, pid }, &raw);
+                        drop(gate); // now the command may report an exec failure
                     }
                     Err(e) => {
                         let _ = ch.send(&ToSupervisor::ExecFailed {
@@ -459,8 +471,8 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
     }
 }
 
-/// Forks one command of a persistent sandbox; returns its pid and our pipe ends
-/// (stdin write, stdout read, stderr read).
+/// Forks one command of a persistent sandbox; returns its pid, our pipe ends (stdin write,
+/// stdout read, stderr read) and the gate to drop once it is reported started.
 fn spawn_command(
     plan: &Plan,
     ch: &Channel,
@@ -468,7 +480,8 @@ fn spawn_command(
     argv: &[CString],
     envp: &[CString],
     cwd: &Path,
-) -> std::io::Result<(libc::pid_t, [OwnedFd; 3])> {
+) -> std::io::Result<(libc::pid_t, [OwnedFd; 3], OwnedFd)> {
+    let (gate_r, gate_w) = sys::pipe()?;
     let (in_r, in_w) = sys::pipe()?;
     let (out_r, out_w) = sys::pipe()?;
     let (err_r, err_w) = sys::pipe()?;
@@ -482,9 +495,9 @@ fn spawn_command(
             {
                 sys::exit_now(EXIT_SETUP_FAILED);
             }
-            drop((in_r, in_w, out_r, out_w, err_r, err_w));
-            exec_command(plan, ch, id, argv, envp, cwd)
+            drop((in_r, in_w, out_r, out_w, err_r, err_w, gate_w));
+            exec_command(plan, ch, id, argv, envp, cwd, Some(gate_r))
         }
-        sys::Fork::Parent(pid) => Ok((pid, [in_w, out_r, err_r])),
+        sys::Fork::Parent(pid) => Ok((pid, [in_w, out_r, err_r], gate_w)),
     }
 }
