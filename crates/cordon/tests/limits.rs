@@ -300,7 +300,9 @@ fn cpu_spin_ends_at_the_cpu_time_limit() {
     let o = f.outcome();
     assert_eq!(o.status(), "cpu_time", "{o}");
     let cpu = o.usage("cpu_user_ms") + o.usage("cpu_system_ms");
-    assert!((800..=4000).contains(&cpu), "cpu {cpu}ms:\n{o}");
+    // Not stopped early, not let run on. (Without a cgroup the figure is the kernel's rusage,
+    // which on this busy 2-vCPU VM has read as low as 0.78 s for a 1 s RLIMIT_CPU kill.)
+    assert!((600..=4000).contains(&cpu), "cpu {cpu}ms:\n{o}");
     assert!(
         o.elapsed < Duration::from_secs(12),
         "took {:?}\n{o}",
