@@ -157,18 +157,15 @@ mod alone {
         };
         let rel = secret_dir.trim_start_matches('/').to_string();
         // The leak: the host's root, opened before the sandbox's root replaces it.
-        let host = open_at(
-            &open_at(
-                // SAFETY: AT_FDCWD is not a real fd; wrap it only to call open_at, never close.
-                &std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(libc::AT_FDCWD) }),
-                "/",
-                libc::O_PATH | libc::O_DIRECTORY,
-            )
-            .expect("host root"),
-            ".",
-            libc::O_PATH | libc::O_DIRECTORY,
-        )
-        .expect("host root");
+        let host: OwnedFd = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open("/")
+                .expect("host root")
+                .into()
+        };
         let plan = default_plan();
         crate::sys::unshare(libc::CLONE_NEWNS).expect("mount namespace");
         crate::mounts::build_root(&plan).expect("build the sandbox root");

@@ -309,21 +309,22 @@ fn insert_prologue(program: &mut BpfProgram, ruled: &[u32]) -> Result<(), Seccom
             jf: Target::At(3),
         },
         stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        Insn {
-            code: BPF_JMP_JEQ_K,
-            k: libc::SYS_clone3 as u32,
-            jt: Target::Next,
-            jf: Target::At(5),
-        },
-        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        Insn {
-            code: BPF_JMP_JEQ_K,
-            k: libc::SYS_openat2 as u32,
-            jt: Target::Next,
-            jf: Target::At(7),
-        },
-        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ];
+    // Syscalls whose arguments live in memory BPF cannot read: "not implemented", so libc
+    // falls back to the inspectable variant.
+    for nr in [libc::SYS_clone3, libc::SYS_openat2] {
+        let skip = asm.len() + 2;
+        asm.push(Insn {
+            code: BPF_JMP_JEQ_K,
+            k: nr as u32,
+            jt: Target::Next,
+            jf: Target::At(skip),
+        });
+        asm.push(stmt(
+            BPF_RET_K,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ));
+    }
     search(&sorted, &mut asm);
     let rules_at = asm.len();
     // Jumps are forward only; the prologue is a few dozen instructions, well within the 8-bit
