@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -171,55 +172,37 @@ pub fn cannot_create(layout: &Layout) -> Option<String> {
         .map(|d| format!("{} is not writable by this user", d.display()))
 }
 
-/// A child process that makes one no-op cgroup move (itself into the cgroup it is already in)
-/// the moment a run starts.
-///
-/// Why: a cgroup v1 move takes the kernel's global threadgroup lock for writing, and the
-/// first writer after a quiet spell waits for an RCU grace period (measured 7-15 ms here);
-/// writers that follow within about one more grace period pass at once. Started at the top of
-/// a run, that wait overlaps namespace and root setup instead of following them, so moving
-/// the sandbox into its cgroup later is quick. (Hosts whose cgroups are mounted with
-/// `favordynmods` never wait; v2 could use clone3's CLONE_INTO_CGROUP instead.)
-pub struct Warmup {
-    pid: libc::pid_t,
-}
-
-impl Warmup {
-    /// Starts the move; `None` if this host or caller has nothing to gain.
-    /// The calling process must be single-threaded.
-    pub fn start(layout: &Layout) -> Option<Warmup> {
-        let Layout::V1 { pids, .. } = layout else {
-            return None;
-        };
-        let tasks = pids.join("tasks");
-        // SAFETY: the caller is single-threaded; the child only writes one file and exits.
-        match unsafe { crate::sys::fork() } {
-            Ok(crate::sys::Fork::Child) => {
-                // "0" is the writer itself: a move into its own cgroup, which changes nothing.
-                let _ = crate::sys::write_file(&tasks, "0");
-                crate::sys::exit_now(0)
-            }
-            Ok(crate::sys::Fork::Parent(pid)) => Some(Warmup { pid }),
-            Err(_) => None,
-        }
-    }
-}
-
-impl Drop for Warmup {
-    fn drop(&mut self) {
-        let _ = crate::sys::wait4(self.pid, false);
-    }
-}
-
-/// Times one no-op cgroup move of the calling thread (v1 only): what moving a sandbox into
-/// its cgroup costs on this host. `cordon check` reports it.
+/// Times one cgroup move of the calling thread (v1 only), made the way a sandbox's init joins
+/// its cgroup (see `join`): what every sandbox start pays for it on this host. `cordon check`
+/// reports it.
 pub fn time_move(layout: &Layout) -> Option<Duration> {
     let Layout::V1 { pids, .. } = layout else {
         return None;
     };
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(pids.join("tasks"))
+        .ok()?;
     let start = Instant::now();
-    crate::sys::write_file(&pids.join("tasks"), "0").ok()?;
+    join(vec![file.into()]).ok()?;
     Some(start.elapsed())
+}
+
+/// Moves the calling thread into the cgroup behind each of `files` (from
+/// `Cgroup::join_files`), then closes them. The caller must be single-threaded, so its one
+/// thread is the whole process, and must not fork before this returns.
+///
+/// Why the sandbox moves itself, by writing "0", instead of cordon writing its pid: a cgroup
+/// v1 move by pid takes the kernel's global threadgroup lock for writing, and the first writer
+/// after a quiet spell waits for an RCU grace period (7-15 ms measured on a 2-vCPU VM, longer
+/// than bubblewrap's whole start). Since Linux 6.17 a thread that moves itself skips that lock;
+/// older kernels take it either way. Permission is checked against whoever opened the file
+/// (cordon), so the sandbox's own unprivileged user needs none.
+pub fn join(files: Vec<OwnedFd>) -> io::Result<()> {
+    for f in files {
+        crate::sys::write_all(f.as_raw_fd(), b"0")?;
+    }
+    Ok(())
 }
 
 /// Limits to apply to one sandbox's cgroup.
@@ -228,6 +211,10 @@ pub struct CgroupLimits {
     pub memory: u64,
     pub pids: u64,
     pub cpus: f64,
+    /// Whether the tree's CPU time must be readable while it runs (a CPU-time limit). On v1
+    /// that costs a cpuacct cgroup per sandbox; without it, usage comes from the relay's
+    /// rusage when the sandbox ends.
+    pub cpu_time: bool,
 }
 
 /// One sandbox's cgroup (one directory per v1 hierarchy, or one v2 directory).
@@ -238,6 +225,8 @@ pub struct Cgroup {
     /// Which directory holds each controller's files.
     ctl: ControllerDirs,
     peak_pids: u64,
+    /// Whether the kernel keeps `pids.peak` (Linux 6.1+); if not, `sample` stands in.
+    kernel_peak_pids: bool,
 }
 
 #[derive(Default)]
@@ -258,6 +247,7 @@ impl Cgroup {
             dirs: Vec::new(),
             ctl: ControllerDirs::default(),
             peak_pids: 0,
+            kernel_peak_pids: false,
         };
         let result = cg.create_inner(name, limits);
         if let Err(e) = result {
@@ -299,6 +289,7 @@ impl Cgroup {
                 self.dirs.push(p.clone());
                 self.ctl.pids = Some(p.clone());
                 write(&p.join("pids.max"), &limits.pids.to_string())?;
+                self.kernel_peak_pids = p.join("pids.peak").exists();
                 if let Some(cpu) = cpu {
                     let c = cpu.join(&dirname);
                     if !self.dirs.contains(&c) {
@@ -311,7 +302,7 @@ impl Cgroup {
                     write(&c.join("cpu.cfs_period_us"), &period.to_string())?;
                     write(&c.join("cpu.cfs_quota_us"), &quota.to_string())?;
                 }
-                if let Some(acct) = cpuacct {
+                if let Some(acct) = cpuacct.filter(|_| limits.cpu_time) {
                     let a = acct.join(&dirname);
                     if !self.dirs.contains(&a) {
                         fs::create_dir(&a)?;
@@ -336,6 +327,7 @@ impl Cgroup {
                 let _ = write(&d.join("memory.swap.max"), "0");
                 let _ = write(&d.join("memory.oom.group"), "1");
                 write(&d.join("pids.max"), &limits.pids.to_string())?;
+                self.kernel_peak_pids = d.join("pids.peak").exists();
                 let period = 100_000u64;
                 let quota = ((limits.cpus * period as f64) as u64).max(1000);
                 let _ = write(&d.join("cpu.max"), &format!("{quota} {period}"));
@@ -348,16 +340,26 @@ impl Cgroup {
         self.layout.version()
     }
 
-    /// Moves `pid` into every directory of this cgroup.
-    pub fn add(&self, pid: i32) -> io::Result<()> {
-        for d in &self.dirs {
-            let file = match self.layout {
-                Layout::V1 { .. } => "tasks",
-                Layout::V2 { .. } => "cgroup.procs",
-            };
-            write(&d.join(file), &pid.to_string())?;
-        }
-        Ok(())
+    /// Opens, for writing, the file through which a process joins this cgroup, in every
+    /// directory: what `join` needs. Whoever holds these can move its own processes in with
+    /// cordon's authority, so only the sandbox's init gets them, and closes them before it
+    /// runs anything.
+    pub fn join_files(&self) -> io::Result<Vec<OwnedFd>> {
+        let file = match self.layout {
+            Layout::V1 { .. } => "tasks",
+            Layout::V2 { .. } => "cgroup.procs",
+        };
+        self.dirs
+            .iter()
+            .map(|d| {
+                let path = d.join(file);
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map(OwnedFd::from)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+            })
+            .collect()
     }
 
     /// The path of a control file. Its prefix names the controller, and so the directory:
@@ -386,6 +388,9 @@ impl Cgroup {
 
     /// Samples values that have no kernel-side peak (pids on v1).
     pub fn sample(&mut self) {
+        if self.kernel_peak_pids {
+            return;
+        }
         if let Some(n) = self.read_u64("pids.current") {
             self.peak_pids = self.peak_pids.max(n);
         }
@@ -454,16 +459,13 @@ impl Cgroup {
         }
     }
 
+    /// The processes in the cgroup. One directory tells: a sandbox joins all of them at once,
+    /// before it has a child.
     fn procs(&self) -> Vec<i32> {
-        self.dirs
-            .iter()
-            .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
-            .flat_map(|t| {
-                t.lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .collect::<Vec<i32>>()
-            })
-            .collect()
+        self.find("cgroup.procs")
+            .and_then(|p| fs::read_to_string(p).ok())
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
     }
 
     /// Kills every process in the cgroup.

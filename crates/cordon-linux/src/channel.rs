@@ -65,8 +65,9 @@ pub enum ToSupervisor {
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
-    /// The relay and the init are in their cgroup (if any); go on. Without a cgroup
-    /// (`cgroup: false`) per-process rlimits must stand in for the memory and pid limits.
+    /// Go on. With `cgroup: true` the message carries the files through which the init joins
+    /// its cgroup (`cgroup::join`); without one, per-process rlimits must stand in for the
+    /// memory and pid limits.
     Go { cgroup: bool },
     /// Persistent sandbox: start a command.
     Exec {

@@ -103,6 +103,7 @@ pub fn probe() -> HostReport {
                 memory: 64 << 20,
                 pids: 8,
                 cpus: 1.0,
+                cpu_time: true,
             };
             match cgroup::Cgroup::create(layout, &probe_name, &limits) {
                 Ok(mut c) => {

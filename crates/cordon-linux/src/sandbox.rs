@@ -139,12 +139,19 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     if let Err(e) = sys::loopback_up() {
         fail(&ch, "bringing up loopback", e);
     }
-    // The supervisor moves the relay and us into the cgroup while we built the root (a cgroup
-    // v1 migration waits for an RCU grace period, so doing both at once saves real time).
-    // Nothing runs on the sandbox's behalf before it says so: then root a cgroup namespace
-    // at the cgroup we are in.
+    // The supervisor creates the cgroup while we built the root. Nothing runs on the sandbox's
+    // behalf before it says go: then we join the cgroup (still our only thread, no child yet,
+    // so everything the sandbox ever runs is born inside) and root a cgroup namespace there.
     let in_cgroup = match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go { cgroup }, _))) => cgroup,
+        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
+            if cgroup && files.is_empty() {
+                fail(&ch, "joining the cgroup", "no cgroup files came with go");
+            }
+            if let Err(e) = crate::cgroup::join(files) {
+                fail(&ch, "joining the cgroup", e);
+            }
+            cgroup
+        }
         _ => sys::exit_now(EXIT_SETUP_FAILED),
     };
     if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
 
-use crate::cgroup::{self, Cgroup, CgroupLimits, Layout, Warmup};
+use crate::cgroup::{self, Cgroup, CgroupLimits, Layout};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::idmap;
@@ -140,7 +140,6 @@ pub(crate) struct Prepared {
     /// The sandbox's cgroup once `spawn_relay` has created it.
     pub cgroup: Option<Cgroup>,
     cgroup_plan: Option<CgroupPlan>,
-    warmup: Option<Warmup>,
     /// Held until the relay has its copy (see `plan.workspace_tree`).
     workspace_tree: Option<OwnedFd>,
     pub cgroup_name: String,
@@ -221,9 +220,10 @@ pub(crate) fn prepare(
                     name: cgroup_name(pid),
                     limits: CgroupLimits {
                         memory: profile.limits.memory,
-                        // The relay and the init are ours, not the payload's.
-                        pids: u64::from(profile.limits.pids) + 2,
+                        // The init is ours, not the payload's (the relay stays outside).
+                        pids: u64::from(profile.limits.pids) + 1,
                         cpus: profile.limits.cpus,
+                        cpu_time: profile.limits.cpu_time.is_some(),
                     },
                     required: profile.require.contains(&Layer::Cgroup),
                 }),
@@ -237,10 +237,6 @@ pub(crate) fn prepare(
         notes.push(no_cgroup_note(&cg_err));
     }
     check_required(profile, abi, true, cgroup_plan.is_some(), &cg_err)?;
-    let warmup = match &cgroup_plan {
-        Some(cp) if euid == 0 => Warmup::start(&cp.layout),
-        _ => None,
-    };
 
     // Host identity of the sandbox: never host root.
     let unique = ROOT_MODE_UID_BASE + pid as u32;
@@ -289,7 +285,6 @@ pub(crate) fn prepare(
         workspace_tree,
         cgroup: None,
         cgroup_plan,
-        warmup,
         cgroup_name: "none".to_string(),
         plan,
         host_uid,
@@ -298,7 +293,8 @@ pub(crate) fn prepare(
 }
 
 /// Forks the relay with the given stdio and creates the cgroup while the relay sets up; once
-/// the relay reports its init, puts both in the cgroup and lets the init go on.
+/// the relay reports its init, hands the init what it needs to join the cgroup (see
+/// `cgroup::join`) and lets it go on. The relay itself stays outside: it only waits.
 /// Returns (relay pid, init pid, channel); the cgroup is left in `prepared.cgroup`.
 /// The calling process must be single-threaded.
 pub(crate) fn spawn_relay(
@@ -327,19 +323,20 @@ pub(crate) fn spawn_relay(
         .create_cgroup()
         .and_then(|_| wait_init_pid(&chan))
         .and_then(|init| {
-            if let Some(cg) = &prepared.cgroup {
-                cg.add(relay)
-                    .and_then(|_| cg.add(init))
-                    .map_err(|e| EngineError::io("moving the sandbox into its cgroup", e))?;
-            }
-            chan.send(&ToSandbox::Go {
-                cgroup: prepared.cgroup.is_some(),
-            })
-            .map_err(|e| EngineError::io("starting the sandbox", e))?;
+            let join = match &prepared.cgroup {
+                Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
+                None => Vec::new(),
+            };
+            let raw: Vec<_> = join.iter().map(|f| f.as_raw_fd()).collect();
+            chan.send_with_fds(
+                &ToSandbox::Go {
+                    cgroup: prepared.cgroup.is_some(),
+                },
+                &raw,
+            )
+            .map_err(io("starting the sandbox"))?;
             Ok(init)
         });
-    // Its move is long done (ours waited for the same grace period); reap it.
-    prepared.warmup = None;
     match started {
         Ok(init) => Ok((relay, init, chan)),
         Err(e) => {
@@ -513,6 +510,8 @@ struct Supervision {
     start: Instant,
     cgroup: Option<Cgroup>,
     killed: Option<Ended>,
+    /// The cgroup was swept after the relay was reaped (see `kill`).
+    swept: bool,
 }
 
 impl Supervision {
@@ -539,18 +538,23 @@ impl Supervision {
             start,
             cgroup,
             killed: None,
+            swept: false,
         }
     }
 
     /// Kills the whole tree: the relay's death takes the init (parent-death signal), the init's
-    /// takes the pid namespace; the cgroup sweep catches anything in between.
+    /// takes the pid namespace; the cgroup sweep catches anything in between. Once the relay
+    /// is reaped nothing can start in the sandbox any more, so one sweep after that is enough.
     fn kill(&mut self) {
         if self.relay_exit.is_none() {
             let _ = sys::kill(self.relay, libc::SIGKILL);
+        } else if self.swept {
+            return;
         }
         if let Some(cg) = &self.cgroup {
             cg.kill_all();
         }
+        self.swept = self.relay_exit.is_some();
     }
 
     fn end(&mut self, why: Ended) {
@@ -609,9 +613,7 @@ impl Supervision {
                 if let Ok(Some((_, exit))) = sys::wait4(self.relay, true) {
                     self.relay_exit = Some((Instant::now(), exit));
                     // The relay's death kills the tree; make sure of it.
-                    if let Some(cg) = &self.cgroup {
-                        cg.kill_all();
-                    }
+                    self.kill();
                 }
             }
             if let Some((t, _)) = &self.relay_exit {
@@ -792,7 +794,7 @@ impl Supervision {
         let peak_pids = self
             .cgroup
             .as_ref()
-            .map(|c| c.peak_pids().saturating_sub(2))
+            .map(|c| c.peak_pids().saturating_sub(1))
             .unwrap_or(u64::from(payload_end.is_some()));
         let oom = self.cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
 
