@@ -184,12 +184,12 @@ pub fn time_move(layout: &Layout) -> Option<Duration> {
         .open(pids.join("tasks"))
         .ok()?;
     let start = Instant::now();
-    join(vec![file.into()]).ok()?;
+    join(&[file.into()]).ok()?;
     Some(start.elapsed())
 }
 
 /// Moves the calling thread into the cgroup behind each of `files` (from
-/// `Cgroup::join_files`), then closes them. The caller must be single-threaded, so its one
+/// `Cgroup::join_files`); the caller closes them afterwards. The caller must be single-threaded, so its one
 /// thread is the whole process, and must not fork before this returns.
 ///
 /// Why the sandbox moves itself, by writing "0", instead of cordon writing its pid: a cgroup
@@ -198,7 +198,7 @@ pub fn time_move(layout: &Layout) -> Option<Duration> {
 /// than bubblewrap's whole start). Since Linux 6.17 a thread that moves itself skips that lock;
 /// older kernels take it either way. Permission is checked against whoever opened the file
 /// (cordon), so the sandbox's own unprivileged user needs none.
-pub fn join(files: Vec<OwnedFd>) -> io::Result<()> {
+pub fn join(files: &[OwnedFd]) -> io::Result<()> {
     for f in files {
         crate::sys::write_all(f.as_raw_fd(), b"0")?;
     }
@@ -267,7 +267,7 @@ impl Cgroup {
                 cpuacct,
             } => {
                 let mem = memory.join(&dirname);
-                fs::create_dir(&mem)?;
+                make_dir(&mem)?;
                 self.dirs.push(mem.clone());
                 self.ctl.memory = Some(mem.clone());
                 write(
@@ -285,7 +285,7 @@ impl Cgroup {
                 }
                 let _ = write(&mem.join("memory.swappiness"), "0");
                 let p = pids.join(&dirname);
-                fs::create_dir(&p)?;
+                make_dir(&p)?;
                 self.dirs.push(p.clone());
                 self.ctl.pids = Some(p.clone());
                 write(&p.join("pids.max"), &limits.pids.to_string())?;
@@ -293,7 +293,7 @@ impl Cgroup {
                 if let Some(cpu) = cpu {
                     let c = cpu.join(&dirname);
                     if !self.dirs.contains(&c) {
-                        fs::create_dir(&c)?;
+                        make_dir(&c)?;
                         self.dirs.push(c.clone());
                     }
                     self.ctl.cpu = Some(c.clone());
@@ -305,7 +305,7 @@ impl Cgroup {
                 if let Some(acct) = cpuacct.filter(|_| limits.cpu_time) {
                     let a = acct.join(&dirname);
                     if !self.dirs.contains(&a) {
-                        fs::create_dir(&a)?;
+                        make_dir(&a)?;
                         self.dirs.push(a.clone());
                     }
                     self.ctl.cpuacct = Some(a);
@@ -315,7 +315,7 @@ impl Cgroup {
                 // Controllers must be enabled in the parent for the child to get them.
                 let _ = write(&base.join("cgroup.subtree_control"), "+memory +pids +cpu");
                 let d = base.join(&dirname);
-                fs::create_dir(&d)?;
+                make_dir(&d)?;
                 self.dirs.push(d.clone());
                 self.ctl = ControllerDirs {
                     memory: Some(d.clone()),
@@ -334,6 +334,10 @@ impl Cgroup {
             }
         }
         Ok(())
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     pub fn version(&self) -> Version {
@@ -545,6 +549,105 @@ pub fn remove_stale(layout: &Layout) {
     }
 }
 
+/// Creates one of our cgroup directories. Its name holds our pid, so one that exists already
+/// was left by a dead process that had the same pid (`remove_stale` runs later, off the start
+/// path): take it over.
+fn make_dir(path: &Path) -> io::Result<()> {
+    match fs::create_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_dir(path)?;
+            fs::create_dir(path)
+        }
+        other => other,
+    }
+}
+
 fn write(path: &Path, value: &str) -> io::Result<()> {
     fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Real cgroups: these need a hierarchy this user may write (root on a v1 host, or a
+/// delegated v2 subtree); elsewhere they say so and pass.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys;
+
+    fn writable_layout() -> Option<Layout> {
+        let layout = detect().ok()?;
+        match cannot_create(&layout) {
+            None => Some(layout),
+            Some(why) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+        }
+    }
+
+    fn limits() -> CgroupLimits {
+        CgroupLimits {
+            memory: 64 << 20,
+            pids: 8,
+            cpus: 1.0,
+            cpu_time: false,
+        }
+    }
+
+    #[test]
+    fn a_directory_left_under_our_name_is_taken_over() {
+        let Some(layout) = writable_layout() else {
+            return;
+        };
+        let name = format!("{}-takeover", std::process::id());
+        let first = Cgroup::create(&layout, &name, &limits()).unwrap();
+        let dirs = first.dirs.clone();
+        // As if its owner had been SIGKILLed: nothing removes it.
+        std::mem::forget(first);
+        assert!(dirs.iter().all(|d| d.is_dir()));
+        let mut second = Cgroup::create(&layout, &name, &limits()).unwrap();
+        assert_eq!(second.dirs, dirs);
+        second.remove();
+        assert!(dirs.iter().all(|d| !d.exists()));
+    }
+
+    #[test]
+    fn a_process_that_writes_zero_through_the_files_joins_every_directory() {
+        let Some(layout) = writable_layout() else {
+            return;
+        };
+        let name = format!("{}-join", std::process::id());
+        let mut cg = Cgroup::create(&layout, &name, &limits()).unwrap();
+        let files = cg.join_files().unwrap();
+        let (joined_r, joined_w) = sys::pipe().unwrap();
+        let (hold_r, hold_w) = sys::pipe().unwrap();
+        // SAFETY: the child only makes raw syscalls (write, read, _exit) before exiting.
+        let child = match unsafe { sys::fork() }.unwrap() {
+            sys::Fork::Child => {
+                // Only the parent may hold the write end, or our read would never end.
+                drop((hold_w, joined_r));
+                let ok = join(&files).is_ok();
+                let _ = sys::write_all(joined_w.as_raw_fd(), &[u8::from(ok)]);
+                let _ = sys::read_byte(hold_r.as_raw_fd());
+                sys::exit_now(0)
+            }
+            sys::Fork::Parent(pid) => pid,
+        };
+        drop((files, joined_w, hold_r));
+        assert_eq!(sys::read_byte(joined_r.as_raw_fd()), Some(1), "join failed");
+        let file = match layout {
+            Layout::V1 { .. } => "tasks",
+            Layout::V2 { .. } => "cgroup.procs",
+        };
+        for d in &cg.dirs {
+            let members = fs::read_to_string(d.join(file)).unwrap();
+            assert!(
+                members.lines().any(|l| l.trim() == child.to_string()),
+                "{} does not list {child}: {members:?}",
+                d.display()
+            );
+        }
+        drop(hold_w);
+        sys::wait4(child, false).unwrap();
+        cg.remove();
+    }
 }

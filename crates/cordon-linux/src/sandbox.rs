@@ -147,9 +147,11 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
             if cgroup && files.is_empty() {
                 fail(&ch, "joining the cgroup", "no cgroup files came with go");
             }
-            if let Err(e) = crate::cgroup::join(files) {
+            if let Err(e) = crate::cgroup::join(&files) {
                 fail(&ch, "joining the cgroup", e);
             }
+            // These carry cordon's authority over the cgroup: gone before anything else runs.
+            drop(files);
             cgroup
         }
         _ => sys::exit_now(EXIT_SETUP_FAILED),

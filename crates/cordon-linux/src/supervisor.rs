@@ -160,13 +160,12 @@ impl Prepared {
         }
     }
 
-    /// Creates the planned cgroup (clearing what dead cordons left behind first). Without
-    /// one the sandbox runs on rlimits, and says so — unless the caller required a cgroup.
+    /// Creates the planned cgroup. Without one the sandbox runs on rlimits, and says so —
+    /// unless the caller required a cgroup.
     fn create_cgroup(&mut self) -> Result<(), EngineError> {
         let Some(cp) = self.cgroup_plan.take() else {
             return Ok(());
         };
-        cgroup::remove_stale(&cp.layout);
         match Cgroup::create(&cp.layout, &cp.name, &cp.limits) {
             Ok(c) => {
                 self.cgroup_name = cp.layout.version().name().to_string();
@@ -337,6 +336,10 @@ pub(crate) fn spawn_relay(
             .map_err(io("starting the sandbox"))?;
             Ok(init)
         });
+    // Clearing what dead cordons left behind waits until the sandbox is on its way.
+    if let Some(cg) = &prepared.cgroup {
+        cgroup::remove_stale(cg.layout());
+    }
     match started {
         Ok(init) => Ok((relay, init, chan)),
         Err(e) => {
