@@ -147,10 +147,11 @@ pub fn probe() -> HostReport {
             available: cg_writable.is_ok(),
             detail: match &cg_writable {
                 Ok((v, Some(moved))) if *moved > std::time::Duration::from_millis(2) => format!(
-                    "cgroup {} usable (memory, pids, cpu); moving a process into a cgroup took {:.1} ms here: \
-                     the kernel waits for an RCU grace period, and every sandbox start waits once \
-                     (cordon overlaps it with its own setup). Mounting any cgroup hierarchy with the \
-                     `favordynmods` option (Linux 6.0+) removes the wait at a small cost to fork and exit",
+                    "cgroup {} usable (memory, pids, cpu); a sandbox joining its cgroup took {:.1} ms here: \
+                     the kernel waits for an RCU grace period, and every sandbox start waits once. \
+                     Linux 6.17+ skips the wait for the way cordon joins; on older kernels, mounting any \
+                     cgroup hierarchy with the `favordynmods` option (Linux 6.0+) removes it at a small \
+                     cost to fork and exit",
                     v.name(),
                     moved.as_secs_f64() * 1000.0
                 ),
