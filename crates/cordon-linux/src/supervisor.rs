@@ -291,9 +291,9 @@ pub(crate) fn prepare(
     })
 }
 
-/// Forks the relay with the given stdio and creates the cgroup while the relay sets up; then
-/// hands the init what it needs to join the cgroup (see `cgroup::join`) with its go, and
-/// waits for the relay's report of the init. The relay itself stays outside: it only waits.
+/// Forks the relay with the given stdio and creates the cgroup while the relay sets up; once
+/// the relay reports its init, hands the init what it needs to join the cgroup (see
+/// `cgroup::join`) and lets it go on. The relay itself stays outside: it only waits.
 /// Returns (relay pid, init pid, channel); the cgroup is left in `prepared.cgroup`.
 /// The calling process must be single-threaded.
 pub(crate) fn spawn_relay(
@@ -318,30 +318,24 @@ pub(crate) fn spawn_relay(
     drop((stdio, chan_child));
     prepared.workspace_tree = None;
     let chan = Channel::new(chan_parent);
-    // Go does not wait for the relay's report: it waits in the channel until the init, which
-    // only reads it once its root is built, needs it.
-    let started = prepared.create_cgroup().and_then(|_| {
-        let go = prepared
-            .cgroup
-            .as_ref()
-            .map(|cg| cg.join_files())
-            .transpose()
-            .map_err(io("opening the cgroup to join"))
-            .and_then(|files| {
-                let files = files.unwrap_or_default();
-                let raw: Vec<_> = files.iter().map(|f| f.as_raw_fd()).collect();
-                chan.send_with_fds(
-                    &ToSandbox::Go {
-                        cgroup: !files.is_empty(),
-                    },
-                    &raw,
-                )
-                .map_err(io("starting the sandbox"))
-            });
-        // If the relay failed, its own report explains a failed send best.
-        let init = wait_init_pid(&chan)?;
-        go.map(|_| init)
-    });
+    let started = prepared
+        .create_cgroup()
+        .and_then(|_| wait_init_pid(&chan))
+        .and_then(|init| {
+            let join = match &prepared.cgroup {
+                Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
+                None => Vec::new(),
+            };
+            let raw: Vec<_> = join.iter().map(|f| f.as_raw_fd()).collect();
+            chan.send_with_fds(
+                &ToSandbox::Go {
+                    cgroup: prepared.cgroup.is_some(),
+                },
+                &raw,
+            )
+            .map_err(io("starting the sandbox"))?;
+            Ok(init)
+        });
     // Clearing what dead cordons left behind waits until the sandbox is on its way.
     if let Some(cg) = &prepared.cgroup {
         cgroup::remove_stale(cg.layout());
