@@ -374,7 +374,14 @@ fn wait_init_pid(chan: &Channel) -> Result<libc::pid_t, EngineError> {
             Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
                 return Err(EngineError::Setup { step, message })
             }
-            Ok(Some(_)) => {}
+            // The init says nothing before its go, which is only sent after this report; a
+            // message dropped here would be missed by whoever reads the channel next.
+            Ok(Some((other, _))) => {
+                return Err(EngineError::Setup {
+                    step: "starting the sandbox".into(),
+                    message: format!("unexpected message before the init's pid: {other:?}"),
+                })
+            }
             Ok(None) | Err(_) => {
                 return Err(EngineError::Setup {
                     step: "starting the sandbox".into(),
