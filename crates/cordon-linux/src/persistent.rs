@@ -29,6 +29,8 @@ use crate::sys;
 
 /// The fd number on which the helper finds its control socket.
 const CONTROL_FD: RawFd = 3;
+/// How long a new sandbox may take to confine itself before its creation fails.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Server → helper.
 #[derive(Debug, Serialize, Deserialize)]
@@ -129,7 +131,43 @@ pub fn helper_main() -> i32 {
     let mut root_fd: Option<OwnedFd> = None;
     let mut confined = false;
     // (spawn_relay already took the relay's InitPid; the rest comes from the init.)
+    // Bounded, and watching the server: a helper whose server is gone must not wait on.
+    let deadline = std::time::Instant::now() + SETUP_TIMEOUT;
     while !confined {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            kill(&mut cgroup);
+            return failed(
+                &control,
+                format!(
+                    "the sandbox did not finish its setup within {}s",
+                    SETUP_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        let mut pfds = [
+            libc::pollfd {
+                fd: chan.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            // Only hang-up and errors: the server sends nothing before Ready.
+            libc::pollfd {
+                fd: control.raw(),
+                events: 0,
+                revents: 0,
+            },
+        ];
+        if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
+            continue;
+        }
+        if pfds[1].revents != 0 {
+            kill(&mut cgroup);
+            return 1;
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
         match chan.recv::<ToSupervisor>() {
             Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
             Ok(Some((ToSupervisor::ProxyListener, fds))) => {
