@@ -189,8 +189,9 @@ pub fn time_move(layout: &Layout) -> Option<Duration> {
 }
 
 /// Moves the calling thread into the cgroup behind each of `files` (from
-/// `Cgroup::join_files`); the caller closes them afterwards. The caller must be single-threaded, so its one
-/// thread is the whole process, and must not fork before this returns.
+/// `Cgroup::join_files`); the caller closes them afterwards. The caller must be
+/// single-threaded, so its one thread is the whole process, and must not fork before this
+/// returns.
 ///
 /// Why the sandbox moves itself, by writing "0", instead of cordon writing its pid: a cgroup
 /// v1 move by pid takes the kernel's global threadgroup lock for writing, and the first writer
