@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cordon_policy::{Enforcement, Profile};
 use serde::{Deserialize, Serialize};
@@ -132,9 +132,9 @@ pub fn helper_main() -> i32 {
     let mut confined = false;
     // (spawn_relay already took the relay's InitPid; the rest comes from the init.)
     // Bounded, and watching the server: a helper whose server is gone must not wait on.
-    let deadline = std::time::Instant::now() + SETUP_TIMEOUT;
+    let deadline = Instant::now() + SETUP_TIMEOUT;
     while !confined {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             kill(&mut cgroup);
             return failed(
