@@ -1,25 +1,20 @@
-//! The seccomp filter: a deny-list of the syscalls a sandboxed program has no business making.
+//! The seccomp filter: a deny-list of the syscalls a sandboxed program has no business making,
+//! and checks on the arguments of a few others.
 //!
-//! Built with `seccompiler` (Firecracker's BPF compiler). Two details it does not cover are
-//! added by hand here, each a few BPF instructions:
+//! Details a plain deny-list misses, handled here:
 //! - x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch, so a deny-list keyed
 //!   on syscall numbers alone would let them through; they are refused before any rule runs.
 //! - `clone3` passes its flags in memory BPF cannot read; it gets `ENOSYS` so libc falls back
 //!   to `clone`, whose flags the filter inspects. `openat2` likewise (its mode, which the filter
-//!   checks for set-id bits in `open`/`openat`, is in memory too). (seccompiler has one match
-//!   action per filter, so this is part of the same hand-written prologue, not a second filter.)
-//! - seccompiler's dispatch walks ~140 instructions on average before it lets an allowed
-//!   syscall through. When a filter is attached the kernel runs it for every syscall number to
-//!   fill its allow-cache, so that walk cost ~0.2 ms of every sandbox start (65k emulated
-//!   instructions). A binary search over the numbers that have rules answers "allow" within
-//!   ~20 instructions (11k in all) and sends only the ruled numbers into seccompiler's code.
+//!   checks for set-id bits in `open`/`openat`, is in memory too).
+//! - Speed: when a filter is attached the kernel checks and JIT-compiles it and runs it once for
+//!   every syscall number to fill its allow-cache, all on the path of every sandbox start; and
+//!   it runs for every syscall the sandboxed program makes that the cache does not answer.
+//!   Hence a compact program, assembled here (see [`main_filter`]).
 
 use std::collections::BTreeMap;
 
-use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
-    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
-};
+use seccompiler::{sock_filter, BpfProgram};
 
 /// Syscalls refused outright with `EPERM`.
 pub const DENIED: &[(&str, i64)] = &[
@@ -80,127 +75,124 @@ pub const DENIED: &[(&str, i64)] = &[
 ];
 
 /// `clone` flags that create namespaces.
-const CLONE_NEW_FLAGS: &[u64] = &[
-    libc::CLONE_NEWUSER as u64,
-    libc::CLONE_NEWNS as u64,
-    libc::CLONE_NEWPID as u64,
-    libc::CLONE_NEWNET as u64,
-    libc::CLONE_NEWIPC as u64,
-    libc::CLONE_NEWUTS as u64,
-    libc::CLONE_NEWCGROUP as u64,
+const CLONE_NEW_FLAGS: &[u32] = &[
+    libc::CLONE_NEWUSER as u32,
+    libc::CLONE_NEWNS as u32,
+    libc::CLONE_NEWPID as u32,
+    libc::CLONE_NEWNET as u32,
+    libc::CLONE_NEWIPC as u32,
+    libc::CLONE_NEWUTS as u32,
+    libc::CLONE_NEWCGROUP as u32,
     0x80, // CLONE_NEWTIME
 ];
 
 /// Terminal injection ioctls.
-pub const TIOCSTI: u64 = 0x5412;
-pub const TIOCLINUX: u64 = 0x541C;
+pub const TIOCSTI: u32 = 0x5412;
+pub const TIOCLINUX: u32 = 0x541C;
 
 /// Socket families with no use inside a sandbox and a history of kernel bugs.
-const DENIED_FAMILIES: &[u64] = &[
-    libc::AF_PACKET as u64,
-    libc::AF_VSOCK as u64,
-    libc::AF_KEY as u64,
-    libc::AF_BLUETOOTH as u64,
-    libc::AF_CAN as u64,
-    libc::AF_TIPC as u64,
-    libc::AF_ALG as u64,
-    libc::AF_NFC as u64,
-    libc::AF_XDP as u64,
+const DENIED_FAMILIES: &[u32] = &[
+    libc::AF_PACKET as u32,
+    libc::AF_VSOCK as u32,
+    libc::AF_KEY as u32,
+    libc::AF_BLUETOOTH as u32,
+    libc::AF_CAN as u32,
+    libc::AF_TIPC as u32,
+    libc::AF_ALG as u32,
+    libc::AF_NFC as u32,
+    libc::AF_XDP as u32,
 ];
 
 /// O_TMPFILE without the O_DIRECTORY bit it is defined with (__O_TMPFILE).
-const O_TMPFILE_BIT: u64 = 0o20_000_000;
+const O_TMPFILE_BIT: u32 = 0o20_000_000;
 
 /// `personality` values ordinary programs use (Docker allows the same).
-const PERSONALITY_OK: &[u64] = &[0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
+const PERSONALITY_OK: &[u32] = &[0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
-    #[error("building the seccomp filter: {0}")]
-    Build(#[from] seccompiler::BackendError),
-    #[error("building the seccomp filter: {0}")]
-    Compile(#[from] seccompiler::Error),
+    #[error("installing the seccomp filter: {0}")]
+    Install(#[from] seccompiler::Error),
     #[error("this architecture is not supported by cordon's seccomp filter")]
     Arch,
-    #[error("building the seccomp filter: a jump of the syscall search is out of range")]
-    JumpRange,
+    #[error("building the seccomp filter: jump {from} -> {to} is out of range")]
+    JumpRange { from: usize, to: usize },
 }
 
-fn arch() -> Result<TargetArch, SeccompError> {
-    std::env::consts::ARCH
-        .try_into()
-        .map_err(|_| SeccompError::Arch)
+/// `AUDIT_ARCH_X86_64`: the only architecture whose syscall table this filter names.
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+
+/// Offsets into `struct seccomp_data { int nr; u32 arch; u64 ip; u64 args[6]; }`.
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+/// The low 32 bits of argument `i` (little-endian). Every check here is on the low word:
+/// the kernel truncates these arguments to `int`/`unsigned int`/`umode_t` before use.
+const fn arg_lo(i: u32) -> u32 {
+    16 + 8 * i
 }
 
-fn rule(conds: Vec<Cond>) -> Result<SeccompRule, SeccompError> {
-    Ok(SeccompRule::new(conds)?)
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_ALU_AND_K: u16 = 0x54;
+const BPF_JMP_JA: u16 = 0x05;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_JMP_JGE_K: u16 = 0x35;
+const BPF_JMP_JSET_K: u16 = 0x45;
+const BPF_RET_K: u16 = 0x06;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// At most this many numbers are tested one by one at a leaf of the search.
+const LEAF: usize = 4;
+
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+const RET_KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+/// What the filter does with a syscall number that is not simply allowed.
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    Deny,
+    /// Arguments in memory BPF cannot read (`clone3`, `openat2`): "not implemented", so libc
+    /// falls back to the inspectable variant.
+    NotImplemented,
+    /// `clone` with any namespace flag.
+    CloneNewFlags,
+    /// `ioctl` TIOCSTI / TIOCLINUX.
+    TerminalInjection,
+    /// `socket`/`socketpair` with a denied family, or a raw/packet type outside netlink.
+    SocketKind,
+    /// `personality` other than the values ordinary programs use.
+    Personality,
+    /// Set-id bits in the mode argument.
+    SetIdMode {
+        mode: u32,
+    },
+    /// Set-id bits in the mode of a creating `open` (O_CREAT, or O_TMPFILE's own bit).
+    SetIdCreate {
+        flags: u32,
+        mode: u32,
+    },
 }
 
-/// The main filter: `EPERM` for denied syscalls and dangerous argument combinations.
-pub fn main_filter() -> Result<BpfProgram, SeccompError> {
-    let (mut program, ruled) = rule_chain()?;
-    insert_prologue(&mut program, &ruled)?;
-    Ok(program)
-}
-
-/// seccompiler's program (architecture check, then one test per rule in turn) and the
-/// syscall numbers that have rules.
-fn rule_chain() -> Result<(BpfProgram, Vec<u32>), SeccompError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+fn rules() -> BTreeMap<u32, Rule> {
+    let mut rules = BTreeMap::new();
+    let mut add = |nr: i64, rule| {
+        // Syscall numbers are small non-negative constants.
+        rules.insert(nr as u32, rule);
+    };
     for (_, nr) in DENIED {
-        rules.insert(*nr, Vec::new());
+        add(*nr, Rule::Deny);
     }
-    let clone_rules = CLONE_NEW_FLAGS
-        .iter()
-        .map(|f| rule(vec![Cond::new(0, Len::Qword, Op::MaskedEq(*f), *f)?]))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_clone, clone_rules);
-    rules.insert(
-        libc::SYS_ioctl,
-        vec![
-            rule(vec![Cond::new(1, Len::Dword, Op::Eq, TIOCSTI)?])?,
-            rule(vec![Cond::new(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
-        ],
-    );
-    let mut socket_rules = DENIED_FAMILIES
-        .iter()
-        .map(|f| rule(vec![Cond::new(0, Len::Dword, Op::Eq, *f)?]))
-        .collect::<Result<Vec<_>, _>>()?;
-    // SOCK_RAW / SOCK_PACKET in the type's low bits, whatever flags ride along — except for
-    // netlink, whose ordinary sockets are raw (ip(8), if_nameindex) and which, in a network
-    // namespace holding only loopback and without capabilities, exposes nothing of the host.
-    for raw_type in [
-        libc::SOCK_RAW as u64,
-        10, /* SOCK_PACKET, obsolete but accepted */
-    ] {
-        socket_rules.push(rule(vec![
-            Cond::new(0, Len::Dword, Op::Ne, libc::AF_NETLINK as u64)?,
-            Cond::new(1, Len::Dword, Op::MaskedEq(0xf), raw_type)?,
-        ])?);
-    }
-    rules.insert(libc::SYS_socket, socket_rules.clone());
-    rules.insert(libc::SYS_socketpair, socket_rules);
-    let personality = PERSONALITY_OK
-        .iter()
-        .map(|v| Cond::new(0, Len::Dword, Op::Ne, *v))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_personality, vec![rule(personality)?]);
+    add(libc::SYS_clone3, Rule::NotImplemented);
+    add(libc::SYS_openat2, Rule::NotImplemented);
+    add(libc::SYS_clone, Rule::CloneNewFlags);
+    add(libc::SYS_ioctl, Rule::TerminalInjection);
+    add(libc::SYS_socket, Rule::SocketKind);
+    add(libc::SYS_socketpair, Rule::SocketKind);
+    add(libc::SYS_personality, Rule::Personality);
     // No setuid/setgid files: a --workspace is a host directory, and a set-id file planted
     // there (owned by the workspace's owner — root, for an idmapped one) would hand that
     // owner's privileges to whoever on the host runs it.
-    let set_id = |mode_arg: u8, creating: Option<(u8, u64)>| {
-        [libc::S_ISUID as u64, libc::S_ISGID as u64]
-            .into_iter()
-            .map(|bit| {
-                let mut conds = vec![Cond::new(mode_arg, Len::Dword, Op::MaskedEq(bit), bit)?];
-                if let Some((flags_arg, flag)) = creating {
-                    conds.push(Cond::new(flags_arg, Len::Dword, Op::MaskedEq(flag), flag)?);
-                }
-                rule(conds)
-            })
-            .collect::<Result<Vec<_>, SeccompError>>()
-    };
-    for (nr, mode_arg) in [
+    for (nr, mode) in [
         (libc::SYS_chmod, 1),
         (libc::SYS_fchmod, 1),
         (libc::SYS_fchmodat, 2),
@@ -209,151 +201,247 @@ fn rule_chain() -> Result<(BpfProgram, Vec<u32>), SeccompError> {
         (libc::SYS_mknod, 1),
         (libc::SYS_mknodat, 2),
     ] {
-        rules.insert(nr, set_id(mode_arg, None)?);
+        add(nr, Rule::SetIdMode { mode });
     }
-    // open/openat take a mode only when creating (O_CREAT, or O_TMPFILE's own bit).
-    for (nr, flags_arg, mode_arg) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
-        let mut r = set_id(mode_arg, Some((flags_arg, libc::O_CREAT as u64)))?;
-        r.extend(set_id(mode_arg, Some((flags_arg, O_TMPFILE_BIT)))?);
-        rules.insert(nr, r);
-    }
-
-    let ruled: Vec<u32> = rules.keys().map(|nr| *nr as u32).collect();
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch()?,
-    )?;
-    Ok((filter.try_into()?, ruled))
+    add(libc::SYS_open, Rule::SetIdCreate { flags: 1, mode: 2 });
+    add(libc::SYS_openat, Rule::SetIdCreate { flags: 2, mode: 3 });
+    rules
 }
 
-/// BPF_LD | BPF_W | BPF_ABS (0x00 | 0x00 | 0x20).
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-const BPF_RET_K: u16 = 0x06;
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-/// At most this many numbers are tested one by one at a leaf of the search.
-const LEAF: usize = 4;
+/// The main filter: `EPERM` for denied syscalls and dangerous argument combinations.
+///
+/// Assembled here rather than by seccompiler, which the tests keep as the reference: its
+/// program (one test per rule, in turn, ~800 instructions) cost ~0.3 ms of every sandbox
+/// start in the kernel's filter check and JIT, and walked ~140 instructions before allowing
+/// an ordinary syscall. This one is a binary search over the numbers that have rules, each
+/// rule's argument checks inline at its leaf (~200 instructions; an allowed syscall is
+/// decided in ~15). `tests::same_verdicts_as_seccompiler` holds the two to the same answer
+/// for every syscall number over a spread of arguments.
+pub fn main_filter() -> Result<BpfProgram, SeccompError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(SeccompError::Arch);
+    }
+    let sorted: Vec<(u32, Rule)> = rules().into_iter().collect();
+    let mut asm = Asm::default();
+    let arch_ok = asm.label();
+    let x32 = asm.label();
+    asm.ld(DATA_ARCH);
+    asm.jeq(AUDIT_ARCH_X86_64, Jump::To(arch_ok), Jump::Next);
+    asm.ret(RET_KILL);
+    asm.bind(arch_ok);
+    asm.ld(DATA_NR);
+    // x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch: a filter keyed on
+    // numbers alone would let them through.
+    asm.jge(X32_SYSCALL_BIT, Jump::To(x32), Jump::Next);
+    search(&sorted, &mut asm);
+    asm.bind(x32);
+    asm.ret(RET_EPERM);
+    asm.finish()
+}
 
-/// A jump target while the prologue is assembled.
+/// Emits a search for the syscall number (in A) among `sorted`: numbers without a rule are
+/// allowed at the leaf they reach.
+fn search(sorted: &[(u32, Rule)], asm: &mut Asm) {
+    if sorted.len() <= LEAF {
+        leaf(sorted, asm);
+        return;
+    }
+    let mid = sorted.len() / 2;
+    let lower = asm.label();
+    asm.jge(sorted[mid].0, Jump::Next, Jump::To(lower));
+    search(&sorted[mid..], asm);
+    asm.bind(lower);
+    search(&sorted[..mid], asm);
+}
+
+/// A few numbers tested in turn, each rule's checks right after its number's test, so that
+/// every jump stays short. A holds the syscall number on entry.
+fn leaf(entries: &[(u32, Rule)], asm: &mut Asm) {
+    let deny = asm.label();
+    let allow = asm.label();
+    for (nr, rule) in entries {
+        if let Rule::Deny = rule {
+            asm.jeq(*nr, Jump::To(deny), Jump::Next);
+            continue;
+        }
+        let other = asm.label();
+        asm.jeq(*nr, Jump::Next, Jump::To(other));
+        match *rule {
+            Rule::Deny => {} // jumped to `deny` above
+            Rule::NotImplemented => asm.ret(RET_ENOSYS),
+            Rule::CloneNewFlags => {
+                asm.ld(arg_lo(0));
+                let any_new = CLONE_NEW_FLAGS.iter().fold(0, |m, f| m | f);
+                asm.jset(any_new, Jump::To(deny), Jump::To(allow));
+            }
+            Rule::TerminalInjection => {
+                asm.ld(arg_lo(1));
+                asm.jeq(TIOCSTI, Jump::To(deny), Jump::Next);
+                asm.jeq(TIOCLINUX, Jump::To(deny), Jump::To(allow));
+            }
+            Rule::SocketKind => {
+                asm.ld(arg_lo(0));
+                for family in DENIED_FAMILIES {
+                    asm.jeq(*family, Jump::To(deny), Jump::Next);
+                }
+                // SOCK_RAW / SOCK_PACKET in the type's low bits, whatever flags ride along —
+                // except for netlink, whose ordinary sockets are raw (ip(8), if_nameindex) and
+                // which, in a network namespace holding only loopback and without
+                // capabilities, exposes nothing of the host.
+                asm.jeq(libc::AF_NETLINK as u32, Jump::To(allow), Jump::Next);
+                asm.ld(arg_lo(1));
+                asm.and(0xf);
+                asm.jeq(libc::SOCK_RAW as u32, Jump::To(deny), Jump::Next);
+                asm.jeq(SOCK_PACKET, Jump::To(deny), Jump::To(allow));
+            }
+            Rule::Personality => {
+                asm.ld(arg_lo(0));
+                for ok in PERSONALITY_OK {
+                    asm.jeq(*ok, Jump::To(allow), Jump::Next);
+                }
+                asm.ja(deny);
+            }
+            Rule::SetIdMode { mode } => {
+                asm.ld(arg_lo(mode));
+                asm.jset(SET_ID_BITS, Jump::To(deny), Jump::To(allow));
+            }
+            Rule::SetIdCreate { flags, mode } => {
+                asm.ld(arg_lo(flags));
+                asm.jset(
+                    libc::O_CREAT as u32 | O_TMPFILE_BIT,
+                    Jump::Next,
+                    Jump::To(allow),
+                );
+                asm.ld(arg_lo(mode));
+                asm.jset(SET_ID_BITS, Jump::To(deny), Jump::To(allow));
+            }
+        }
+        asm.bind(other);
+    }
+    asm.bind(allow);
+    asm.ret(RET_ALLOW);
+    asm.bind(deny);
+    asm.ret(RET_EPERM);
+}
+
+const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// Obsolete, still accepted by the kernel.
+const SOCK_PACKET: u32 = 10;
+
 #[derive(Clone, Copy)]
-enum Target {
+enum Jump {
     Next,
-    At(usize),
-    /// Into seccompiler's rule chain, which follows the prologue.
-    Rules,
+    To(usize),
 }
 
 struct Insn {
     code: u16,
     k: u32,
-    jt: Target,
-    jf: Target,
+    jt: Jump,
+    jf: Jump,
 }
 
-fn stmt(code: u16, k: u32) -> Insn {
-    Insn {
-        code,
-        k,
-        jt: Target::Next,
-        jf: Target::Next,
-    }
+/// A classic-BPF assembler with forward labels; written by hand because no crate assembles
+/// seccomp programs with labels (seccompiler compiles rule lists, not code).
+#[derive(Default)]
+struct Asm {
+    insns: Vec<Insn>,
+    /// Where each label was bound.
+    labels: Vec<Option<usize>>,
 }
 
-/// Emits a search for the syscall number (in A) among `sorted`: a match continues into the
-/// rule chain, anything else is allowed on the spot.
-fn search(sorted: &[u32], out: &mut Vec<Insn>) {
-    if sorted.len() <= LEAF {
-        for nr in sorted {
-            out.push(Insn {
-                code: BPF_JMP_JEQ_K,
-                k: *nr,
-                jt: Target::Rules,
-                jf: Target::Next,
-            });
-        }
-        out.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW));
-        return;
+impl Asm {
+    fn label(&mut self) -> usize {
+        self.labels.push(None);
+        self.labels.len() - 1
     }
-    let mid = sorted.len() / 2;
-    let branch = out.len();
-    out.push(Insn {
-        code: BPF_JMP_JGE_K,
-        k: sorted[mid],
-        jt: Target::Next,
-        jf: Target::Next,
-    });
-    search(&sorted[mid..], out);
-    out[branch].jf = Target::At(out.len());
-    search(&sorted[..mid], out);
-}
 
-/// Inserts, right after seccompiler's 3-instruction architecture check:
-/// "if nr >= X32_SYSCALL_BIT return EPERM; if nr is clone3 or openat2 return ENOSYS; if nr has no rule
-/// return ALLOW" (the last as a binary search over `ruled`). Every jump in seccompiler's
-/// program is relative and forward, and none crosses the insertion point except the arch
-/// check's own "skip the kill" jump, which now lands on the prologue's first instruction —
-/// exactly where it should.
-fn insert_prologue(program: &mut BpfProgram, ruled: &[u32]) -> Result<(), SeccompError> {
-    let mut sorted = ruled.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut asm = vec![
-        stmt(BPF_LD_W_ABS, 0),
-        Insn {
-            code: BPF_JMP_JGE_K,
-            k: X32_SYSCALL_BIT,
-            jt: Target::Next,
-            jf: Target::At(3),
-        },
-        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-    ];
-    // Syscalls whose arguments live in memory BPF cannot read: "not implemented", so libc
-    // falls back to the inspectable variant.
-    for nr in [libc::SYS_clone3, libc::SYS_openat2] {
-        let skip = asm.len() + 2;
-        asm.push(Insn {
-            code: BPF_JMP_JEQ_K,
-            k: nr as u32,
-            jt: Target::Next,
-            jf: Target::At(skip),
-        });
-        asm.push(stmt(
-            BPF_RET_K,
-            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        ));
+    fn bind(&mut self, label: usize) {
+        self.labels[label] = Some(self.insns.len());
     }
-    search(&sorted, &mut asm);
-    let rules_at = asm.len();
-    // Jumps are forward only; the prologue is a few dozen instructions, well within the 8-bit
-    // jump range.
-    let resolve = |from: usize, t: Target| -> Result<u8, SeccompError> {
-        let to = match t {
-            Target::Next => from + 1,
-            Target::At(i) => i,
-            Target::Rules => rules_at,
+
+    fn push(&mut self, code: u16, k: u32, jt: Jump, jf: Jump) {
+        self.insns.push(Insn { code, k, jt, jf });
+    }
+
+    fn ld(&mut self, offset: u32) {
+        self.push(BPF_LD_W_ABS, offset, Jump::Next, Jump::Next);
+    }
+
+    fn and(&mut self, k: u32) {
+        self.push(BPF_ALU_AND_K, k, Jump::Next, Jump::Next);
+    }
+
+    fn ret(&mut self, k: u32) {
+        self.push(BPF_RET_K, k, Jump::Next, Jump::Next);
+    }
+
+    fn ja(&mut self, label: usize) {
+        // The offset goes in k; resolved in `finish`.
+        self.push(BPF_JMP_JA, 0, Jump::To(label), Jump::Next);
+    }
+
+    fn jeq(&mut self, k: u32, jt: Jump, jf: Jump) {
+        self.push(BPF_JMP_JEQ_K, k, jt, jf);
+    }
+
+    fn jge(&mut self, k: u32, jt: Jump, jf: Jump) {
+        self.push(BPF_JMP_JGE_K, k, jt, jf);
+    }
+
+    fn jset(&mut self, k: u32, jt: Jump, jf: Jump) {
+        self.push(BPF_JMP_JSET_K, k, jt, jf);
+    }
+
+    /// Resolves the labels. BPF jumps only forward; conditional ones by at most 255.
+    fn finish(self) -> Result<BpfProgram, SeccompError> {
+        let offset = |from: usize, jump: Jump| -> Result<usize, SeccompError> {
+            let to =
+                match jump {
+                    Jump::Next => from + 1,
+                    Jump::To(label) => self.labels.get(label).copied().flatten().ok_or(
+                        SeccompError::JumpRange {
+                            from,
+                            to: usize::MAX,
+                        },
+                    )?,
+                };
+            to.checked_sub(from + 1)
+                .ok_or(SeccompError::JumpRange { from, to })
         };
-        to.checked_sub(from + 1)
-            .and_then(|d| u8::try_from(d).ok())
-            .ok_or(SeccompError::JumpRange)
-    };
-    let prologue = asm
-        .iter()
-        .enumerate()
-        .map(|(i, insn)| {
-            Ok(sock_filter {
-                code: insn.code,
-                jt: resolve(i, insn.jt)?,
-                jf: resolve(i, insn.jf)?,
-                k: insn.k,
+        let short = |from: usize, jump: Jump| -> Result<u8, SeccompError> {
+            let d = offset(from, jump)?;
+            u8::try_from(d).map_err(|_| SeccompError::JumpRange {
+                from,
+                to: from + 1 + d,
             })
-        })
-        .collect::<Result<Vec<_>, SeccompError>>()?;
-    let at = 3.min(program.len());
-    program.splice(at..at, prologue);
-    Ok(())
+        };
+        self.insns
+            .iter()
+            .enumerate()
+            .map(|(i, insn)| {
+                Ok(if insn.code == BPF_JMP_JA {
+                    let d = offset(i, insn.jt)?;
+                    sock_filter {
+                        code: insn.code,
+                        jt: 0,
+                        jf: 0,
+                        k: u32::try_from(d).map_err(|_| SeccompError::JumpRange {
+                            from: i,
+                            to: i + 1 + d,
+                        })?,
+                    }
+                } else {
+                    sock_filter {
+                        code: insn.code,
+                        jt: short(i, insn.jt)?,
+                        jf: short(i, insn.jf)?,
+                        k: insn.k,
+                    }
+                })
+            })
+            .collect()
+    }
 }
 
 /// Installs the filter on the calling thread. Requires `no_new_privs` (or CAP_SYS_ADMIN).
@@ -365,22 +453,120 @@ pub fn install() -> Result<(), SeccompError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
+        SeccompFilter, SeccompRule, TargetArch,
+    };
 
-    #[test]
-    fn filters_compile_and_start_with_the_guards() {
-        let p = main_filter().unwrap();
-        // arch load, arch compare, kill, then our x32 guard.
-        assert_eq!(p[3].code, BPF_LD_W_ABS);
-        assert_eq!(p[4].k, X32_SYSCALL_BIT);
-        assert_eq!(p[5].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        assert_eq!(p[6].k, libc::SYS_clone3 as u32);
-        assert_eq!(p[7].k, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-        assert!(p.len() < 4096);
+    type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+    fn rule(conds: Vec<Cond>) -> AnyResult<SeccompRule> {
+        Ok(SeccompRule::new(conds)?)
     }
 
-    /// A classic-BPF interpreter for the instructions seccompiler and the prologue emit, over
-    /// `struct seccomp_data` (nr, arch, ip, args).
-    fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+    /// The reference: the same policy written as seccompiler rules, compiled by seccompiler
+    /// (one test per rule, in turn). Written independently of `rules()`/`leaf()` — from the
+    /// constants, not from the `Rule` table — so that a mistake in either shows as a verdict
+    /// that differs.
+    fn reference() -> AnyResult<BpfProgram> {
+        let w = u64::from;
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        for (_, nr) in DENIED {
+            rules.insert(*nr, Vec::new());
+        }
+        let clone_rules = CLONE_NEW_FLAGS
+            .iter()
+            .map(|f| rule(vec![Cond::new(0, Len::Qword, Op::MaskedEq(w(*f)), w(*f))?]))
+            .collect::<AnyResult<Vec<_>>>()?;
+        rules.insert(libc::SYS_clone, clone_rules);
+        rules.insert(
+            libc::SYS_ioctl,
+            vec![
+                rule(vec![Cond::new(1, Len::Dword, Op::Eq, w(TIOCSTI))?])?,
+                rule(vec![Cond::new(1, Len::Dword, Op::Eq, w(TIOCLINUX))?])?,
+            ],
+        );
+        let mut socket_rules = DENIED_FAMILIES
+            .iter()
+            .map(|f| rule(vec![Cond::new(0, Len::Dword, Op::Eq, w(*f))?]))
+            .collect::<AnyResult<Vec<_>>>()?;
+        for raw_type in [libc::SOCK_RAW as u64, 10] {
+            socket_rules.push(rule(vec![
+                Cond::new(0, Len::Dword, Op::Ne, libc::AF_NETLINK as u64)?,
+                Cond::new(1, Len::Dword, Op::MaskedEq(0xf), raw_type)?,
+            ])?);
+        }
+        rules.insert(libc::SYS_socket, socket_rules.clone());
+        rules.insert(libc::SYS_socketpair, socket_rules);
+        let personality = PERSONALITY_OK
+            .iter()
+            .map(|v| Cond::new(0, Len::Dword, Op::Ne, w(*v)))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(libc::SYS_personality, vec![rule(personality)?]);
+        let set_id = |mode_arg: u8, creating: Option<(u8, u64)>| {
+            [libc::S_ISUID as u64, libc::S_ISGID as u64]
+                .into_iter()
+                .map(|bit| {
+                    let mut conds = vec![Cond::new(mode_arg, Len::Dword, Op::MaskedEq(bit), bit)?];
+                    if let Some((flags_arg, flag)) = creating {
+                        conds.push(Cond::new(flags_arg, Len::Dword, Op::MaskedEq(flag), flag)?);
+                    }
+                    rule(conds)
+                })
+                .collect::<AnyResult<Vec<_>>>()
+        };
+        for (nr, mode_arg) in [
+            (libc::SYS_chmod, 1),
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (libc::SYS_fchmodat2, 2),
+            (libc::SYS_creat, 1),
+            (libc::SYS_mknod, 1),
+            (libc::SYS_mknodat, 2),
+        ] {
+            rules.insert(nr, set_id(mode_arg, None)?);
+        }
+        for (nr, flags_arg, mode_arg) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
+            let mut r = set_id(mode_arg, Some((flags_arg, libc::O_CREAT as u64)))?;
+            r.extend(set_id(mode_arg, Some((flags_arg, w(O_TMPFILE_BIT))))?);
+            rules.insert(nr, r);
+        }
+        let arch: TargetArch = std::env::consts::ARCH.try_into()?;
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )?;
+        Ok(filter.try_into()?)
+    }
+
+    #[test]
+    fn the_filter_is_compact_and_starts_with_the_guards() {
+        let p = main_filter().unwrap();
+        // Same architecture check as seccompiler's: load arch, compare, kill.
+        let r = reference().unwrap();
+        for i in 0..3 {
+            assert_eq!(
+                (p[i].code, p[i].jt, p[i].jf, p[i].k),
+                (r[i].code, r[i].jt, r[i].jf, r[i].k)
+            );
+        }
+        assert_eq!(p[3].code, BPF_LD_W_ABS);
+        assert_eq!(p[4].k, X32_SYSCALL_BIT);
+        // The point of assembling it here: a fraction of seccompiler's length.
+        assert!(
+            p.len() * 3 < r.len(),
+            "{} instructions (seccompiler: {})",
+            p.len(),
+            r.len()
+        );
+    }
+
+    /// A classic-BPF interpreter for the instructions both programs use, over
+    /// `struct seccomp_data` (nr, arch, ip, args). Returns the verdict and the instructions
+    /// run to reach it.
+    fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> (u32, usize) {
         let mut data = Vec::with_capacity(64);
         data.extend_from_slice(&nr.to_le_bytes());
         data.extend_from_slice(&arch.to_le_bytes());
@@ -409,107 +595,170 @@ mod tests {
                 0x25 => jump(a > i.k),
                 0x35 => jump(a >= i.k),
                 0x45 => jump(a & i.k != 0),
-                0x06 => return i.k,
+                0x06 => return (i.k, steps),
                 other => panic!("instruction {other:#x} not understood by the test interpreter"),
             };
         }
     }
 
-    /// The prologue must not change a single verdict: for every syscall number (and the x32
-    /// and out-of-range ones) and a spread of arguments, the filter answers exactly what the
-    /// x32/clone3 guards followed by seccompiler's plain rule chain answer.
+    /// For every syscall number (and x32 and out-of-range ones), the wrong architecture, and
+    /// a spread of arguments — each rule's triggering values, their neighbours, and garbage in
+    /// the high words — the filter answers exactly what seccompiler's program answers, with
+    /// the x32 and clone3/openat2 guards in front.
     #[test]
-    fn the_syscall_search_changes_no_verdict() {
+    fn same_verdicts_as_seccompiler() {
         let full = main_filter().unwrap();
-        let (chain, _) = rule_chain().unwrap();
+        let chain = reference().unwrap();
         let arch = full[1].k;
-        let mut arg_sets: Vec<[u64; 6]> = vec![[0; 6], [u64::MAX; 6]];
-        for f in CLONE_NEW_FLAGS {
-            arg_sets.push([*f | libc::SIGCHLD as u64, 0, 0, 0, 0, 0]);
+        let hi = |v: u64| v | 0xdead_beef_0000_0000;
+        let mut values: Vec<u64> = vec![0, 1, u64::MAX, 0xffff_ffff];
+        values.extend(
+            CLONE_NEW_FLAGS
+                .iter()
+                .map(|f| u64::from(*f) | libc::SIGCHLD as u64),
+        );
+        values.extend(DENIED_FAMILIES.iter().map(|f| u64::from(*f)));
+        values.extend([TIOCSTI, TIOCLINUX, TIOCSTI + 1].map(u64::from));
+        values.extend(PERSONALITY_OK.iter().map(|v| u64::from(*v)));
+        values.extend([libc::AF_INET as u64, libc::AF_NETLINK as u64, 0x0009]);
+        let mut arg_sets: Vec<[u64; 6]> = Vec::new();
+        for v in &values {
+            arg_sets.push([*v; 6]);
+            arg_sets.push([hi(*v); 6]);
+            arg_sets.push([*v, 0, 0, 0, 0, 0]);
         }
-        for fam in DENIED_FAMILIES {
-            arg_sets.push([*fam, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
+        for fam in [
+            libc::AF_INET as u64,
+            libc::AF_NETLINK as u64,
+            libc::AF_UNIX as u64,
+        ] {
+            for ty in [
+                libc::SOCK_STREAM as u64,
+                libc::SOCK_RAW as u64,
+                libc::SOCK_RAW as u64 | libc::SOCK_CLOEXEC as u64,
+                10,
+                0x13,
+            ] {
+                arg_sets.push([fam, ty, 0, 0, 0, 0]);
+                arg_sets.push([hi(fam), hi(ty), 0, 0, 0, 0]);
+            }
         }
-        arg_sets.push([libc::AF_INET as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0]);
-        arg_sets.push([libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0]);
-        arg_sets.push([0, TIOCSTI, 0, 0, 0, 0]);
-        arg_sets.push([0, TIOCLINUX, 0, 0, 0, 0]);
-        arg_sets.push([0x0008, 0, 0, 0, 0, 0]);
+        arg_sets.push([0, 0, hi(u64::from(TIOCSTI)), 0, 0, 0]);
         // Set-id modes, with and without O_CREAT / O_TMPFILE in every argument position.
-        for mode in [0o4755u64, 0o2755, 0o755] {
+        for mode in [0o4755u64, 0o2755, 0o6755, 0o755, 0o1777] {
             for flags in [
                 0u64,
                 libc::O_CREAT as u64,
-                O_TMPFILE_BIT | libc::O_RDWR as u64,
+                libc::O_CREAT as u64 | libc::O_WRONLY as u64,
+                u64::from(O_TMPFILE_BIT) | libc::O_RDWR as u64,
+                libc::O_TMPFILE as u64 | libc::O_RDWR as u64,
+                libc::O_DIRECTORY as u64,
             ] {
                 arg_sets.push([mode, mode, mode, mode, 0, 0]);
                 arg_sets.push([0, flags, mode, 0, 0, 0]);
                 arg_sets.push([0, 0, flags, mode, 0, 0]);
+                arg_sets.push([0, hi(flags), hi(mode), 0, 0, 0]);
+                arg_sets.push([0, 0, hi(flags), hi(mode), 0, 0]);
             }
         }
         let numbers = (0u32..1024).chain([
             X32_SYSCALL_BIT,
             X32_SYSCALL_BIT | libc::SYS_mount as u32,
+            X32_SYSCALL_BIT | libc::SYS_read as u32,
+            0x3fff_ffff,
             u32::MAX,
         ]);
         let mut checked = 0;
         for nr in numbers {
-            for args in &arg_sets {
-                let expected = if nr >= X32_SYSCALL_BIT {
-                    libc::SECCOMP_RET_ERRNO | libc::EPERM as u32
-                } else if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 {
-                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
-                } else {
-                    run(&chain, nr, arch, *args)
-                };
-                assert_eq!(
-                    run(&full, nr, arch, *args),
-                    expected,
-                    "nr {nr} args {args:?}"
-                );
-                checked += 1;
+            for a in [arch, 0x4000_0003 /* AUDIT_ARCH_I386 */] {
+                for args in &arg_sets {
+                    let expected = if a != arch {
+                        run(&chain, nr, a, *args).0
+                    } else if nr >= X32_SYSCALL_BIT {
+                        RET_EPERM
+                    } else if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 {
+                        RET_ENOSYS
+                    } else {
+                        run(&chain, nr, a, *args).0
+                    };
+                    assert_eq!(
+                        run(&full, nr, a, *args).0,
+                        expected,
+                        "nr {nr} arch {a:#x} args {args:x?}"
+                    );
+                    checked += 1;
+                }
             }
         }
-        assert!(checked > 20_000);
-        // And the point of it: an allowed syscall is decided within a handful of instructions.
-        let mut longest = 0;
-        for nr in [
-            libc::SYS_read,
-            libc::SYS_write,
-            libc::SYS_mmap,
-            libc::SYS_futex,
-        ] {
-            longest = longest.max(steps_to_verdict(&full, nr as u32, arch));
-        }
-        assert!(
-            longest <= 16,
-            "allowed syscalls take {longest} instructions"
-        );
-        // A denied one still reaches its rule.
-        assert_eq!(
-            run(&full, libc::SYS_bpf as u32, arch, [0; 6]),
-            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32
-        );
+        assert!(checked > 100_000, "{checked}");
+        // The triggering cases really are refused (the comparison above would also pass if
+        // both programs allowed everything).
+        let refused = |nr: i64, args: [u64; 6]| run(&full, nr as u32, arch, args).0 == RET_EPERM;
+        assert!(refused(libc::SYS_bpf, [0; 6]));
+        assert!(refused(
+            libc::SYS_clone,
+            [
+                libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
+                0,
+                0,
+                0,
+                0,
+                0
+            ]
+        ));
+        assert!(!refused(
+            libc::SYS_clone,
+            [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]
+        ));
+        assert!(refused(
+            libc::SYS_ioctl,
+            [0, u64::from(TIOCSTI), 0, 0, 0, 0]
+        ));
+        assert!(refused(
+            libc::SYS_socket,
+            [libc::AF_INET as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0]
+        ));
+        assert!(!refused(
+            libc::SYS_socket,
+            [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0]
+        ));
+        assert!(refused(
+            libc::SYS_socket,
+            [libc::AF_PACKET as u64, 2, 0, 0, 0, 0]
+        ));
+        assert!(refused(libc::SYS_personality, [0x0040_0000, 0, 0, 0, 0, 0]));
+        assert!(refused(
+            libc::SYS_openat,
+            [0, 0, libc::O_CREAT as u64, 0o4755, 0, 0]
+        ));
+        assert!(!refused(libc::SYS_openat, [0, 0, 0, 0o4755, 0, 0]));
+        assert!(refused(libc::SYS_fchmodat, [0, 0, 0o2755, 0, 0, 0]));
     }
 
-    fn steps_to_verdict(program: &[sock_filter], nr: u32, arch: u32) -> usize {
-        let mut pc = 0;
-        let mut steps = 0;
-        let mut a = 0u32;
-        loop {
-            steps += 1;
-            let i = &program[pc];
-            let jump = |cond: bool| pc + 1 + usize::from(if cond { i.jt } else { i.jf });
-            pc = match i.code {
-                0x20 => {
-                    a = if i.k == 0 { nr } else { arch };
-                    pc + 1
-                }
-                0x15 => jump(a == i.k),
-                0x35 => jump(a >= i.k),
-                0x06 => return steps,
-                _ => return usize::MAX,
-            };
+    /// An ordinary syscall is decided within a handful of instructions (the kernel's
+    /// allow-cache covers most of them, but not every one, and not during its own fill), and
+    /// one with argument checks within a few dozen.
+    #[test]
+    fn allowed_syscalls_are_decided_quickly() {
+        let full = main_filter().unwrap();
+        let arch = full[1].k;
+        let ruled = rules();
+        let (mut plain, mut checked) = (0, 0);
+        for nr in 0u32..1024 {
+            let (verdict, steps) = run(&full, nr, arch, [0; 6]);
+            if verdict != RET_ALLOW {
+                continue;
+            }
+            if ruled.contains_key(&nr) {
+                checked = checked.max(steps);
+            } else {
+                plain = plain.max(steps);
+            }
         }
+        assert!(plain <= 14, "an allowed syscall takes {plain} instructions");
+        assert!(
+            checked <= 32,
+            "a checked syscall takes {checked} instructions"
+        );
     }
 }
