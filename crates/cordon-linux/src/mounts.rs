@@ -99,17 +99,36 @@ fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
     Ok(flags)
 }
 
+/// What `bind` must do about the mount point first. Every mkdir or stat here runs on the
+/// path of each sandbox start, so callers that know the point exists say so.
+#[derive(Clone, Copy)]
+enum Point {
+    /// A directory, created with its parents if missing.
+    Dir,
+    /// A file, created (with its parents) if missing.
+    File,
+    /// A new file in a directory that exists (a fresh tmpfs).
+    NewFile,
+    /// Already there (binding something onto itself).
+    Exists,
+}
+
 /// Bind `src` to `dest` and remount it with `extra` flags (a first bind ignores MS_RDONLY).
-fn bind(src: &Path, dest: &Path, is_dir: bool, extra: libc::c_ulong) -> Result<(), MountError> {
-    if is_dir {
-        mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?;
-    } else {
-        if let Some(parent) = dest.parent() {
-            mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
+fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(), MountError> {
+    match point {
+        Point::Dir => mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?,
+        Point::File => {
+            if let Some(parent) = dest.parent() {
+                mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
+            }
+            if !dest.exists() {
+                fs::File::create(dest).step(|| format!("create {}", dest.display()))?;
+            }
         }
-        if !dest.exists() {
-            fs::File::create(dest).step(|| format!("create {}", dest.display()))?;
+        Point::NewFile => {
+            fs::File::create_new(dest).step(|| format!("create {}", dest.display()))?;
         }
+        Point::Exists => {}
     }
     sys::mount(Some(src), dest, None, libc::MS_BIND, None)
         .step(|| format!("bind {} to {}", src.display(), dest.display()))?;
@@ -170,7 +189,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         (Some(ws), None) => bind(
             &under_old(ws),
             &under_new(Path::new("/workspace")),
-            true,
+            Point::Dir,
             MS_NOSUID | MS_NODEV,
         )?,
         (None, _) => tmpfs(
@@ -196,11 +215,12 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 } else {
                     MS_RDONLY | MS_NOSUID | MS_NODEV
                 };
-                bind(&under_old(src), &under_new(dest), *is_dir, flags)?;
+                let point = if *is_dir { Point::Dir } else { Point::File };
+                bind(&under_old(src), &under_new(dest), point, flags)?;
             }
             RootEntry::Symlink { target, link } => {
                 let l = under_new(link);
-                if let Some(parent) = l.parent() {
+                if let Some(parent) = l.parent().filter(|p| *p != Path::new(NEW)) {
                     mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
                 }
                 std::os::unix::fs::symlink(target, &l)
@@ -233,7 +253,7 @@ fn build_dev(disk: u64) -> Result<(), MountError> {
     tmpfs(&dev, 64 << 10, 0o755, MS_NOSUID | MS_NOEXEC)?;
     for name in ["null", "zero", "full", "random", "urandom"] {
         let host = Path::new(OLD).join("dev").join(name);
-        bind(&host, &dev.join(name), false, MS_NOSUID | MS_NOEXEC)?;
+        bind(&host, &dev.join(name), Point::NewFile, MS_NOSUID | MS_NOEXEC)?;
     }
     for (name, target) in [
         ("fd", "/proc/self/fd"),
@@ -277,8 +297,7 @@ fn build_proc() -> Result<(), MountError> {
     for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
         let p = proc_.join(sub);
         if p.exists() {
-            let is_dir = p.is_dir();
-            bind(&p, &p, is_dir, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
+            bind(&p, &p, Point::Exists, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
         }
     }
     let _ = fs::set_permissions(&proc_, fs::Permissions::from_mode(0o555));
