@@ -213,7 +213,7 @@ pub struct CgroupLimits {
     pub pids: u64,
     pub cpus: f64,
     /// Whether the tree's CPU time must be readable while it runs (a CPU-time limit). On v1
-    /// that costs a cpuacct cgroup per sandbox; without it, usage comes from the relay's
+    /// that costs a cpuacct cgroup per sandbox; without it, usage comes from the init's
     /// rusage when the sandbox ends.
     pub cpu_time: bool,
 }

@@ -14,11 +14,9 @@ use crate::sys;
 /// driver travels as an argument), so this is generous; socket buffers are raised to match.
 pub const MAX_MESSAGE: usize = 192 * 1024;
 
-/// What the relay, the init or the payload tells the supervisor.
+/// What the init or the payload tells the supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSupervisor {
-    /// The relay forked the init; this is its pid in the supervisor's pid namespace.
-    InitPid { pid: i32 },
     /// The init is confined and about to start the payload; these layers are in force.
     Confined {
         landlock_abi: u32,
@@ -65,6 +63,8 @@ pub enum ToSupervisor {
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
+    /// The init's uid and gid maps are written: it can take on its sandbox identity.
+    Mapped,
     /// Go on. With `cgroup: true` the message carries the files through which the init joins
     /// its cgroup (`cgroup::join`); without one, per-process rlimits must stand in for the
     /// memory and pid limits.
@@ -91,6 +91,17 @@ impl Channel {
 
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// Whether the other end is closed (its process gone), without waiting.
+    pub fn peer_gone(&self) -> bool {
+        let mut p = [libc::pollfd {
+            fd: self.raw(),
+            events: 0,
+            revents: 0,
+        }];
+        // POLLHUP is reported whatever `events` asks for.
+        sys::poll(&mut p, 0).is_ok_and(|n| n > 0 && p[0].revents & libc::POLLHUP != 0)
     }
 
     pub fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {

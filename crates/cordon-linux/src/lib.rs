@@ -1,13 +1,14 @@
 //! cordon's isolation engine. Everything that talks to the kernel lives in this crate.
 //!
 //! A run goes through three processes, each with one job:
-//! - the **supervisor** (the caller's process): creates the cgroup and the pipes, forks, pumps
-//!   output under byte caps, enforces time limits and turns what happened into an `Outcome`;
-//! - the **relay** (forked): drops host privileges, enters fresh namespaces, writes its id maps
-//!   and forks the init; it is the only process of the sandbox outside its pid namespace;
-//! - the **init** (PID 1 of the new pid namespace): builds the new root, confines itself with
-//!   every layer, forks the payload, reaps orphans and reports the payload's end. When it
-//!   exits, the kernel kills whatever is left in the namespace.
+//! - the **supervisor** (the caller's process): creates the cgroup and the pipes, clones the
+//!   init into fresh namespaces and writes its id maps, pumps output under byte caps, enforces
+//!   time limits and turns what happened into an `Outcome`;
+//! - the **init** (PID 1 of the new pid namespace, the supervisor's child): takes on the
+//!   sandbox's one unprivileged identity, builds the new root, confines itself with every
+//!   layer, forks the payload, reaps orphans and reports the payload's end. When it exits, the
+//!   kernel kills whatever is left in the namespace;
+//! - the **payload**: the user's command, in its own session.
 //!
 //! The callers of [`run`] must be single-threaded at the moment of the call (see
 //! LINUX-NOTES: forking a threaded process leaves only async-signal-safe calls to the child);

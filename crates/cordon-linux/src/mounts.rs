@@ -183,7 +183,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             let dest = under_new(Path::new("/workspace"));
             mkdir_p(&dest, 0o755).step(|| "mkdir /workspace".into())?;
             sys::move_mount_to(tree, &dest).step(|| "attach the idmapped workspace".into())?;
-            // SAFETY: the relay passed this fd down for this one use; nothing else owns it.
+            // SAFETY: the supervisor left this fd open across the clone for this one use; nothing else owns it.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
         }
         (Some(ws), None) => bind(
@@ -253,7 +253,12 @@ fn build_dev(disk: u64) -> Result<(), MountError> {
     tmpfs(&dev, 64 << 10, 0o755, MS_NOSUID | MS_NOEXEC)?;
     for name in ["null", "zero", "full", "random", "urandom"] {
         let host = Path::new(OLD).join("dev").join(name);
-        bind(&host, &dev.join(name), Point::NewFile, MS_NOSUID | MS_NOEXEC)?;
+        bind(
+            &host,
+            &dev.join(name),
+            Point::NewFile,
+            MS_NOSUID | MS_NOEXEC,
+        )?;
     }
     for (name, target) in [
         ("fd", "/proc/self/fd"),
@@ -297,7 +302,12 @@ fn build_proc() -> Result<(), MountError> {
     for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
         let p = proc_.join(sub);
         if p.exists() {
-            bind(&p, &p, Point::Exists, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
+            bind(
+                &p,
+                &p,
+                Point::Exists,
+                MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            )?;
         }
     }
     let _ = fs::set_permissions(&proc_, fs::Permissions::from_mode(0o555));

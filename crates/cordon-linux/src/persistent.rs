@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::sandbox::Stdio;
-use crate::supervisor::{apply_confined, prepare, spawn_relay};
+use crate::supervisor::{apply_confined, prepare, spawn_init};
 use crate::sys;
 
 /// The fd number on which the helper finds its control socket.
@@ -101,36 +101,27 @@ pub fn helper_main() -> i32 {
         },
         _ => return failed(&control, "cannot open /dev/null".into()),
     };
-    let (relay, first_init, chan) = match spawn_relay(&mut prepared, stdio) {
+    let (init_pid, chan) = match spawn_init(&mut prepared, stdio) {
         Ok(r) => r,
         Err(e) => return failed(&control, e.to_string()),
     };
     let mut enforcement = prepared.enforcement();
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
     let mut cgroup = prepared.cgroup;
-    // The init's pidfd, opened while the relay (its parent) still holds it, so it is the
-    // right process; killing it first lets the relay reap it before the relay goes.
-    let init_fd: std::cell::RefCell<Option<OwnedFd>> = std::cell::RefCell::new(None);
+    // The init is our child: killing it takes its pid namespace along, and reaping it means
+    // the namespace is gone.
     let kill = |cgroup: &mut Option<crate::cgroup::Cgroup>| {
-        if let Some(fd) = init_fd.borrow().as_ref() {
-            if sys::pidfd_send_signal(fd, libc::SIGKILL).is_ok() {
-                sys::pidfd_wait_exit(fd, 2000);
-            }
-        }
-        let _ = sys::kill(relay, libc::SIGKILL);
-        let _ = sys::wait4(relay, false);
+        let _ = sys::kill(init_pid, libc::SIGKILL);
+        let _ = sys::wait4(init_pid, false);
         if let Some(cg) = cgroup.as_mut() {
             cg.kill_all();
             cg.remove();
         }
     };
 
-    // Setup: wait for the init's pid, its root and its confinement report.
-    let init_pid = first_init;
-    *init_fd.borrow_mut() = sys::pidfd_open(init_pid).ok();
+    // Setup: wait for the init's root and its confinement report.
     let mut root_fd: Option<OwnedFd> = None;
     let mut confined = false;
-    // (spawn_relay already took the relay's InitPid; the rest comes from the init.)
     // Bounded, and watching the server: a helper whose server is gone must not wait on.
     let deadline = Instant::now() + SETUP_TIMEOUT;
     while !confined {
@@ -216,7 +207,7 @@ pub fn helper_main() -> i32 {
     }
 
     // Routing: requests down, events (with their fds) up, until either side goes away.
-    let relay_fd = sys::pidfd_open(relay).ok();
+    let init_fd = sys::pidfd_open(init_pid).ok();
     let reason = loop {
         let mut pfds = vec![
             libc::pollfd {
@@ -230,7 +221,7 @@ pub fn helper_main() -> i32 {
                 revents: 0,
             },
         ];
-        if let Some(fd) = &relay_fd {
+        if let Some(fd) = &init_fd {
             pfds.push(libc::pollfd {
                 fd: fd.as_raw_fd(),
                 events: libc::POLLIN,
@@ -240,8 +231,8 @@ pub fn helper_main() -> i32 {
         if sys::poll(&mut pfds, 1000).is_err() {
             break "poll failed".to_string();
         }
-        if relay_fd.is_none() {
-            if let Ok(Some(_)) = sys::wait4(relay, true) {
+        if init_fd.is_none() {
+            if let Ok(Some(_)) = sys::wait4(init_pid, true) {
                 break "the sandbox's init exited".to_string();
             }
         }

@@ -41,7 +41,7 @@ pub struct Plan {
     /// Host dir bound at /workspace, or None for a tmpfs.
     pub workspace: Option<PathBuf>,
     /// An idmapped, detached copy of the workspace (an fd the supervisor opened and the
-    /// relay passes down) to attach instead of binding `workspace`; see `idmap`.
+    /// init inherits) to attach instead of binding `workspace`; see `idmap`.
     pub workspace_tree: Option<std::os::fd::RawFd>,
     pub limits: Limits,
     pub landlock: FsRules,

@@ -1,4 +1,4 @@
-//! The sandbox side: the relay and the init, each a linear sequence of setup steps.
+//! The sandbox side: the init (and, from it, the payload), a linear sequence of setup steps.
 //! Nothing here returns to the caller: every path ends in `exec` or `_exit`.
 
 use std::ffi::CString;
@@ -11,7 +11,7 @@ use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::plan::{Plan, INNER_ID, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
-/// Exit codes of the relay and init (the supervisor reads messages, these are a fallback).
+/// Exit code of the init when setup fails (the supervisor reads messages, this is a fallback).
 const EXIT_SETUP_FAILED: i32 = 125;
 
 pub struct Stdio {
@@ -28,29 +28,12 @@ fn fail(ch: &Channel, step: &str, message: impl std::fmt::Display) -> ! {
     sys::exit_now(EXIT_SETUP_FAILED)
 }
 
-/// The relay: forked from the supervisor. Drops host root, enters the namespaces, forks init.
-pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_t) -> ! {
-    // 1. Stop being host root before touching anything else.
-    if plan.drop_root {
-        if let Err(e) = sys::setgroups_empty()
-            .and_then(|_| sys::setresgid(plan.host_gid))
-            .and_then(|_| sys::setresuid(plan.host_uid))
-        {
-            fail(&ch, "dropping host root", e);
-        }
-        // Changing ids made us non-dumpable, which would lock us out of our own uid_map.
-        if let Err(e) = sys::set_dumpable(true) {
-            fail(&ch, "set dumpable", e);
-        }
-    }
-    // 2. Die with the supervisor (armed after the id change, which would clear it).
-    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
-        fail(&ch, "set parent-death signal", e);
-    }
-    if sys::getppid() != supervisor {
-        sys::exit_now(EXIT_SETUP_FAILED);
-    }
-    // 3. stdio.
+/// The init's first steps, right after the supervisor cloned it into fresh user, mount, pid,
+/// network, IPC and UTS namespaces (the cgroup namespace comes later: it must be rooted at the
+/// cgroup the init joins on go). Takes its stdio, waits for the supervisor to write its id
+/// maps, takes on the sandbox identity, then goes on as PID 1.
+pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
+    // 1. stdio.
     for (fd, target) in [(&stdio.stdin, 0), (&stdio.stdout, 1), (&stdio.stderr, 2)] {
         if let Err(e) = sys::dup2(fd.as_raw_fd(), target) {
             fail(&ch, "stdio", e);
@@ -65,71 +48,40 @@ pub fn relay_main(plan: &Plan, ch: Channel, stdio: Stdio, supervisor: libc::pid_
     if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);
     }
-    // Our host ids, read before unshare (inside, they show as the overflow id until mapped).
-    let (host_uid, host_gid) = (sys::geteuid(), sys::getegid());
-    // 4. New namespaces, all owned by the new user namespace.
-    // (The cgroup namespace comes later: it must be rooted at the cgroup we are moved into,
-    // and the supervisor moves us there while we do this.)
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    if let Err(e) = sys::unshare(flags) {
-        fail(
-            &ch,
-            "creating namespaces (unshare)",
-            format!("{e}; this host refuses unprivileged user namespaces (see `cordon check`)"),
-        );
+    // 2. Wait for the maps. A supervisor that died meanwhile shows as the channel's end.
+    match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Mapped, _))) => {}
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
     }
-    // 5. Map our one host uid/gid to the sandbox user. setgroups must be denied first.
-    let maps = sys::write_file(Path::new("/proc/self/setgroups"), "deny")
-        .and_then(|_| {
-            sys::write_file(
-                Path::new("/proc/self/uid_map"),
-                &format!("{INNER_ID} {} 1\n", host_uid),
-            )
-        })
-        .and_then(|_| {
-            sys::write_file(
-                Path::new("/proc/self/gid_map"),
-                &format!("{INNER_ID} {} 1\n", host_gid),
-            )
-        });
-    if let Err(e) = maps {
-        fail(&ch, "writing uid/gid maps", e);
+    // 3. Identity. Run by host root, we are still host root's uid and gid (with all
+    // capabilities, but only in our own user namespace): become the one mapped id, so that
+    // nothing from here on, mounts included, acts as host root. (The supervisor dropped its
+    // supplementary groups before the clone; setgroups is denied in here for good.) Run by
+    // an ordinary user, our ids are already the mapped ones.
+    if plan.drop_root {
+        if let Err(e) = sys::setresgid(INNER_ID).and_then(|_| sys::setresuid(INNER_ID)) {
+            fail(&ch, "taking on the sandbox identity", e);
+        }
+    }
+    // 4. Die with the supervisor (armed after the id change, which clears it). Our parent is
+    // outside our pid namespace, so `getppid` says 0 either way: whether the supervisor is
+    // still there shows on the channel instead.
+    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
+        fail(&ch, "set parent-death signal", e);
+    }
+    if ch.peer_gone() {
+        sys::exit_now(EXIT_SETUP_FAILED);
     }
     // From here on nothing in the sandbox may read our memory (cordon's environment is in
-    // it) or reach our fds through /proc/<pid>/: the init inherits this.
+    // it) or reach our fds through /proc/<pid>/.
     if let Err(e) = sys::set_dumpable(false) {
         fail(&ch, "set non-dumpable", e);
     }
-    // 6. The first child is PID 1 of the new pid namespace.
-    // SAFETY: this process is single-threaded (forked from a single-threaded supervisor).
-    match unsafe { sys::fork() } {
-        Err(e) => fail(&ch, "fork init", e),
-        Ok(sys::Fork::Child) => init_main(plan, ch),
-        Ok(sys::Fork::Parent(pid)) => {
-            let _ = ch.send(&ToSupervisor::InitPid { pid });
-            drop(ch);
-            // Nothing else to do: wait for init, whose end is the sandbox's end.
-            let code = match sys::wait4(pid, false) {
-                Ok(Some((_, exit))) if libc::WIFEXITED(exit.status) => {
-                    libc::WEXITSTATUS(exit.status)
-                }
-                _ => EXIT_SETUP_FAILED,
-            };
-            sys::exit_now(code)
-        }
-    }
+    init_main(plan, ch)
 }
 
 /// PID 1 of the sandbox: builds the root, confines itself, forks the payload, reaps.
 fn init_main(plan: &Plan, ch: Channel) -> ! {
-    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
-        fail(&ch, "set parent-death signal", e);
-    }
     if let Err(e) = mounts::build_root(plan) {
         fail(&ch, &e.step, e.error);
     }
@@ -411,7 +363,7 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
             _ => sys::exit_now(0),
         };
         match msg {
-            ToSandbox::Go { .. } => {}
+            ToSandbox::Mapped | ToSandbox::Go { .. } => {}
             ToSandbox::Signal { id, signal } => {
                 if let Some((pid, _)) = running.iter().find(|(_, i)| **i == id) {
                     // The command leads its own process group (setsid): signal all of it.

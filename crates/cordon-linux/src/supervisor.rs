@@ -127,7 +127,7 @@ fn check_required(
     }
 }
 
-/// The cgroup a sandbox is to get; created by `spawn_relay` while the relay sets up.
+/// The cgroup a sandbox is to get; created by `spawn_init` while the init sets up.
 pub(crate) struct CgroupPlan {
     layout: Layout,
     name: String,
@@ -137,10 +137,10 @@ pub(crate) struct CgroupPlan {
 
 /// Everything decided before the fork: cgroup, host identity, the plan.
 pub(crate) struct Prepared {
-    /// The sandbox's cgroup once `spawn_relay` has created it.
+    /// The sandbox's cgroup once `spawn_init` has created it.
     pub cgroup: Option<Cgroup>,
     cgroup_plan: Option<CgroupPlan>,
-    /// Held until the relay has its copy (see `plan.workspace_tree`).
+    /// Held until the init has its copy (see `plan.workspace_tree`).
     workspace_tree: Option<OwnedFd>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
@@ -209,7 +209,7 @@ pub(crate) fn prepare(
     let abi = detect::landlock_abi();
 
     // Cgroup first: without one, rlimits stand in (and say so). It is created once the
-    // relay is forked, in parallel with the relay's setup; here we only learn whether it can be.
+    // init is cloned, in parallel with the init's setup; here we only learn whether it can be.
     let mut notes = Vec::new();
     let (cgroup_plan, cg_err) = match cgroup::detect() {
         Ok(layout) => match cgroup::cannot_create(&layout) {
@@ -219,7 +219,7 @@ pub(crate) fn prepare(
                     name: cgroup_name(pid),
                     limits: CgroupLimits {
                         memory: profile.limits.memory,
-                        // The init is ours, not the payload's (the relay stays outside).
+                        // The init is ours, not the payload's.
                         pids: u64::from(profile.limits.pids) + 1,
                         cpus: profile.limits.cpus,
                         cpu_time: profile.limits.cpu_time.is_some(),
@@ -291,37 +291,62 @@ pub(crate) fn prepare(
     })
 }
 
-/// Forks the relay with the given stdio and creates the cgroup while the relay sets up; once
-/// the relay reports its init, hands the init what it needs to join the cgroup (see
-/// `cgroup::join`) and lets it go on. The relay itself stays outside: it only waits.
-/// Returns (relay pid, init pid, channel); the cgroup is left in `prepared.cgroup`.
-/// The calling process must be single-threaded.
-pub(crate) fn spawn_relay(
+/// Clones the sandbox's init into fresh namespaces with the given stdio, writes its id maps,
+/// and creates the cgroup while the init builds its root; then hands the init what it needs
+/// to join the cgroup (see `cgroup::join`) and lets it go on. Returns (init pid, channel);
+/// the cgroup is left in `prepared.cgroup`. The calling process must be single-threaded.
+pub(crate) fn spawn_init(
     prepared: &mut Prepared,
     stdio: Stdio,
-) -> Result<(libc::pid_t, libc::pid_t, Channel), EngineError> {
+) -> Result<(libc::pid_t, Channel), EngineError> {
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| EngineError::io(what, e)
     };
     let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
-    let me = sys::getpid();
-    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs).
-    let relay = match unsafe { sys::fork() }.map_err(io("fork"))? {
-        sys::Fork::Child => {
+    let plan = &prepared.plan;
+    if plan.drop_root {
+        // The init starts with our credentials until its maps are written and it takes on
+        // the sandbox's ids; host root's supplementary groups must not come along (inside, a
+        // gid_map written with setgroups denied could never shed them). cordon as root needs
+        // no group membership for anything it does.
+        sys::setgroups_empty().map_err(io("dropping supplementary groups"))?;
+    }
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs); the
+    // child runs only `init_entry`, which keeps to what `clone_into` allows.
+    let init = match unsafe { sys::clone_into(flags) } {
+        Ok(sys::Fork::Child) => {
             drop(chan_parent);
-            sandbox::relay_main(&prepared.plan, Channel::new(chan_child), stdio, me)
+            sandbox::init_entry(plan, Channel::new(chan_child), stdio)
         }
-        sys::Fork::Parent(p) => p,
+        Ok(sys::Fork::Parent(p)) => p,
+        Err(e) => {
+            return Err(EngineError::Setup {
+                step: "creating namespaces (clone)".into(),
+                message: format!(
+                    "{e}; this host refuses unprivileged user namespaces (see `cordon check`)"
+                ),
+            })
+        }
     };
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
     prepared.workspace_tree = None;
     let chan = Channel::new(chan_parent);
-    let started = prepared
-        .create_cgroup()
-        .and_then(|_| wait_init_pid(&chan))
-        .and_then(|init| {
+    let started = write_id_maps(init, plan.host_uid, plan.host_gid)
+        .map_err(io("writing the sandbox's uid/gid maps"))
+        .and_then(|_| {
+            chan.send(&ToSandbox::Mapped)
+                .map_err(io("starting the sandbox"))
+        })
+        .and_then(|_| prepared.create_cgroup())
+        .and_then(|_| {
             let join = match &prepared.cgroup {
                 Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
                 None => Vec::new(),
@@ -333,63 +358,37 @@ pub(crate) fn spawn_relay(
                 },
                 &raw,
             )
-            .map_err(io("starting the sandbox"))?;
-            Ok(init)
+            .map_err(io("starting the sandbox"))
         });
     // Clearing what dead cordons left behind waits until the sandbox is on its way.
     if let Some(cg) = &prepared.cgroup {
         cgroup::remove_stale(cg.layout());
     }
     match started {
-        Ok(init) => Ok((relay, init, chan)),
+        Ok(()) => Ok((init, chan)),
         Err(e) => {
-            let _ = sys::kill(relay, libc::SIGKILL);
-            let _ = sys::wait4(relay, false);
+            // Killing a pid namespace's init takes the namespace with it.
+            let _ = sys::kill(init, libc::SIGKILL);
+            let _ = sys::wait4(init, false);
             Err(e)
         }
     }
 }
 
-/// Waits (bounded) for the relay's report of the init's pid, or a setup failure.
-fn wait_init_pid(chan: &Channel) -> Result<libc::pid_t, EngineError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(EngineError::Setup {
-                step: "starting the sandbox".into(),
-                message: "the sandbox did not start within 30s".into(),
-            });
-        }
-        let mut p = [libc::pollfd {
-            fd: chan.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) == 0 {
-            continue;
-        }
-        match chan.recv::<ToSupervisor>() {
-            Ok(Some((ToSupervisor::InitPid { pid }, _))) => return Ok(pid),
-            Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
-                return Err(EngineError::Setup { step, message })
-            }
-            // The init says nothing before its go, which is only sent after this report; a
-            // message dropped here would be missed by whoever reads the channel next.
-            Ok(Some((other, _))) => {
-                return Err(EngineError::Setup {
-                    step: "starting the sandbox".into(),
-                    message: format!("unexpected message before the init's pid: {other:?}"),
-                })
-            }
-            Ok(None) | Err(_) => {
-                return Err(EngineError::Setup {
-                    step: "starting the sandbox".into(),
-                    message: "the sandbox exited during setup".into(),
-                })
-            }
-        }
-    }
+/// Maps the sandbox's one user and group (`INNER_ID`) to `uid`/`gid` on the host, for the
+/// freshly cloned `pid`. setgroups is denied first (CVE-2014-8989; required of an
+/// unprivileged writer, kept for root too so the sandbox can never change its groups).
+fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> std::io::Result<()> {
+    let proc_file = |name: &str| PathBuf::from(format!("/proc/{pid}/{name}"));
+    sys::write_file(&proc_file("setgroups"), "deny")?;
+    sys::write_file(
+        &proc_file("uid_map"),
+        &format!("{} {uid} 1\n", plan::INNER_ID),
+    )?;
+    sys::write_file(
+        &proc_file("gid_map"),
+        &format!("{} {gid} 1\n", plan::INNER_ID),
+    )
 }
 
 /// Records what the init reported as confined.
@@ -436,7 +435,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let (stderr_r, stderr_w) = sys::pipe().map_err(io("stderr pipe"))?;
     install_signal_handlers();
     let start = Instant::now();
-    let (relay, _init, chan) = spawn_relay(
+    let (init, chan) = spawn_init(
         &mut prepared,
         Stdio {
             stdin: stdin_r,
@@ -448,7 +447,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let mut sup = Supervision::new(
         req.output,
         profile.limits.output_limit,
-        relay,
+        init,
         start,
         prepared.cgroup,
     );
@@ -515,12 +514,12 @@ enum Ended {
 struct Supervision {
     stdout: Capture,
     stderr: Capture,
-    relay: libc::pid_t,
-    relay_exit: Option<(Instant, sys::Exit)>,
+    init: libc::pid_t,
+    init_exit: Option<(Instant, sys::Exit)>,
     start: Instant,
     cgroup: Option<Cgroup>,
     killed: Option<Ended>,
-    /// The cgroup was swept after the relay was reaped (see `kill`).
+    /// The cgroup was swept after the init was reaped (see `kill`).
     swept: bool,
 }
 
@@ -528,7 +527,7 @@ impl Supervision {
     fn new(
         mode: OutputMode,
         limit: u64,
-        relay: libc::pid_t,
+        init: libc::pid_t,
         start: Instant,
         cgroup: Option<Cgroup>,
     ) -> Self {
@@ -543,8 +542,8 @@ impl Supervision {
         Supervision {
             stdout: Capture::new(limit, out),
             stderr: Capture::new(limit, err),
-            relay,
-            relay_exit: None,
+            init,
+            init_exit: None,
             start,
             cgroup,
             killed: None,
@@ -552,19 +551,19 @@ impl Supervision {
         }
     }
 
-    /// Kills the whole tree: the relay's death takes the init (parent-death signal), the init's
-    /// takes the pid namespace; the cgroup sweep catches anything in between. Once the relay
-    /// is reaped nothing can start in the sandbox any more, so one sweep after that is enough.
+    /// Kills the whole tree: the init's death takes its pid namespace with it; the cgroup sweep
+    /// catches anything in between. Once the init is reaped nothing can start in the sandbox
+    /// any more, so one sweep after that is enough.
     fn kill(&mut self) {
-        if self.relay_exit.is_none() {
-            let _ = sys::kill(self.relay, libc::SIGKILL);
+        if self.init_exit.is_none() {
+            let _ = sys::kill(self.init, libc::SIGKILL);
         } else if self.swept {
             return;
         }
         if let Some(cg) = &self.cgroup {
             cg.kill_all();
         }
-        self.swept = self.relay_exit.is_some();
+        self.swept = self.init_exit.is_some();
     }
 
     fn end(&mut self, why: Ended) {
@@ -597,8 +596,8 @@ impl Supervision {
         let mut exec_failed: Option<(i32, String, bool)> = None;
         let mut payload_end: Option<ToSupervisor> = None;
         let mut buf = vec![0u8; 64 * 1024];
-        // Wakes the poll the moment the relay exits (pidfds need Linux 5.3; else we tick).
-        let relay_fd = sys::pidfd_open(self.relay).ok();
+        // Wakes the poll the moment the init exits (pidfds need Linux 5.3; else we tick).
+        let init_fd = sys::pidfd_open(self.init).ok();
 
         loop {
             let now = Instant::now();
@@ -619,14 +618,14 @@ impl Supervision {
             if let Some(cg) = &mut self.cgroup {
                 cg.sample();
             }
-            if self.relay_exit.is_none() {
-                if let Ok(Some((_, exit))) = sys::wait4(self.relay, true) {
-                    self.relay_exit = Some((Instant::now(), exit));
-                    // The relay's death kills the tree; make sure of it.
+            if self.init_exit.is_none() {
+                if let Ok(Some((_, exit))) = sys::wait4(self.init, true) {
+                    self.init_exit = Some((Instant::now(), exit));
+                    // The init's death kills the tree; make sure of it.
                     self.kill();
                 }
             }
-            if let Some((t, _)) = &self.relay_exit {
+            if let Some((t, _)) = &self.init_exit {
                 let streams_done = out_fd.is_none() && err_fd.is_none() && chan.is_none();
                 if streams_done || t.elapsed() > Duration::from_secs(2) {
                     break;
@@ -648,7 +647,7 @@ impl Supervision {
                     revents: 0,
                 });
             }
-            if let (Some(fd), None) = (&relay_fd, &self.relay_exit) {
+            if let (Some(fd), None) = (&init_fd, &self.init_exit) {
                 pfds.push(libc::pollfd {
                     fd: fd.as_raw_fd(),
                     events: libc::POLLIN,
@@ -711,7 +710,6 @@ impl Supervision {
                 match c.recv::<ToSupervisor>() {
                     Ok(None) | Err(_) => chan = None,
                     Ok(Some((msg, fds))) => match &msg {
-                        ToSupervisor::InitPid { .. } => {}
                         ToSupervisor::Confined { landlock_abi, .. } if !confined => {
                             confined = true;
                             let abi = *landlock_abi;
@@ -757,9 +755,9 @@ impl Supervision {
         }
         // Whatever is left must not outlive us.
         self.kill();
-        if self.relay_exit.is_none() {
-            if let Ok(Some((_, exit))) = sys::wait4(self.relay, false) {
-                self.relay_exit = Some((Instant::now(), exit));
+        if self.init_exit.is_none() {
+            if let Ok(Some((_, exit))) = sys::wait4(self.init, false) {
+                self.init_exit = Some((Instant::now(), exit));
             }
         }
         let network = egress.map(|e| e.finish()).unwrap_or_default();
@@ -783,11 +781,11 @@ impl Supervision {
         confined: bool,
     ) -> Outcome {
         let wall = self
-            .relay_exit
+            .init_exit
             .as_ref()
             .map(|(t, _)| t.duration_since(self.start))
             .unwrap_or_else(|| self.start.elapsed());
-        let rusage = self.relay_exit.as_ref().map(|(_, e)| e.rusage);
+        let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
         let tv_ms = |tv: libc::timeval| (tv.tv_sec as u64) * 1000 + (tv.tv_usec as u64) / 1000;
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),

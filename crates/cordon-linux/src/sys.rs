@@ -1,7 +1,7 @@
 //! The narrow syscall layer: thin, checked wrappers over `libc`, each `unsafe` justified.
 //!
 //! Written by hand because the sandbox needs a few calls that the safe crates do not offer in
-//! the form required here (`fork` in a known single-threaded process, `setgroups`, mounts with
+//! the form required here (`fork` and `clone` in a known single-threaded process, `setgroups`, mounts with
 //! arbitrary flag sets and data, `wait4` with resource usage, SCM_RIGHTS on a seqpacket pair).
 
 use std::ffi::{CStr, CString};
@@ -37,6 +37,38 @@ pub unsafe fn fork() -> io::Result<Fork> {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Fork::Child),
         p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// `fork`, but the child starts in the new namespaces `flags` asks for (`CLONE_NEW*`), so that
+/// with `CLONE_NEWPID` the child itself is the new pid namespace's init. The raw `clone`
+/// syscall, as bubblewrap and youki use: glibc's `fork` takes no namespace flags, and
+/// `unshare(CLONE_NEWPID)` would only place the caller's *next* child in the namespace —
+/// a second fork, and a process in between, on every sandbox start.
+///
+/// # Safety
+/// As for [`fork`], and more: glibc does not know about this child, so its copy of the
+/// thread descriptor still names the parent's thread id. The child must not use pthread
+/// functions or thread-id–keyed locks (glibc's `raise`/`abort` ask the kernel for the
+/// current id and stay correct; Rust's std locks do not use thread ids). Its own children
+/// must come from [`fork`], which sets their descriptors right.
+pub unsafe fn clone_into(flags: libc::c_int) -> io::Result<Fork> {
+    // SAFETY: no new stack (0) means fork semantics: the child continues on a copy of this
+    // stack, in a copy of this address space; no tid pointers are passed.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_ulong::from((flags | libc::SIGCHLD) as u32),
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p as libc::pid_t)),
     }
 }
 
@@ -129,11 +161,6 @@ pub fn getegid() -> u32 {
 pub fn getpid() -> libc::pid_t {
     // SAFETY: always succeeds.
     unsafe { libc::getpid() }
-}
-
-pub fn getppid() -> libc::pid_t {
-    // SAFETY: always succeeds.
-    unsafe { libc::getppid() }
 }
 
 pub fn set_pdeathsig(sig: libc::c_int) -> io::Result<()> {
@@ -558,34 +585,6 @@ pub fn unblock_all_signals() -> io::Result<()> {
         ))
         .map(drop)
     }
-}
-
-/// Sends `sig` through a pidfd (no pid-reuse race).
-pub fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Waits up to `timeout_ms` for the process behind a pidfd to exit.
-pub fn pidfd_wait_exit(fd: &OwnedFd, timeout_ms: i32) -> bool {
-    let mut p = [libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    matches!(poll(&mut p, timeout_ms), Ok(n) if n > 0)
 }
 
 /// Closes every fd except 0-2 and `keep` (close_range over the gaps; /proc/self/fd fallback).

@@ -459,60 +459,86 @@ out()
 
 #[test]
 fn sandbox_processes_run_as_an_unprivileged_host_uid() {
-    // Seen from outside, while it runs: never host root, and our own uid when rootless.
+    // Seen from outside, while it runs: never host root, and our own uid when rootless —
+    // the payload and its init alike (the init starts with cordon's credentials and must shed
+    // them before it does anything), and without host root's supplementary groups.
     let marker = unique("uid");
-    let run = Cmd::cordon()
+    // As root, cordon is given supplementary groups of its own to lose.
+    let cmd = if is_root() {
+        Cmd::new("setpriv").args(["--groups", "4,27", "--", cordon_bin()])
+    } else {
+        Cmd::cordon()
+    };
+    let run = cmd
         .args([
             "run",
             "--json",
             "--",
             "python3",
             "-c",
-            "import os, time; print(os.getuid(), os.getgid()); time.sleep(1.5)",
+            "import os, time; print(os.getuid(), os.getgid(), os.getgroups(), \
+             open('/proc/self/setgroups').read().strip()); time.sleep(1.5)",
             &marker,
         ])
         .spawn();
     let pid = wait_for_process(&marker, "python3", Duration::from_secs(10))
         .expect("the payload never appeared");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let ids = |key: &str| -> Vec<u32> {
+    let status = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |status: &str, key: &str| -> String {
         status
             .lines()
             .find_map(|l| l.strip_prefix(key))
             .unwrap()
+            .trim()
+            .to_string()
+    };
+    let ids = |status: &str, key: &str| -> Vec<u32> {
+        field(status, key)
             .split_whitespace()
             .map(|n| n.parse().unwrap())
             .collect()
     };
-    let (uids, gids) = (ids("Uid:"), ids("Gid:"));
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let payload = status(pid);
+    let init_pid: u32 = field(&payload, "PPid:").parse().unwrap();
+    let init = status(init_pid);
+    let our_groups = ids(&status(std::process::id()), "Groups:");
     let f = run.wait();
     let o = f.outcome();
     o.assert_ok();
-    assert!(
-        uids.iter().all(|u| *u != 0),
-        "payload has host uid 0: {uids:?}"
-    );
-    assert!(
-        gids.iter().all(|g| *g != 0),
-        "payload has host gid 0: {gids:?}"
-    );
-    if is_root() {
-        assert!(uids.iter().all(|u| *u >= 1_000_000), "{uids:?}");
-    } else {
-        assert!(uids.iter().all(|u| *u == euid()), "{uids:?}");
+    for (who, st) in [("payload", &payload), ("init", &init)] {
+        let (uids, gids, groups) = (ids(st, "Uid:"), ids(st, "Gid:"), ids(st, "Groups:"));
+        assert!(
+            uids.iter().all(|u| *u != 0),
+            "{who} has host uid 0: {uids:?}"
+        );
+        assert!(
+            gids.iter().all(|g| *g != 0),
+            "{who} has host gid 0: {gids:?}"
+        );
+        if is_root() {
+            assert!(uids.iter().all(|u| *u >= 1_000_000), "{who}: {uids:?}");
+            assert!(groups.is_empty(), "{who} kept host groups {groups:?}");
+        } else {
+            assert!(uids.iter().all(|u| *u == euid()), "{who}: {uids:?}");
+            // An unprivileged caller cannot shed its groups, and gains none.
+            assert!(
+                groups.iter().all(|g| our_groups.contains(g)),
+                "{who} has groups {groups:?}, the caller {our_groups:?}"
+            );
+        }
+        assert_eq!(field(st, "CapEff:"), "0000000000000000", "{who}");
+        assert_eq!(
+            o.enforcement()["host_uid"].as_u64(),
+            Some(u64::from(uids[0])),
+            "{who}"
+        );
     }
-    assert_eq!(cap_eff, "0000000000000000");
-    assert_eq!(
-        o.enforcement()["host_uid"].as_u64(),
-        Some(u64::from(uids[0]))
-    );
-    // Inside, it is the ordinary user 1000.
-    assert_eq!(o.stdout().trim(), "1000 1000");
+    // Inside, it is the ordinary user 1000, and it can never change its groups.
+    let inside = o.stdout().trim().to_string();
+    assert!(inside.starts_with("1000 1000 "), "{inside}");
+    assert!(inside.ends_with(" deny"), "{inside}");
+    if is_root() {
+        assert!(inside.contains(" [] "), "{inside}");
+    }
     assert_no_process_with(&marker, Duration::from_secs(3));
 }
