@@ -109,10 +109,13 @@ pub fn helper_main() -> i32 {
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
     let mut cgroup = prepared.cgroup;
     // The init is our child: killing it takes its pid namespace along, and reaping it means
-    // the namespace is gone.
+    // the namespace is gone. Once reaped, its pid may be anyone's: never signal it again.
+    let reaped = std::cell::Cell::new(false);
     let kill = |cgroup: &mut Option<crate::cgroup::Cgroup>| {
-        let _ = sys::kill(init_pid, libc::SIGKILL);
-        let _ = sys::wait4(init_pid, false);
+        if !reaped.replace(true) {
+            let _ = sys::kill(init_pid, libc::SIGKILL);
+            let _ = sys::wait4(init_pid, false);
+        }
         if let Some(cg) = cgroup.as_mut() {
             cg.kill_all();
             cg.remove();
@@ -233,6 +236,7 @@ pub fn helper_main() -> i32 {
         }
         if init_fd.is_none() {
             if let Ok(Some(_)) = sys::wait4(init_pid, true) {
+                reaped.set(true);
                 break "the sandbox's init exited".to_string();
             }
         }

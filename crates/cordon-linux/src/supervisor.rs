@@ -367,11 +367,32 @@ pub(crate) fn spawn_init(
     match started {
         Ok(()) => Ok((init, chan)),
         Err(e) => {
+            // An init that failed on its own said why before it went; that beats our
+            // "broken pipe" or "no such process".
+            let reported = reported_failure(&chan);
             // Killing a pid namespace's init takes the namespace with it.
             let _ = sys::kill(init, libc::SIGKILL);
             let _ = sys::wait4(init, false);
-            Err(e)
+            Err(reported.unwrap_or(e))
         }
+    }
+}
+
+/// A setup failure the init already reported, if one is waiting on the channel.
+fn reported_failure(chan: &Channel) -> Option<EngineError> {
+    let mut p = [libc::pollfd {
+        fd: chan.raw(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    if sys::poll(&mut p, 0).ok()? == 0 || p[0].revents & libc::POLLIN == 0 {
+        return None;
+    }
+    match chan.recv::<ToSupervisor>() {
+        Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
+            Some(EngineError::Setup { step, message })
+        }
+        _ => None,
     }
 }
 
