@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
 
-use crate::cgroup::{self, Cgroup, CgroupLimits, Layout};
+use crate::cgroup::{self, Cgroup, CgroupLimits};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::idmap;
@@ -88,20 +88,15 @@ pub fn interrupted_by() -> Option<i32> {
 /// so concurrent sandboxes never share a uid and none is an account on the host.
 const ROOT_MODE_UID_BASE: u32 = 2_000_000_000;
 
-fn check_required(
-    profile: &Profile,
-    abi: u32,
-    seccomp: bool,
-    cgroup: bool,
-    cg_err: &str,
-) -> Result<(), EngineError> {
+/// The layers that can be known missing before anything starts (a required cgroup is checked
+/// when it is created).
+fn check_required(profile: &Profile, abi: u32, seccomp: bool) -> Result<(), EngineError> {
     let mut missing = Vec::new();
     let mut hints = Vec::new();
     for layer in &profile.require {
         let ok = match layer {
             Layer::Landlock => abi > 0,
             Layer::Seccomp => seccomp,
-            Layer::Cgroup => cgroup,
             // Namespaces and rlimits are always set up; failing to is a setup error.
             _ => true,
         };
@@ -112,7 +107,6 @@ fn check_required(
                     "the kernel has no Landlock (boot with lsm=...,landlock)".to_string()
                 }
                 Layer::Seccomp => "the kernel has no seccomp filter support".to_string(),
-                Layer::Cgroup => format!("no usable cgroup: {cg_err}"),
                 _ => String::new(),
             });
         }
@@ -127,9 +121,8 @@ fn check_required(
     }
 }
 
-/// The cgroup a sandbox is to get; created by `spawn_init` while the init sets up.
+/// The cgroup a sandbox is to get; found and created by `spawn_init` while the init sets up.
 pub(crate) struct CgroupPlan {
-    layout: Layout,
     name: String,
     limits: CgroupLimits,
     required: bool,
@@ -160,15 +153,25 @@ impl Prepared {
         }
     }
 
-    /// Creates the planned cgroup. Without one the sandbox runs on rlimits, and says so —
-    /// unless the caller required a cgroup.
+    /// Finds where this host keeps cgroups and creates the planned one. Without one the
+    /// sandbox runs on rlimits, and says so — unless the caller required a cgroup. (Done while
+    /// the init builds its root, not before the clone: reading mountinfo and
+    /// /proc/self/cgroup costs a fresh process ~0.1 ms.)
     fn create_cgroup(&mut self) -> Result<(), EngineError> {
         let Some(cp) = self.cgroup_plan.take() else {
             return Ok(());
         };
-        match Cgroup::create(&cp.layout, &cp.name, &cp.limits) {
-            Ok(c) => {
-                self.cgroup_name = cp.layout.version().name().to_string();
+        let made = cgroup::detect().and_then(|layout| {
+            if let Some(why) = cgroup::cannot_create(&layout) {
+                return Err(why);
+            }
+            Cgroup::create(&layout, &cp.name, &cp.limits)
+                .map(|c| (layout.version(), c))
+                .map_err(|e| e.to_string())
+        });
+        match made {
+            Ok((version, c)) => {
+                self.cgroup_name = version.name().to_string();
                 self.cgroup = Some(c);
                 Ok(())
             }
@@ -177,7 +180,7 @@ impl Prepared {
                 hint: format!("no usable cgroup: {e}"),
             }),
             Err(e) => {
-                self.notes.push(no_cgroup_note(&e.to_string()));
+                self.notes.push(no_cgroup_note(&e));
                 Ok(())
             }
         }
@@ -208,34 +211,22 @@ pub(crate) fn prepare(
     let euid = sys::geteuid();
     let abi = detect::landlock_abi();
 
-    // Cgroup first: without one, rlimits stand in (and say so). It is created once the
-    // init is cloned, in parallel with the init's setup; here we only learn whether it can be.
+    // The cgroup: without one, rlimits stand in (and say so). Whether this host offers one
+    // is found out, and the cgroup created, once the init is cloned, in parallel with the
+    // init's setup (see `create_cgroup`, which also enforces a required cgroup).
     let mut notes = Vec::new();
-    let (cgroup_plan, cg_err) = match cgroup::detect() {
-        Ok(layout) => match cgroup::cannot_create(&layout) {
-            None => (
-                Some(CgroupPlan {
-                    layout,
-                    name: cgroup_name(pid),
-                    limits: CgroupLimits {
-                        memory: profile.limits.memory,
-                        // The init is ours, not the payload's.
-                        pids: u64::from(profile.limits.pids) + 1,
-                        cpus: profile.limits.cpus,
-                        cpu_time: profile.limits.cpu_time.is_some(),
-                    },
-                    required: profile.require.contains(&Layer::Cgroup),
-                }),
-                String::new(),
-            ),
-            Some(why) => (None, why),
+    let cgroup_plan = Some(CgroupPlan {
+        name: cgroup_name(pid),
+        limits: CgroupLimits {
+            memory: profile.limits.memory,
+            // The init is ours, not the payload's.
+            pids: u64::from(profile.limits.pids) + 1,
+            cpus: profile.limits.cpus,
+            cpu_time: profile.limits.cpu_time.is_some(),
         },
-        Err(why) => (None, why),
-    };
-    if cgroup_plan.is_none() {
-        notes.push(no_cgroup_note(&cg_err));
-    }
-    check_required(profile, abi, true, cgroup_plan.is_some(), &cg_err)?;
+        required: profile.require.contains(&Layer::Cgroup),
+    });
+    check_required(profile, abi, true)?;
 
     // Host identity of the sandbox: never host root.
     let unique = ROOT_MODE_UID_BASE + pid as u32;
