@@ -127,7 +127,14 @@ pub fn probe() -> HostReport {
         Support {
             name: "user_ns",
             available: userns.is_ok(),
-            detail: userns.clone().err().unwrap_or_else(|| "unprivileged user namespaces work".into()),
+            detail: userns.clone().err().unwrap_or_else(|| {
+                if euid == 0 {
+                    // cordon as root creates the namespace as root, then maps it to a nobody.
+                    "user namespaces work (created by root: the unprivileged setting does not matter)".into()
+                } else {
+                    "unprivileged user namespaces work".into()
+                }
+            }),
             cost_if_missing: "no private root, pid, network, ipc or uts namespace: the sandbox would see the host's files and processes and reach its network; cordon refuses to run (exit 125)",
         },
         Support {

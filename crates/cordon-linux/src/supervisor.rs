@@ -318,12 +318,13 @@ pub(crate) fn spawn_init(
         }
         Ok(sys::Fork::Parent(p)) => p,
         Err(e) => {
+            let who = if plan.drop_root { "" } else { "unprivileged " };
             return Err(EngineError::Setup {
                 step: "creating namespaces (clone)".into(),
                 message: format!(
-                    "{e}; this host refuses unprivileged user namespaces (see `cordon check`)"
+                    "{e}; this host refuses {who}user namespaces (see `cordon check`)"
                 ),
-            })
+            });
         }
     };
     // Close the child's ends at once, or we would never see EOF.
