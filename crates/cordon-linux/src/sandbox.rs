@@ -245,6 +245,10 @@ fn exec_command(
         }
     };
     let _ = sys::setsid();
+    // Start the command as a host shell would: Rust's runtime (ours) ignores SIGPIPE, and an
+    // ignored signal stays ignored across exec — `yes | head -1` would complain of a broken
+    // pipe instead of ending quietly.
+    let _ = sys::default_signal(libc::SIGPIPE);
     if let Err(e) = std::env::set_current_dir(cwd) {
         wait_gate();
         let _ = ch.send(&ToSupervisor::ExecFailed {

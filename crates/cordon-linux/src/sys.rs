@@ -572,6 +572,15 @@ pub fn drain_signalfd(fd: &OwnedFd) {
     }
 }
 
+/// Puts `sig` back to its default disposition.
+pub fn default_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: installs SIG_DFL, which involves no handler code in this process.
+    if unsafe { libc::signal(sig, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Clears the signal mask (a blocked mask survives exec and would confuse the payload).
 pub fn unblock_all_signals() -> io::Result<()> {
     // SAFETY: an empty set and SIG_SETMASK with valid pointers.

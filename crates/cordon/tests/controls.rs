@@ -182,6 +182,29 @@ tar -czf /tmp/w.tgz -C /workspace . && tar -tzf /tmp/w.tgz | wc -l
     assert!(lines[6].parse::<u32>().unwrap() >= 4, "{o}");
 }
 
+/// A pipeline's writer dies of SIGPIPE when its reader goes, as on the host: cordon's own
+/// runtime ignores SIGPIPE, and an ignored signal survives exec unless reset. (With it
+/// ignored, `yes` complains "Broken pipe" and fails.)
+#[test]
+fn signals_start_at_their_defaults() {
+    let script = r#"
+yes | head -1
+grep -E '^(SigIgn|SigBlk):' /proc/self/status
+"#;
+    let o = run_json(&["--", "bash", "-c", script]);
+    o.assert_ok();
+    assert_eq!(o.stderr(), "", "{o}");
+    let lines: Vec<&str> = o.stdout().lines().collect();
+    assert_eq!(lines[0], "y", "{o}");
+    let mask = |key: &str| {
+        let line = lines.iter().find(|l| l.starts_with(key)).unwrap();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    // SIGPIPE is signal 13: bit 12 of the mask.
+    assert_eq!(mask("SigIgn:") & (1 << 12), 0, "SIGPIPE ignored: {o}");
+    assert_eq!(mask("SigBlk:"), 0, "signals blocked: {o}");
+}
+
 #[test]
 fn json_outcome_has_the_contract_fields() {
     let o = run_json(&["--", "bash", "-c", "echo out; echo err >&2; exit 5"]);
