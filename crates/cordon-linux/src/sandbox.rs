@@ -53,6 +53,9 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
         Ok(Some((ToSandbox::Mapped, _))) => {}
         _ => sys::exit_now(EXIT_SETUP_FAILED),
     }
+    // Whatever runs in the sandbox is the OOM killer's first choice (descendants inherit it).
+    // Written now: once our ids change or we turn non-dumpable, /proc/self belongs to root.
+    let _ = sys::write_file(Path::new("/proc/self/oom_score_adj"), "1000");
     // 3. Identity. Run by host root, we are still host root's uid and gid (with all
     // capabilities, but only in our own user namespace): become the one mapped id, so that
     // nothing from here on, mounts included, acts as host root. (The supervisor dropped its
@@ -135,8 +138,6 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
             Err(e) => fail(&ch, "proxy listener", e),
         }
     }
-    // The payload, not its init, should be the OOM killer's choice; descendants inherit it.
-    let _ = sys::write_file(Path::new("/proc/self/oom_score_adj"), "1000");
 
     let mut notes = Vec::new();
     if let Err(e) = apply_rlimits(plan, !in_cgroup) {

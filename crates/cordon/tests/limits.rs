@@ -150,6 +150,23 @@ while True:
     assert_host_healthy();
 }
 
+/// Should memory run out on the host (not just in the sandbox's cgroup), the kernel kills
+/// what runs in a sandbox before anything of the host's.
+#[test]
+fn sandboxed_processes_are_the_oom_killers_first_choice() {
+    let o = py(
+        &[],
+        "import subprocess\n\
+         R['self'] = open('/proc/self/oom_score_adj').read().strip()\n\
+         R['child'] = subprocess.run(['cat', '/proc/self/oom_score_adj'], \
+         capture_output=True, text=True).stdout.strip()\n\
+         out()",
+    );
+    o.assert_ok();
+    assert_eq!(o.data()["self"], "1000", "{o}");
+    assert_eq!(o.data()["child"], "1000", "{o}");
+}
+
 #[test]
 fn memory_limit_is_reported_under_the_cgroup_and_allows_normal_use() {
     // 48M of real data in a 128M sandbox is fine.
