@@ -2,6 +2,13 @@
 
 use std::io::Write;
 
+/// Whether whoever reads the echoed stream is still there.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Echo {
+    Open,
+    Gone,
+}
+
 pub struct Capture {
     kept: Vec<u8>,
     limit: usize,
@@ -20,22 +27,30 @@ impl Capture {
         }
     }
 
-    pub fn push(&mut self, data: &[u8]) {
+    /// Keeps (and echoes) what fits. Returns `Gone` when the echo's reader has gone away (a
+    /// broken pipe): the caller then closes the stream, so that the writer inside meets a
+    /// broken pipe of its own — `cordon run -- yes | head -1` ends as `yes | head -1` does.
+    pub fn push(&mut self, data: &[u8]) -> Echo {
         let room = self.limit.saturating_sub(self.kept.len());
         let take = room.min(data.len());
         if take < data.len() {
             self.truncated = true;
         }
         let part = &data[..take];
+        let mut echo_state = Echo::Open;
         if let Some(echo) = self.echo.as_mut() {
-            // A closed terminal or pipe on our side must not stop the run; drop the echo.
-            if echo.write_all(part).and_then(|_| echo.flush()).is_err() {
+            if let Err(e) = echo.write_all(part).and_then(|_| echo.flush()) {
+                // Anything else (a hung-up terminal) must not stop the run: drop the echo.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    echo_state = Echo::Gone;
+                }
                 self.echo = None;
             }
         }
         if self.echo.is_none() || take > 0 {
             self.kept.extend_from_slice(part);
         }
+        echo_state
     }
 
     #[cfg(test)]
@@ -62,7 +77,7 @@ mod tests {
     #[test]
     fn caps_and_flags() {
         let mut c = Capture::new(5, None);
-        c.push(b"abc");
+        assert_eq!(c.push(b"abc"), Echo::Open);
         c.push(b"defgh");
         assert!(c.truncated());
         let (text, b64, t) = c.finish();

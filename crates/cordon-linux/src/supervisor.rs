@@ -15,7 +15,7 @@ use crate::cgroup::{self, Cgroup, CgroupLimits};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::idmap;
-use crate::output::Capture;
+use crate::output::{Capture, Echo};
 use crate::plan::{self, PlanInput};
 use crate::sandbox::{self, Stdio};
 use crate::{detect, sys};
@@ -691,10 +691,15 @@ impl Supervision {
                     };
                     if n > 0 {
                         let data = &buf[..n as usize];
-                        if is_out {
+                        let echo = if is_out {
                             self.stdout.push(data)
                         } else {
                             self.stderr.push(data)
+                        };
+                        if echo == Echo::Gone {
+                            // Our reader left: closing the pipe passes that on to the writer.
+                            *slot = None;
+                            break;
                         }
                         continue;
                     }

@@ -122,6 +122,52 @@ struct Pty {
     slave: OwnedFd,
 }
 
+/// `cordon run -- yes | head -1` ends as `yes | head -1` does: when whoever reads cordon's
+/// output goes away, the program inside meets a broken pipe (SIGPIPE, 128+13) instead of
+/// running on, unread, until the timeout.
+#[test]
+fn a_reader_that_goes_away_ends_the_writer_inside() {
+    use std::io::BufRead;
+    let marker = unique("epipe");
+    let start = std::time::Instant::now();
+    let mut child = std::process::Command::new(cordon_bin())
+        .args([
+            "run",
+            "--timeout",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            "exec yes",
+            &marker,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "y\n");
+    drop(out);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("cordon kept running after its reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGPIPE), "stderr: {err}");
+    assert_eq!(err, "");
+    assert_no_process_with(&marker, Duration::from_secs(3));
+}
+
 fn cvt(r: libc::c_int, what: &str) -> libc::c_int {
     assert!(r >= 0, "{what}: {}", std::io::Error::last_os_error());
     r
