@@ -93,15 +93,18 @@ impl Channel {
         self.fd.as_raw_fd()
     }
 
-    /// Whether the other end is closed (its process gone), without waiting.
-    pub fn peer_gone(&self) -> bool {
+    /// The channel's poll state right now (`revents`; 0 when poll fails). POLLHUP — the other
+    /// end closed, its process gone — is reported whatever `events` asks for.
+    pub fn poll_now(&self, events: libc::c_short) -> libc::c_short {
         let mut p = [libc::pollfd {
             fd: self.raw(),
-            events: 0,
+            events,
             revents: 0,
         }];
-        // POLLHUP is reported whatever `events` asks for.
-        sys::poll(&mut p, 0).is_ok_and(|n| n > 0 && p[0].revents & libc::POLLHUP != 0)
+        match sys::poll(&mut p, 0) {
+            Ok(n) if n > 0 => p[0].revents,
+            _ => 0,
+        }
     }
 
     pub fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {

@@ -183,7 +183,8 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             let dest = under_new(Path::new("/workspace"));
             mkdir_p(&dest, 0o755).step(|| "mkdir /workspace".into())?;
             sys::move_mount_to(tree, &dest).step(|| "attach the idmapped workspace".into())?;
-            // SAFETY: the supervisor left this fd open across the clone for this one use; nothing else owns it.
+            // SAFETY: the supervisor left this fd open across the clone for this one use;
+            // nothing else owns it.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
         }
         (Some(ws), None) => bind(

@@ -72,7 +72,7 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
         fail(&ch, "set parent-death signal", e);
     }
-    if ch.peer_gone() {
+    if ch.poll_now(0) & libc::POLLHUP != 0 {
         sys::exit_now(EXIT_SETUP_FAILED);
     }
     // From here on nothing in the sandbox may read our memory (cordon's environment is in

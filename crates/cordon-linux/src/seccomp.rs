@@ -151,6 +151,12 @@ const RET_KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
 #[derive(Clone, Copy, Debug)]
 enum Rule {
     Deny,
+    /// Refused or not depending on the arguments (or answered "not implemented").
+    Check(Check),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Check {
     /// Arguments in memory BPF cannot read (`clone3`, `openat2`): "not implemented", so libc
     /// falls back to the inspectable variant.
     NotImplemented,
@@ -163,14 +169,9 @@ enum Rule {
     /// `personality` other than the values ordinary programs use.
     Personality,
     /// Set-id bits in the mode argument.
-    SetIdMode {
-        mode: u32,
-    },
+    SetIdMode { mode: u32 },
     /// Set-id bits in the mode of a creating `open` (O_CREAT, or O_TMPFILE's own bit).
-    SetIdCreate {
-        flags: u32,
-        mode: u32,
-    },
+    SetIdCreate { flags: u32, mode: u32 },
 }
 
 fn rules() -> BTreeMap<u32, Rule> {
@@ -182,31 +183,44 @@ fn rules() -> BTreeMap<u32, Rule> {
     for (_, nr) in DENIED {
         add(*nr, Rule::Deny);
     }
-    add(libc::SYS_clone3, Rule::NotImplemented);
-    add(libc::SYS_openat2, Rule::NotImplemented);
-    add(libc::SYS_clone, Rule::CloneNewFlags);
-    add(libc::SYS_ioctl, Rule::TerminalInjection);
-    add(libc::SYS_socket, Rule::SocketKind);
-    add(libc::SYS_socketpair, Rule::SocketKind);
-    add(libc::SYS_personality, Rule::Personality);
-    // No setuid/setgid files: a --workspace is a host directory, and a set-id file planted
-    // there (owned by the workspace's owner — root, for an idmapped one) would hand that
-    // owner's privileges to whoever on the host runs it.
-    for (nr, mode) in [
-        (libc::SYS_chmod, 1),
-        (libc::SYS_fchmod, 1),
-        (libc::SYS_fchmodat, 2),
-        (libc::SYS_fchmodat2, 2),
-        (libc::SYS_creat, 1),
-        (libc::SYS_mknod, 1),
-        (libc::SYS_mknodat, 2),
-    ] {
-        add(nr, Rule::SetIdMode { mode });
+    let mut check = |nr: i64, c| add(nr, Rule::Check(c));
+    check(libc::SYS_clone3, Check::NotImplemented);
+    check(libc::SYS_openat2, Check::NotImplemented);
+    check(libc::SYS_clone, Check::CloneNewFlags);
+    check(libc::SYS_ioctl, Check::TerminalInjection);
+    check(libc::SYS_socket, Check::SocketKind);
+    check(libc::SYS_socketpair, Check::SocketKind);
+    check(libc::SYS_personality, Check::Personality);
+    for (nr, mode) in SET_ID_MODE_ARG {
+        check(*nr, Check::SetIdMode { mode: *mode });
     }
-    add(libc::SYS_open, Rule::SetIdCreate { flags: 1, mode: 2 });
-    add(libc::SYS_openat, Rule::SetIdCreate { flags: 2, mode: 3 });
+    for (nr, flags, mode) in SET_ID_CREATE_ARGS {
+        check(
+            *nr,
+            Check::SetIdCreate {
+                flags: *flags,
+                mode: *mode,
+            },
+        );
+    }
     rules
 }
+
+// No setuid/setgid files: a --workspace is a host directory, and a set-id file planted there
+// (owned by the workspace's owner — root, for an idmapped one) would hand that owner's
+// privileges to whoever on the host runs it.
+/// Syscalls that set a mode, and which argument holds it.
+const SET_ID_MODE_ARG: &[(i64, u32)] = &[
+    (libc::SYS_chmod, 1),
+    (libc::SYS_fchmod, 1),
+    (libc::SYS_fchmodat, 2),
+    (libc::SYS_fchmodat2, 2),
+    (libc::SYS_creat, 1),
+    (libc::SYS_mknod, 1),
+    (libc::SYS_mknodat, 2),
+];
+/// Syscalls that set a mode only when creating: (number, flags argument, mode argument).
+const SET_ID_CREATE_ARGS: &[(i64, u32, u32)] = &[(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)];
 
 /// The main filter: `EPERM` for denied syscalls and dangerous argument combinations.
 ///
@@ -260,26 +274,28 @@ fn leaf(entries: &[(u32, Rule)], asm: &mut Asm) {
     let deny = asm.label();
     let allow = asm.label();
     for (nr, rule) in entries {
-        if let Rule::Deny = rule {
-            asm.jeq(*nr, Jump::To(deny), Jump::Next);
-            continue;
-        }
+        let check = match *rule {
+            Rule::Deny => {
+                asm.jeq(*nr, Jump::To(deny), Jump::Next);
+                continue;
+            }
+            Rule::Check(c) => c,
+        };
         let other = asm.label();
         asm.jeq(*nr, Jump::Next, Jump::To(other));
-        match *rule {
-            Rule::Deny => {} // jumped to `deny` above
-            Rule::NotImplemented => asm.ret(RET_ENOSYS),
-            Rule::CloneNewFlags => {
+        match check {
+            Check::NotImplemented => asm.ret(RET_ENOSYS),
+            Check::CloneNewFlags => {
                 asm.ld(arg_lo(0));
                 let any_new = CLONE_NEW_FLAGS.iter().fold(0, |m, f| m | f);
                 asm.jset(any_new, Jump::To(deny), Jump::To(allow));
             }
-            Rule::TerminalInjection => {
+            Check::TerminalInjection => {
                 asm.ld(arg_lo(1));
                 asm.jeq(TIOCSTI, Jump::To(deny), Jump::Next);
                 asm.jeq(TIOCLINUX, Jump::To(deny), Jump::To(allow));
             }
-            Rule::SocketKind => {
+            Check::SocketKind => {
                 asm.ld(arg_lo(0));
                 for family in DENIED_FAMILIES {
                     asm.jeq(*family, Jump::To(deny), Jump::Next);
@@ -294,18 +310,18 @@ fn leaf(entries: &[(u32, Rule)], asm: &mut Asm) {
                 asm.jeq(libc::SOCK_RAW as u32, Jump::To(deny), Jump::Next);
                 asm.jeq(SOCK_PACKET, Jump::To(deny), Jump::To(allow));
             }
-            Rule::Personality => {
+            Check::Personality => {
                 asm.ld(arg_lo(0));
                 for ok in PERSONALITY_OK {
                     asm.jeq(*ok, Jump::To(allow), Jump::Next);
                 }
                 asm.ja(deny);
             }
-            Rule::SetIdMode { mode } => {
+            Check::SetIdMode { mode } => {
                 asm.ld(arg_lo(mode));
                 asm.jset(SET_ID_BITS, Jump::To(deny), Jump::To(allow));
             }
-            Rule::SetIdCreate { flags, mode } => {
+            Check::SetIdCreate { flags, mode } => {
                 asm.ld(arg_lo(flags));
                 asm.jset(
                     libc::O_CREAT as u32 | O_TMPFILE_BIT,
@@ -515,21 +531,17 @@ mod tests {
                 })
                 .collect::<AnyResult<Vec<_>>>()
         };
-        for (nr, mode_arg) in [
-            (libc::SYS_chmod, 1),
-            (libc::SYS_fchmod, 1),
-            (libc::SYS_fchmodat, 2),
-            (libc::SYS_fchmodat2, 2),
-            (libc::SYS_creat, 1),
-            (libc::SYS_mknod, 1),
-            (libc::SYS_mknodat, 2),
-        ] {
-            rules.insert(nr, set_id(mode_arg, None)?);
+        // The argument positions are shared with the filter (fs.rs attacks each syscall
+        // through the real kernel, so a wrong position shows there).
+        let arg = |i: u32| u8::try_from(i).expect("argument index");
+        for (nr, mode_arg) in SET_ID_MODE_ARG {
+            rules.insert(*nr, set_id(arg(*mode_arg), None)?);
         }
-        for (nr, flags_arg, mode_arg) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
-            let mut r = set_id(mode_arg, Some((flags_arg, libc::O_CREAT as u64)))?;
-            r.extend(set_id(mode_arg, Some((flags_arg, w(O_TMPFILE_BIT))))?);
-            rules.insert(nr, r);
+        for (nr, flags_arg, mode_arg) in SET_ID_CREATE_ARGS {
+            let (f, m) = (arg(*flags_arg), arg(*mode_arg));
+            let mut r = set_id(m, Some((f, libc::O_CREAT as u64)))?;
+            r.extend(set_id(m, Some((f, w(O_TMPFILE_BIT))))?);
+            rules.insert(*nr, r);
         }
         let arch: TargetArch = std::env::consts::ARCH.try_into()?;
         let filter = SeccompFilter::new(

@@ -372,12 +372,7 @@ pub(crate) fn spawn_init(
 
 /// A setup failure the init already reported, if one is waiting on the channel.
 fn reported_failure(chan: &Channel) -> Option<EngineError> {
-    let mut p = [libc::pollfd {
-        fd: chan.raw(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    if sys::poll(&mut p, 0).ok()? == 0 || p[0].revents & libc::POLLIN == 0 {
+    if chan.poll_now(libc::POLLIN) & libc::POLLIN == 0 {
         return None;
     }
     match chan.recv::<ToSupervisor>() {
