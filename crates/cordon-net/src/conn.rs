@@ -36,6 +36,7 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((sock, _)) => {
                     let _ = sock.set_nodelay(true);
+                    crate::local_hop::tune(&sock);
                     if shared.active.load(Ordering::Acquire) >= shared.max_connections {
                         tokio::spawn(refuse_busy(sock, shared.clone()));
                     } else {

@@ -33,6 +33,12 @@
 mod conn;
 mod events;
 mod http;
+#[cfg(target_os = "linux")]
+mod local_hop;
+#[cfg(not(target_os = "linux"))]
+mod local_hop {
+    pub(crate) fn tune(_sock: &tokio::net::TcpStream) {}
+}
 mod sni;
 #[cfg(target_os = "linux")]
 mod splice;
