@@ -26,22 +26,26 @@ pub fn drop_all() -> Result<(), String> {
     if ret != 0 {
         return Err(format!("securebits: {}", std::io::Error::last_os_error()));
     }
-    // Bounding first: dropping from it needs CAP_SETPCAP in the effective set.
-    for set in [
-        CapSet::Bounding,
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ] {
+    // Bounding first: dropping from it needs CAP_SETPCAP in the effective set. Every index the
+    // kernel has, until it says EINVAL past its last one, so a capability newer than this code
+    // goes too. (`caps::clear` asks about each capability before dropping it, and only those
+    // the crate knows: twice the system calls, on every sandbox start.)
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_DROP takes a capability number and touches no memory of ours.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(format!("dropping capability {cap} from the bounding set: {e}"));
+        }
+    }
+    // Clearing the permitted set also clears the effective one; the kernel keeps the ambient
+    // set inside permitted ∩ inheritable, so with those empty it is empty too.
+    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
         caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
     }
-    for set in [
-        CapSet::Effective,
-        CapSet::Permitted,
-        CapSet::Inheritable,
-        CapSet::Ambient,
-    ] {
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
         let left = caps::read(None, set).map_err(|e| e.to_string())?;
         if !left.is_empty() {
             return Err(format!(

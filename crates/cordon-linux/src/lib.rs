@@ -36,3 +36,4 @@ pub use error::EngineError;
 pub use supervisor::{
     exec_failure_message, run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource,
 };
+pub use sys::process_start;

@@ -713,3 +713,27 @@ pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// What std's runtime does before `main` that cordon relies on, for a binary that skips that
+/// runtime (`#![no_main]`; see the cordon binary's entry point for why): fds 0-2 are open
+/// (on /dev/null if the caller closed them, so that no pipe or socket of ours lands on them
+/// and gets mistaken for stdio), and SIGPIPE is ignored (a write to a reader that left fails
+/// with EPIPE, which the supervisor and the server handle, instead of killing cordon).
+pub fn process_start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // Nothing can be done about a failing poll this early; std ignores it too.
+    let _ = poll(&mut fds, 0);
+    for p in fds {
+        if p.revents & libc::POLLNVAL != 0 {
+            // SAFETY: a constant NUL-terminated path; the fd returned is the lowest free one,
+            // which is `p.fd` since it is closed, and it is meant to stay open for good.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+    // SAFETY: installs SIG_IGN, which involves no handler code in this process.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}

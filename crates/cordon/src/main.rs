@@ -1,13 +1,19 @@
 //! `cordon`: argument parsing and wiring. Business logic lives in the library crates.
 
+// std's runtime setup before `main` is skipped: of what it does, cordon needs two things, done
+// by `cordon_linux::process_start`, and it costs every start ~0.1 ms — mostly finding the main
+// thread's stack bounds (glibc parses /proc/self/maps) for a stack-overflow message. An agent
+// starts `cordon run` thousands of times; bubblewrap, the yardstick, pays nothing of the kind.
+// (The test harness brings its own `main`, under which nothing here is reachable.)
+#![cfg_attr(not(test), no_main)]
+#![cfg_attr(test, allow(dead_code))]
+
 mod bench;
 mod check;
 mod mcp;
 mod run;
 mod run_egress;
 mod serve;
-
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -43,14 +49,31 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-fn main() -> ExitCode {
+/// The C entry point, called by glibc's start code. std still has the arguments (glibc hands
+/// them to std's own .init_array hook) and the allocator; what std's `main` would add is in
+/// `process_start`, plus the two things on the way out: stdout flushed, a panic reported as
+/// exit 101 instead of an abort.
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+pub extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    cordon_linux::process_start();
+    let code = std::panic::catch_unwind(cordon_main).unwrap_or(101);
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    code
+}
+
+/// Parses the command line and runs it; returns the process's exit status (0-255).
+fn cordon_main() -> i32 {
     // The per-sandbox helper of `cordon serve` is this binary re-executed. Dispatch before
     // anything can start a thread: it forks the sandbox.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
-        return ExitCode::from(cordon_linux::persistent::helper_main().clamp(0, 255) as u8);
+        return cordon_linux::persistent::helper_main().clamp(0, 255);
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
-        return ExitCode::from(serve::oneshot_main().clamp(0, 255) as u8);
+        return serve::oneshot_main().clamp(0, 255);
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -60,10 +83,8 @@ fn main() -> ExitCode {
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp
                 | clap::error::ErrorKind::DisplayVersion
-                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    ExitCode::SUCCESS
-                }
-                _ => ExitCode::from(125),
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
+                _ => 125,
             };
         }
     };
@@ -75,5 +96,5 @@ fn main() -> ExitCode {
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(args),
     };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    code.clamp(0, 255)
 }
