@@ -37,7 +37,9 @@ pub fn drop_all() -> Result<(), String> {
             if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
                 break;
             }
-            return Err(format!("dropping capability {cap} from the bounding set: {e}"));
+            return Err(format!(
+                "dropping capability {cap} from the bounding set: {e}"
+            ));
         }
     }
     // Clearing the permitted set also clears the effective one; the kernel keeps the ambient
