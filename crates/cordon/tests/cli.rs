@@ -388,3 +388,34 @@ fn require_fails_closed_when_a_layer_is_missing() {
         }
     }
 }
+
+/// A caller may start cordon with stdin or stdout closed (a daemon, `cmd <&- >&-`). Those
+/// numbers must not go to cordon's own pipes and sockets, or the program inside finds its stdin
+/// closed under it and its output crossed with cordon's plumbing.
+#[test]
+fn closed_stdio_is_not_mistaken_for_our_own_pipes() {
+    let dir = HostDir::new("closed-stdio");
+    let err = dir.join("stderr");
+    let script = format!(
+        "exec 0<&- 1>&- 2>{}; exec {} run -- sh -c 'cat; echo cat=$? >&2; echo to-stdout; exit 7'",
+        err.display(),
+        cordon_bin()
+    );
+    let f = Cmd::new("bash")
+        .args(["-c", &script])
+        .deadline(std::time::Duration::from_secs(20))
+        .run();
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(f.code, Some(7), "{f:?}\nstderr: {stderr}");
+    // stdin reads as empty (cordon's was closed), stdout goes nowhere (so was cordon's).
+    assert_eq!(stderr, "cat=0\n", "{f:?}");
+
+    // And the JSON report with stdout closed: cordon still runs and says nothing false.
+    let script = format!(
+        "exec 1>&-; exec {} run --json -- sh -c 'echo hi'",
+        cordon_bin()
+    );
+    let f = Cmd::new("bash").args(["-c", &script]).run();
+    assert_eq!(f.code, Some(0), "{f:?}");
+    assert!(!f.stderr.contains("panicked"), "{f:?}");
+}
