@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use cordon_linux::reaping;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -23,7 +24,17 @@ pub struct BenchArgs {
 struct Variant {
     name: String,
     argv: Vec<String>,
-    samples: Vec<Duration>,
+    samples: Vec<Sample>,
+}
+
+/// One cold start, timed twice: until the command exits (what a caller waits for) and until
+/// every process it started is gone (bubblewrap exits before its sandbox's pid 1 has torn the
+/// namespaces down; cordon waits for that, so that nothing of the sandbox outlives it).
+struct Sample {
+    exited: Duration,
+    gone: Duration,
+    /// User + system CPU of the whole tree.
+    cpu: Duration,
 }
 
 fn bwrap_argv(cmd: &[&str]) -> Vec<String> {
@@ -69,25 +80,44 @@ fn bwrap_argv(cmd: &[&str]) -> Vec<String> {
     v
 }
 
-fn time_once(argv: &[String]) -> Result<Duration, String> {
+fn time_once(argv: &[String]) -> Result<Sample, String> {
     let start = Instant::now();
-    let status = Command::new(&argv[0])
+    let child = Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .spawn()
         .map_err(|e| format!("{}: {e}", argv[0]))?;
-    let elapsed = start.elapsed();
-    if !status.success() {
-        return Err(format!("{} exited with {status}", argv.join(" ")));
+    let end =
+        reaping::wait_child(child.id()).map_err(|e| format!("waiting for {}: {e}", argv[0]))?;
+    let exited = start.elapsed();
+    // As subreaper, the orphans it left (its sandbox's last processes) come back to us.
+    let orphans_cpu =
+        reaping::wait_all().map_err(|e| format!("waiting for what {} left: {e}", argv[0]))?;
+    let gone = start.elapsed();
+    if end.code != 0 {
+        return Err(format!("{} exited with {}", argv.join(" "), end.code));
     }
-    Ok(elapsed)
+    Ok(Sample {
+        exited,
+        gone,
+        cpu: end.cpu + orphans_cpu,
+    })
 }
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
+    let mut v: Vec<Duration> = samples.iter().map(f).collect();
+    median(&mut v)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    ms(a) / ms(b).max(1e-9)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -103,6 +133,12 @@ pub fn main(a: BenchArgs) -> i32 {
         }
     };
     let me = me.display().to_string();
+    // Orphans of the timed commands (bubblewrap's pid 1 outlives bubblewrap) are waited for
+    // here, so that each run is timed until its sandbox is gone, too.
+    if let Err(e) = reaping::become_subreaper() {
+        eprintln!("cordon bench: cannot become a subreaper: {e}");
+        return 125;
+    }
     let have_bwrap = Command::new("bwrap")
         .arg("--version")
         .stdout(Stdio::null())
@@ -154,34 +190,68 @@ pub fn main(a: BenchArgs) -> i32 {
                 }
             }
         }
-        let medians: Vec<(String, Duration)> = variants
-            .iter_mut()
-            .map(|v| (v.name.clone(), median(&mut v.samples)))
+        // (name, exited, gone, cpu) medians.
+        let medians: Vec<(String, Duration, Duration, Duration)> = variants
+            .iter()
+            .map(|v| {
+                (
+                    v.name.clone(),
+                    median_of(&v.samples, |s| s.exited),
+                    median_of(&v.samples, |s| s.gone),
+                    median_of(&v.samples, |s| s.cpu),
+                )
+            })
             .collect();
-        let get = |n: &str| medians.iter().find(|(m, _)| m == n).map(|(_, d)| *d);
-        let cordon = get("cordon").unwrap_or_default();
-        let bare = get("bare").unwrap_or_default();
+        let get = |n: &str| medians.iter().find(|m| m.0 == n).cloned();
+        let zero = (
+            String::new(),
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+        );
+        let cordon = get("cordon").unwrap_or_else(|| zero.clone());
+        let bare = get("bare").unwrap_or_else(|| zero.clone());
         let bwrap = get("bwrap");
+        let per = |pick: fn(&(String, Duration, Duration, Duration)) -> Duration| {
+            medians
+                .iter()
+                .map(|m| (m.0.clone(), serde_json::json!(ms(pick(m)))))
+                .collect::<serde_json::Map<_, _>>()
+        };
         report.push(serde_json::json!({
             "command": label,
             "iterations": a.iterations,
-            "median_ms": medians.iter().map(|(n, d)| (n.clone(), serde_json::json!(ms(*d)))).collect::<serde_json::Map<_, _>>(),
-            "cordon_vs_bare": ms(cordon) / ms(bare).max(1e-9),
-            "cordon_vs_bwrap": bwrap.map(|b| ms(cordon) / ms(b).max(1e-9)),
+            "median_ms": per(|m| m.1),
+            "gone_median_ms": per(|m| m.2),
+            "cpu_median_ms": per(|m| m.3),
+            "cordon_vs_bare": ratio(cordon.1, bare.1),
+            "cordon_vs_bwrap": bwrap.as_ref().map(|b| ratio(cordon.1, b.1)),
+            "cordon_vs_bwrap_gone": bwrap.as_ref().map(|b| ratio(cordon.2, b.2)),
+            "cordon_vs_bwrap_cpu": bwrap.as_ref().map(|b| ratio(cordon.3, b.3)),
         }));
         if !a.json {
             println!(
-                "{label} ({} runs each, median wall time of a cold start):",
+                "{label} ({} runs each, medians of a cold start: until it exits / until all it started is gone / CPU of the whole tree):",
                 a.iterations
             );
-            for (n, d) in &medians {
-                println!("  {n:8} {:8.2} ms", ms(*d));
+            for (n, exited, gone, cpu) in &medians {
+                println!(
+                    "  {n:8} {:8.2} ms   gone {:8.2} ms   CPU {:8.2} ms",
+                    ms(*exited),
+                    ms(*gone),
+                    ms(*cpu)
+                );
             }
-            println!("  cordon / bare  = {:.2}x", ms(cordon) / ms(bare).max(1e-9));
-            if let Some(b) = bwrap {
+            println!("  cordon / bare  = {:.2}x", ratio(cordon.1, bare.1));
+            if let Some(b) = &bwrap {
                 println!(
                     "  cordon / bwrap = {:.2}x  (target: <= 1.00x)",
-                    ms(cordon) / ms(b).max(1e-9)
+                    ratio(cordon.1, b.1)
+                );
+                println!(
+                    "  cordon / bwrap until each sandbox is gone = {:.2}x, CPU per run = {:.2}x",
+                    ratio(cordon.2, b.2),
+                    ratio(cordon.3, b.3)
                 );
             }
         }
