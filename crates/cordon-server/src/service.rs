@@ -743,7 +743,6 @@ impl Service {
             req.stdin.map(String::into_bytes),
             timeout,
             events,
-            None,
         )
         .await?;
         self.metrics.observe_exec(outcome.usage.wall_ms as f64);
@@ -761,14 +760,14 @@ impl Service {
         let argv = spec.argv.clone();
         let (done_tx, done_rx) = watch::channel(None);
         let cid = format!("cmd-{}", crate::keys::random_hex(6));
-        let started = start(&live, spec).await?;
+        let (stdin, output) = split(start(&live, spec).await?)?;
         let limit = live.profile.limits.output_limit;
         let cmd = Arc::new(BgCommand {
             id: cid.clone(),
-            exec_id: started.0.id,
+            exec_id: output.exec_id,
             argv,
             started_at_ms: unix_ms(),
-            stdin: tokio::sync::Mutex::new(None),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
             output: Mutex::new((Capped::new(limit), Capped::new(limit))),
             done: done_rx,
         });
@@ -796,7 +795,7 @@ impl Service {
         let live2 = live.clone();
         let cmd2 = cmd.clone();
         tokio::spawn(async move {
-            let outcome = pump(&live2, started, None, timeout, None, Some(&cmd2)).await;
+            let outcome = pump(&live2, output, timeout, None, Some(&cmd2)).await;
             let outcome = outcome
                 .unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
             svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
@@ -1086,37 +1085,61 @@ async fn run_in(
     stdin: Option<Vec<u8>>,
     timeout: Duration,
     events: Option<mpsc::Sender<ExecEvent>>,
-    bg: Option<&BgCommand>,
 ) -> Result<Outcome, ApiError> {
-    let started = start(live, spec).await?;
-    pump(live, started, stdin, timeout, events, bg).await
-}
-
-/// Feeds stdin, drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
-async fn pump(
-    live: &Arc<Live>,
-    started: StartedParts,
-    stdin: Option<Vec<u8>>,
-    timeout: Duration,
-    events: Option<mpsc::Sender<ExecEvent>>,
-    bg: Option<&BgCommand>,
-) -> Result<Outcome, ApiError> {
-    let (st, exit_rx, t0) = started;
-    let exec_id = st.id;
-    let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
-    let mut out = tokio::net::unix::pipe::Receiver::from_owned_fd(st.stdout).map_err(io)?;
-    let mut err = tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?;
-    let stdin_pipe = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
-    match (bg, stdin) {
-        (Some(b), _) => *b.stdin.lock().await = Some(stdin_pipe),
-        (None, Some(data)) => {
+    let (stdin_pipe, output) = split(start(live, spec).await?)?;
+    match stdin {
+        Some(data) => {
             let mut w = stdin_pipe;
             tokio::spawn(async move {
                 let _ = w.write_all(&data).await;
             });
         }
-        (None, None) => drop(stdin_pipe),
+        None => drop(stdin_pipe),
     }
+    pump(live, output, timeout, events, None).await
+}
+
+/// A started command's output side and exit, for `pump`.
+struct Output {
+    exec_id: u64,
+    stdout: tokio::net::unix::pipe::Receiver,
+    stderr: tokio::net::unix::pipe::Receiver,
+    exit_rx: tokio::sync::oneshot::Receiver<ExitInfo>,
+    t0: Instant,
+}
+
+/// Splits a started command into the writer of its stdin, which the caller settles before
+/// anything else sees the command (a background command's must be in place before its id is
+/// handed out: a client may write to it at once), and the rest, for `pump`.
+fn split(started: StartedParts) -> Result<(tokio::net::unix::pipe::Sender, Output), ApiError> {
+    let (st, exit_rx, t0) = started;
+    let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
+    let output = Output {
+        exec_id: st.id,
+        stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stdout).map_err(io)?,
+        stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?,
+        exit_rx,
+        t0,
+    };
+    Ok((stdin, output))
+}
+
+/// Drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
+async fn pump(
+    live: &Arc<Live>,
+    output: Output,
+    timeout: Duration,
+    events: Option<mpsc::Sender<ExecEvent>>,
+    bg: Option<&BgCommand>,
+) -> Result<Outcome, ApiError> {
+    let Output {
+        exec_id,
+        stdout: mut out,
+        stderr: mut err,
+        exit_rx,
+        t0,
+    } = output;
     let limit = live.profile.limits.output_limit;
     let mut so = Capped::new(limit);
     let mut se = Capped::new(limit);

@@ -613,3 +613,81 @@ fn per_sandbox_egress_policy_changes_at_runtime() {
     );
     assert_eq!(st, 400, "{v}");
 }
+
+/// A client may write to a background command's stdin the moment it has the command's id. In a
+/// single-threaded runtime nothing else runs between the two calls below, so this fails if the
+/// service installs the stdin writer later, from the task that pumps the command's output (as
+/// it did: a loaded server answered such a write 409 "stdin of this command is closed").
+#[test]
+fn background_stdin_is_writable_as_soon_as_the_command_exists() {
+    use cordon_server::service::Caller;
+    use cordon_server::{Config, Service};
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-test-bg-stdin-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let result = rt.block_on(async {
+        let svc = Service::new(Config {
+            helper_exe: env!("CARGO_BIN_EXE_cordon").into(),
+            data_dir: dir.clone(),
+            node: "node".into(),
+            default_ttl: Duration::from_secs(60),
+            max_ttl: Duration::from_secs(60),
+            max_upload: 1 << 20,
+            max_download: 1 << 20,
+            default_exec_timeout: Duration::from_secs(30),
+            max_exec_timeout: Duration::from_secs(60),
+        })
+        .map_err(|e| format!("service: {}", e.message))?;
+        let caller = Caller {
+            key_id: "test".into(),
+            max_sandboxes: 2,
+        };
+        let sb = svc
+            .create(&caller, serde_json::from_value(json!({})).expect("request"))
+            .await
+            .map_err(|e| format!("create: {}", e.message))?;
+        let steps = async {
+            let cmd = svc
+                .exec_background(
+                    &caller,
+                    &sb.id,
+                    serde_json::from_value(
+                        json!({"cmd": "read line; echo got:$line", "background": true}),
+                    )
+                    .expect("request"),
+                )
+                .await
+                .map_err(|e| format!("exec: {}", e.message))?;
+            svc.command_stdin(
+                &caller,
+                &sb.id,
+                &cmd.command_id,
+                serde_json::from_value(json!({"data": "hello\n", "close": true})).expect("request"),
+            )
+            .await
+            .map_err(|e| format!("stdin right after the command was listed: {}", e.message))?;
+            let done = svc
+                .wait_command(&caller, &sb.id, &cmd.command_id, Duration::from_secs(10))
+                .await
+                .map_err(|e| format!("wait: {}", e.message))?;
+            if done.stdout != "got:hello\n" {
+                return Err(format!("the command read something else: {done:?}"));
+            }
+            Ok(())
+        }
+        .await;
+        let _ = svc.delete(&caller, &sb.id).await;
+        svc.shutdown_all().await;
+        steps
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
