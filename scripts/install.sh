@@ -17,11 +17,11 @@ if ! command -v cargo >/dev/null; then
   echo "cordon needs a Rust toolchain (1.85+): install it with rustup, then run this again." >&2
   exit 1
 fi
-cargo build --release --locked -p cordon
+bin=$(./scripts/build-release.sh)
 install -d "${CORDON_BIN_DIR:-$HOME/.local/bin}"
-install -m 0755 target/release/cordon "${CORDON_BIN_DIR:-$HOME/.local/bin}/cordon"
+install -m 0755 "$bin" "${CORDON_BIN_DIR:-$HOME/.local/bin}/cordon"
 
 echo "== cordon check"
-./target/release/cordon check
+"$bin" check
 echo "== a sandboxed run (default profile: no network, read-only system, 512M, 30s)"
-./target/release/cordon run -- python3 -c 'import os, socket; print("hello from", socket.gethostname(), "as uid", os.getuid(), "seeing", sorted(os.listdir("/")))'
+"$bin" run -- python3 -c 'import os, socket; print("hello from", socket.gethostname(), "as uid", os.getuid(), "seeing", sorted(os.listdir("/")))'

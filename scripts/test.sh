@@ -52,6 +52,22 @@ venv=$(mktemp -d)/venv
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
 
+echo "== the release binary, as installed (statically linked on glibc hosts)"
+bin=$(./scripts/build-release.sh)
+case "$(rustc -vV | sed -n 's/^host: //p')" in
+  *-linux-gnu) ldd "$bin" 2>&1 | grep -q 'statically linked' \
+    || { echo "release binary is not statically linked: $(ldd "$bin" 2>&1)" >&2; exit 1; } ;;
+esac
+"$bin" check >/dev/null
+# Its egress proxy still resolves names (glibc's built-in sources; see sys::pin_name_service):
+# a name that resolves to loopback is refused with that reason, not "cannot resolve". Nothing
+# leaves this machine: the proxy refuses before connecting.
+out=$("$bin" run --json --allow-net localhost:9 -- \
+  sh -c 'curl -sS --noproxy "" --proxy "$HTTP_PROXY" http://localhost:9/' || true)
+if ! grep -q 'resolves to loopback address 127.0.0.1' <<<"$out"; then
+  echo "release binary: the egress proxy did not resolve localhost: $out" >&2
+  exit 1
+fi
+
 echo "== benchmark (short run; see README for the full one)"
-cargo build --release --locked -p cordon
-./target/release/cordon bench --iterations 10
+"$bin" bench --iterations 10

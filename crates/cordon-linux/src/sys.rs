@@ -736,4 +736,27 @@ pub fn process_start() {
     }
     // SAFETY: installs SIG_IGN, which involves no handler code in this process.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    pin_name_service();
 }
+
+/// A statically linked cordon (the release build, see scripts/build-release.sh) resolves names
+/// with glibc's built-in `files` and `dns` sources only. Anything else nsswitch.conf lists
+/// (nss-resolve, mdns, …) would be dlopen'ed from the system into cordon — code built against
+/// whatever glibc the host has now, not the one linked into cordon, which glibc does not
+/// support. The egress proxy is the only user of the name service, and /etc/hosts plus
+/// resolv.conf's servers is all it needs.
+#[cfg(all(target_env = "gnu", target_feature = "crt-static"))]
+fn pin_name_service() {
+    unsafe extern "C" {
+        // glibc's own (exported, long-standing) way to set one database's sources.
+        fn __nss_configure_lookup(
+            db: *const std::ffi::c_char,
+            line: *const std::ffi::c_char,
+        ) -> std::ffi::c_int;
+    }
+    // SAFETY: two constant NUL-terminated strings; called before any thread exists.
+    unsafe { __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr()) };
+}
+
+#[cfg(not(all(target_env = "gnu", target_feature = "crt-static")))]
+fn pin_name_service() {}
