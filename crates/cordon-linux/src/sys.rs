@@ -123,6 +123,20 @@ pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
     cvt(ret as libc::c_int).map(drop)
 }
 
+/// The file system type (statfs `f_type`, e.g. `CGROUP_SUPER_MAGIC`) of the mount holding
+/// `path`, following symlinks.
+pub fn fs_type(path: &Path) -> io::Result<i64> {
+    let p = cstr(path)?;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: st is a valid out-pointer of the right type.
+    cvt(unsafe { libc::statfs(p.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: statfs succeeded and filled the struct.
+    let f_type = unsafe { st.assume_init() }.f_type;
+    // Its width differs across architectures (i64 here, u32 or i32 elsewhere).
+    #[allow(clippy::unnecessary_cast)]
+    Ok(f_type as i64)
+}
+
 /// Flags of the mount that holds `path` (`ST_RDONLY`, `ST_NOSUID`, …).
 pub fn statvfs_flags(path: &Path) -> io::Result<libc::c_ulong> {
     let p = cstr(path)?;
