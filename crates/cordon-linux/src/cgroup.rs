@@ -148,9 +148,8 @@ enum Standard {
 /// anything is elsewhere or otherwise; `detect` then reads mountinfo.
 fn standard_layout(own: &[(String, String)]) -> Option<Standard> {
     let root = Path::new(STANDARD_ROOT);
-    let is_cgroup_dir = |dir: &Path, magic: i64| {
-        crate::sys::fs_type(dir).ok() == Some(magic) && dir.join("cgroup.procs").exists()
-    };
+    // statfs fails on a path that does not exist, so this also says the directory is there.
+    let is_cgroup_dir = |dir: &Path, magic: i64| crate::sys::fs_type(dir).ok() == Some(magic);
     // Ok(None): this controller has no v1 hierarchy; Err: it has one, but not where expected.
     let v1 = |ctrl: &str| -> Result<Option<PathBuf>, ()> {
         let Some((field, path)) = own.iter().find(|(c, _)| c.split(',').any(|x| x == ctrl)) else {
@@ -594,6 +593,7 @@ pub fn remove_stale(layout: &Layout) {
             .collect(),
         Layout::V2 { base } => vec![base.clone()],
     };
+    let me = std::process::id();
     for base in bases {
         let Ok(entries) = fs::read_dir(&base) else {
             continue;
@@ -606,7 +606,7 @@ pub fn remove_stale(layout: &Layout) {
             let Some(owner) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
                 continue;
             };
-            if !Path::new(&format!("/proc/{owner}")).exists() {
+            if owner != me && !Path::new(&format!("/proc/{owner}")).exists() {
                 let _ = fs::remove_dir(e.path());
             }
         }
