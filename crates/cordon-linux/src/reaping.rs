@@ -24,13 +24,6 @@ pub struct Reaped {
     pub cpu: Duration,
 }
 
-fn cpu_of(ru: &libc::rusage) -> Duration {
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn reaped(exit: &sys::Exit) -> Reaped {
     let s = exit.status;
     let code = if libc::WIFSIGNALED(s) {
@@ -40,7 +33,10 @@ fn reaped(exit: &sys::Exit) -> Reaped {
     };
     Reaped {
         code,
-        cpu: cpu_of(&exit.rusage),
+        cpu: {
+            let (user, system) = exit.cpu();
+            user + system
+        },
     }
 }
 

@@ -341,8 +341,7 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
             sys::drain_signalfd(&sigchld);
             while let Ok(Some((pid, exit))) = sys::wait4(-1, true) {
                 if let Some(id) = running.remove(&pid) {
-                    let tv_us =
-                        |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+                    let (user, system) = exit.cpu();
                     let (code, signal) = if libc::WIFSIGNALED(exit.status) {
                         (None, Some(libc::WTERMSIG(exit.status)))
                     } else {
@@ -352,8 +351,8 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
                         id,
                         code,
                         signal,
-                        cpu_user_us: tv_us(exit.rusage.ru_utime),
-                        cpu_system_us: tv_us(exit.rusage.ru_stime),
+                        cpu_user_us: user.as_micros() as u64,
+                        cpu_system_us: system.as_micros() as u64,
                         max_rss_kb: exit.rusage.ru_maxrss as u64,
                     });
                 }

@@ -799,11 +799,15 @@ impl Supervision {
             .map(|(t, _)| t.duration_since(self.start))
             .unwrap_or_else(|| self.start.elapsed());
         let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
-        let tv_ms = |tv: libc::timeval| (tv.tv_sec as u64) * 1000 + (tv.tv_usec as u64) / 1000;
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),
-            None => rusage
-                .map(|r| (tv_ms(r.ru_utime), tv_ms(r.ru_stime)))
+            None => self
+                .init_exit
+                .as_ref()
+                .map(|(_, e)| {
+                    let (u, s) = e.cpu();
+                    (u.as_millis() as u64, s.as_millis() as u64)
+                })
                 .unwrap_or((0, 0)),
         };
         let peak_memory_bytes = self

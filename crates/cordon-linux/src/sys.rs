@@ -255,6 +255,17 @@ pub struct Exit {
     pub rusage: libc::rusage,
 }
 
+impl Exit {
+    /// User and system CPU time of the process and the children it reaped.
+    pub fn cpu(&self) -> (std::time::Duration, std::time::Duration) {
+        let d = |t: libc::timeval| {
+            std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
+                + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
+        };
+        (d(self.rusage.ru_utime), d(self.rusage.ru_stime))
+    }
+}
+
 /// Waits for `pid` (or any child with -1); `None` with WNOHANG when nothing exited.
 pub fn wait4(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, Exit)>> {
     let mut status = 0;

@@ -190,68 +190,70 @@ pub fn main(a: BenchArgs) -> i32 {
                 }
             }
         }
-        // (name, exited, gone, cpu) medians.
-        let medians: Vec<(String, Duration, Duration, Duration)> = variants
+        // Each variant's medians, field by field.
+        let medians: Vec<(String, Sample)> = variants
             .iter()
             .map(|v| {
-                (
-                    v.name.clone(),
-                    median_of(&v.samples, |s| s.exited),
-                    median_of(&v.samples, |s| s.gone),
-                    median_of(&v.samples, |s| s.cpu),
-                )
+                let m = Sample {
+                    exited: median_of(&v.samples, |s| s.exited),
+                    gone: median_of(&v.samples, |s| s.gone),
+                    cpu: median_of(&v.samples, |s| s.cpu),
+                };
+                (v.name.clone(), m)
             })
             .collect();
-        let get = |n: &str| medians.iter().find(|m| m.0 == n).cloned();
-        let zero = (
-            String::new(),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
-        let cordon = get("cordon").unwrap_or_else(|| zero.clone());
-        let bare = get("bare").unwrap_or_else(|| zero.clone());
+        let get = |n: &str| medians.iter().find(|m| m.0 == n).map(|m| &m.1);
+        let zero = Sample {
+            exited: Duration::ZERO,
+            gone: Duration::ZERO,
+            cpu: Duration::ZERO,
+        };
+        let cordon = get("cordon").unwrap_or(&zero);
+        let bare = get("bare").unwrap_or(&zero);
         let bwrap = get("bwrap");
-        let per = |pick: fn(&(String, Duration, Duration, Duration)) -> Duration| {
+        let per = |pick: fn(&Sample) -> Duration| {
             medians
                 .iter()
-                .map(|m| (m.0.clone(), serde_json::json!(ms(pick(m)))))
+                .map(|(n, m)| (n.clone(), serde_json::json!(ms(pick(m)))))
                 .collect::<serde_json::Map<_, _>>()
         };
         report.push(serde_json::json!({
             "command": label,
             "iterations": a.iterations,
-            "median_ms": per(|m| m.1),
-            "gone_median_ms": per(|m| m.2),
-            "cpu_median_ms": per(|m| m.3),
-            "cordon_vs_bare": ratio(cordon.1, bare.1),
-            "cordon_vs_bwrap": bwrap.as_ref().map(|b| ratio(cordon.1, b.1)),
-            "cordon_vs_bwrap_gone": bwrap.as_ref().map(|b| ratio(cordon.2, b.2)),
-            "cordon_vs_bwrap_cpu": bwrap.as_ref().map(|b| ratio(cordon.3, b.3)),
+            "median_ms": per(|m| m.exited),
+            "gone_median_ms": per(|m| m.gone),
+            "cpu_median_ms": per(|m| m.cpu),
+            "cordon_vs_bare": ratio(cordon.exited, bare.exited),
+            "cordon_vs_bwrap": bwrap.map(|b| ratio(cordon.exited, b.exited)),
+            "cordon_vs_bwrap_gone": bwrap.map(|b| ratio(cordon.gone, b.gone)),
+            "cordon_vs_bwrap_cpu": bwrap.map(|b| ratio(cordon.cpu, b.cpu)),
         }));
         if !a.json {
             println!(
                 "{label} ({} runs each, medians of a cold start: until it exits / until all it started is gone / CPU of the whole tree):",
                 a.iterations
             );
-            for (n, exited, gone, cpu) in &medians {
+            for (n, m) in &medians {
                 println!(
                     "  {n:8} {:8.2} ms   gone {:8.2} ms   CPU {:8.2} ms",
-                    ms(*exited),
-                    ms(*gone),
-                    ms(*cpu)
+                    ms(m.exited),
+                    ms(m.gone),
+                    ms(m.cpu)
                 );
             }
-            println!("  cordon / bare  = {:.2}x", ratio(cordon.1, bare.1));
-            if let Some(b) = &bwrap {
+            println!(
+                "  cordon / bare  = {:.2}x",
+                ratio(cordon.exited, bare.exited)
+            );
+            if let Some(b) = bwrap {
                 println!(
                     "  cordon / bwrap = {:.2}x  (target: <= 1.00x)",
-                    ratio(cordon.1, b.1)
+                    ratio(cordon.exited, b.exited)
                 );
                 println!(
                     "  cordon / bwrap until each sandbox is gone = {:.2}x, CPU per run = {:.2}x",
-                    ratio(cordon.2, b.2),
-                    ratio(cordon.3, b.3)
+                    ratio(cordon.gone, b.gone),
+                    ratio(cordon.cpu, b.cpu)
                 );
             }
         }
