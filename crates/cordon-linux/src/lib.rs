@@ -37,4 +37,4 @@ pub use error::EngineError;
 pub use supervisor::{
     exec_failure_message, run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource,
 };
-pub use sys::process_start;
+pub use sys::{pin_name_service, process_start};

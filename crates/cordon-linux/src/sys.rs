@@ -761,7 +761,6 @@ pub fn process_start() {
     }
     // SAFETY: installs SIG_IGN, which involves no handler code in this process.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    pin_name_service();
 }
 
 /// A statically linked cordon (the release build, see scripts/build-release.sh) resolves names
@@ -770,18 +769,25 @@ pub fn process_start() {
 /// whatever glibc the host has now, not the one linked into cordon, which glibc does not
 /// support. The egress proxy is the only user of the name service, and /etc/hosts plus
 /// resolv.conf's servers is all it needs.
-#[cfg(all(target_env = "gnu", target_feature = "crt-static"))]
-fn pin_name_service() {
-    unsafe extern "C" {
-        // glibc's own (exported, long-standing) way to set one database's sources.
-        fn __nss_configure_lookup(
-            db: *const std::ffi::c_char,
-            line: *const std::ffi::c_char,
-        ) -> std::ffi::c_int;
+///
+/// Call it before the first name lookup, while no other thread can be resolving: the
+/// commands that may start an egress proxy do, first thing. Not at every start: glibc reads
+/// nsswitch.conf when asked, and most runs never resolve a name. Later calls do nothing.
+pub fn pin_name_service() {
+    #[cfg(all(target_env = "gnu", target_feature = "crt-static"))]
+    {
+        unsafe extern "C" {
+            // glibc's own (exported, long-standing) way to set one database's sources.
+            fn __nss_configure_lookup(
+                db: *const std::ffi::c_char,
+                line: *const std::ffi::c_char,
+            ) -> std::ffi::c_int;
+        }
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        // SAFETY: two constant NUL-terminated strings; the caller guarantees no lookup runs
+        // concurrently, and `ONCE` that it happens once.
+        ONCE.call_once(|| unsafe {
+            __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
+        });
     }
-    // SAFETY: two constant NUL-terminated strings; called before any thread exists.
-    unsafe { __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr()) };
 }
-
-#[cfg(not(all(target_env = "gnu", target_feature = "crt-static")))]
-fn pin_name_service() {}

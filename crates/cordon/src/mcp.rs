@@ -22,6 +22,8 @@ pub struct McpArgs {
 }
 
 pub fn main(a: McpArgs) -> i32 {
+    // Before any thread: the session's sandbox may get an egress proxy that resolves names.
+    cordon_linux::pin_name_service();
     if let Err(e) = cordon_policy::Profile::builtin(&a.profile) {
         eprintln!("cordon: --profile: {e}");
         return 125;

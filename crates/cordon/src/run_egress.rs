@@ -16,6 +16,8 @@ impl Egress for Running {
 /// Checks the policy now (so a bad entry fails before anything starts) and returns the
 /// factory the engine calls once the sandbox's listener exists.
 pub fn factory(profile: &Profile) -> Result<EgressFactory, String> {
+    // Still the only thread: the proxy's lookups come later, from its own.
+    cordon_linux::pin_name_service();
     let config = ProxyConfig::from_policy(&profile.network).map_err(|e| e.to_string())?;
     Ok(Box::new(move |listener| {
         EgressProxy::start(listener, config)

@@ -135,6 +135,8 @@ pub fn keys_main(a: KeysArgs) -> i32 {
 }
 
 pub fn serve_main(a: ServeArgs) -> i32 {
+    // Before any thread: every sandbox may get an egress proxy that resolves names.
+    cordon_linux::pin_name_service();
     match serve(a) {
         Ok(()) => 0,
         Err(e) => {
