@@ -1,6 +1,7 @@
 //! The sandbox side: the init (and, from it, the payload), a linear sequence of setup steps.
 //! Nothing here returns to the caller: every path ends in `exec` or `_exit`.
 
+use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -175,12 +176,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     if plan.persistent {
         serve_loop(plan, ch);
     }
-    // SAFETY: single-threaded process.
-    let payload = match unsafe { sys::fork() } {
-        Err(e) => fail(&ch, "fork payload", e),
-        Ok(sys::Fork::Child) => payload_main(plan, &ch),
-        Ok(sys::Fork::Parent(pid)) => pid,
-    };
+    let payload = start_payload(plan, &ch);
     // Reap everything; report the payload's end; our exit tears the namespace down.
     loop {
         match sys::wait4(-1, false) {
@@ -223,9 +219,92 @@ fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The payload process: a new session, then exec.
-fn payload_main(plan: &Plan, ch: &Channel) -> ! {
-    exec_command(plan, ch, 0, &plan.argv, &plan.env, &plan.cwd, None)
+/// Starts the payload: a session of its own, SIGPIPE at its default, in `plan.cwd`, the first
+/// PATH candidate that exists (as `exec_command`, which a persistent sandbox forks for). It
+/// is spawned rather than forked (see `sys::spawn`); a failure is reported as a forked child
+/// would have: `ExecFailed`, then the exit code the child would have ended with.
+fn start_payload(plan: &Plan, ch: &Channel) -> libc::pid_t {
+    let failed = |errno: i32, path: String, cwd: bool, code: i32| -> ! {
+        let _ = ch.send(&ToSupervisor::ExecFailed {
+            id: 0,
+            errno,
+            path,
+            cwd,
+        });
+        let _ = ch.send(&ToSupervisor::Exited { code });
+        sys::exit_now(0)
+    };
+    // The child inherits our working directory; nothing of ours depends on it any more.
+    if let Err(e) = std::env::set_current_dir(&plan.cwd) {
+        failed(
+            e.raw_os_error().unwrap_or(libc::ENOENT),
+            plan.cwd.display().to_string(),
+            true,
+            EXIT_SETUP_FAILED,
+        );
+    }
+    let Some(first) = plan.argv.first() else {
+        fail(ch, "starting the command", "no command")
+    };
+    // Each spawn that fails costs a process (and a pid): look for the file before starting
+    // one, so that the payload is the sandbox's pid 2 wherever in PATH it is found.
+    match search_path(plan, first, |c| {
+        sys::exists(c)?;
+        sys::spawn(c, &plan.argv, &plan.env, &[libc::SIGPIPE], true)
+    }) {
+        Ok(pid) => pid,
+        Err((errno, path)) => failed(errno, path, false, not_started_code(errno)),
+    }
+}
+
+/// The exit code of a command that could not be started, as a shell's: 127 not found, 126
+/// found but not executable.
+fn not_started_code(errno: i32) -> i32 {
+    if errno == libc::ENOENT {
+        127
+    } else {
+        126
+    }
+}
+
+/// Tries `start` on each place the program `first` names could be, like execvp: itself if
+/// it has a slash, else each directory of the sandbox's PATH in turn. A candidate that does
+/// not exist moves on to the next; any other error ends the search (a permission error wins
+/// over a not-found one). Gives the errno and the path it concerns.
+fn search_path<T>(
+    plan: &Plan,
+    first: &CString,
+    mut start: impl FnMut(&CString) -> std::io::Result<T>,
+) -> Result<T, (i32, String)> {
+    let prog = first.as_bytes();
+    let candidates: Vec<CString> = if prog.contains(&b'/') {
+        vec![first.clone()]
+    } else {
+        plan.path
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .filter_map(|d| {
+                let mut p = Path::new(d)
+                    .join(std::ffi::OsStr::from_bytes(prog))
+                    .into_os_string()
+                    .into_vec();
+                p.retain(|b| *b != 0);
+                CString::new(p).ok()
+            })
+            .collect()
+    };
+    for c in &candidates {
+        match start(c) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let code = e.raw_os_error().unwrap_or(libc::ENOENT);
+                if code != libc::ENOENT && code != libc::ENOTDIR {
+                    return Err((code, c.to_string_lossy().into_owned()));
+                }
+            }
+        }
+    }
+    Err((libc::ENOENT, String::from_utf8_lossy(prog).into_owned()))
 }
 
 /// `gate`: a pipe whose other end the parent closes once it has reported the command as
@@ -263,35 +342,10 @@ fn exec_command(
     let Some(first) = argv.first() else {
         sys::exit_now(EXIT_SETUP_FAILED)
     };
-    let prog = first.as_bytes();
-    let candidates: Vec<CString> = if prog.contains(&b'/') {
-        vec![first.clone()]
-    } else {
-        plan.path
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .filter_map(|d| {
-                let mut p = Path::new(d)
-                    .join(std::ffi::OsStr::from_bytes(prog))
-                    .into_os_string()
-                    .into_vec();
-                p.retain(|b| *b != 0);
-                CString::new(p).ok()
-            })
-            .collect()
-    };
-    // Like execvp: remember a permission error over a not-found one.
-    let mut errno = libc::ENOENT;
-    let mut tried = String::from_utf8_lossy(prog).into_owned();
-    for c in &candidates {
-        let e = sys::execve(c, argv, env);
-        let code = e.raw_os_error().unwrap_or(libc::ENOENT);
-        if code != libc::ENOENT && code != libc::ENOTDIR {
-            errno = code;
-            tried = c.to_string_lossy().into_owned();
-            break;
-        }
-    }
+    // execve returns only when it failed.
+    let Err((errno, tried)) = search_path(plan, first, |c| {
+        Err::<Infallible, _>(sys::execve(c, argv, env))
+    });
     wait_gate();
     let _ = ch.send(&ToSupervisor::ExecFailed {
         id,
@@ -299,7 +353,7 @@ fn exec_command(
         path: tried,
         cwd: false,
     });
-    sys::exit_now(if errno == libc::ENOENT { 127 } else { 126 })
+    sys::exit_now(not_started_code(errno))
 }
 
 /// Persistent sandbox: serve exec and signal requests until the supervisor goes away.

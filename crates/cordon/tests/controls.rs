@@ -203,6 +203,17 @@ grep -E '^(SigIgn|SigBlk):' /proc/self/status
     // SIGPIPE is signal 13: bit 12 of the mask.
     assert_eq!(mask("SigIgn:") & (1 << 12), 0, "SIGPIPE ignored: {o}");
     assert_eq!(mask("SigBlk:"), 0, "signals blocked: {o}");
+    // Nothing else ignored that cordon was not started with ignored: in particular not
+    // glibc's internal signals 32 and 33 (bits 31, 32), which glibc's spawn ignores in its
+    // child and which would survive the exec.
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let inherited = ours
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    let extra = mask("SigIgn:") & !inherited;
+    assert_eq!(extra, 0, "ignored in the sandbox only: {extra:#x}: {o}");
 }
 
 #[test]
