@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use cordon_net::{EgressProxy, ProxyConfig};
 use cordon_policy::network::NetworkPolicy;
+use rustix::net::sockopt::set_tcp_congestion;
 
 const ROUNDS: usize = 7;
 
@@ -23,17 +24,29 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// `/big` answers `big` bytes, anything else 13 bytes; one request per connection.
-fn upstream(big: usize) -> SocketAddr {
+/// `/big` answers `big` bytes, anything else 13 bytes; one request per connection. With
+/// `unpaced`, the server's sockets send with CUBIC (else Reno) whatever the host's default.
+fn upstream(big: usize, unpaced: bool) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
     let addr = listener.local_addr().expect("addr");
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
+            if unpaced {
+                let _ = set_tcp_congestion(&conn, "cubic")
+                    .or_else(|_| set_tcp_congestion(&conn, "reno"));
+            }
             thread::spawn(move || serve(conn, big));
         }
     });
     addr
+}
+
+/// The host's default congestion control, as a new socket gets it.
+fn host_congestion_control() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn serve(conn: TcpStream, big: usize) {
@@ -177,44 +190,21 @@ fn mbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6
 }
 
-fn main() {
-    let mb = env_usize("PROXY_BENCH_MB", 100);
-    let requests = env_usize("PROXY_BENCH_REQUESTS", 1000);
-    let big = mb * 1_000_000;
-    let up = upstream(big);
+/// Downloads the big file from `up` directly and through both proxies, interleaved, and
+/// prints the rates and ratios.
+fn download(
+    label: &str,
+    up: SocketAddr,
+    proxy_addr: SocketAddr,
+    copy_addr: SocketAddr,
+    big: usize,
+) {
     let port = up.port();
-
-    let policy = NetworkPolicy {
-        allow: vec!["bench.test:*".into(), "127.0.0.2:*".into()],
-        hosts: BTreeMap::from([("bench.test".to_string(), "127.0.0.2".parse().expect("ip"))]),
-    };
-    let start_proxy = |splice: bool| {
-        let mut config = ProxyConfig::from_policy(&policy).expect("policy");
-        config.system_resolver = false;
-        config.max_bytes = u64::MAX;
-        config.max_events = 1_000_000;
-        config.splice = splice;
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let addr = listener.local_addr().expect("addr");
-        (
-            EgressProxy::start(listener, config).expect("start proxy"),
-            addr,
-        )
-    };
-    let (proxy, proxy_addr) = start_proxy(true);
-    let (copy_proxy, copy_addr) = start_proxy(false);
-
     let direct_get = b"GET /big HTTP/1.1\r\nHost: bench.test\r\n\r\n".to_vec();
     let proxied_get =
         format!("GET http://bench.test:{port}/big HTTP/1.1\r\nHost: bench.test:{port}\r\n\r\n")
             .into_bytes();
 
-    println!(
-        "cordon-net proxy benchmark (loopback, {} cores, median of {ROUNDS})",
-        thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
-    );
     // Interleave the paths so that noise from the machine hits all of them alike.
     let tunnel_target = format!("bench.test:{port}");
     let paths: [Path; 4] = [
@@ -262,7 +252,7 @@ fn main() {
     let cores = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as f64;
-    println!("download {mb} MB:");
+    println!("download {} MB, {label}:", big / 1_000_000);
     for ((name, _), m) in paths.iter().zip(&results) {
         assert!(m.bytes > big, "short download: {} bytes", m.bytes);
         // Client, server and proxy share this machine's cores: even spread perfectly over
@@ -277,6 +267,62 @@ fn main() {
             ceiling
         );
     }
+}
+
+fn main() {
+    let mb = env_usize("PROXY_BENCH_MB", 100);
+    let requests = env_usize("PROXY_BENCH_REQUESTS", 1000);
+    let big = mb * 1_000_000;
+    let up = upstream(big, false);
+    let up_unpaced = upstream(big, true);
+    let port = up.port();
+
+    let policy = NetworkPolicy {
+        allow: vec!["bench.test:*".into(), "127.0.0.2:*".into()],
+        hosts: BTreeMap::from([("bench.test".to_string(), "127.0.0.2".parse().expect("ip"))]),
+    };
+    let start_proxy = |splice: bool| {
+        let mut config = ProxyConfig::from_policy(&policy).expect("policy");
+        config.system_resolver = false;
+        config.max_bytes = u64::MAX;
+        config.max_events = 1_000_000;
+        config.splice = splice;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let addr = listener.local_addr().expect("addr");
+        (
+            EgressProxy::start(listener, config).expect("start proxy"),
+            addr,
+        )
+    };
+    let (proxy, proxy_addr) = start_proxy(true);
+    let (copy_proxy, copy_addr) = start_proxy(false);
+
+    println!(
+        "cordon-net proxy benchmark (loopback, {} cores, median of {ROUNDS})",
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    // The same download from a server whose sockets send with the host's default congestion
+    // control, and from one that sends unpaced. On hosts that default to BBR the first is what
+    // a real server there does, but BBR's pacing on loopback limits a direct download more
+    // than the proxied one; the second is each path at the speed of its copies. The target
+    // (>= 0.9x direct) is read from both.
+    let host_cc = host_congestion_control();
+    download(
+        &format!("server sending with the host's default ({host_cc})"),
+        up,
+        proxy_addr,
+        copy_addr,
+        big,
+    );
+    download(
+        "server sending unpaced (cubic, else reno)",
+        up_unpaced,
+        proxy_addr,
+        copy_addr,
+        big,
+    );
 
     let small_direct = b"GET /small HTTP/1.1\r\nHost: bench.test\r\n\r\n".to_vec();
     let small_proxied =
