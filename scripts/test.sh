@@ -70,4 +70,4 @@ if ! grep -q 'resolves to loopback address 127.0.0.1' <<<"$out"; then
 fi
 
 echo "== benchmark (short run; see README for the full one)"
-"$bin" bench --iterations 10
+"$bin" bench --iterations 30

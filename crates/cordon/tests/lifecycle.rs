@@ -287,6 +287,7 @@ fn exit_codes_follow_the_contract() {
         ),
         (&["no-such-command-anywhere"], 127),
         (&["/etc/passwd"], 126),
+        (&["/usr"], 126),
         (&["sleep", "10"], 124),
     ];
     for (cmd, want) in cases {
