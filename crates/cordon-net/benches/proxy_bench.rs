@@ -1,6 +1,7 @@
 //! Throughput of a 100 MB download and latency of 1000 small requests, through the proxy
-//! versus direct, on loopback. `cargo bench -p cordon-net` (set `PROXY_BENCH_MB` /
-//! `PROXY_BENCH_REQUESTS` to change the sizes).
+//! versus direct, on loopback; beside them a bare splice relay, the floor of what any relay
+//! costs here. `cargo bench -p cordon-net` (set `PROXY_BENCH_MB` / `PROXY_BENCH_REQUESTS` to
+//! change the sizes).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use cordon_net::{EgressProxy, ProxyConfig};
 use cordon_policy::network::NetworkPolicy;
 use rustix::net::sockopt::set_tcp_congestion;
+use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 
 const ROUNDS: usize = 7;
 
@@ -40,6 +42,50 @@ fn upstream(big: usize, unpaced: bool) -> SocketAddr {
         }
     });
     addr
+}
+
+/// The least a relay can do: a tunnel to `up` that moves bytes with splice(2) on blocking
+/// sockets, a thread per direction, no policy, no accounting, no event loop. The proxy can be
+/// no faster than this; its ratio to direct is what relaying itself costs on this machine.
+fn bare_relay(up: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(upstream) = TcpStream::connect(up) else {
+                continue;
+            };
+            let (Ok(c2), Ok(u2)) = (client.try_clone(), upstream.try_clone()) else {
+                continue;
+            };
+            thread::spawn(move || pump(&client, &upstream));
+            thread::spawn(move || pump(&u2, &c2));
+        }
+    });
+    addr
+}
+
+/// Moves everything from `from` to `to` through a pipe, then shuts `to` for writing.
+fn pump(from: &TcpStream, to: &TcpStream) {
+    let Ok((r, w)) = pipe_with(PipeFlags::CLOEXEC) else {
+        return;
+    };
+    let _ = fcntl_setpipe_size(&w, 1 << 20);
+    loop {
+        let n = match splice(from, None, &w, None, 1 << 20, SpliceFlags::MOVE) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut left = n;
+        while left > 0 {
+            match splice(&r, None, to, None, left, SpliceFlags::MOVE) {
+                Ok(0) | Err(_) => return,
+                Ok(m) => left -= m,
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
 }
 
 /// The host's default congestion control, as a new socket gets it.
@@ -207,10 +253,15 @@ fn download(
 
     // Interleave the paths so that noise from the machine hits all of them alike.
     let tunnel_target = format!("bench.test:{port}");
-    let paths: [Path; 4] = [
+    let relay = bare_relay(up);
+    let paths: [Path; 5] = [
         (
             "direct                     ",
             Box::new(|| exchange(TcpStream::connect(up).expect("connect"), &direct_get)),
+        ),
+        (
+            "bare splice relay, no proxy",
+            Box::new(|| exchange(TcpStream::connect(relay).expect("connect"), &direct_get)),
         ),
         (
             "proxy, plain HTTP, splice  ",
