@@ -6,7 +6,7 @@
 //!   time limits and turns what happened into an `Outcome`;
 //! - the **init** (PID 1 of the new pid namespace, the supervisor's child): takes on the
 //!   sandbox's one unprivileged identity, builds the new root, confines itself with every
-//!   layer, forks the payload, reaps orphans and reports the payload's end. When it exits, the
+//!   layer, spawns the payload, reaps orphans and reports the payload's end. When it exits, the
 //!   kernel kills whatever is left in the namespace;
 //! - the **payload**: the user's command, in its own session.
 //!

@@ -84,7 +84,7 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     init_main(plan, ch)
 }
 
-/// PID 1 of the sandbox: builds the root, confines itself, forks the payload, reaps.
+/// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
 fn init_main(plan: &Plan, ch: Channel) -> ! {
     if let Err(e) = mounts::build_root(plan) {
         fail(&ch, &e.step, e.error);
