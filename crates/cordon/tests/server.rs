@@ -294,6 +294,13 @@ fn files_api_and_traversal_attacks() {
         b"hellomore\n".to_vec(),
         "relative paths are under /workspace"
     );
+    // Written as the sandbox's own user: the file and the directories made for it belong to
+    // uid/gid 1000 inside, not to root (the server's identity) or to nobody.
+    let o = s.exec(
+        &id,
+        json!({"cmd": "stat -c '%u:%g' /workspace/dir /workspace/dir/hello.txt"}),
+    );
+    assert_eq!(o["stdout"], "1000:1000\n1000:1000\n", "owners: {o}");
     let (st, l) = s.call(
         "GET",
         &format!("/v1/sandboxes/{id}/files/list?path=/workspace/dir"),
