@@ -529,9 +529,10 @@ pub fn spawn(
     let mut e: Vec<*mut libc::c_char> = envp.iter().map(|s| s.as_ptr().cast_mut()).collect();
     e.push(std::ptr::null_mut());
     // SAFETY: the attribute object is initialised by posix_spawnattr_init before any use and
-    // destroyed once; the signal set is initialised by sigemptyset; posix_spawn gets
-    // NULL-terminated arrays of strings that outlive the call (it never writes through them)
-    // and a valid pid out-pointer.
+    // destroyed once; the signal set is initialised by sigemptyset before its first word
+    // (a c_ulong at offset 0 of sigset_t on Linux, sigset_t being at least that large) is
+    // written directly below; posix_spawn gets NULL-terminated arrays of strings that outlive
+    // the call (it never writes through them) and a valid pid out-pointer.
     unsafe {
         let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
         let rc = libc::posix_spawnattr_init(&mut attr);
