@@ -125,6 +125,7 @@ async def test_streaming_callbacks(conn: Dict[str, Any]) -> None:
         assert o.ok
         assert "".join(s for _, s in out) == "1\n2\n3\n" == o.stdout
         assert "".join(err) == "x1\nx2\nx3\n"
+        assert all(s for _, s in out) and all(err), "a callback got an empty chunk"
         # The first line came while the command still ran, not with its end.
         assert done - out[0][0] >= 0.4, out
 
@@ -289,6 +290,13 @@ async def test_streamed_cell(conn: Dict[str, Any]) -> None:
         assert all(isinstance(b, MimeBundle) for b in results)
         assert [(b.text, b.is_main_result) for b in results] == [("41", False), ("42", True)]
         assert done - seen[0][2] >= 0.5, "the first line came only with the end of the cell"
+        # Text split inside a character reaches the callback whole.
+        pieces: List[str] = []
+        r2 = await sb.code.run(
+            "import os\nos.write(1, 'caf\u00e9'.encode()[:4]); time.sleep(0.3); os.write(1, '\u00e9!'.encode()[1:])",
+            on_stdout=pieces.append,
+        )
+        assert "".join(pieces) == r2.stdout == "café!" and all(pieces), pieces
         # The returned result is the whole cell, as without streaming.
         assert (r.stdout, r.stderr, r.text, r.execution_count) == ("line 0\nline 1\nline 2\n", "warn\n", "42", 1)
 

@@ -302,10 +302,11 @@ class AsyncCommands:
 
         async def handle_event(name: str, payload: Any) -> bool:
             nonlocal outcome
-            if name == "stdout" and isinstance(payload, Mapping):
-                await _core.acall(on_stdout, out.chunk(payload))
-            elif name == "stderr" and isinstance(payload, Mapping):
-                await _core.acall(on_stderr, err.chunk(payload))
+            if name in ("stdout", "stderr") and isinstance(payload, Mapping):
+                # A chunk that ends inside a UTF-8 sequence may decode to nothing yet.
+                text = (out if name == "stdout" else err).chunk(payload)
+                if text:
+                    await _core.acall(on_stdout if name == "stdout" else on_stderr, text)
             elif name == "exit":
                 outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
                 return True
@@ -453,10 +454,10 @@ class AsyncCode:
             saw_events = True
             if not isinstance(payload, Mapping):
                 return False
-            if name == "stdout":
-                await _core.acall(on_stdout, _core.text_of(payload))
-            elif name == "stderr":
-                await _core.acall(on_stderr, _core.text_of(payload))
+            if name in ("stdout", "stderr"):
+                text = _core.text_of(payload)
+                if text:
+                    await _core.acall(on_stdout if name == "stdout" else on_stderr, text)
             elif name == "result":
                 await _core.acall(on_result, MimeBundle.from_dict(payload))
             elif name == "error":

@@ -300,10 +300,11 @@ class Commands:
 
         def handle_event(name: str, payload: Any) -> bool:
             nonlocal outcome
-            if name == "stdout" and isinstance(payload, Mapping):
-                _core.call(on_stdout, out.chunk(payload))
-            elif name == "stderr" and isinstance(payload, Mapping):
-                _core.call(on_stderr, err.chunk(payload))
+            if name in ("stdout", "stderr") and isinstance(payload, Mapping):
+                # A chunk that ends inside a UTF-8 sequence may decode to nothing yet.
+                text = (out if name == "stdout" else err).chunk(payload)
+                if text:
+                    _core.call(on_stdout if name == "stdout" else on_stderr, text)
             elif name == "exit":
                 outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
                 return True
@@ -451,10 +452,10 @@ class Code:
             saw_events = True
             if not isinstance(payload, Mapping):
                 return False
-            if name == "stdout":
-                _core.call(on_stdout, _core.text_of(payload))
-            elif name == "stderr":
-                _core.call(on_stderr, _core.text_of(payload))
+            if name in ("stdout", "stderr"):
+                text = _core.text_of(payload)
+                if text:
+                    _core.call(on_stdout if name == "stdout" else on_stderr, text)
             elif name == "result":
                 _core.call(on_result, MimeBundle.from_dict(payload))
             elif name == "error":
