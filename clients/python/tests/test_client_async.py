@@ -425,7 +425,16 @@ async def test_errors_are_typed(server: Server, conn: Dict[str, Any]) -> None:
     with pytest.raises(BadRequestError) as bad:
         await AsyncSandbox.create(memory="lots", **conn)
     assert (bad.value.status, bad.value.code) == (400, "invalid_request") and "memory" in bad.value.message
+    # Ids are one path segment each: "../" cannot reach another route.
+    with pytest.raises(NotFoundError):
+        await AsyncSandbox.connect("../sandboxes", **conn)
     sb = await AsyncSandbox.create(**conn)
+    with pytest.raises(NotFoundError):
+        await sb.commands.connect("../../../sandboxes")
+    with pytest.raises((NotFoundError, BadRequestError)):
+        await sb.code.restart_context("python", "../../contexts")
+    with pytest.raises(ValueError):
+        await sb.commands.connect("")
     await sb.kill()
     with pytest.raises(NotFoundError):
         await sb.commands.run("true", on_stdout=print)

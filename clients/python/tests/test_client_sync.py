@@ -421,7 +421,16 @@ def test_errors_are_typed(server: Server, conn: Dict[str, Any]) -> None:
     with pytest.raises(BadRequestError) as bad:
         Sandbox.create(memory="lots", **conn)
     assert (bad.value.status, bad.value.code) == (400, "invalid_request") and "memory" in bad.value.message
+    # Ids are one path segment each: "../" cannot reach another route.
+    with pytest.raises(NotFoundError):
+        Sandbox.connect("../sandboxes", **conn)
     sb = Sandbox.create(**conn)
+    with pytest.raises(NotFoundError):
+        sb.commands.connect("../../../sandboxes")
+    with pytest.raises((NotFoundError, BadRequestError)):
+        sb.code.restart_context("python", "../../contexts")
+    with pytest.raises(ValueError):
+        sb.commands.connect("")
     sb.kill()
     with pytest.raises(NotFoundError):
         sb.commands.run("true", on_stdout=print)
