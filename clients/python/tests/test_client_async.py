@@ -237,7 +237,7 @@ async def test_matplotlib_chart_comes_back_as_png(conn: Dict[str, Any]) -> None:
             "plt.show()",
             timeout=60,
         )
-        assert r.ok, r.error
+        assert r.ok, f"{r.error} (sandboxes see the host's /usr: is python3-matplotlib installed?)"
         pngs = [b.png for b in r.results if "image/png" in b]
         assert len(pngs) == 1, r.results
         png = pngs[0]
