@@ -49,6 +49,8 @@ echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest
+# The sync client (and its tests) are generated from the async ones: fail if they drifted.
+"$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
 
