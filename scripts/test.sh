@@ -9,7 +9,7 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  for p in bubblewrap curl nodejs python3-venv python3-pip python3-matplotlib python3-pandas; do
+  for p in bubblewrap curl nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then

@@ -23,6 +23,7 @@ const ROOT_ENTRIES: &[&str] = &[
     "dev",
     "tmp",
     "workspace",
+    "home",
 ];
 
 fn assert_root_listing(o: &Outcome, what: &str, v: &Value) {
@@ -59,7 +60,7 @@ R["secret"] = t(lambda: open({secret:?}).read())
 R["secret_dir"] = t(os.listdir, {dir:?})
 R["repo"] = t(os.listdir, {repo:?})
 R["root_home"] = t(os.listdir, "/root")
-R["home"] = t(os.listdir, "/home")
+R["home"] = sorted(os.listdir("/home"))
 R["shadow"] = t(lambda: open("/etc/shadow").read())
 R["host_tmp_empty"] = sorted(os.listdir("/tmp"))
 R["ls_root"] = sorted(os.listdir("/"))
@@ -76,13 +77,14 @@ out()
         ("secret_dir", libc::ENOENT),
         ("repo", libc::ENOENT),
         ("root_home", libc::ENOENT),
-        ("home", libc::ENOENT),
     ];
     if shadow_exists {
         // /etc is the host's, read-only; shadow stays unreadable to the unprivileged sandbox.
         rows.push(("shadow", libc::EACCES));
     }
     expect_table(&o, &d, &rows);
+    // /home holds the sandbox's own home directory, none of the host's.
+    assert_eq!(d["home"], serde_json::json!(["sandbox"]), "{o}");
     assert_eq!(
         d["host_tmp_empty"],
         serde_json::json!([]),

@@ -148,7 +148,7 @@ out()
     assert_eq!(env["PASSME"], "passed-through");
     assert_eq!(env["SETME"], "value=with=equals");
     assert_eq!(env["EMPTY"], "");
-    assert_eq!(env["HOME"], "/workspace");
+    assert_eq!(env["HOME"], "/home/sandbox");
     assert!(
         !o.stdout().contains(&secret) && !o.stderr().contains(&secret),
         "secret leaked:\n{o}"
