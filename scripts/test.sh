@@ -69,5 +69,28 @@ if ! grep -q 'resolves to loopback address 127.0.0.1' <<<"$out"; then
   exit 1
 fi
 
+if [ "$(id -u)" -eq 0 ]; then
+  # install.sh with the binary above: where it puts cordon and what it tells the user, as an
+  # unprivileged user (~/.local/bin; not on PATH, then on PATH) and as root (/usr/local/bin).
+  echo "== install.sh: where cordon goes and how to reach it"
+  home=$(mktemp -d); chown cordontest "$home"; chmod o+rx target target/install
+  want() { grep -qF -- "$2" <<<"$1" || { echo "install.sh: expected \"$2\" in:" >&2; echo "$1" >&2; exit 1; }; }
+  as_user() { runuser -u cordontest -- env -i HOME="$home" SHELL=/bin/bash PATH="$1" ./scripts/install.sh "$bin" 2>&1; }
+  out=$(as_user /usr/bin:/bin) || { echo "install.sh as cordontest failed: $out" >&2; exit 1; }
+  [ -x "$home/.local/bin/cordon" ] || { echo "install.sh did not install to ~/.local/bin: $out" >&2; exit 1; }
+  want "$out" "cordon is installed at $home/.local/bin/cordon"
+  want "$out" "echo 'export PATH=\"\$HOME/.local/bin:\$PATH\"' >> ~/.bashrc"
+  out=$(as_user "$home/.local/bin:/usr/bin:/bin") || { echo "install.sh as cordontest failed: $out" >&2; exit 1; }
+  want "$out" "Try: cordon run"
+  grep -q 'not on your PATH' <<<"$out" && { echo "install.sh: PATH advice although on PATH: $out" >&2; exit 1; }
+  # As root: /usr/local/bin, whatever HOME says. A cordon already there is put back afterwards.
+  keep=""; [ -e /usr/local/bin/cordon ] && { keep="$home/kept"; cp -a /usr/local/bin/cordon "$keep"; }
+  out=$(env -i HOME="$home" SHELL=/bin/bash PATH=/usr/local/bin:/usr/bin:/bin ./scripts/install.sh "$bin" 2>&1) || { echo "install.sh as root failed: $out" >&2; exit 1; }
+  cmp -s "$bin" /usr/local/bin/cordon || { echo "install.sh as root did not install to /usr/local/bin: $out" >&2; exit 1; }
+  if [ -n "$keep" ]; then cp -a "$keep" /usr/local/bin/cordon; else rm -f /usr/local/bin/cordon; fi
+  want "$out" "cordon is installed at /usr/local/bin/cordon"
+  rm -rf "$home"
+fi
+
 echo "== benchmark (short run; see README for the full one)"
 "$bin" bench --iterations 30
