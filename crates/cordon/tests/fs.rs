@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
 use common::*;
@@ -249,7 +248,7 @@ fn leaked_descriptors_are_closed_before_the_payload_runs() {
     // Control: the leak works — a plain child really inherits fd 77 pointing at the host dir.
     let control = Cmd::new("/bin/sh")
         .args(["-c", "readlink /proc/self/fd/77"])
-        .leak_fd(host_dir.as_raw_fd(), LEAK_FD)
+        .leak_fd(&host_dir, LEAK_FD)
         .run();
     assert_eq!(
         control.stdout.trim(),
@@ -258,7 +257,7 @@ fn leaked_descriptors_are_closed_before_the_payload_runs() {
     );
 
     let o = py_cmd(
-        Cmd::cordon().leak_fd(host_dir.as_raw_fd(), LEAK_FD),
+        Cmd::cordon().leak_fd(&host_dir, LEAK_FD),
         &[],
         r#"
 names = os.listdir("/proc/self/fd")
@@ -307,8 +306,8 @@ fn leaked_descriptors_are_not_reachable_through_the_sandbox_init() {
     let host_root = open_dir(std::path::Path::new("/"));
     let o = py_cmd(
         Cmd::cordon()
-            .leak_fd(host_dir.as_raw_fd(), LEAK_FD)
-            .leak_fd(host_root.as_raw_fd(), LEAK_FD + 1),
+            .leak_fd(&host_dir, LEAK_FD)
+            .leak_fd(&host_root, LEAK_FD + 1),
         &[],
         r#"
 links = {}
