@@ -686,6 +686,7 @@ pass = ["LANG"]
         let env = p.environment(|_| Some("x".into()));
         assert_eq!(env["FOO"], "bar");
         assert_eq!(env["LANG"], "x");
+        assert_eq!(env["HOME"], HOME, "the home tmpfs, not the workspace");
     }
 
     #[test]
@@ -709,6 +710,7 @@ pass = ["LANG"]
             "[limits]\ntimeout = \"30\"",
             "[filesystem]\nro = [\"relative/path\"]",
             "[filesystem]\nrw = [\"/data:/proc/x\"]",
+            "[filesystem]\nrw = [\"/data:/home/sandbox\"]",
             "[filesystem]\nro = [\"/a/../etc\"]",
             "[env]\nset = { \"BAD-KEY\" = \"1\" }",
             "require = [\"magic\"]",
