@@ -65,9 +65,10 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
             .stderr(std::process::Stdio::piped())
             .spawn()?;
         // The runner reads the whole request before it prints anything, so writing it all
-        // first cannot deadlock against a full stdout pipe.
+        // first cannot deadlock against a full stdout pipe. A runner that stops reading has
+        // failed, and says why on stderr: it is waited for and reported like any failure.
         if let Some(mut w) = child.stdin.take() {
-            w.write_all(&body)?;
+            let _ = w.write_all(&body);
         }
         child.wait_with_output()
     })
