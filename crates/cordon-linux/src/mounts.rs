@@ -178,6 +178,12 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         0o1777,
         MS_NOSUID | MS_NODEV,
     )?;
+    tmpfs(
+        &under_new(Path::new(cordon_policy::profile::HOME)),
+        disk,
+        0o700,
+        MS_NOSUID | MS_NODEV,
+    )?;
     match (&plan.workspace, plan.workspace_tree) {
         (Some(_), Some(tree)) => {
             let dest = under_new(Path::new("/workspace"));

@@ -269,15 +269,13 @@ pub fn profile_from(
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
 /// reap the first one's sandboxes at start-up.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(dir.join("lock"))
         .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(ApiError::conflict(format!(
             "another cordon server is using {}; give each server its own --data-dir",
             dir.display()
@@ -317,12 +315,13 @@ impl Service {
     /// server's control socket closes, so they are gone or going; make sure, and record it.
     fn reap_previous_run(&self) -> Result<(), ApiError> {
         for row in self.registry.running()? {
-            let pid = row.helper_pid as i32;
-            if pid > 0 {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
+                .filter(|p| p.as_raw_nonzero().get() > 0)
+            {
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                    .unwrap_or_default();
                 if String::from_utf8_lossy(&cmdline).contains("__sandbox") {
-                    // SAFETY: kill with a positive pid that we just checked is our helper.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
             }
             self.registry.mark_ended(

@@ -49,21 +49,10 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// The C entry point, called by glibc's start code. std still has the arguments (glibc hands
-/// them to std's own .init_array hook) and the allocator; what std's `main` would add is in
-/// `process_start`, plus the two things on the way out: stdout flushed, a panic reported as
-/// exit 101 instead of an abort.
+// The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
+// `cordon_main`, stdout flushed, a panic reported as exit 101.
 #[cfg(not(test))]
-#[unsafe(no_mangle)]
-pub extern "C" fn main(
-    _argc: std::ffi::c_int,
-    _argv: *const *const std::ffi::c_char,
-) -> std::ffi::c_int {
-    cordon_linux::process_start();
-    let code = std::panic::catch_unwind(cordon_main).unwrap_or(101);
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    code
-}
+cordon_linux::c_main!(cordon_main);
 
 /// Parses the command line and runs it; returns the process's exit status (0-255).
 fn cordon_main() -> i32 {
