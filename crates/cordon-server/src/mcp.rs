@@ -840,6 +840,9 @@ mod http_sessions {
     }
 }
 
+/// How much of an over-long HTTP body is read (and dropped) before the answer.
+const DRAIN_AT_MOST: usize = 256 << 20;
+
 /// Answers a POST that is not a usable JSON-RPC message with the JSON-RPC error for it (rmcp
 /// would answer garbage with a plain-text 415 and a too-large body with a plain-text 413).
 async fn guard_json_rpc(
@@ -848,6 +851,15 @@ async fn guard_json_rpc(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     use futures::StreamExt;
+    if req.method() == axum::http::Method::DELETE {
+        // rmcp confirms a closed session with 202 Accepted; the close is done, not queued, and
+        // clients (the official Python SDK) log anything but 200/204 as a failed termination.
+        let mut resp = next.run(req).await;
+        if resp.status() == axum::http::StatusCode::ACCEPTED {
+            *resp.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        }
+        return resp;
+    }
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
@@ -861,6 +873,9 @@ async fn guard_json_rpc(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let mut bytes: Vec<u8> = Vec::new();
+    // Past the limit the body is still read (and dropped, up to a bound) so that a client
+    // still sending gets the answer instead of a connection reset.
+    let mut size = 0usize;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {
@@ -876,14 +891,18 @@ async fn guard_json_rpc(
                 )
             }
         };
-        if bytes.len() + chunk.len() > MAX_MESSAGE {
+        size = size.saturating_add(chunk.len());
+        if size <= MAX_MESSAGE {
             bytes.extend_from_slice(&chunk);
-            return rpc_error(
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                framing::too_large(&bytes, declared.unwrap_or(bytes.len()), MAX_MESSAGE),
-            );
+        } else if size > DRAIN_AT_MOST {
+            break;
         }
-        bytes.extend_from_slice(&chunk);
+    }
+    if size > MAX_MESSAGE {
+        return rpc_error(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            framing::too_large(&bytes, declared.unwrap_or(size).max(size), MAX_MESSAGE),
+        );
     }
     let error = match framing::classify(&bytes) {
         framing::Verdict::Pass(_) => {
