@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
+use cordon_policy::{
+    classify, EndFacts, Enforcement, ExecFailure, Layer, NetworkEvent, Outcome, ProcessEnd,
+    Profile, Stopped, Usage,
+};
 
 use crate::cgroup::{self, Cgroup, CgroupLimits};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
@@ -465,24 +468,6 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     Ok(outcome)
 }
 
-/// The message and exit code (125, 126 or 127) for a command that could not be started.
-pub fn exec_failure_message(errno: i32, path: &str, cwd: bool) -> (String, i32) {
-    let e = std::io::Error::from_raw_os_error(errno);
-    if cwd {
-        (
-            format!("--cwd {path}: {e} (the working directory must exist inside the sandbox)"),
-            125,
-        )
-    } else if errno == libc::ENOENT {
-        (
-            format!("command not found: {path} (looked in the sandbox's PATH)"),
-            127,
-        )
-    } else {
-        (format!("cannot execute {path}: {e}"), 126)
-    }
-}
-
 /// Writes the payload's stdin from a thread, so a payload that never reads cannot block us.
 fn feed_stdin(src: StdinSource, w: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
     let mut file = std::fs::File::from(w);
@@ -826,65 +811,25 @@ impl Supervision {
             .as_ref()
             .map(|c| c.peak_pids().saturating_sub(1))
             .unwrap_or(u64::from(payload_end.is_some()));
-        let oom = self.cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
-
-        let mut status;
-        let mut exit_code = None;
-        let mut signal = None;
-        let mut error = None;
-        match (&self.killed, &payload_end) {
-            (Some(Ended::Timeout), _) => status = Status::Timeout,
-            (Some(Ended::CpuTime), _) => {
-                status = Status::CpuTime;
-                signal = Some(libc::SIGKILL);
-            }
-            (Some(Ended::Interrupted(sig)), _) => {
-                status = Status::Error;
-                error = Some(setup_error.clone().unwrap_or_else(|| {
-                    format!("cordon was interrupted by signal {sig}; the sandbox was killed")
-                }));
-                exit_code = Some(if *sig > 0 { 128 + sig } else { 125 });
-            }
-            (None, Some(ToSupervisor::Exited { code })) => {
-                status = Status::Exited;
-                exit_code = Some(*code);
-                if let Some((errno, path, cwd)) = &exec_failed {
-                    status = Status::Error;
-                    let (message, code) = exec_failure_message(*errno, path, *cwd);
-                    error = Some(message);
-                    exit_code = Some(code);
-                }
-            }
-            (None, Some(ToSupervisor::Signaled { signal: s })) => {
-                signal = Some(*s);
-                status = if oom && *s == libc::SIGKILL {
-                    Status::Oom
-                } else if *s == libc::SIGXCPU {
-                    Status::CpuTime
-                } else {
-                    Status::Signaled
-                };
-            }
-            _ => {
-                if oom {
-                    status = Status::Oom;
-                    signal = Some(libc::SIGKILL);
-                } else {
-                    status = Status::Error;
-                    exit_code = Some(125);
-                    error = Some(setup_error.clone().unwrap_or_else(|| {
-                        "the sandbox ended before reporting the payload's exit".into()
-                    }));
-                }
-            }
-        }
-        if status == Status::Error
-            && exec_failed.is_none()
-            && setup_error.is_some()
-            && error.is_none()
-        {
-            error = setup_error;
-        }
+        let facts = EndFacts {
+            end: match &payload_end {
+                Some(ToSupervisor::Exited { code }) => Some(ProcessEnd::Exited(*code)),
+                Some(ToSupervisor::Signaled { signal }) => Some(ProcessEnd::Signaled(*signal)),
+                _ => None,
+            },
+            stopped: self.killed.as_ref().map(|k| match k {
+                Ended::Timeout => Stopped::Timeout,
+                Ended::CpuTime => Stopped::CpuTime,
+                Ended::Interrupted(0) => Stopped::Setup,
+                Ended::Interrupted(sig) => Stopped::Interrupted(*sig),
+            }),
+            setup_error,
+            exec_failure: exec_failed.map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+            oom_kills: self.cgroup.as_ref().map_or(0, |c| c.oom_kills()),
+            output_truncated: self.stdout.truncated() || self.stderr.truncated(),
+            ..EndFacts::default()
+        };
+        let ending = classify(&facts);
         let mut enforcement = enforcement;
         if !confined {
             // Nothing ran confined; claim nothing.
@@ -900,33 +845,18 @@ impl Supervision {
                 ..Enforcement::default()
             };
         }
-        let stdout = std::mem::replace(&mut self.stdout, Capture::new(0, None));
-        let stderr = std::mem::replace(&mut self.stderr, Capture::new(0, None));
-        let (stdout, stdout_b64, stdout_truncated) = stdout.finish();
-        let (stderr, stderr_b64, stderr_truncated) = stderr.finish();
+        let stdout = std::mem::replace(&mut self.stdout, Capture::new(0, None)).finish();
+        let stderr = std::mem::replace(&mut self.stderr, Capture::new(0, None)).finish();
         if let Some(cg) = &mut self.cgroup {
             cg.remove();
         }
-        Outcome {
-            status,
-            exit_code,
-            signal,
-            error,
-            stdout,
-            stderr,
-            stdout_b64,
-            stderr_b64,
-            stdout_truncated,
-            stderr_truncated,
-            usage: Usage {
-                wall_ms: wall.as_millis() as u64,
-                cpu_user_ms,
-                cpu_system_ms,
-                peak_memory_bytes,
-                peak_pids,
-            },
-            enforcement,
-            network,
-        }
+        let usage = Usage {
+            wall_ms: wall.as_millis() as u64,
+            cpu_user_ms,
+            cpu_system_ms,
+            peak_memory_bytes,
+            peak_pids,
+        };
+        Outcome::from_ending(ending, stdout, stderr, usage, enforcement, network)
     }
 }

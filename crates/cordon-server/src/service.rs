@@ -1262,6 +1262,7 @@ async fn pump(
         },
         enforcement: live.sandbox.enforcement.clone(),
         network: Vec::new(),
+        limits_hit: Vec::new(),
     };
     if timed_out {
         outcome.status = Status::Timeout;
