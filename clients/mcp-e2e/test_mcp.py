@@ -659,6 +659,10 @@ def test_http_concurrent_sessions_keep_order_and_get_one_sandbox_each(server: Se
 # `cordon mcp` with cordon run's sandbox options: a profile file, a workspace, egress, limits
 
 
+OUTCOME_FACTS = {"status", "exit_code", "signal", "error", "limits_hit", "usage", "enforcement",
+                 "network", "stdout_truncated", "stderr_truncated"}
+
+
 class Upstream:
     """A tiny HTTP server on 127.0.0.2 (loopback) for the sandbox to reach through its proxy."""
 
@@ -744,6 +748,10 @@ def test_stdio_profile_file_workspace_network_and_limits():
                 assert is_error(r), texts(r)
                 facts = _a(r, "structured_content", "structuredContent")
                 assert facts["status"] == "timeout", facts
+                # The same facts as every other door's Outcome (the output is in the text).
+                assert OUTCOME_FACTS <= set(facts), set(facts) ^ OUTCOME_FACTS
+                assert set(facts["usage"]) >= {"wall_ms", "cpu_user_ms", "cpu_system_ms",
+                                               "peak_memory_bytes", "peak_pids"}, facts
                 assert time.monotonic() - t0 < 20, "the 4 s timeout did not apply"
                 r = await call(
                     session, "run_command",

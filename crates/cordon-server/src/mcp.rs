@@ -398,7 +398,7 @@ impl CordonMcp {
 }
 
 /// What a person (or model) needs of an Outcome, as text: how it ended, which limits were
-/// hit, what it cost, the network decisions, then the output.
+/// hit (and how to raise them), what it cost, the network decisions, then the output.
 fn outcome_text(o: &Outcome) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -417,6 +417,9 @@ fn outcome_text(o: &Outcome) -> String {
         let _ = write!(s, ", error: {e}");
     }
     s.push('\n');
+    for l in &o.limits_hit {
+        let _ = writeln!(s, "limit hit: {} — {}", l.name(), l.explain());
+    }
     let u = &o.usage;
     let _ = writeln!(
         s,
