@@ -461,6 +461,18 @@ fn outcome_facts(o: &Outcome) -> Option<serde_json::Value> {
     Some(v)
 }
 
+/// A code cell's facts as structured content: everything the service reports about the
+/// cell except what the content blocks already carry (output, results, images).
+fn code_facts(r: &crate::kernel::CodeResult) -> Option<serde_json::Value> {
+    let mut v = serde_json::to_value(r).ok()?;
+    if let Some(m) = v.as_object_mut() {
+        for k in ["stdout", "stderr", "results"] {
+            m.remove(k);
+        }
+    }
+    Some(v)
+}
+
 #[tool_router]
 impl CordonMcp {
     #[tool(
@@ -530,11 +542,13 @@ impl CordonMcp {
         if content.is_empty() {
             content.push(text("(no output)"));
         }
-        Ok(sb.annotate(if r.error.is_some() {
+        let mut result = if r.error.is_some() {
             CallToolResult::error(content)
         } else {
             CallToolResult::success(content)
-        }))
+        };
+        result.structured_content = code_facts(&r);
+        Ok(sb.annotate(result))
     }
 
     #[tool(
@@ -728,12 +742,22 @@ impl ServerHandler for CordonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let turn = context.extensions.get::<order::Turn>().cloned();
-        let _running = match &turn {
-            Some(t) => Some(t.wait().await),
-            None => None,
-        };
         let session = self.session(&context)?;
-        let _busy = session.busy.lock().await;
+        let ready = async {
+            let running = match &turn {
+                Some(t) => Some(t.wait().await),
+                None => None,
+            };
+            (running, session.busy.lock().await)
+        };
+        // A call the client gave up on while it waited never runs; its place in the order is
+        // kept until the calls before it are done (see order::Turn).
+        let _ready = tokio::select! {
+            r = ready => r,
+            _ = context.ct.cancelled() => {
+                return Err(McpError::invalid_request("cancelled by the client before it ran", None));
+            }
+        };
         let tcc = ToolCallContext::new(self, request, context);
         self.tool_router.call(tcc).await
     }

@@ -411,3 +411,80 @@ fn http_mcp_answers_every_malformed_body_with_its_json_rpc_error_and_keeps_servi
 fn rpc_of_any(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
+
+#[test]
+fn a_call_cancelled_while_waiting_for_its_turn_never_runs_and_the_order_holds() {
+    let mut s = McpProcess::start();
+    s.call(&initialize(0));
+    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let run = |id: i64, command: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "run_command", "arguments": {"command": command}}})
+    };
+    s.send(run(1, "sleep 2; echo slow").to_string().as_bytes());
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_file",
+               "arguments": {"path": "c.txt", "content": "written"}}})
+        .to_string()
+        .as_bytes(),
+    );
+    s.send(
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}"#,
+    );
+    s.send(
+        run(3, "cat c.txt 2>&1 || echo no c.txt")
+            .to_string()
+            .as_bytes(),
+    );
+    let mut order = Vec::new();
+    let mut third = Value::Null;
+    while !order.contains(&3) {
+        let v = s.recv("answers to 1 and 3");
+        if let Some(id) = v["id"].as_i64() {
+            order.push(id);
+            if id == 3 {
+                third = v;
+            }
+        }
+    }
+    let text = third["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("no c.txt") && !text.contains("written"),
+        "the cancelled write ran: {third}"
+    );
+    let pos = |id| order.iter().position(|&x| x == id);
+    assert!(
+        pos(1).is_some() && pos(1) < pos(3),
+        "3 finished before 1: {order:?}"
+    );
+}
+
+#[test]
+fn cordon_mcp_refuses_a_bad_profile_or_flag_before_serving() {
+    let dir = tempdir::Dir::new("flags");
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, "extends = \"default\"\n[limits]\nmemroy = \"1G\"\n").expect("toml");
+    let bad = bad.to_string_lossy().into_owned();
+    let missing = dir.0.join("no-such-dir").to_string_lossy().into_owned();
+    for (args, needle) in [
+        (vec!["--profile", bad.as_str()], "memroy"),
+        (vec!["--workspace", missing.as_str()], "--workspace"),
+        (vec!["--memory", "lots"], "--memory"),
+        (vec!["--allow-net", "*"], "allow"),
+        (vec!["--require", "teleport"], "--require"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .arg("mcp")
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cordon mcp");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} wrote to stdout");
+    }
+}
