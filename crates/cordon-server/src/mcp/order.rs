@@ -11,7 +11,7 @@
 //! back to back race through the network and the server's middleware. Clients number their
 //! requests with a counter, so a session's HTTP transport also puts tool calls back into id
 //! order: a call whose id is ahead of the lowest id not yet seen waits (at most [`HOLD`]) for
-//! the ones before it.
+//! the ones before it. A client whose ids turn out to have gaps is not made to wait again.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -92,6 +92,9 @@ struct Reorder {
     seen: BTreeSet<i64>,
     /// Tool calls waiting for lower ids, with when to stop waiting.
     held: BTreeMap<i64, (ClientJsonRpcMessage, Instant)>,
+    /// Set when a missing id never came: this client's ids have gaps (a counter shared with
+    /// other sessions, say), so waiting would only slow every call down.
+    sparse: bool,
 }
 
 impl Reorder {
@@ -118,7 +121,7 @@ impl Reorder {
             self.give_up_below(n, ready);
         }
         self.seen.insert(n);
-        if call && Some(n) != self.next {
+        if call && Some(n) != self.next && !self.sparse {
             self.held.insert(n, (m, now + HOLD));
         } else {
             ready.push_back(m);
@@ -167,6 +170,7 @@ impl Reorder {
             .map(|(k, _)| *k)
             .max();
         if let Some(k) = due {
+            self.sparse = true;
             self.give_up_below(k, ready);
             self.advance(ready);
         }
@@ -339,6 +343,11 @@ mod tests {
         // 4, late, is not held back.
         send(4, "tools/call");
         assert_eq!(t.receive().await.as_ref().map(id_of), Some(4));
+        // This client's ids have gaps: later gaps are not waited for.
+        send(8, "tools/call");
+        let t0 = Instant::now();
+        assert_eq!(t.receive().await.as_ref().map(id_of), Some(8));
+        assert!(t0.elapsed() < HOLD);
         // Far jumps are not waited for.
         send(1000, "tools/call");
         let t0 = Instant::now();
