@@ -52,8 +52,9 @@ pub struct McpState {
     profile: Option<Profile>,
     /// A session's sandbox lives this long after its last call.
     idle_ttl: Duration,
-    /// Session key → session. The lock is held only to look up or insert, never across an
-    /// await.
+    /// Session key → session. A std lock, held only to look up or insert: its guard cannot
+    /// live across an await (it is not Send, and rmcp's handlers must be), so no create or
+    /// call of one session can ever wait on another's.
     sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
 
