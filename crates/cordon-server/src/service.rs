@@ -374,10 +374,11 @@ impl Service {
         m
     }
 
-    pub async fn create(
+    async fn create_from(
         self: &Arc<Self>,
         caller: &Caller,
         req: CreateSandbox,
+        trusted: Option<Profile>,
     ) -> Result<SandboxInfo, ApiError> {
         if self.count_for(&caller.key_id) >= caller.max_sandboxes as usize {
             self.metrics.deny("sandbox_quota");
@@ -402,6 +403,15 @@ impl Service {
             &req.env,
             req.network.as_ref(),
         )?;
+        // A front end's own profile (create_with_profile) replaces the built-in.
+        let profile = match trusted {
+            Some(p) => {
+                p.validate()
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                p
+            }
+            None => profile,
+        };
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -470,6 +480,33 @@ impl Service {
             json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
         );
         Ok(live.info())
+    }
+
+    /// A sandbox of a built-in profile with the request's overrides.
+    pub async fn create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateSandbox,
+    ) -> Result<SandboxInfo, ApiError> {
+        self.create_from(caller, req, None).await
+    }
+
+    /// A sandbox of a profile the front end built itself from its own trusted configuration
+    /// (`cordon mcp`'s command line: a profile file, host mounts, a workspace) — never from a
+    /// request, which could name any file. Only the lifetime and labels come from `req`.
+    pub async fn create_with_profile(
+        self: &Arc<Self>,
+        caller: &Caller,
+        profile: Profile,
+        ttl: Option<Amount>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<SandboxInfo, ApiError> {
+        let req = CreateSandbox {
+            ttl,
+            metadata,
+            ..Default::default()
+        };
+        self.create_from(caller, req, Some(profile)).await
     }
 
     /// The callback that starts a sandbox's egress proxy on the listener its init created;
@@ -1226,6 +1263,7 @@ async fn pump(
         },
         enforcement: live.sandbox.enforcement.clone(),
         network: Vec::new(),
+        limits_hit: Vec::new(),
     };
     if timed_out {
         outcome.status = Status::Timeout;

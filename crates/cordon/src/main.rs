@@ -13,6 +13,7 @@ mod check;
 mod mcp;
 mod run;
 mod run_egress;
+mod sandbox_args;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -42,7 +43,7 @@ enum Command {
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
     Serve(serve::ServeArgs),
     /// Serve the sandbox as MCP tools on stdin/stdout, for agent hosts.
-    Mcp(mcp::McpArgs),
+    Mcp(Box<mcp::McpArgs>),
     /// Manage API keys of `cordon serve`.
     Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
@@ -83,7 +84,7 @@ fn cordon_main() -> i32 {
         Command::Bench(args) => bench::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
-        Command::Mcp(args) => mcp::main(args),
+        Command::Mcp(args) => mcp::main(*args),
     };
     code.clamp(0, 255)
 }
