@@ -290,6 +290,9 @@ pub struct Cgroup {
     peak_pids: u64,
     /// Whether the kernel keeps `pids.peak` (Linux 6.1+); if not, `sample` stands in.
     kernel_peak_pids: bool,
+    /// v2 with command cgroups below (see `nest_for_commands`): the leaf the init joins,
+    /// since a v2 cgroup that hands controllers to children may hold no process itself.
+    init_leaf: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -311,6 +314,7 @@ impl Cgroup {
             ctl: ControllerDirs::default(),
             peak_pids: 0,
             kernel_peak_pids: false,
+            init_leaf: None,
         };
         let result = cg.create_inner(name, limits);
         if let Err(e) = result {
@@ -403,6 +407,96 @@ impl Cgroup {
         &self.layout
     }
 
+    /// Readies a persistent sandbox's cgroup to hold one child cgroup per command (see
+    /// `command`); before anything joins it. v1 needs nothing. v2: the init gets a leaf of its
+    /// own, the controllers are handed down, and an OOM kill takes one command's processes
+    /// (`memory.oom.group` moves to the commands), not the whole sandbox.
+    pub fn nest_for_commands(&mut self) -> io::Result<()> {
+        let Layout::V2 { .. } = self.layout else {
+            return Ok(());
+        };
+        let Some(d) = self.dirs.first().cloned() else {
+            return Ok(());
+        };
+        let leaf = d.join("init");
+        make_dir(&leaf)?;
+        self.dirs.push(leaf.clone());
+        self.init_leaf = Some(leaf);
+        write(&d.join("cgroup.subtree_control"), "+memory +pids")?;
+        let _ = write(&d.join("cpu.max"), "max");
+        let _ = write(&d.join("memory.oom.group"), "0");
+        Ok(())
+    }
+
+    /// A child cgroup for one command of a persistent sandbox: `name` under each of this
+    /// cgroup's memory, pids (and, if kept, cpuacct) directories. It inherits every limit
+    /// from this one; `pids` caps the command's own processes too, so that it is the cgroup
+    /// found over its limit when the command forks too much. Its counters are the command's.
+    pub fn command(&self, name: &str, pids: u64) -> io::Result<Cgroup> {
+        let mut cg = Cgroup {
+            layout: self.layout.clone(),
+            dirs: Vec::new(),
+            ctl: ControllerDirs::default(),
+            peak_pids: 0,
+            kernel_peak_pids: false,
+            init_leaf: None,
+        };
+        let result = cg.command_inner(self, name, pids);
+        if let Err(e) = result {
+            cg.remove();
+            return Err(e);
+        }
+        Ok(cg)
+    }
+
+    fn command_inner(&mut self, parent: &Cgroup, name: &str, pids: u64) -> io::Result<()> {
+        let dirs = &mut self.dirs;
+        let mut child = |parent_dir: &Option<PathBuf>| -> io::Result<Option<PathBuf>> {
+            let Some(pd) = parent_dir else {
+                return Ok(None);
+            };
+            let d = pd.join(name);
+            if !dirs.contains(&d) {
+                make_dir(&d)?;
+                dirs.push(d.clone());
+            }
+            Ok(Some(d))
+        };
+        let memory = child(&parent.ctl.memory)?;
+        let pids_dir = child(&parent.ctl.pids)?;
+        let cpuacct = child(&parent.ctl.cpuacct)?;
+        self.ctl.memory = memory;
+        self.ctl.pids = pids_dir;
+        self.ctl.cpuacct = cpuacct;
+        if self.version() == Version::V2 {
+            self.ctl.cpu = self.ctl.memory.clone();
+            if let Some(d) = &self.ctl.memory {
+                let _ = write(&d.join("memory.oom.group"), "1");
+            }
+        }
+        if let Some(p) = &self.ctl.pids {
+            write(&p.join("pids.max"), &pids.to_string())?;
+            self.kernel_peak_pids = p.join("pids.peak").exists();
+        }
+        Ok(())
+    }
+
+    /// How many forks or threads the pids limit refused in this cgroup. v1 counts them in
+    /// the cgroup of the process that forked; v2 in the cgroup found over its limit (and its
+    /// ancestors), or, with the `pids_localevents` mount option, as v1 does.
+    pub fn pids_refused(&self) -> u64 {
+        let count = |file: &str, key: &str| -> u64 {
+            self.find(file)
+                .and_then(|p| fs::read_to_string(p).ok())
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0)
+        };
+        count("pids.events", "max ").max(count("pids.events.local", "max "))
+    }
+
     pub fn version(&self) -> Version {
         self.layout.version()
     }
@@ -416,8 +510,11 @@ impl Cgroup {
             Layout::V1 { .. } => "tasks",
             Layout::V2 { .. } => "cgroup.procs",
         };
-        self.dirs
-            .iter()
+        let dirs = match &self.init_leaf {
+            Some(leaf) => std::slice::from_ref(leaf),
+            None => &self.dirs[..],
+        };
+        dirs.iter()
             .map(|d| {
                 let path = d.join(file);
                 fs::OpenOptions::new()
@@ -461,6 +558,11 @@ impl Cgroup {
         if let Some(n) = self.read_u64("pids.current") {
             self.peak_pids = self.peak_pids.max(n);
         }
+    }
+
+    /// Whether the kernel keeps the pids peak itself (else `sample` must be called often).
+    pub fn keeps_peak_pids(&self) -> bool {
+        self.kernel_peak_pids
     }
 
     pub fn peak_pids(&self) -> u64 {
