@@ -665,7 +665,8 @@ impl Commands {
                 cpu_user_us: (user + left.user).as_micros() as u64,
                 cpu_system_us: (system + left.system).as_micros() as u64,
                 max_rss_kb: (exit.rusage.ru_maxrss.max(0) as u64).max(left.max_rss_kb),
-                peak_pids: cmd.peak_pids,
+                // The samples may all have missed a short command; its own process it had.
+                peak_pids: cmd.peak_pids.max(1),
                 pids_at_limit: cmd.pids_at_limit,
             });
         }
