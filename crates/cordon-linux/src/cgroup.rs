@@ -481,22 +481,6 @@ impl Cgroup {
         Ok(())
     }
 
-    /// How many forks or threads the pids limit refused in this cgroup. v1 counts them in
-    /// the cgroup of the process that forked; v2 in the cgroup found over its limit (and its
-    /// ancestors), or, with the `pids_localevents` mount option, as v1 does.
-    pub fn pids_refused(&self) -> u64 {
-        let count = |file: &str, key: &str| -> u64 {
-            self.find(file)
-                .and_then(|p| fs::read_to_string(p).ok())
-                .and_then(|t| {
-                    t.lines()
-                        .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
-                })
-                .unwrap_or(0)
-        };
-        count("pids.events", "max ").max(count("pids.events.local", "max "))
-    }
-
     pub fn version(&self) -> Version {
         self.layout.version()
     }
@@ -589,6 +573,17 @@ impl Cgroup {
         };
         text.lines()
             .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// How many forks and threads the pids limit refused (`pids.events`, `max N`; v1 and v2).
+    pub fn pids_refused(&self) -> u64 {
+        self.find("pids.events")
+            .and_then(|p| fs::read_to_string(p).ok())
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("max ")?.trim().parse().ok())
+            })
             .unwrap_or(0)
     }
 

@@ -32,6 +32,7 @@ mod sandbox;
 pub mod seccomp;
 mod supervisor;
 mod sys;
+mod watch;
 
 /// Kept here for callers that knew it from the engine; it lives with the classifier now.
 pub use cordon_policy::ending::exec_failure_message;

@@ -105,6 +105,10 @@ pub struct CommandUsage {
     pub pids_refused: u64,
     /// The command's CPU time passed the profile's `cpu_time`, and it was killed for it.
     pub cpu_time_exceeded: bool,
+    /// A scratch filesystem (`/tmp`, the workspace tmpfs, `/dev/shm`) was seen out of space,
+    /// or out of inodes, while the command ran.
+    pub disk_full: bool,
+    pub inodes_exhausted: bool,
 }
 
 /// The helper's view of one running command.
@@ -115,6 +119,9 @@ struct HelperCommand {
     /// Without a cgroup: the init's latest samples (peak pids, samples at the limit).
     sampled: (u64, u64),
     cpu_time_exceeded: bool,
+    /// A scratch filesystem was seen full (blocks, inodes) while the command ran.
+    disk_full: bool,
+    inodes_exhausted: bool,
     /// A usage question waits for the init's next sample.
     asked: bool,
 }
@@ -129,11 +136,15 @@ impl HelperCommand {
                 oom_kills: cg.oom_kills(),
                 pids_refused: cg.pids_refused(),
                 cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
             },
             None => CommandUsage {
                 peak_pids: self.sampled.0,
                 pids_refused: self.sampled.1,
                 cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
                 ..CommandUsage::default()
             },
         }
@@ -185,6 +196,7 @@ pub fn helper_main() -> i32 {
         commands: HashMap::new(),
         command_pids: u64::from(profile.limits.pids) + 1,
         cpu_time: profile.limits.cpu_time,
+        scratch: Vec::new(),
     };
 
     // Setup: wait for the init's root and its confinement report.
@@ -234,7 +246,10 @@ pub fn helper_main() -> i32 {
                 let _ =
                     control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
             }
-            Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
+            Ok(Some((msg @ ToSupervisor::Confined { .. }, fds))) => {
+                if let ToSupervisor::Confined { watch, .. } = &msg {
+                    domains.scratch = scratch_fds(watch, fds);
+                }
                 apply_confined(&mut enforcement, &msg);
                 confined = true;
             }
@@ -369,6 +384,36 @@ struct Domains {
     /// A command's own process limit (its sub-init is the `+ 1`).
     command_pids: u64,
     cpu_time: Option<Duration>,
+    /// The sandbox's scratch tmpfs (`/tmp`, a workspace tmpfs, `/dev/shm`), opened by the
+    /// init: looked at while commands run, for whether one filled up.
+    scratch: Vec<OwnedFd>,
+}
+
+/// The scratch filesystems among the descriptors the init handed over with `Confined`, each
+/// checked to be a tmpfs (what the init says is not trusted).
+fn scratch_fds(kinds: &[crate::channel::Watched], fds: Vec<OwnedFd>) -> Vec<OwnedFd> {
+    kinds
+        .iter()
+        .zip(fds)
+        .filter(|(kind, fd)| {
+            **kind == crate::channel::Watched::Scratch
+                && rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+        })
+        .map(|(_, fd)| fd)
+        .collect()
+}
+
+/// Whether any of the scratch filesystems is out of blocks, and whether any is out of
+/// inodes, right now.
+fn scratch_full(scratch: &[OwnedFd]) -> (bool, bool) {
+    let mut full = (false, false);
+    for fd in scratch {
+        if let Ok(st) = rustix::fs::fstatfs(fd) {
+            full.0 |= st.f_blocks > 0 && st.f_bavail == 0;
+            full.1 |= st.f_files > 0 && st.f_ffree == 0;
+        }
+    }
+    full
 }
 
 impl Domains {
@@ -414,6 +459,8 @@ impl Domains {
                 started: false,
                 sampled: (0, 0),
                 cpu_time_exceeded: false,
+                disk_full: false,
+                inodes_exhausted: false,
                 asked: false,
             },
         );
@@ -430,13 +477,24 @@ impl Domains {
         });
         if watch {
             20
+        } else if !self.commands.is_empty() {
+            // The scratch filesystems, while something may be filling them.
+            100
         } else {
             1000
         }
     }
 
-    /// Samples the commands' cgroups; kills a command whose CPU time passed the limit.
+    /// Samples the commands' cgroups and the scratch filesystems; kills a command whose CPU
+    /// time passed the limit.
     fn tick(&mut self, chan: &Channel) {
+        if !self.commands.is_empty() {
+            let (disk, inodes) = scratch_full(&self.scratch);
+            for c in self.commands.values_mut() {
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
+            }
+        }
         for (id, c) in self.commands.iter_mut() {
             let Some(cg) = c.cgroup.as_mut() else {
                 continue;
@@ -527,6 +585,9 @@ impl Domains {
                     return Vec::new();
                 };
                 c.sampled = (c.sampled.0.max(peak_pids), c.sampled.1.max(pids_at_limit));
+                let (disk, inodes) = scratch_full(&self.scratch);
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
                 let usage = c.usage();
                 if let Some(cg) = c.cgroup.as_mut() {
                     // The init ended the command's tree; anything still in its cgroup is

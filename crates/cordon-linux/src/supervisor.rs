@@ -21,6 +21,7 @@ use crate::idmap;
 use crate::output::{Capture, Echo};
 use crate::plan::{self, PlanInput};
 use crate::sandbox::{self, Stdio};
+use crate::watch::Watch;
 use crate::{detect, sys};
 
 /// What the payload reads on stdin.
@@ -417,6 +418,7 @@ pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) 
         seccomp,
         rlimits,
         notes,
+        ..
     } = msg
     {
         enforcement.user_ns = true;
@@ -509,7 +511,16 @@ enum Ended {
     Timeout,
     CpuTime,
     Interrupted(i32),
+    /// Setting up failed after the init was started (the reason is in `setup_error`).
+    Setup,
 }
+
+/// How long the init has, once told to stop, to kill and reap everything and report. Past
+/// that it is killed, and the CPU time of whatever it had not reaped goes uncounted.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How often the watch (scratch filesystems, the task count without a cgroup) looks.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 struct Supervision {
     stdout: Capture,
@@ -519,8 +530,12 @@ struct Supervision {
     start: Instant,
     cgroup: Option<Cgroup>,
     killed: Option<Ended>,
+    /// When the init was told to stop (see `end`).
+    stop_sent: Option<Instant>,
     /// The cgroup was swept after the init was reaped (see `kill`).
     swept: bool,
+    watch: Watch,
+    watched_at: Option<Instant>,
 }
 
 impl Supervision {
@@ -547,13 +562,16 @@ impl Supervision {
             start,
             cgroup,
             killed: None,
+            stop_sent: None,
             swept: false,
+            watch: Watch::none(),
+            watched_at: None,
         }
     }
 
-    /// Kills the whole tree: the init's death takes its pid namespace with it; the cgroup sweep
-    /// catches anything in between. Once the init is reaped nothing can start in the sandbox
-    /// any more, so one sweep after that is enough.
+    /// Kills the whole tree at once: the init's death takes its pid namespace with it; the
+    /// cgroup sweep catches anything in between. Once the init is reaped nothing can start in
+    /// the sandbox any more, so one sweep after that is enough.
     fn kill(&mut self) {
         if self.init_exit.is_none() {
             let _ = sys::kill(self.init, libc::SIGKILL);
@@ -566,11 +584,40 @@ impl Supervision {
         self.swept = self.init_exit.is_some();
     }
 
-    fn end(&mut self, why: Ended) {
+    /// Ends the run for `why`. The init is asked to do it (it kills and reaps everything, so
+    /// the CPU time of every process is counted, then reports and exits); it is killed
+    /// outright if it cannot be asked or does not finish within `STOP_GRACE`.
+    fn end(&mut self, why: Ended, chan: Option<&Channel>) {
         if self.killed.is_none() {
             self.killed = Some(why);
         }
-        self.kill();
+        if self.init_exit.is_some() {
+            self.kill();
+            return;
+        }
+        if self.stop_sent.is_some() {
+            return;
+        }
+        match chan.map(|c| c.send(&ToSandbox::Stop)) {
+            Some(Ok(())) => self.stop_sent = Some(Instant::now()),
+            _ => self.kill(),
+        }
+    }
+
+    /// Looks at what the watch covers, at most every `WATCH_EVERY` (or now, with `force`).
+    fn look(&mut self, force: bool) {
+        let now = Instant::now();
+        if force
+            || self
+                .watched_at
+                .is_none_or(|t| now.duration_since(t) >= WATCH_EVERY)
+        {
+            self.watched_at = Some(now);
+            self.watch.sample();
+            if let Some(cg) = &mut self.cgroup {
+                cg.sample();
+            }
+        }
     }
 
     fn supervise(
@@ -605,21 +652,23 @@ impl Supervision {
             let now = Instant::now();
             if self.killed.is_none() {
                 if now >= deadline {
-                    self.end(Ended::Timeout);
+                    self.end(Ended::Timeout, chan.as_ref());
                 } else if let Some(sig) = interrupted_by() {
-                    self.end(Ended::Interrupted(sig));
+                    self.end(Ended::Interrupted(sig), chan.as_ref());
                 }
             }
             if let (Some(limit), Some(cg)) = (limits.cpu_time, &self.cgroup) {
                 if let Some((u, s)) = cg.cpu_usage() {
                     if self.killed.is_none() && Duration::from_nanos(u + s) > limit {
-                        self.end(Ended::CpuTime);
+                        self.end(Ended::CpuTime, chan.as_ref());
                     }
                 }
             }
-            if let Some(cg) = &mut self.cgroup {
-                cg.sample();
+            if self.init_exit.is_none() && self.stop_sent.is_some_and(|t| t.elapsed() > STOP_GRACE)
+            {
+                self.kill();
             }
+            self.look(false);
             if self.init_exit.is_none() {
                 if let Ok(Some((_, exit))) = sys::wait4(self.init, true) {
                     self.init_exit = Some((Instant::now(), exit));
@@ -715,52 +764,56 @@ impl Supervision {
                         && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
                 })
             });
-            if readable {
-                let c = chan.as_ref().expect("checked above");
-                match c.recv::<ToSupervisor>() {
-                    Ok(None) | Err(_) => chan = None,
-                    Ok(Some((msg, fds))) => match &msg {
-                        ToSupervisor::Confined { landlock_abi, .. } if !confined => {
-                            confined = true;
-                            let abi = *landlock_abi;
-                            apply_confined(&mut enforcement, &msg);
-                            if profile.require.contains(&Layer::Landlock) && abi == 0 {
-                                setup_error =
-                                    Some("Landlock was required but is not enforced".into());
-                                self.end(Ended::Interrupted(0));
-                            }
+            let received = match chan.as_ref().filter(|_| readable) {
+                Some(c) => c.recv::<ToSupervisor>(),
+                None => continue,
+            };
+            match received {
+                Ok(None) | Err(_) => chan = None,
+                Ok(Some((msg, fds))) => match &msg {
+                    ToSupervisor::Confined {
+                        landlock_abi,
+                        watch,
+                        ..
+                    } if !confined => {
+                        confined = true;
+                        let abi = *landlock_abi;
+                        self.watch = Watch::adopt(watch, fds);
+                        apply_confined(&mut enforcement, &msg);
+                        if profile.require.contains(&Layer::Landlock) && abi == 0 {
+                            setup_error = Some("Landlock was required but is not enforced".into());
+                            self.end(Ended::Setup, chan.as_ref());
                         }
-                        ToSupervisor::ProxyListener if egress.is_none() => {
-                            if let (Some(fd), Some(factory)) =
-                                (fds.into_iter().next(), egress_factory.take())
-                            {
-                                let listener = std::net::TcpListener::from(fd);
-                                match factory(listener) {
-                                    Ok(e) => egress = Some(e),
-                                    Err(e) => {
-                                        setup_error =
-                                            Some(format!("starting the egress proxy: {e}"));
-                                        self.end(Ended::Interrupted(0));
-                                    }
+                    }
+                    ToSupervisor::ProxyListener if egress.is_none() => {
+                        if let (Some(fd), Some(factory)) =
+                            (fds.into_iter().next(), egress_factory.take())
+                        {
+                            let listener = std::net::TcpListener::from(fd);
+                            match factory(listener) {
+                                Ok(e) => egress = Some(e),
+                                Err(e) => {
+                                    setup_error = Some(format!("starting the egress proxy: {e}"));
+                                    self.end(Ended::Setup, chan.as_ref());
                                 }
                             }
                         }
-                        ToSupervisor::ExecFailed {
-                            errno, path, cwd, ..
-                        } if exec_failed.is_none() => {
-                            exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
-                        }
-                        ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
-                            setup_error = Some(format!("{step}: {message}"));
-                        }
-                        ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
-                            if payload_end.is_none() =>
-                        {
-                            payload_end = Some(msg.clone());
-                        }
-                        _ => {}
-                    },
-                }
+                    }
+                    ToSupervisor::ExecFailed {
+                        errno, path, cwd, ..
+                    } if exec_failed.is_none() => {
+                        exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
+                    }
+                    ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
+                        setup_error = Some(format!("{step}: {message}"));
+                    }
+                    ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
+                        if payload_end.is_none() =>
+                    {
+                        payload_end = Some(msg.clone());
+                    }
+                    _ => {}
+                },
             }
         }
         // Whatever is left must not outlive us.
@@ -771,31 +824,39 @@ impl Supervision {
             }
         }
         let network = egress.map(|e| e.finish()).unwrap_or_default();
-        self.finish(
-            enforcement,
+        let ended = Ending {
             setup_error,
             exec_failed,
             payload_end,
-            network,
-            confined,
-        )
+        };
+        self.finish(enforcement, ended, network, confined, limits.pids)
     }
 
     fn finish(
         &mut self,
         enforcement: Enforcement,
-        setup_error: Option<String>,
-        exec_failed: Option<(i32, String, bool)>,
-        payload_end: Option<ToSupervisor>,
+        ended: Ending,
         network: Vec<NetworkEvent>,
         confined: bool,
+        pids_limit: u32,
     ) -> Outcome {
+        let Ending {
+            setup_error,
+            exec_failed,
+            payload_end,
+        } = ended;
+        // A last look, with everything in the sandbox gone: the scratch filesystems outlive it
+        // as long as the watch holds them, so what a program left there still shows.
+        self.look(true);
+        let seen = self.watch.seen();
         let wall = self
             .init_exit
             .as_ref()
             .map(|(t, _)| t.duration_since(self.start))
             .unwrap_or_else(|| self.start.elapsed());
         let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
+        // The init reaped every process of the sandbox before it exited (see
+        // `sandbox::one_shot_wait`), so its rusage covers them all, killed ones included.
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),
             None => self
@@ -813,11 +874,20 @@ impl Supervision {
             .and_then(|c| c.peak_memory())
             .or_else(|| rusage.map(|r| r.ru_maxrss as u64 * 1024))
             .unwrap_or(0);
-        let peak_pids = self
-            .cgroup
-            .as_ref()
-            .map(|c| c.peak_pids().saturating_sub(1))
-            .unwrap_or(u64::from(payload_end.is_some()));
+        let ran = u64::from(payload_end.is_some());
+        let peak_pids = match (&self.cgroup, seen.peak_tasks) {
+            (Some(c), _) => c.peak_pids().saturating_sub(1),
+            (None, Some(n)) => n.max(ran),
+            (None, None) => ran,
+        };
+        // With a cgroup the kernel counts refused forks; without one (RLIMIT_NPROC) a refusal
+        // leaves no trace outside the process that got EAGAIN, so the count reaching the limit
+        // is what is reported.
+        let pids_refused = match (&self.cgroup, seen.peak_tasks) {
+            (Some(c), _) => c.pids_refused(),
+            (None, Some(n)) => u64::from(n >= u64::from(pids_limit)),
+            (None, None) => 0,
+        };
         let facts = EndFacts {
             end: match &payload_end {
                 Some(ToSupervisor::Exited { code }) => Some(ProcessEnd::Exited(*code)),
@@ -827,14 +897,17 @@ impl Supervision {
             stopped: self.killed.as_ref().map(|k| match k {
                 Ended::Timeout => Stopped::Timeout,
                 Ended::CpuTime => Stopped::CpuTime,
-                Ended::Interrupted(0) => Stopped::Setup,
+                Ended::Setup => Stopped::Setup,
                 Ended::Interrupted(sig) => Stopped::Interrupted(*sig),
             }),
             setup_error,
             exec_failure: exec_failed.map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+            sandbox_ended: None,
             oom_kills: self.cgroup.as_ref().map_or(0, |c| c.oom_kills()),
+            pids_refused,
             output_truncated: self.stdout.truncated() || self.stderr.truncated(),
-            ..EndFacts::default()
+            disk_full: seen.disk_full,
+            inodes_exhausted: seen.inodes_exhausted,
         };
         let ending = classify(&facts);
         let mut enforcement = enforcement;
@@ -866,4 +939,11 @@ impl Supervision {
         };
         Outcome::from_ending(ending, stdout, stderr, usage, enforcement, network)
     }
+}
+
+/// What the sandbox side reported about the payload's end.
+struct Ending {
+    setup_error: Option<String>,
+    exec_failed: Option<(i32, String, bool)>,
+    payload_end: Option<ToSupervisor>,
 }

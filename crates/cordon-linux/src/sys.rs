@@ -219,6 +219,16 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Sends `sig` to every process this one may signal except itself: run by a pid namespace's
+/// init, everything else in the namespace. ESRCH (nobody left) is success.
+pub fn kill_all_others(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers.
+    match cvt(unsafe { libc::kill(-1, sig) }) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
 /// Marks every fd from `first` upward close-on-exec, so nothing leaks into the payload.
 pub fn cloexec_from(first: u32) -> io::Result<()> {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on fds.

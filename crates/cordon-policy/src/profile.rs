@@ -146,6 +146,19 @@ pub struct Limits {
     pub file_size: u64,
 }
 
+/// Bytes of `--disk` per inode of each scratch tmpfs: a file with any data takes at least one
+/// page of the tmpfs's size, so this many inodes never stop files the size would allow. Only
+/// what takes no page — empty files, directories, symlinks — meets the cap, and those cost the
+/// host unaccounted kernel memory (about 1 KiB each) where no cgroup holds the sandbox.
+pub const DISK_BYTES_PER_INODE: u64 = 4096;
+
+impl Limits {
+    /// The `nr_inodes` of each scratch tmpfs (`/tmp`, `/workspace`, `/dev/shm`).
+    pub fn scratch_inodes(&self) -> u64 {
+        (self.disk / DISK_BYTES_PER_INODE).max(1)
+    }
+}
+
 /// An extra bind mount from the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bind {

@@ -1218,6 +1218,8 @@ async fn pump(
         oom_kills: exit.usage.oom_kills,
         pids_refused: exit.usage.pids_refused,
         output_truncated: so.truncated() || se.truncated(),
+        disk_full: exit.usage.disk_full,
+        inodes_exhausted: exit.usage.inodes_exhausted,
         ..EndFacts::default()
     };
     let usage = Usage {
