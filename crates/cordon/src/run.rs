@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use cordon_linux::{OutputMode, RunRequest, StdinSource};
+use cordon_policy::network::entry_to_allow;
 use cordon_policy::outcome::exit;
+use cordon_policy::units::{format_duration, format_size};
 use cordon_policy::units::{parse_duration, parse_size};
-use cordon_policy::{Bind, EnvEntry, Layer, Profile};
+use cordon_policy::{Bind, EnvEntry, Layer, LimitHit, Limits, Outcome, Profile};
 
 #[derive(Args, Debug)]
 #[command(
@@ -203,6 +205,7 @@ pub fn main(a: RunArgs) -> i32 {
     } else {
         None
     };
+    let limits = profile.limits.clone();
     let req = RunRequest {
         profile,
         argv: a.command.clone(),
@@ -228,22 +231,8 @@ pub fn main(a: RunArgs) -> i32 {
                 }
                 0
             } else {
-                if let Some(err) = &outcome.error {
-                    eprintln!("cordon: {err}");
-                }
-                if outcome.status == cordon_policy::Status::Timeout {
-                    eprintln!(
-                        "cordon: timed out after {}",
-                        cordon_policy::units::format_duration(std::time::Duration::from_millis(
-                            outcome.usage.wall_ms
-                        ))
-                    );
-                }
-                if outcome.status == cordon_policy::Status::Oom {
-                    eprintln!(
-                        "cordon: killed: out of memory (limit {})",
-                        a.memory.as_deref().unwrap_or("of the profile")
-                    );
+                for line in notices(&outcome, &limits) {
+                    eprintln!("cordon: {line}");
                 }
                 outcome.cli_exit_code()
             }
@@ -253,4 +242,71 @@ pub fn main(a: RunArgs) -> i32 {
             exit::CORDON_FAILED
         }
     }
+}
+
+/// What a person running without `--json` is told on stderr after the program's own output:
+/// why cordon failed, each limit that ended the run or refused it something, and each egress
+/// request the proxy refused, with the flag that would allow it. One line each.
+fn notices(o: &Outcome, limits: &Limits) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(err) = &o.error {
+        lines.push(err.clone());
+    }
+    let scratch = "a scratch filesystem (/tmp, /workspace or /dev/shm)";
+    for hit in &o.limits_hit {
+        lines.push(match hit {
+            LimitHit::WallTime => format!(
+                "timed out after {} (raise --timeout)",
+                format_duration(limits.timeout)
+            ),
+            LimitHit::Memory => format!(
+                "out of memory: the memory limit ({}) was hit and a process was killed \
+                 (raise --memory)",
+                format_size(limits.memory)
+            ),
+            LimitHit::Pids if o.enforcement.cgroup == "none" => format!(
+                "the process limit ({}) was reached: further forks and threads fail \
+                 (raise --pids)",
+                limits.pids
+            ),
+            LimitHit::Pids => format!(
+                "the process limit ({}) refused a fork or thread (raise --pids)",
+                limits.pids
+            ),
+            LimitHit::CpuTime => match limits.cpu_time {
+                Some(t) => format!(
+                    "the CPU-time limit ({}) was hit (raise --cpu-time)",
+                    format_duration(t)
+                ),
+                None => "the CPU-time limit was hit (raise --cpu-time)".to_string(),
+            },
+            LimitHit::Output => {
+                let cut = match (o.stdout_truncated, o.stderr_truncated) {
+                    (true, true) => "stdout and stderr were",
+                    (false, true) => "stderr was",
+                    _ => "stdout was",
+                };
+                format!(
+                    "output was cut: {cut} kept only up to {} (raise --output-limit)",
+                    format_size(limits.output_limit)
+                )
+            }
+            LimitHit::Disk => format!(
+                "{scratch} filled up: {} each (raise --disk)",
+                format_size(limits.disk)
+            ),
+            LimitHit::Files => format!(
+                "{scratch} ran out of inodes: {} files and directories each (raise --disk)",
+                limits.scratch_inodes()
+            ),
+        });
+    }
+    for e in o.network.iter().filter(|e| e.verdict == "deny") {
+        let mut line = format!("egress refused: {}:{}: {}", e.host, e.port, e.reason);
+        if let Some(entry) = entry_to_allow(&e.host, e.port, &e.reason) {
+            line.push_str(&format!("; allow it with --allow-net {entry}"));
+        }
+        lines.push(line);
+    }
+    lines
 }

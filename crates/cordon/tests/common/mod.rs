@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod payloads;
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::{FromRawFd, RawFd};
@@ -409,6 +411,20 @@ impl Outcome {
     }
     pub fn usage(&self, k: &str) -> u64 {
         self.v["usage"][k].as_u64().unwrap_or(0)
+    }
+    /// `limits_hit`, as the JSON strings.
+    pub fn limits_hit(&self) -> Vec<String> {
+        self.v["limits_hit"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    pub fn hit(&self, limit: &str) -> bool {
+        self.limits_hit().iter().any(|l| l == limit)
     }
 
     /// The payload's report: the last line of stdout, as JSON.
