@@ -443,8 +443,7 @@ pub async fn run_cell(
                 match tokio::time::timeout(INTERRUPT_GRACE, wait_done(&mut k.lines, id, &mut result, &events)).await {
                     Ok(true) => break,
                     _ => {
-                        live.sandbox.signal(k.exec_id, libc::SIGKILL);
-                        k.dead = true;
+                        end_kernel(live, k).await;
                         result.error = Some(CodeError {
                             name: "TimeoutError".into(),
                             value: format!("the cell ran past its {}ms limit and did not stop when interrupted; the kernel was restarted and its state is lost", timeout.as_millis()),
@@ -522,8 +521,7 @@ pub async fn run_cell(
         // A fork bomb in a cell leaves copies of the kernel (or their children) holding every
         // process slot of the sandbox, and a forked copy of the driver would read the next
         // cell: the kernel and everything it started go, and the next cell starts afresh.
-        live.sandbox.signal(k.exec_id, libc::SIGKILL);
-        k.dead = true;
+        end_kernel(live, k).await;
         result.state_lost = true;
     }
     result.classify(facts, None);
@@ -639,6 +637,14 @@ async fn died_result(
         let _ = tx.send(CellEvent::Done(Box::new(r.clone()))).await;
     }
     r
+}
+
+/// Kills a running kernel and everything it started, and waits (a few seconds at most) until
+/// they are gone: a fresh kernel started right after must find their process slots free.
+async fn end_kernel(live: &Arc<Live>, k: &mut Kernel) {
+    live.sandbox.signal(k.exec_id, libc::SIGKILL);
+    k.dead = true;
+    let _ = tokio::time::timeout(Duration::from_secs(5), &mut k.exit).await;
 }
 
 /// Kills a context's kernel (restart = kill now, start fresh on the next cell).

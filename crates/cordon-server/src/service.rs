@@ -364,7 +364,7 @@ impl Service {
                 )
             });
         }
-        let profile = profile_from(
+        let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
             req.cpus,
@@ -374,6 +374,15 @@ impl Service {
             &req.env,
             req.network.as_ref(),
         )?;
+        if let Some(o) = &req.output_limit {
+            profile.limits.output_limit = size(o, "output_limit")?;
+        }
+        if let Some(c) = &req.cpu_time {
+            profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
+        }
+        profile
+            .validate()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
