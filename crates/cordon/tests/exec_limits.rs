@@ -204,14 +204,16 @@ fn after_a_fork_bomb_in_exec_nothing_is_left_and_the_next_exec_runs() {
     assert!(next.limits_hit().is_empty(), "{next}");
 
     // bash's bomb: `:` puts two copies of itself in the background and returns, so the
-    // command is over in milliseconds while its copies fork on. They end with it.
+    // command is over in milliseconds while its copies fork on. They end with it. (Now and
+    // then the copies fill the sandbox between bash's two forks of the pipeline, and bash
+    // retries the second for seconds: then the timeout ends it.)
     let marker = unique("bashbomb");
     let o = exec(
         &s,
         &id,
-        json!({"cmd": ["bash", "-c", ":(){ :|:& };:", &marker], "timeout": "10s"}),
+        json!({"cmd": ["bash", "-c", ":(){ :|:& };:", &marker], "timeout": "3s"}),
     );
-    assert_eq!(o.status(), "exited", "{o}");
+    assert!(["exited", "timeout"].contains(&o.status()), "{o}");
     assert!(procs_with(&marker).is_empty(), "{:?}", procs_with(&marker));
     let next = exec(&s, &id, json!({"cmd": ["echo", "next"]}));
     next.assert_ok();
