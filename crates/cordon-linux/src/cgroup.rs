@@ -422,8 +422,8 @@ impl Cgroup {
         make_dir(&leaf)?;
         self.dirs.push(leaf.clone());
         self.init_leaf = Some(leaf);
+        // The CPU quota stays on the sandbox's cgroup, for all of it together.
         write(&d.join("cgroup.subtree_control"), "+memory +pids")?;
-        let _ = write(&d.join("cpu.max"), "max");
         let _ = write(&d.join("memory.oom.group"), "0");
         Ok(())
     }
@@ -768,6 +768,58 @@ mod tests {
             }
         };
         assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+    }
+
+    /// A command's cgroup counts what its processes do: a fork refused by the limit (the
+    /// command's own, or the sandbox's) shows in the command's counters; then the command's
+    /// cgroup goes, and the sandbox's after it.
+    #[test]
+    fn a_command_cgroup_counts_its_own_refused_forks() {
+        let Some(layout) = writable_layout() else {
+            return;
+        };
+        let name = format!("{}-nested", std::process::id());
+        let mut sandbox = Cgroup::create(&layout, &name, &limits()).unwrap();
+        sandbox.nest_for_commands().unwrap();
+        let mut cmd = sandbox.command("cmd-1", 4).unwrap();
+        let files = cmd.join_files().unwrap();
+        let (done_r, done_w) = sys::pipe().unwrap();
+        // SAFETY: the child makes raw syscalls only (write, fork, read, _exit).
+        let child = match unsafe { sys::fork() }.unwrap() {
+            sys::Fork::Child => {
+                drop(done_r);
+                if join(&files).is_err() {
+                    sys::exit_now(2);
+                }
+                // Fork until refused; the forked children wait for the parent's end.
+                let mut n = 0u8;
+                loop {
+                    // SAFETY: as above.
+                    match unsafe { sys::fork() } {
+                        Ok(sys::Fork::Child) => {
+                            let _ = sys::read_byte(0);
+                            sys::exit_now(0);
+                        }
+                        Ok(sys::Fork::Parent(_)) => n += 1,
+                        Err(_) => break,
+                    }
+                }
+                let _ = sys::write_all(done_w.as_raw_fd(), &[n]);
+                sys::exit_now(0)
+            }
+            sys::Fork::Parent(pid) => pid,
+        };
+        drop((files, done_w));
+        let forked = sys::read_byte(done_r.as_raw_fd()).expect("the child's report");
+        // The command's limit of 4: the child and three of its own.
+        assert_eq!(forked, 3);
+        assert!(cmd.pids_refused() > 0, "no refusal counted");
+        assert_eq!(cmd.peak_pids(), 4);
+        cmd.kill_all();
+        let _ = sys::wait4(child, false);
+        cmd.remove();
+        sandbox.remove();
+        assert!(sandbox.dirs.iter().all(|d| !d.exists()));
     }
 
     #[test]
