@@ -54,15 +54,23 @@ pub(crate) fn scan() -> HashMap<libc::pid_t, Proc> {
 }
 
 /// The calling thread's children (the init is single-threaded, so all of its children),
-/// zombies included.
+/// zombies included. Where the kernel has no `children` file (CONFIG_PROC_CHILDREN), every
+/// process's parent is looked up instead.
 pub(crate) fn own_children() -> Vec<libc::pid_t> {
-    std::fs::read_to_string("/proc/thread-self/children")
-        .map(|t| {
-            t.split_whitespace()
-                .filter_map(|p| p.parse().ok())
+    match std::fs::read_to_string("/proc/thread-self/children") {
+        Ok(t) => t
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        Err(_) => {
+            let me = crate::sys::getpid();
+            scan()
+                .into_iter()
+                .filter(|(_, p)| p.ppid == me)
+                .map(|(pid, _)| pid)
                 .collect()
-        })
-        .unwrap_or_default()
+        }
+    }
 }
 
 /// Tasks per owner: for each process, the nearest ancestor in `roots` (itself excluded), or
@@ -160,6 +168,20 @@ mod tests {
         .collect();
         let by = tasks_by_root(&procs, &HashSet::new(), 1);
         assert_eq!(by.get(&None), Some(&2));
+    }
+
+    #[test]
+    fn a_child_is_among_our_children() {
+        // Spawned from this thread, so it is this thread's child.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as libc::pid_t;
+        let found = own_children();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&pid), "{pid} not in {found:?}");
     }
 
     #[test]
