@@ -109,7 +109,9 @@ pub struct EndFacts {
     pub sandbox_ended: Option<String>,
     /// OOM kills seen in the run's memory domain.
     pub oom_kills: u64,
-    /// Forks or threads the process limit refused (cgroup `pids.events` `max`).
+    /// Forks or threads the process limit refused (cgroup `pids.events` `max`). Where no
+    /// cgroup counts refusals (RLIMIT_NPROC leaves no trace), 1 when the sandbox's task count
+    /// was seen at the limit.
     pub pids_refused: u64,
     pub output_truncated: bool,
     /// A scratch filesystem was found full (no blocks left).
