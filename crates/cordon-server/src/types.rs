@@ -26,6 +26,11 @@ pub struct CreateSandbox {
     pub pids: Option<u32>,
     /// Size of /tmp and /workspace, e.g. `"256M"`.
     pub disk: Option<Amount>,
+    /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
+    /// (`limits_hit: ["output"]`).
+    pub output_limit: Option<Amount>,
+    /// CPU time each command may use, e.g. `"5s"` (`status: "cpu_time"` when it runs out).
+    pub cpu_time: Option<Amount>,
     /// Time to live, e.g. `"10m"` or seconds.
     pub ttl: Option<Amount>,
     /// Environment variables every command gets.
