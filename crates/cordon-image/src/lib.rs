@@ -26,11 +26,13 @@
 //!   only way there) for it to read the `user.overlay.*` xattrs.
 
 mod add;
+pub mod auth;
 pub mod digest;
 pub mod error;
 mod fsutil;
 pub mod import;
 pub mod oci;
+pub mod pull;
 pub mod reference;
 pub mod store;
 pub mod unpack;
@@ -41,5 +43,6 @@ pub use error::ImageError;
 pub use fsutil::FileLock;
 pub use import::{import, ImportOptions, Imported};
 pub use oci::{ImageConfig, Platform};
+pub use pull::{login, pull, PullOptions, Pulled};
 pub use reference::Reference;
 pub use store::{ImageRoot, Store};

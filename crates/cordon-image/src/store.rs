@@ -734,10 +734,7 @@ impl Writer<'_> {
         record.added = now();
         self.store.update_index(|idx| {
             for n in names {
-                // A name with a digest is found by the digest; only tags are recorded.
-                if n.digest.is_none() {
-                    idx.refs.insert(n.to_string(), record.digest.clone());
-                }
+                idx.refs.insert(n.to_string(), record.digest.clone());
             }
             idx.images.insert(record.digest.clone(), record);
             Ok(())

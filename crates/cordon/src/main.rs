@@ -10,6 +10,7 @@
 
 mod bench;
 mod check;
+mod image;
 mod mcp;
 mod run;
 mod run_egress;
@@ -47,6 +48,8 @@ enum Command {
     Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
     Bench(bench::BenchArgs),
+    /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
+    Image(image::ImageArgs),
 }
 
 /// The C entry point, called by glibc's start code. std still has the arguments (glibc hands
@@ -95,6 +98,7 @@ fn cordon_main() -> i32 {
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(args),
+        Command::Image(args) => image::main(args),
     };
     code.clamp(0, 255)
 }
