@@ -851,3 +851,227 @@ fn help_teaches() {
         assert!(text.contains(want), "pull --help lacks {want}: {text}");
     }
 }
+
+/// A token service for the registry's `auth: token` mode (what Docker Hub, ghcr.io and
+/// Harbor do): checks Basic credentials and answers with a JWT (RS256, signed with the
+/// openssl CLI, its certificate in `x5c`) granting what was asked. Logs each request head.
+struct TokenServer {
+    port: u16,
+    cert: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl TokenServer {
+    fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
+        let key = dir.join("token-key.pem");
+        let cert = dir.join("token-cert.pem");
+        run(Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=cordon-test-token",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert));
+        let der = run(Command::new("openssl")
+            .args(["x509", "-outform", "DER", "-in"])
+            .arg(&cert))
+        .stdout;
+        let x5c = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(der)
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let log2 = log.clone();
+        let good = {
+            use base64::Engine;
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            )
+        };
+        let user = user.to_string();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                log2.lock().expect("log").push(head.clone());
+                let authorized = head.lines().any(|l| {
+                    l.to_ascii_lowercase().starts_with("authorization:") && l[14..].trim() == good
+                });
+                let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                // scope=repository:NAME:ACTIONS (URL-encoded ':' as %3A)
+                let scope = target
+                    .split(['?', '&'])
+                    .find_map(|kv| kv.strip_prefix("scope="))
+                    .unwrap_or("")
+                    .replace("%3A", ":")
+                    .replace("%2F", "/")
+                    .replace("%2C", ",");
+                let mut parts = scope.splitn(3, ':');
+                let (_, name, actions) = (
+                    parts.next(),
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or(""),
+                );
+                let (status, body) = if !authorized {
+                    (
+                        "401 Unauthorized",
+                        r#"{"details":"bad credentials"}"#.to_string(),
+                    )
+                } else {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "x5c": [x5c]});
+                    let claims = serde_json::json!({
+                        "iss": "cordon-test-issuer", "sub": user, "aud": "cordon-test-registry",
+                        "exp": now + 300, "nbf": now - 10, "iat": now,
+                        "jti": format!("{now}-{}", N.fetch_add(1, Ordering::SeqCst)),
+                        "access": [{"type": "repository", "name": name,
+                                    "actions": actions.split(',').filter(|a| !a.is_empty()).collect::<Vec<_>>()}],
+                    });
+                    let signing = format!(
+                        "{}.{}",
+                        b64url(header.to_string().as_bytes()),
+                        b64url(claims.to_string().as_bytes())
+                    );
+                    let mut child = Command::new("openssl")
+                        .args(["dgst", "-sha256", "-sign"])
+                        .arg(&key)
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .expect("openssl");
+                    child
+                        .stdin
+                        .take()
+                        .expect("stdin")
+                        .write_all(signing.as_bytes())
+                        .expect("sign");
+                    let sig = child.wait_with_output().expect("openssl").stdout;
+                    let jwt = format!("{signing}.{}", b64url(&sig));
+                    (
+                        "200 OK",
+                        serde_json::json!({"token": jwt, "expires_in": 300}).to_string(),
+                    )
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        TokenServer { port, cert, log }
+    }
+}
+
+#[test]
+fn bearer_token_auth() {
+    if !have_all() || !have("openssl") {
+        return;
+    }
+    let work = Tmp::new("token");
+    let (oci, digest) = build_image(work.path());
+    let secret = format!("tok-{}", std::process::id());
+    let ts = TokenServer::start(work.path(), "alice", &secret);
+    let reg = Registry::start(&format!(
+        "auth:\n  token:\n    realm: http://127.0.0.1:{}/token\n    service: cordon-test-registry\n    issuer: cordon-test-issuer\n    rootcertbundle: {}\n",
+        ts.port,
+        ts.cert.display()
+    ));
+    reg.push(&oci, "private/app:v1", Some(&format!("alice:{secret}")));
+    let name = format!("{}/private/app:v1", reg.host());
+    let data = work.path().join("data");
+    let home = work.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+
+    // Without credentials the token service refuses: a clear error.
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--data-dir"])
+        .arg(&data)
+        .env("HOME", &home)
+        .output()
+        .expect("pull");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("authentication failed"));
+
+    // login checks the credentials through the token exchange, then the pull uses them.
+    let mut login = Command::new(cordon_bin())
+        .args([
+            "image",
+            "login",
+            &reg.host(),
+            "-u",
+            "alice",
+            "--password-stdin",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .env("HOME", &home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("login");
+    login
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{secret}\n").as_bytes())
+        .expect("write");
+    let out = login.wait_with_output().expect("login");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = ts.log.lock().expect("log").len();
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--json", "--data-dir"])
+        .arg(&data)
+        .env("HOME", &home)
+        .output()
+        .expect("pull");
+    let pulled = ok_json(out);
+    assert_eq!(pulled["digest"], digest.as_str());
+    let asked: Vec<String> = ts.log.lock().expect("log")[before..].to_vec();
+    assert!(
+        asked
+            .iter()
+            .any(|h| h.contains("scope=repository%3Aprivate%2Fapp%3Apull")
+                || h.contains("scope=repository:private/app:pull")),
+        "no token asked for pulling private/app: {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|h| h.contains("service=cordon-test-registry")),
+        "{asked:?}"
+    );
+}
