@@ -1075,3 +1075,141 @@ fn bearer_token_auth() {
         "{asked:?}"
     );
 }
+
+/// Adds to the layout a second manifest of the same layers for linux/arm64 (its config says
+/// so, and `ARCH=arm64`) and an index of both, tagged `multi`. Returns (index, amd64 manifest,
+/// arm64 manifest) digests.
+fn make_multi_arch(oci: &Path, amd64: &str) -> (String, String, String) {
+    let blob = |d: &str| {
+        oci.join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let put = |bytes: &[u8]| -> (String, usize) {
+        let tmp = write_blob(oci, bytes);
+        let out = run(Command::new("sha256sum").arg(&tmp));
+        let hex = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .expect("sha256sum")
+            .to_string();
+        std::fs::rename(&tmp, oci.join("blobs/sha256").join(&hex)).expect("blob");
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(blob(amd64)).expect("m")).expect("json");
+    let mut config: Value = serde_json::from_slice(
+        &std::fs::read(blob(manifest["config"]["digest"].as_str().expect("config"))).expect("c"),
+    )
+    .expect("json");
+    config["architecture"] = "arm64".into();
+    config["variant"] = "v8".into();
+    config["config"]["Env"] = serde_json::json!(["ARCH=arm64"]);
+    let (cd, cn) = put(config.to_string().as_bytes());
+    manifest["config"]["digest"] = cd.into();
+    manifest["config"]["size"] = cn.into();
+    let (arm, arm_n) = put(manifest.to_string().as_bytes());
+    let amd_n = std::fs::metadata(blob(amd64)).expect("m").len();
+    let index = serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": amd64, "size": amd_n,
+         "platform": {"architecture": "amd64", "os": "linux"}},
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm, "size": arm_n,
+         "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}},
+    ]});
+    let (id, idn) = put(index.to_string().as_bytes());
+    let top = serde_json::json!({"schemaVersion": 2, "manifests": [
+        {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": id, "size": idn,
+         "annotations": {"org.opencontainers.image.ref.name": "multi"}}]});
+    std::fs::write(oci.join("index.json"), top.to_string()).expect("index.json");
+    (id, amd64.to_string(), arm)
+}
+
+fn write_blob(dir: &Path, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(format!("tmp-{}", N.fetch_add(1, Ordering::SeqCst)));
+    std::fs::write(&p, bytes).expect("write");
+    p
+}
+
+#[test]
+fn multi_arch_indexes_and_zstd_layers() {
+    if !have_all() {
+        return;
+    }
+    if std::env::consts::ARCH != "x86_64" && std::env::consts::ARCH != "aarch64" {
+        eprintln!("SKIPPED: the test's index has amd64 and arm64 images only");
+        return;
+    }
+    let work = Tmp::new("multi");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    // zstd-compressed layers.
+    run(Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "-q",
+            "--dest-tls-verify=false",
+            "--dest-compress",
+            "--dest-compress-format",
+            "zstd",
+        ])
+        .arg(format!("oci:{}:t", oci.display()))
+        .arg(format!("docker://{}/app:zstd", reg.host()))
+        .env("TMPDIR", work.path()));
+    let data = work.path().join("data");
+    let z = ok_json(cordon(
+        &data,
+        &["pull", &format!("{}/app:zstd", reg.host()), "--json"],
+    ));
+    assert!(
+        z["layers"][0]["media_type"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("+zstd")),
+        "{z}"
+    );
+    let inspect = ok_json(cordon(
+        &data,
+        &["inspect", &format!("{}/app:zstd", reg.host()), "--json"],
+    ));
+    assert_eq!(inspect["layer_reports"][1]["whiteouts"], 1);
+
+    let (index, amd, arm) = make_multi_arch(&oci, &digest);
+    run(Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "-q",
+            "--all",
+            "--dest-tls-verify=false",
+        ])
+        .arg(format!("oci:{}:multi", oci.display()))
+        .arg(format!("docker://{}/multi:1", reg.host()))
+        .env("TMPDIR", work.path()));
+    let name = format!("{}/multi:1", reg.host());
+    let host = ok_json(cordon(&data, &["pull", &name, "--json"]));
+    let want = if std::env::consts::ARCH == "x86_64" {
+        &amd
+    } else {
+        &arm
+    };
+    assert_eq!(
+        host["digest"],
+        want.as_str(),
+        "the host's platform is picked"
+    );
+    assert_eq!(host["index_digest"], index.as_str());
+    let other = ok_json(cordon(
+        &data,
+        &["pull", &name, "--platform", "linux/arm64", "--json"],
+    ));
+    assert_eq!(other["digest"], arm.as_str());
+    assert_eq!(other["platform"], "linux/arm64/v8");
+    let inspect = ok_json(cordon(&data, &["inspect", &arm, "--json"]));
+    assert_eq!(inspect["config"]["config"]["Env"][0], "ARCH=arm64");
+    let out = cordon(&data, &["pull", &name, "--platform", "linux/s390x"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no image for linux/s390x") && err.contains("linux/amd64"),
+        "{err}"
+    );
+}
