@@ -19,6 +19,7 @@
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -527,6 +528,8 @@ impl Source for RegistrySource<'_> {
             let mut file = OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(partial)
                 .ctx(|| format!("opening {}", partial.display()))?;
             let mut have = file

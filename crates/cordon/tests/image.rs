@@ -777,6 +777,7 @@ fn an_interrupted_download_resumes_where_it_stopped() {
         assert!(Instant::now() < deadline, "the download never got going");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_eq!(mode(&partial), 0o600, "a download in progress is private");
     std::thread::sleep(Duration::from_millis(200));
     first.kill().expect("kill");
     first.wait().expect("wait");
