@@ -26,9 +26,9 @@ mod mounts;
 mod output;
 pub mod persistent;
 mod plan;
-mod proctree;
+
+mod init;
 pub mod reaping;
-mod sandbox;
 pub mod seccomp;
 mod supervisor;
 mod sys;

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
-use crate::sandbox::Stdio;
+use crate::init::Stdio;
 use crate::supervisor::{apply_confined, prepare, spawn_init};
 use crate::sys;
 

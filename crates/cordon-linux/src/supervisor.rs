@@ -18,9 +18,9 @@ use crate::cgroup::{self, Cgroup, CgroupLimits};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::idmap;
+use crate::init::{self, Stdio};
 use crate::output::{Capture, Echo};
 use crate::plan::{self, PlanInput};
-use crate::sandbox::{self, Stdio};
 use crate::watch::Watch;
 use crate::{detect, sys};
 
@@ -325,7 +325,7 @@ pub(crate) fn spawn_init(
     let init = match unsafe { sys::clone_into(flags) } {
         Ok(sys::Fork::Child) => {
             drop(chan_parent);
-            sandbox::init_entry(plan, Channel::new(chan_child), stdio)
+            init::init_entry(plan, Channel::new(chan_child), stdio)
         }
         Ok(sys::Fork::Parent(p)) => p,
         Err(e) => {
@@ -856,7 +856,7 @@ impl Supervision {
             .unwrap_or_else(|| self.start.elapsed());
         let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
         // The init reaped every process of the sandbox before it exited (see
-        // `sandbox::one_shot_wait`), so its rusage covers them all, killed ones included.
+        // `init::one_shot::wait`), so its rusage covers them all, killed ones included.
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),
             None => self
