@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::init::Stdio;
-use crate::supervisor::{apply_confined, prepare, spawn_init};
+use crate::launcher::{apply_confined, prepare, spawn_init};
 use crate::sys;
 
 /// The fd number on which the helper finds its control socket.

@@ -256,7 +256,7 @@ fn apply_cpu_rlimit(plan: &Plan) -> std::io::Result<()> {
 
 /// `RLIMIT_NPROC` without a cgroup. The count is of the sandbox's one user, so it includes
 /// the init (and, in a persistent sandbox, the running command's sub-init): the payload gets
-/// `pids`, as a cgroup would give it (see `supervisor::prepare`).
+/// `pids`, as a cgroup would give it (see `launcher::prepare`).
 fn nproc_limit(plan: &Plan) -> u64 {
     u64::from(plan.limits.pids) + 1 + u64::from(plan.persistent)
 }
