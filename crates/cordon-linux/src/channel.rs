@@ -89,6 +89,17 @@ pub enum Watched {
     Proc,
 }
 
+/// One command to run in a persistent sandbox: what the server asks for (`persistent::Sandbox::
+/// exec`), and what travels on, unchanged, server → helper → init. The init adds it to the
+/// profile's environment and resolves `cwd` against the profile's working directory.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    /// Variables set on top of the sandbox's environment, in order (a later one wins).
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+}
+
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
@@ -102,9 +113,7 @@ pub enum ToSandbox {
     /// files through which the command's sub-init joins the command's own cgroup.
     Exec {
         id: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: Option<String>,
+        spec: ExecSpec,
         #[serde(default)]
         cgroup: bool,
     },

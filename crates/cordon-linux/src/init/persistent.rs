@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::proctree;
 use super::{apply_cpu_rlimit, exec_command, fail, nproc_limit, Stdio, EXIT_SETUP_FAILED};
-use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::channel::{Channel, ExecSpec, ToSandbox, ToSupervisor};
 use crate::plan::Plan;
 use crate::sys;
 
@@ -81,9 +81,7 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
             }
             ToSandbox::Exec {
                 id,
-                argv,
-                env,
-                cwd,
+                spec: ExecSpec { argv, env, cwd },
                 cgroup,
             } => {
                 let to_c = |s: Vec<u8>| CString::new(s).ok();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use cordon_policy::{Enforcement, Profile};
 
 use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD};
-use crate::channel::{Channel, ToSupervisor};
+use crate::channel::{Channel, ExecSpec, ToSupervisor};
 use crate::error::EngineError;
 use crate::sys;
 
@@ -39,14 +39,6 @@ pub struct Started {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
-}
-
-/// What to run in a persistent sandbox.
-#[derive(Debug, Clone, Default)]
-pub struct ExecSpec {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: Option<String>,
 }
 
 type OnExit = Box<dyn FnOnce(ExitInfo) + Send>;
@@ -247,12 +239,7 @@ impl Sandbox {
                 },
             );
         }
-        let msg = ToHelper::Exec {
-            id,
-            argv: spec.argv,
-            env: spec.env,
-            cwd: spec.cwd,
-        };
+        let msg = ToHelper::Exec { id, spec };
         if let Err(e) = self.control.send(&msg) {
             self.forget(id);
             return Err(EngineError::io("sending the command to the sandbox", e));

@@ -227,16 +227,10 @@ pub fn helper_main() -> i32 {
         domains.tick(&chan);
         if pfds[0].revents != 0 {
             match control.recv::<ToHelper>() {
-                Ok(Some((ToHelper::Exec { id, argv, env, cwd }, _))) => {
+                Ok(Some((ToHelper::Exec { id, spec }, _))) => {
                     let (files, cgroup) = domains.open(id);
                     let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
-                    let msg = ToSandbox::Exec {
-                        id,
-                        argv,
-                        env,
-                        cwd,
-                        cgroup,
-                    };
+                    let msg = ToSandbox::Exec { id, spec, cgroup };
                     if chan.send_with_fds(&msg, &raw).is_err() {
                         break "the sandbox stopped answering".to_string();
                     }

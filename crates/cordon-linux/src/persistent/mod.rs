@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::ToSupervisor;
 
-pub use handle::{ExecSpec, ExitInfo, OnProxyListener, Sandbox, Started};
+pub use crate::channel::ExecSpec;
+pub use handle::{ExitInfo, OnProxyListener, Sandbox, Started};
 pub use helper::helper_main;
 
 /// The fd number on which the helper finds its control socket.
@@ -43,9 +44,7 @@ enum ToHelper {
     },
     Exec {
         id: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: Option<String>,
+        spec: ExecSpec,
     },
     Signal {
         id: u64,
