@@ -43,8 +43,13 @@ pub enum ToSupervisor {
         #[serde(default)]
         cwd: bool,
     },
-    /// Setup failed before the payload ran.
-    SetupFailed { step: String, message: String },
+    /// Setup failed before the payload ran; `errno` when the step failed on a syscall.
+    SetupFailed {
+        step: String,
+        message: String,
+        #[serde(default)]
+        errno: Option<i32>,
+    },
     /// The payload exited with this code.
     Exited { code: i32 },
     /// The payload was killed by this signal.

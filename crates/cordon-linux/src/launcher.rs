@@ -266,6 +266,7 @@ pub(crate) fn spawn_init(
                 message: format!(
                     "{e}; this host refuses {who}user namespaces (see `cordon check`)"
                 ),
+                errno: e.raw_os_error(),
             });
         }
     };
@@ -318,9 +319,18 @@ fn reported_failure(chan: &Channel) -> Option<EngineError> {
         return None;
     }
     match chan.recv::<ToSupervisor>() {
-        Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
-            Some(EngineError::Setup { step, message })
-        }
+        Ok(Some((
+            ToSupervisor::SetupFailed {
+                step,
+                message,
+                errno,
+            },
+            _,
+        ))) => Some(EngineError::Setup {
+            step,
+            message,
+            errno,
+        }),
         _ => None,
     }
 }

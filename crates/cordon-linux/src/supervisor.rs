@@ -449,7 +449,7 @@ impl Supervision {
                     } if exec_failed.is_none() => {
                         exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
                     }
-                    ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
+                    ToSupervisor::SetupFailed { step, message, .. } if setup_error.is_none() => {
                         setup_error = Some(format!("{step}: {message}"));
                     }
                     ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }

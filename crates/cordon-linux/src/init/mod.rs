@@ -15,6 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
+use crate::error::StepFailure;
 use crate::plan::{Plan, INNER_ID, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
@@ -27,10 +28,11 @@ pub struct Stdio {
     pub stderr: OwnedFd,
 }
 
-fn fail(ch: &Channel, step: &str, message: impl std::fmt::Display) -> ! {
+fn fail(ch: &Channel, step: &str, failure: impl StepFailure) -> ! {
     let _ = ch.send(&ToSupervisor::SetupFailed {
         step: step.to_string(),
-        message: message.to_string(),
+        message: failure.to_string(),
+        errno: failure.errno(),
     });
     sys::exit_now(EXIT_SETUP_FAILED)
 }

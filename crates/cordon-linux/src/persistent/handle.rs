@@ -143,6 +143,7 @@ impl Sandbox {
                             EngineError::Setup {
                                 step: "creating the sandbox".into(),
                                 message: "no root directory was handed over".into(),
+                                errno: None,
                             },
                         ));
                     };
@@ -153,12 +154,13 @@ impl Sandbox {
                         cb(std::net::TcpListener::from(fd));
                     }
                 }
-                Ok(Some((FromHelper::Failed { message }, _))) => {
+                Ok(Some((FromHelper::Failed { message, errno }, _))) => {
                     return Err(fail(
                         &mut child,
                         EngineError::Setup {
                             step: "creating the sandbox".into(),
                             message,
+                            errno,
                         },
                     ))
                 }
@@ -169,6 +171,7 @@ impl Sandbox {
                         EngineError::Setup {
                             step: "creating the sandbox".into(),
                             message: "the sandbox helper exited".into(),
+                            errno: None,
                         },
                     ))
                 }
@@ -251,6 +254,7 @@ impl Sandbox {
                 Err(EngineError::Setup {
                     step: "starting the command".into(),
                     message: "the sandbox did not answer".into(),
+                    errno: None,
                 })
             }
         }
@@ -401,6 +405,7 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                 _ => Err(EngineError::Setup {
                     step: "starting the command".into(),
                     message: "the sandbox sent no pipes".into(),
+                    errno: None,
                 }),
             };
             if let Some(tx) = p.started.take() {
@@ -427,6 +432,7 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                         } else {
                             format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
                         },
+                        errno: Some(errno),
                     }));
                     pending.remove(&id);
                 }

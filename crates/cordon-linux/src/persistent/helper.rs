@@ -60,13 +60,13 @@ pub fn helper_main() -> i32 {
         Ok(Some((ToHelper::Create { profile, env }, _))) => (profile, env),
         _ => return 2,
     };
-    let failed = |control: &Channel, message: String| {
-        let _ = control.send(&FromHelper::Failed { message });
+    let failed = |control: &Channel, message: String, errno: Option<i32>| {
+        let _ = control.send(&FromHelper::Failed { message, errno });
         1
     };
     let mut prepared = match prepare(&profile, &[], None, &env, true) {
         Ok(p) => p,
-        Err(e) => return failed(&control, e.to_string()),
+        Err(e) => return failed(&control, e.to_string(), e.errno()),
     };
     let null = |w: bool| {
         std::fs::OpenOptions::new()
@@ -81,11 +81,11 @@ pub fn helper_main() -> i32 {
             stdout,
             stderr,
         },
-        _ => return failed(&control, "cannot open /dev/null".into()),
+        _ => return failed(&control, "cannot open /dev/null".into(), None),
     };
     let (init_pid, chan) = match spawn_init(&mut prepared, stdio) {
         Ok(r) => r,
-        Err(e) => return failed(&control, e.to_string()),
+        Err(e) => return failed(&control, e.to_string(), e.errno()),
     };
     let mut enforcement = prepared.enforcement();
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
@@ -115,6 +115,7 @@ pub fn helper_main() -> i32 {
                     "the sandbox did not finish its setup within {}s",
                     SETUP_TIMEOUT.as_secs()
                 ),
+                None,
             );
         }
         let mut pfds = [
@@ -154,27 +155,43 @@ pub fn helper_main() -> i32 {
                 apply_confined(&mut enforcement, &msg);
                 confined = true;
             }
-            Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
+            Ok(Some((
+                ToSupervisor::SetupFailed {
+                    step,
+                    message,
+                    errno,
+                },
+                _,
+            ))) => {
                 domains.kill();
                 return failed(
                     &control,
                     format!("sandbox setup failed at {step}: {message}"),
+                    errno,
                 );
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
                 domains.kill();
-                return failed(&control, "the sandbox died during setup".into());
+                return failed(&control, "the sandbox died during setup".into(), None);
             }
         }
     }
     let Some(root_fd) = root_fd else {
         domains.kill();
-        return failed(&control, "the sandbox did not hand over its root".into());
+        return failed(
+            &control,
+            "the sandbox did not hand over its root".into(),
+            None,
+        );
     };
     if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
         domains.kill();
-        return failed(&control, "Landlock was required but is not enforced".into());
+        return failed(
+            &control,
+            "Landlock was required but is not enforced".into(),
+            None,
+        );
     }
     let ready = FromHelper::Ready {
         enforcement: Box::new(enforcement),

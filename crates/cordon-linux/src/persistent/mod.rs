@@ -66,8 +66,11 @@ enum FromHelper {
         host_uid: u32,
         host_gid: u32,
     },
+    /// `errno`: the kernel's answer to the step that failed, when there was one.
     Failed {
         message: String,
+        #[serde(default)]
+        errno: Option<i32>,
     },
     Sandbox(ToSupervisor),
     /// Command `id` ended (the init's report, with what its accounting domain counted).
