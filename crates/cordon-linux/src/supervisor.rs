@@ -69,14 +69,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// SIGINT/SIGTERM/SIGHUP to cordon end the sandbox cleanly instead of orphaning its cgroup.
 fn install_signal_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to atomics, which is async-signal-safe; the
-        // sigaction struct is fully initialised.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
+        unsafe { sys::set_signal_handler(sig, on_signal) };
     }
 }
 
@@ -364,40 +358,25 @@ impl Supervision {
                 let Some(fd) = slot.as_ref() else { continue };
                 // Bounded per round so one flooding stream cannot starve the other.
                 for _ in 0..16 {
-                    // SAFETY: reading into a valid buffer from an fd we own.
-                    let n = unsafe {
-                        libc::read(
-                            fd.as_raw_fd(),
-                            buf.as_mut_ptr() as *mut libc::c_void,
-                            buf.len(),
-                        )
-                    };
-                    if n > 0 {
-                        // SAFETY: `read` initialised the first `n` bytes of `buf`.
-                        let data = unsafe {
-                            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize)
-                        };
-                        let echo = if is_out {
-                            self.stdout.push(data)
-                        } else {
-                            self.stderr.push(data)
-                        };
-                        if echo == Echo::Gone {
-                            // Our reader left: closing the pipe passes that on to the writer.
-                            *slot = None;
-                            break;
+                    match rustix::io::read(fd, &mut buf[..]) {
+                        Ok((data, _)) if !data.is_empty() => {
+                            let echo = if is_out {
+                                self.stdout.push(data)
+                            } else {
+                                self.stderr.push(data)
+                            };
+                            if echo == Echo::Gone {
+                                // Our reader left: closing the pipe passes that on to the writer.
+                                *slot = None;
+                                break;
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    if n == 0 {
-                        *slot = None;
-                    } else {
-                        let e = std::io::Error::last_os_error();
-                        if e.kind() != std::io::ErrorKind::WouldBlock
-                            && e.kind() != std::io::ErrorKind::Interrupted
-                        {
-                            *slot = None;
+                        // The end of the stream.
+                        Ok(_) => *slot = None,
+                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
                         }
+                        Err(_) => *slot = None,
                     }
                     break;
                 }

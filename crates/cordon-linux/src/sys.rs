@@ -219,6 +219,16 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Sends `sig` to the process group `pgid` (a command's whole tree, if it kept its group).
+pub fn kill_group(pgid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // As in `kill`: a bad id must never become "every process" (-1) or our own group (0).
+    if pgid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: plain integers.
+    cvt(unsafe { libc::kill(-pgid, sig) }).map(drop)
+}
+
 /// Sends `sig` to every process this one may signal except itself: run by a pid namespace's
 /// init, everything else in the namespace. ESRCH (nobody left) is success.
 pub fn kill_all_others(sig: libc::c_int) -> io::Result<()> {
@@ -255,6 +265,32 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `handler` on `sig` (no flags, nothing blocked meanwhile). rustix offers no sigaction.
+///
+/// # Safety
+/// `handler` must be async-signal-safe.
+pub unsafe fn set_signal_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: the sigaction struct is zeroed, then given a handler and an empty mask; the
+    // caller vouches for the handler.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Closes the fd number `fd` without an owner's say: for a forked child dropping its copy of
+/// an fd that its parent's code owns.
+///
+/// # Safety
+/// Nothing in this process may use `fd` afterwards.
+pub unsafe fn close_raw(fd: RawFd) {
+    // SAFETY: the caller guarantees the fd is not used again here.
+    unsafe { libc::close(fd) };
+}
+
+/// Async-signal-safe (a plain syscall), so it may run between fork and exec.
 pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: plain integers; dup2 clears CLOEXEC on `to`, which is what stdio needs.
     cvt(unsafe { libc::dup2(from, to) }).map(drop)

@@ -259,9 +259,9 @@ impl Commands {
         let Some((sub, c)) = self.running.iter().find(|(_, c)| c.id == id) else {
             return;
         };
-        // SAFETY: plain integers; the leader's pid is reserved until we reap it (see
-        // `Command::leader`), so the group is the command's.
-        unsafe { libc::kill(-c.leader, signal) };
+        // The leader's pid is reserved until we reap it (see `Command::leader`), so the group
+        // is the command's.
+        let _ = sys::kill_group(c.leader, signal);
         let _ = sys::kill(c.leader, signal);
         if signal == libc::SIGKILL {
             let _ = sys::kill(*sub, libc::SIGKILL);
@@ -509,8 +509,8 @@ fn subinit(
     };
     drop((stdio, gate_r, gate_w));
     // The channel is the init's; nothing here speaks on it.
-    // SAFETY: closing our copy of an fd this process never uses again.
-    unsafe { libc::close(ch.raw()) };
+    // SAFETY: our copy of the init's fd; this process never uses it again.
+    unsafe { sys::close_raw(ch.raw()) };
     if sys::write_all(pid_w.as_raw_fd(), &leader.to_ne_bytes()).is_err() {
         let _ = sys::kill(leader, libc::SIGKILL);
         sys::exit_now(EXIT_SETUP_FAILED);

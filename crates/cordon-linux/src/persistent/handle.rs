@@ -99,12 +99,7 @@ impl Sandbox {
         // SAFETY: between fork and exec the closure only calls dup2, which is async-signal-safe;
         // dup2 also clears FD_CLOEXEC on fd 3, so exactly this socket is inherited.
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(theirs_raw, CONTROL_FD) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || sys::dup2(theirs_raw, CONTROL_FD));
         }
         let mut child = cmd
             .spawn()
