@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -288,6 +288,15 @@ pub unsafe fn set_signal_handler(sig: libc::c_int, handler: extern "C" fn(libc::
 pub unsafe fn close_raw(fd: RawFd) {
     // SAFETY: the caller guarantees the fd is not used again here.
     unsafe { libc::close(fd) };
+}
+
+/// Closes `fd` and reports the error that dropping it would swallow (some file systems report
+/// a full disk only there). rustix's close returns nothing.
+pub fn close_checked(fd: OwnedFd) -> io::Result<()> {
+    let raw = fd.into_raw_fd();
+    // SAFETY: `raw` came from into_raw_fd, so it is open and owned by nothing else; after
+    // close it is gone whatever the result (Linux never leaves it open on EINTR).
+    cvt(unsafe { libc::close(raw) }).map(drop)
 }
 
 /// Async-signal-safe (a plain syscall), so it may run between fork and exec.
