@@ -57,15 +57,10 @@ pub enum ToSupervisor {
     /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
     /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
     Started { id: u64, pid: i32 },
-    /// Persistent sandbox: command `id` ended, and with it everything it started. CPU and
-    /// peak RSS cover every process of the command, killed ones included.
+    /// Persistent sandbox: command `id` ended, and with it everything it started.
     ExecExit {
         id: u64,
-        code: Option<i32>,
-        signal: Option<i32>,
-        cpu_user_us: u64,
-        cpu_system_us: u64,
-        max_rss_kb: u64,
+        end: CommandEnd,
         /// Without a cgroup: what the init's samples saw (see [`ToSupervisor::CommandUsage`]).
         #[serde(default)]
         peak_pids: u64,
@@ -80,6 +75,17 @@ pub enum ToSupervisor {
         peak_pids: u64,
         pids_at_limit: u64,
     },
+}
+
+/// How a command of a persistent sandbox ended, as the init reaped it; the helper passes it
+/// on unchanged. CPU and peak RSS cover every process of the command, killed ones included.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CommandEnd {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
 }
 
 /// A descriptor the init hands over with `Confined`, through which the supervisor watches the
@@ -147,11 +153,7 @@ impl Channel {
     /// The channel's poll state right now (`revents`; 0 when poll fails). POLLHUP — the other
     /// end closed, its process gone — is reported whatever `events` asks for.
     pub fn poll_now(&self, events: libc::c_short) -> libc::c_short {
-        let mut p = [libc::pollfd {
-            fd: self.raw(),
-            events,
-            revents: 0,
-        }];
+        let mut p = [sys::pollfd(self.raw(), events)];
         match sys::poll(&mut p, 0) {
             Ok(n) if n > 0 => p[0].revents,
             _ => 0,

@@ -324,25 +324,13 @@ impl Supervision {
 
             let mut pfds = Vec::with_capacity(3);
             for fd in [&out_fd, &err_fd].into_iter().flatten() {
-                pfds.push(libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
             if let Some(c) = &chan {
-                pfds.push(libc::pollfd {
-                    fd: c.raw(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(c.raw(), libc::POLLIN));
             }
             if let (Some(fd), None) = (&init_fd, &self.init_exit) {
-                pfds.push(libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
             let wait = deadline
                 .saturating_duration_since(Instant::now())

@@ -738,6 +738,15 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// A poll entry asking for `events` on `fd` (an fd of -1 is an entry poll skips).
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: fds is a valid slice of pollfd.
     let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -965,11 +974,7 @@ pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
 /// and gets mistaken for stdio), and SIGPIPE is ignored (a write to a reader that left fails
 /// with EPIPE, which the supervisor and the server handle, instead of killing cordon).
 pub fn process_start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
+    let mut fds = [0, 1, 2].map(|fd| pollfd(fd, 0));
     // Nothing can be done about a failing poll this early; std ignores it too.
     let _ = poll(&mut fds, 0);
     for p in fds {

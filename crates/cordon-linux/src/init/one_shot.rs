@@ -49,16 +49,8 @@ pub(super) fn wait(ch: &Channel, payload: libc::pid_t) -> ! {
             break;
         }
         let mut pfds = [
-            libc::pollfd {
-                fd: ch.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            sys::pollfd(ch.raw(), libc::POLLIN),
+            sys::pollfd(sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()), libc::POLLIN),
         ];
         // Without a signalfd, look at the children every 10 ms.
         let timeout = if sigchld.is_some() { -1 } else { 10 };
@@ -86,11 +78,10 @@ pub(super) fn wait(ch: &Channel, payload: libc::pid_t) -> ! {
         if !reap(&mut end) {
             break;
         }
-        let mut pfds = [libc::pollfd {
-            fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut pfds = [sys::pollfd(
+            sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            libc::POLLIN,
+        )];
         let _ = sys::poll(&mut pfds, 10);
         if let Some(fd) = &sigchld {
             sys::drain_signalfd(fd);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::proctree;
 use super::{apply_cpu_rlimit, exec_command, fail, nproc_limit, Stdio, EXIT_SETUP_FAILED};
-use crate::channel::{Channel, ExecSpec, ToSandbox, ToSupervisor};
+use crate::channel::{Channel, CommandEnd, ExecSpec, ToSandbox, ToSupervisor};
 use crate::plan::Plan;
 use crate::sys;
 
@@ -40,16 +40,8 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
     };
     loop {
         let mut pfds = [
-            libc::pollfd {
-                fd: ch.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigchld.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            sys::pollfd(ch.raw(), libc::POLLIN),
+            sys::pollfd(sigchld.as_raw_fd(), libc::POLLIN),
         ];
         if sys::poll(&mut pfds, cmds.poll_timeout_ms()).is_err() {
             sys::exit_now(EXIT_SETUP_FAILED);
@@ -300,13 +292,16 @@ impl Commands {
             } else {
                 (Some(libc::WEXITSTATUS(exit.status)), None)
             };
-            let _ = ch.send(&ToSupervisor::ExecExit {
-                id: cmd.id,
+            let end = CommandEnd {
                 code,
                 signal,
                 cpu_user_us: (user + left.user).as_micros() as u64,
                 cpu_system_us: (system + left.system).as_micros() as u64,
                 max_rss_kb: (exit.rusage.ru_maxrss.max(0) as u64).max(left.max_rss_kb),
+            };
+            let _ = ch.send(&ToSupervisor::ExecExit {
+                id: cmd.id,
+                end,
                 // The samples may all have missed a short command; its own process it had.
                 peak_pids: cmd.peak_pids.max(1),
                 pids_at_limit: cmd.pids_at_limit,
@@ -349,11 +344,7 @@ impl Commands {
                 return used;
             }
             if !reaped {
-                let mut p = [libc::pollfd {
-                    fd: sigchld.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
+                let mut p = [sys::pollfd(sigchld.as_raw_fd(), libc::POLLIN)];
                 let _ = sys::poll(&mut p, 10);
                 sys::drain_signalfd(sigchld);
             }

@@ -306,28 +306,17 @@ fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
-            Ok(Some((
-                FromHelper::Exit {
-                    id,
-                    code,
-                    signal,
-                    cpu_user_us,
-                    cpu_system_us,
-                    max_rss_kb,
-                    usage,
-                },
-                _,
-            ))) => {
+            Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
                 let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
                     continue;
                 };
                 if let Some(cb) = p.on_exit.take() {
                     cb(ExitInfo {
-                        code,
-                        signal,
-                        cpu_user_us,
-                        cpu_system_us,
-                        max_rss_kb,
+                        code: end.code,
+                        signal: end.signal,
+                        cpu_user_us: end.cpu_user_us,
+                        cpu_system_us: end.cpu_system_us,
+                        max_rss_kb: end.max_rss_kb,
                         exec_error: p.exec_error.take(),
                         sandbox_ended: None,
                         usage,

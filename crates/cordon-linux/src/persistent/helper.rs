@@ -119,17 +119,9 @@ pub fn helper_main() -> i32 {
             );
         }
         let mut pfds = [
-            libc::pollfd {
-                fd: chan.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            sys::pollfd(chan.raw(), libc::POLLIN),
             // Only hang-up and errors: the server sends nothing before Ready.
-            libc::pollfd {
-                fd: control.raw(),
-                events: 0,
-                revents: 0,
-            },
+            sys::pollfd(control.raw(), 0),
         ];
         if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
             continue;
@@ -211,23 +203,11 @@ pub fn helper_main() -> i32 {
     let init_fd = sys::pidfd_open(init_pid).ok();
     let reason = loop {
         let mut pfds = vec![
-            libc::pollfd {
-                fd: control.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: chan.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            sys::pollfd(control.raw(), libc::POLLIN),
+            sys::pollfd(chan.raw(), libc::POLLIN),
         ];
         if let Some(fd) = &init_fd {
-            pfds.push(libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
         }
         if sys::poll(&mut pfds, domains.tick_ms()).is_err() {
             break "poll failed".to_string();
@@ -485,11 +465,7 @@ impl Domains {
             }
             ToSupervisor::ExecExit {
                 id,
-                code,
-                signal,
-                cpu_user_us,
-                cpu_system_us,
-                max_rss_kb,
+                end,
                 peak_pids,
                 pids_at_limit,
             } => {
@@ -514,15 +490,7 @@ impl Domains {
                         usage: Some(usage.clone()),
                     });
                 }
-                up.push(FromHelper::Exit {
-                    id,
-                    code,
-                    signal,
-                    cpu_user_us,
-                    cpu_system_us,
-                    max_rss_kb,
-                    usage,
-                });
+                up.push(FromHelper::Exit { id, end, usage });
                 return up;
             }
             _ => {}

@@ -24,7 +24,7 @@ use std::time::Duration;
 use cordon_policy::{Enforcement, Profile};
 use serde::{Deserialize, Serialize};
 
-use crate::channel::ToSupervisor;
+use crate::channel::{CommandEnd, ToSupervisor};
 
 pub use crate::channel::ExecSpec;
 pub use handle::{ExitInfo, OnProxyListener, Sandbox, Started};
@@ -76,11 +76,7 @@ enum FromHelper {
     /// Command `id` ended (the init's report, with what its accounting domain counted).
     Exit {
         id: u64,
-        code: Option<i32>,
-        signal: Option<i32>,
-        cpu_user_us: u64,
-        cpu_system_us: u64,
-        max_rss_kb: u64,
+        end: CommandEnd,
         usage: CommandUsage,
     },
     /// The answer to `ToHelper::Usage`; `None` for a command the helper does not know.
