@@ -5,7 +5,7 @@
 
 mod one_shot;
 mod persistent;
-pub(crate) mod proctree;
+mod proctree;
 
 use std::convert::Infallible;
 use std::ffi::CString;
