@@ -203,3 +203,39 @@ impl Channel {
         Ok(Some((msg, fds)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rootless, the init hands over four scratch filesystems and /proc with `Confined`.
+    #[test]
+    fn confined_carries_every_watched_fd() {
+        let (a, b) = sys::seqpacket_pair().expect("socket pair");
+        let (tx, rx) = (Channel::new(a), Channel::new(b));
+        let watch = vec![
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Proc,
+        ];
+        let files: Vec<OwnedFd> = watch
+            .iter()
+            .map(|_| std::fs::File::open("/dev/null").expect("/dev/null").into())
+            .collect();
+        let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+        let msg = ToSupervisor::Confined {
+            landlock_abi: 0,
+            landlock_partial: false,
+            seccomp: true,
+            rlimits: true,
+            notes: Vec::new(),
+            watch: watch.clone(),
+        };
+        tx.send_with_fds(&msg, &raw).expect("send");
+        let (got, fds) = rx.recv::<ToSupervisor>().expect("recv").expect("a message");
+        assert!(matches!(got, ToSupervisor::Confined { watch: w, .. } if w == watch));
+        assert_eq!(fds.len(), 5);
+    }
+}

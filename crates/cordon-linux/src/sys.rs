@@ -507,8 +507,9 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries.
-pub const MAX_FDS: usize = 4;
+/// Most fds one message carries. `Confined` is the largest: up to four scratch tmpfs and,
+/// without a cgroup, the sandbox's /proc (see `init::open_watched`).
+pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
 pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {

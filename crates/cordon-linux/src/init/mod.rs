@@ -176,17 +176,19 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         fail(&ch, "seccomp", e);
     }
     let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
-    let _ = ch.send_with_fds(
-        &ToSupervisor::Confined {
-            landlock_abi,
-            landlock_partial,
-            seccomp: true,
-            rlimits: true,
-            notes,
-            watch,
-        },
-        &raw,
-    );
+    // Without this report the supervisor would show none of the layers just applied (and a
+    // persistent sandbox would never be ready): its loss is a setup failure, not a detail.
+    let confined = ToSupervisor::Confined {
+        landlock_abi,
+        landlock_partial,
+        seccomp: true,
+        rlimits: true,
+        notes,
+        watch,
+    };
+    if let Err(e) = ch.send_with_fds(&confined, &raw) {
+        fail(&ch, "reporting the confinement", e);
+    }
     drop(watch_fds);
 
     if plan.persistent {
