@@ -379,8 +379,10 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries.
-pub const MAX_FDS: usize = 4;
+/// Most fds one message carries. The init's `Confined` carries the most: four scratch
+/// filesystems and, without a cgroup, its /proc — at 4, a rootless run's report was refused
+/// ("too many fds") and its `enforcement` came out all false.
+pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
 pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
