@@ -433,7 +433,16 @@ fn build_proc() -> Result<(), MountError> {
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
         None,
     )
-    .step(|| "mount /proc".into())?;
+    .map_err(|error| MountError {
+        step: if error.raw_os_error() == Some(libc::EPERM) {
+            "mount /proc (the kernel refuses a sandbox its own /proc while parts of the host's \
+             are covered or read-only, as container runtimes mask them: see `cordon check`)"
+                .into()
+        } else {
+            "mount /proc".into()
+        },
+        error,
+    })?;
     // Kernel knobs stay read-only even if a write permission check were ever to pass.
     for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
         let p = proc_.join(sub);

@@ -152,7 +152,7 @@ fn a_sandbox_starts_in_a_container_and_its_system_dirs_hold() {
 #[test]
 fn on_a_kernel_without_mount_setattr_too() {
     let mut layout = HostLayout::container();
-    layout.enosys.push(libc::SYS_mount_setattr);
+    layout.refuse.push((libc::SYS_mount_setattr, libc::ENOSYS));
     system_dirs_hold(layout, "container without mount_setattr");
 }
 

@@ -14,7 +14,8 @@
 //! - `max_user_namespaces`: a user namespace whose `user.max_user_namespaces` is set (0: no
 //!   more user namespaces below it), as on a host with the sysctl at 0 — without touching the
 //!   real host's setting.
-//! - `enosys`: syscalls that answer `ENOSYS`, as on an older kernel.
+//! - `refuse`: syscalls that fail with a given errno: `ENOSYS` as on an older kernel (or one
+//!   without Landlock), `EPERM` as under an older Docker's profile.
 
 use std::ffi::OsString;
 
@@ -30,7 +31,8 @@ pub struct HostLayout {
     pub binds: Vec<(String, String)>,
     pub docker_seccomp: bool,
     pub max_user_namespaces: Option<u32>,
-    pub enosys: Vec<i64>,
+    /// `(syscall number, errno)`.
+    pub refuse: Vec<(i64, i32)>,
 }
 
 /// What [`HostLayout::container`] puts in /etc/hostname.
@@ -59,14 +61,12 @@ mounts = spec["binds"] or spec["files"]
 userns = spec["max_user_namespaces"] is not None or (mounts and uid != 0)
 if userns:
     check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER)")
-    # Root maps every id to itself (cordon inside works as it does as root); a user, its own.
-    if uid == 0:
-        write("/proc/self/uid_map", "0 0 4294967295")
-        write("/proc/self/gid_map", "0 0 4294967295")
-    else:
-        write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
-        write("/proc/self/setgroups", "deny")
-        write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+    # Only the caller's own ids can be mapped from inside. (cordon started as root in here
+    # could not map its sandbox to another uid: what such a layout tests, as root, is only
+    # what happens before that — the namespaces it is refused.)
+    write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
+    write("/proc/self/setgroups", "deny")
+    write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
 elif mounts:
     check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
 if userns or mounts:
@@ -150,8 +150,8 @@ impl HostLayout {
             rules.push(json!([libc::SYS_clone, ns_flags, libc::EPERM]));
             rules.push(json!([libc::SYS_clone3, null, libc::ENOSYS]));
         }
-        for nr in &self.enosys {
-            rules.push(json!([nr, null, libc::ENOSYS]));
+        for (nr, errno) in &self.refuse {
+            rules.push(json!([nr, null, errno]));
         }
         json!({
             "files": self.files,
