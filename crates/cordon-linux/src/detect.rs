@@ -314,6 +314,16 @@ pub fn explain(f: &HostFacts) -> Vec<Obstacle> {
     let mut out = Vec::new();
     let root = f.euid == 0;
     let container = f.env.container.as_deref();
+    // Under the restriction an unconfined, unprivileged program's new user namespace gets no
+    // capabilities (AppArmor's unprivileged_userns profile), so what fails may be the
+    // namespaces or, after them, the /proc mount.
+    let apparmor_suspect = !root
+        && f.sysctl(APPARMOR_RESTRICT) == Some(1)
+        && !f
+            .env
+            .apparmor_label
+            .as_deref()
+            .is_some_and(|l| l.starts_with("cordon"));
     if f.env.root_in_user_namespace {
         out.push(Obstacle {
             id: "root_in_user_namespace",
@@ -377,25 +387,8 @@ pub fn explain(f: &HostFacts) -> Vec<Obstacle> {
                     fixes: vec![fix("a kernel built with CONFIG_USER_NS, CONFIG_PID_NS, CONFIG_NET_NS, CONFIG_IPC_NS and CONFIG_UTS_NS (every distribution kernel has them)", "none")],
                 }),
                 _ => {
-                    if !root && f.sysctl(APPARMOR_RESTRICT) == Some(1) {
-                        causes.push(Obstacle {
-                            id: "apparmor_userns_restriction",
-                            layer: "user_ns",
-                            found: format!(
-                                "{seen}; {APPARMOR_RESTRICT} = 1: AppArmor lets unprivileged programs create user \
-                                 namespaces only under a profile that allows it (Ubuntu 23.10 and later); cordon runs \
-                                 as {}",
-                                f.env.apparmor_label.as_deref().unwrap_or("an unknown label")
-                            ),
-                            fixes: vec![
-                                fix(APPARMOR_FIX, "cordon (and nothing else) may create user namespaces without root"),
-                                fix(
-                                    format!("sudo sysctl -w {APPARMOR_RESTRICT}=0 (and in /etc/sysctl.d/ to keep it)"),
-                                    "every program may create user namespaces again, host-wide",
-                                ),
-                                fix("run cordon as root (sudo cordon …): it maps each sandbox to an unprivileged uid", "cordon itself runs with root's rights"),
-                            ],
-                        });
+                    if apparmor_suspect {
+                        causes.push(apparmor_obstacle(f, &seen));
                     }
                     if !root && f.sysctl(USERNS_CLONE) == Some(0) {
                         causes.push(Obstacle {
@@ -447,6 +440,14 @@ pub fn explain(f: &HostFacts) -> Vec<Obstacle> {
         }
     }
     if let Probe::Refused(errno) = f.proc_mount {
+        if apparmor_suspect && f.env.proc_covered.is_empty() {
+            let seen = format!(
+                "the namespaces were created, but mounting a /proc in them was refused: {}",
+                errno_text(errno)
+            );
+            out.push(apparmor_obstacle(f, &seen));
+            return finish(f, out);
+        }
         let covered = if f.env.proc_covered.is_empty() {
             "no covered part of /proc was found in /proc/self/mountinfo".to_string()
         } else {
@@ -471,6 +472,12 @@ pub fn explain(f: &HostFacts) -> Vec<Obstacle> {
             ],
         });
     }
+    finish(f, out)
+}
+
+/// The layers that do not depend on the namespaces: Landlock, seccomp, the cgroup.
+fn finish(f: &HostFacts, mut out: Vec<Obstacle>) -> Vec<Obstacle> {
+    let root = f.euid == 0;
     match f.landlock {
         Ok(abi) if abi > 0 => {}
         Ok(_) | Err(libc::ENOSYS) => out.push(Obstacle {
@@ -553,6 +560,29 @@ pub fn explain(f: &HostFacts) -> Vec<Obstacle> {
         });
     }
     out
+}
+
+fn apparmor_obstacle(f: &HostFacts, seen: &str) -> Obstacle {
+    Obstacle {
+        id: "apparmor_userns_restriction",
+        layer: "user_ns",
+        found: format!(
+            "{seen}; {APPARMOR_RESTRICT} = 1: AppArmor lets unprivileged programs use user namespaces \
+             only under a profile that allows it (Ubuntu 23.10 and later); cordon runs as {}",
+            f.env.apparmor_label.as_deref().unwrap_or("an unknown label")
+        ),
+        fixes: vec![
+            fix(APPARMOR_FIX, "cordon (and nothing else) may create user namespaces without root"),
+            fix(
+                format!("sudo sysctl -w {APPARMOR_RESTRICT}=0 (and in /etc/sysctl.d/ to keep it)"),
+                "every program may create user namespaces again, host-wide",
+            ),
+            fix(
+                "run cordon as root (sudo cordon …): it maps each sandbox to an unprivileged uid",
+                "cordon itself runs with root's rights",
+            ),
+        ],
+    }
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -870,8 +900,20 @@ mod tests {
         r.euid = 0;
         assert_eq!(ids(&r), ["user_namespaces_refused"]);
         // Off: not blamed.
-        let off = with_sysctl(f, APPARMOR_RESTRICT, "0");
+        let off = with_sysctl(f.clone(), APPARMOR_RESTRICT, "0");
         assert_eq!(ids(&off), ["user_namespaces_refused"]);
+        // Under cordon's own profile: not blamed either.
+        let mut profiled = f.clone();
+        profiled.env.apparmor_label = Some("cordon (unconfined)".into());
+        assert_eq!(ids(&profiled), ["user_namespaces_refused"]);
+        // Where the namespaces are made but have no capabilities (AppArmor 4's
+        // unprivileged_userns profile), what fails is the /proc mount: still AppArmor's doing,
+        // not a mask.
+        let mut late = f;
+        late.user_ns = Probe::Works;
+        late.proc_mount = Probe::Refused(libc::EPERM);
+        assert_eq!(ids(&late), ["apparmor_userns_restriction"]);
+        assert!(explain(&late)[0].found.contains("were created"));
     }
 
     #[test]
