@@ -507,8 +507,9 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries. `Confined` is the largest: up to four scratch tmpfs and,
-/// without a cgroup, the sandbox's /proc (see `init::open_watched`).
+/// Most fds one message carries. The init's `Confined` carries the most: four scratch
+/// filesystems and, without a cgroup, its /proc — at 4, a rootless run's report was refused
+/// ("too many fds") and its `enforcement` came out all false.
 pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
@@ -886,8 +887,10 @@ pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
 // New mount API (Linux 5.12+ for idmapped mounts). libc has the syscall numbers but not all
 // the constants and structs; these are the kernel's uapi values (linux/mount.h).
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
@@ -939,6 +942,50 @@ pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
             tree.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `MOUNT_ATTR_RDONLY`, `_NOSUID`, `_NODEV`, `_NOEXEC`, from the `MS_*` flags of the same
+/// meaning.
+pub fn mount_attr_from_ms(flags: libc::c_ulong) -> u64 {
+    [
+        (libc::MS_RDONLY, MOUNT_ATTR_RDONLY),
+        (libc::MS_NOSUID, MOUNT_ATTR_NOSUID),
+        (libc::MS_NODEV, MOUNT_ATTR_NODEV),
+        (libc::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+    ]
+    .iter()
+    .filter(|(ms, _)| flags & ms != 0)
+    .fold(0, |acc, (_, attr)| acc | attr)
+}
+
+/// Adds `attr_set` (`MOUNT_ATTR_*`) to the mount at `path` and every mount beneath it, in one
+/// call (`AT_RECURSIVE`; Linux 5.12+, `ENOSYS` before). Flags are only added, so a lock the
+/// kernel holds on a flag is never in the way.
+pub fn mount_setattr_recursive(path: &Path, attr_set: u64) -> io::Result<()> {
+    const AT_RECURSIVE: libc::c_int = 0x8000;
+    let c = cpath(path)?;
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path relative to the cwd and a pointer to a mount_attr of the
+    // size passed, both alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
