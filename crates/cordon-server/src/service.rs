@@ -270,12 +270,14 @@ pub fn profile_from(
 /// reap the first one's sandboxes at start-up.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
+    let f = crate::datadir::open_private(
+        &dir.join("lock"),
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )
+    .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
     // SAFETY: flock on an fd we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Err(ApiError::conflict(format!(
@@ -295,8 +297,11 @@ fn unix_ms() -> u64 {
 
 impl Service {
     pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
-        std::fs::create_dir_all(&cfg.data_dir)
-            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
+        if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
+            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?
+        {
+            eprintln!("cordon: warning: {warning}");
+        }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
         let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))

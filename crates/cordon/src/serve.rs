@@ -93,8 +93,12 @@ enum KeysCommand {
     Revoke { id: String },
 }
 
-fn open_registry(dir: &PathBuf) -> Result<Registry, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn open_registry(dir: &std::path::Path) -> Result<Registry, String> {
+    if let Some(warning) =
+        cordon_server::datadir::prepare(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+    {
+        eprintln!("cordon: warning: {warning}");
+    }
     Registry::open(&dir.join("cordon.db")).map_err(|e| e.to_string())
 }
 
