@@ -165,6 +165,27 @@ pub struct Service {
     pub audit: Audit,
     pub metrics: Metrics,
     live: RwLock<HashMap<String, Arc<Live>>>,
+    /// Creates under way per key id: slots taken but not yet live (see `reserve`).
+    pending: Mutex<HashMap<String, usize>>,
+}
+
+/// A sandbox slot held by a create under way; given back on drop.
+struct Reservation<'a> {
+    pending: &'a Mutex<HashMap<String, usize>>,
+    key_id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if let Some(n) = p.get_mut(&self.key_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    p.remove(&self.key_id);
+                }
+            }
+        }
+    }
 }
 
 fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
@@ -313,6 +334,7 @@ impl Service {
             audit,
             metrics: Metrics::default(),
             live: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         });
         svc.reap_previous_run()?;
         Ok(svc)
@@ -354,6 +376,36 @@ impl Service {
         }
     }
 
+    /// Takes one of the caller's sandbox slots, or answers 429 when live sandboxes and creates
+    /// under way already fill its quota. Check and take happen under one lock; the slot is
+    /// released when the reservation drops, after a successful create has made the sandbox
+    /// live, so at no moment is a sandbox counted by neither.
+    fn reserve(&self, caller: &Caller) -> Result<Reservation<'_>, ApiError> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let creating = pending.get(&caller.key_id).copied().unwrap_or(0);
+        if self.count_for(&caller.key_id) + creating >= caller.max_sandboxes as usize {
+            self.metrics.deny("sandbox_quota");
+            return Err(ApiError {
+                code: "quota_exceeded",
+                ..ApiError::too_many(
+                    format!(
+                        "this key may run at most {} sandboxes at once; delete one first",
+                        caller.max_sandboxes
+                    ),
+                    5,
+                )
+            });
+        }
+        *pending.entry(caller.key_id.clone()).or_insert(0) += 1;
+        Ok(Reservation {
+            pending: &self.pending,
+            key_id: caller.key_id.clone(),
+        })
+    }
+
     pub fn count_for(&self, key_id: &str) -> usize {
         self.live
             .read()
@@ -385,19 +437,6 @@ impl Service {
         caller: &Caller,
         req: CreateSandbox,
     ) -> Result<SandboxInfo, ApiError> {
-        if self.count_for(&caller.key_id) >= caller.max_sandboxes as usize {
-            self.metrics.deny("sandbox_quota");
-            return Err(ApiError {
-                code: "quota_exceeded",
-                ..ApiError::too_many(
-                    format!(
-                        "this key may run at most {} sandboxes at once; delete one first",
-                        caller.max_sandboxes
-                    ),
-                    5,
-                )
-            });
-        }
         let profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
@@ -425,6 +464,9 @@ impl Service {
                 ));
             }
         }
+        // The slot is taken before the first await and given back if anything below fails (or
+        // the request is dropped): concurrent creates cannot overshoot the key's quota.
+        let slot = self.reserve(caller)?;
         let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
         let on_proxy =
@@ -466,6 +508,8 @@ impl Service {
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
         }
+        // Only now that the sandbox counts as live (see `reserve`).
+        drop(slot);
         self.metrics
             .sandboxes_created
             .fetch_add(1, Ordering::Relaxed);
