@@ -29,7 +29,8 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 pub const LANGUAGES: &[&str] = &["python", "javascript", "bash"];
 
 pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
-    match l.trim().to_ascii_lowercase().as_str() {
+    // No trimming: the API's schema names these spellings exactly.
+    match l.to_ascii_lowercase().as_str() {
         "python" | "python3" | "py" => Ok("python"),
         "javascript" | "js" | "node" => Ok("javascript"),
         "bash" | "sh" | "shell" => Ok("bash"),
@@ -42,12 +43,19 @@ pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
+    /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
+    /// `shell`), any case.
     #[serde(default = "default_language")]
+    #[schema(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
     pub language: String,
     pub code: String,
     /// Named context; each has its own state. Default: `default`.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub context: Option<String>,
     /// Per-cell limit, e.g. `"30s"`.
+    #[schema(value_type = Option<crate::types::DurationSchema>)]
     pub timeout: Option<crate::types::Amount>,
 }
 

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cordon_linux::persistent::{ExecSpec, ExitInfo, Sandbox};
-use cordon_policy::units::{parse_duration, parse_size};
 use cordon_policy::{EnvEntry, Outcome, Profile, Status, Usage};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -189,60 +188,16 @@ impl Drop for Reservation<'_> {
 }
 
 fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
-    match a {
-        Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
-        Amount::Number(_) => Err(ApiError::bad_request(format!(
-            "{field}: must not be negative"
-        ))),
-        Amount::Text(t) => {
-            parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
-        }
-    }
+    a.size(field)
 }
 
 fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
-    match a {
-        Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < 1e9 => {
-            Ok(Duration::from_secs_f64(*n))
-        }
-        Amount::Number(_) => Err(ApiError::bad_request(format!(
-            "{field}: must be a positive number of seconds"
-        ))),
-        Amount::Text(t) => {
-            parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
-        }
-    }
+    a.duration(field)
 }
 
 /// A signal by number or name.
 pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
-    let n = match a {
-        Amount::Number(n) => *n as i32,
-        Amount::Text(t) => {
-            let t = t.trim().to_ascii_uppercase();
-            let t = t.strip_prefix("SIG").unwrap_or(&t).to_string();
-            match t.as_str() {
-                "HUP" => libc::SIGHUP,
-                "INT" => libc::SIGINT,
-                "QUIT" => libc::SIGQUIT,
-                "KILL" => libc::SIGKILL,
-                "USR1" => libc::SIGUSR1,
-                "USR2" => libc::SIGUSR2,
-                "TERM" => libc::SIGTERM,
-                "CONT" => libc::SIGCONT,
-                "STOP" => libc::SIGSTOP,
-                other => other.parse().map_err(|_| {
-                    ApiError::bad_request(format!("signal: unknown signal '{other}'"))
-                })?,
-            }
-        }
-    };
-    if !(1..=64).contains(&n) {
-        return Err(ApiError::bad_request(format!(
-            "signal: {n} is not a signal number"
-        )));
-    }
-    Ok(n)
+    a.signal()
 }
 
 /// Builds a profile from a built-in and the request's overrides.
@@ -276,6 +231,7 @@ pub fn profile_from(
     if let Some(t) = timeout {
         p.limits.timeout = duration(t, "timeout")?;
     }
+    check_env(env)?;
     for (k, v) in env {
         p.env.push(EnvEntry::Set(k.clone(), v.clone()));
     }
@@ -458,10 +414,10 @@ impl Service {
             )));
         }
         for (k, v) in &req.metadata {
-            if k.len() > 128 || v.len() > 1024 {
-                return Err(ApiError::bad_request(
-                    "metadata: keys up to 128 bytes, values up to 1024",
-                ));
+            if k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE {
+                return Err(ApiError::bad_request(format!(
+                    "metadata: keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
+                )));
             }
         }
         // The slot is taken before the first await and given back if anything below fails (or
@@ -553,7 +509,7 @@ impl Service {
     }
 
     /// The sandbox's egress policy and every decision its proxy made so far.
-    pub fn network(&self, caller: &Caller, id: &str) -> Result<serde_json::Value, ApiError> {
+    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkView, ApiError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
         let events = live
@@ -562,7 +518,7 @@ impl Service {
             .ok()
             .and_then(|e| e.as_ref().map(|p| p.events()))
             .unwrap_or_default();
-        Ok(json!({"policy": policy, "events": events}))
+        Ok(NetworkView { policy, events })
     }
 
     /// Replaces the sandbox's egress policy while it runs.
@@ -571,7 +527,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         policy: cordon_policy::network::NetworkPolicy,
-    ) -> Result<serde_json::Value, ApiError> {
+    ) -> Result<NetworkSet, ApiError> {
         let live = self.get_live(caller, id)?;
         let rules = policy
             .compile()
@@ -597,7 +553,7 @@ impl Service {
             Some(id),
             json!({"allow": policy.allow}),
         );
-        Ok(json!({"policy": policy}))
+        Ok(NetworkSet { policy })
     }
 
     pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
@@ -737,15 +693,9 @@ impl Service {
     }
 
     fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
-        let argv = req.cmd.argv();
-        if argv.is_empty() || argv[0].is_empty() {
-            return Err(ApiError::bad_request(
-                "cmd: give an argv array or a shell string",
-            ));
-        }
-        for k in req.env.keys() {
-            EnvEntry::parse(&format!("{k}=x")).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        }
+        let argv = req.cmd.checked_argv()?;
+        check_cwd(req.cwd.as_deref())?;
+        check_env(&req.env)?;
         let timeout = match &req.timeout {
             Some(t) => duration(t, "timeout")?,
             None => live.profile.limits.timeout.min(
