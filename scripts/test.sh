@@ -9,7 +9,7 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  for p in bubblewrap curl nodejs python3-venv python3-pip python3-matplotlib python3-pandas; do
+  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-matplotlib python3-pandas; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then
@@ -48,9 +48,12 @@ fi
 echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
+
+echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
+scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 
 echo "== the release binary, as installed (statically linked on glibc hosts)"
 bin=$(./scripts/build-release.sh)

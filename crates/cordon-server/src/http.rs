@@ -230,12 +230,16 @@ const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/metrics", "/openapi.json"];
 pub fn router(st: Arc<AppState>) -> Router {
     let max_upload = st.service.cfg.max_upload as usize;
     let (router, _) = public_routes()
-        .merge(protected_routes().layer(middleware::from_fn_with_state(st.clone(), auth)))
+        .merge(protected_routes().route_layer(middleware::from_fn_with_state(st.clone(), auth)))
         .split_for_parts();
-    router
+    let api = router
         .layer(DefaultBodyLimit::max(max_upload))
+        .with_state(st);
+    // Around the whole router, not route by route: the 405 answers get their `Allow` header
+    // from the router itself, after any per-route layer has run.
+    Router::new()
+        .fallback_service(api)
         .layer(middleware::from_fn(json_errors))
-        .with_state(st)
 }
 
 /// The OpenAPI document of [`router`]: the same route list, plus what the route annotations
