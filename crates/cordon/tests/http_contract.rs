@@ -742,3 +742,117 @@ fn every_route_the_router_serves_is_documented() {
         (200, &json!("deleted"), &Value::Null)
     );
 }
+
+/// A free loopback port (the listener is dropped, so another process could take it first; the
+/// scripts below would then fail loudly, not pass).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Runs `script` with bash as a user would: `cordon` on PATH (this build), its data directory
+/// a scratch one, the documented port swapped for a free one. Whatever it leaves running in
+/// the background (the server) is stopped at the end. Answers (success, stdout, stderr).
+fn run_as_documented(script: &str) -> (bool, String, String) {
+    assert!(
+        Command::new("jq").arg("--version").output().is_ok(),
+        "jq is not installed (scripts/test.sh installs it)"
+    );
+    let dir = scratch("walkthrough");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let port = free_port();
+    let script = script.replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_cordon"))
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let wrapped = format!(
+        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\ncd {}\n{script}",
+        dir.display()
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&wrapped)
+        .env("PATH", path)
+        .env("CORDON_DATA_DIR", dir.join("data"))
+        .output()
+        .expect("bash");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The README's curl walk-through, run from the README text itself: it succeeds, and what it
+/// prints contains every `#>` line of the block, in order.
+#[test]
+fn readme_walkthrough_runs_as_written() {
+    let readme = include_str!("../../../README.md");
+    let start = readme
+        .find("<!-- walkthrough:")
+        .expect("the README marks its walk-through");
+    let block = &readme[start..];
+    let body_start = block.find("```sh\n").expect("a sh block") + "```sh\n".len();
+    let body = &block[body_start..];
+    let script = &body[..body.find("\n```").expect("end of the block")];
+    assert!(
+        script.contains("/exec") && script.contains("/files") && script.contains("/code"),
+        "the walk-through lost a step:\n{script}"
+    );
+    let expected: Vec<&str> = script
+        .lines()
+        .filter_map(|l| l.strip_prefix("#> "))
+        .collect();
+    assert!(expected.len() >= 8, "{expected:?}");
+    let (ok, stdout, stderr) = run_as_documented(script);
+    assert!(
+        ok,
+        "the walk-through failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let mut lines = stdout.lines();
+    for want in &expected {
+        assert!(
+            lines.any(|l| l == *want),
+            "the walk-through did not print {want:?} (in order)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+}
+
+/// `cordon serve --help`'s example, as printed, creates a sandbox.
+#[test]
+fn serve_help_example_works_as_written() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("help");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let example: Vec<&str> = help
+        .split("Example:\n")
+        .nth(1)
+        .expect("an example in the help")
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert!(example.iter().any(|l| l.starts_with("curl ")), "{help}");
+    let (ok, stdout, stderr) = run_as_documented(&example.join("\n"));
+    assert!(
+        ok,
+        "the help's example failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let created: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON answer\nstdout:\n{stdout}\nstderr:\n{stderr}"));
+    assert_eq!(created["state"], "running", "{created}");
+}
