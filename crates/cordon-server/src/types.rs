@@ -666,3 +666,42 @@ pub struct Health {
     /// Always `ok` while the server answers.
     pub status: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's matchers accept exactly what the document's patterns accept (checked with
+    /// a real regex engine on a table of near misses).
+    #[test]
+    fn matchers_agree_with_the_documented_patterns() {
+        let size = regex::Regex::new(SIZE_PATTERN).expect("size pattern");
+        let duration = regex::Regex::new(DURATION_PATTERN).expect("duration pattern");
+        let signal = regex::Regex::new(&signal_pattern()).expect("signal pattern");
+        let inputs = [
+            "", "0", "1", "12", "1.5", "1.", ".5", "1..2", "1.2.3", "256M", "256m", "256MB",
+            "256MiB", "256mib", "256Mi", "1b", "1B", "1kb", "1KIB", "1t", "1TB", "1x", "1 M",
+            " 1M", "1M ", "M", "-1", "+1", "1e3", "0s", "0.0s", "00s", "0.01s", "1s", "1sec",
+            "1min", "5m", "2h", "500ms", "1.5h", "1d", "1S", "10 s", "s", ".5s", "0.s", "007s",
+            "TERM", "term", "SIGTERM", "sigkill", "SigHup", "SIG", "KILL9", "USR1", "usr2", "CONT",
+            "STOP", "WINCH", "9", "09", "64", "65", "0", "1", "100", "١", "９", "1M\n", "1\u{0}M",
+        ];
+        for t in inputs {
+            assert_eq!(is_size_text(t), size.is_match(t), "size {t:?}");
+            assert_eq!(is_duration_text(t), duration.is_match(t), "duration {t:?}");
+            assert_eq!(
+                signal_from_text(t).is_some(),
+                signal.is_match(t),
+                "signal {t:?}"
+            );
+        }
+        assert_eq!(signal_from_text("sigterm"), Some(libc::SIGTERM));
+        assert_eq!(signal_from_text("9"), Some(9));
+        let d = Amount::Text("1.5h".into()).duration("t").expect("1.5h");
+        assert_eq!(d, Duration::from_secs(5400));
+        assert!(Amount::Text("0.0s".into()).duration("t").is_err());
+        assert!(Amount::Number(0.0).duration("t").is_err());
+        assert_eq!(Amount::Text("2K".into()).size("s").expect("2K"), 2048);
+        assert!(Amount::Number(9.5).signal().is_err());
+    }
+}
