@@ -573,7 +573,7 @@ async fn list(
 async fn get_one(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.get(&c, &id)?))
 }
@@ -583,7 +583,7 @@ async fn get_one(
 async fn delete(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service.delete(&c, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -594,7 +594,7 @@ async fn delete(
 async fn extend(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<ExtendTtl>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
@@ -618,18 +618,16 @@ fn chunk_event(name: &str, data: &[u8]) -> Event {
 }
 
 /// Path parameter of every sandbox route.
-#[derive(IntoParams)]
+#[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: handlers take the id as `Path<String>`
 struct IdPath {
     /// The sandbox's id.
     id: String,
 }
 
 /// Path parameters of a background command's routes.
-#[derive(IntoParams)]
+#[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation only
 struct CommandPath {
     /// The sandbox's id.
     id: String,
@@ -638,9 +636,8 @@ struct CommandPath {
 }
 
 /// Path parameters of an interpreter context's routes.
-#[derive(IntoParams)]
+#[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation only
 struct ContextPath {
     /// The sandbox's id.
     id: String,
@@ -662,7 +659,7 @@ struct ContextPath {
 async fn exec(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> Result<Response, ApiError> {
@@ -704,7 +701,7 @@ async fn exec(
 async fn list_commands(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<CommandList>, ApiError> {
     Ok(Json(st.service.list_commands(&c, &id)?))
 }
@@ -714,7 +711,7 @@ async fn list_commands(
 async fn get_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
 ) -> Result<Json<CommandInfo>, ApiError> {
     Ok(Json(st.service.get_command(&c, &id, &cid)?))
 }
@@ -732,7 +729,7 @@ struct WaitQuery {
 async fn wait_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     Query(q): Query<WaitQuery>,
 ) -> Result<Json<CommandInfo>, ApiError> {
     const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -752,7 +749,7 @@ async fn wait_command(
 async fn command_stdin(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     JsonBody(req): JsonBody<StdinRequest>,
 ) -> Result<StatusCode, ApiError> {
     st.service.command_stdin(&c, &id, &cid, req).await?;
@@ -764,7 +761,7 @@ async fn command_stdin(
 async fn command_signal(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     JsonBody(req): JsonBody<SignalRequest>,
 ) -> Result<StatusCode, ApiError> {
     st.service
@@ -839,7 +836,7 @@ impl ToSchema for Binary {}
 async fn file_read(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
 ) -> Result<Response, ApiError> {
     let path = checked_path(&q.path, "path")?;
@@ -892,7 +889,7 @@ async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
 async fn file_write(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -914,7 +911,7 @@ async fn file_write(
 async fn file_delete(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
     let path = checked_path(&q.path, "path")?;
@@ -932,7 +929,7 @@ async fn file_delete(
 async fn file_list(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let path = match &q.path {
@@ -949,7 +946,7 @@ async fn file_list(
 async fn file_stat(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let path = checked_path(&q.path, "path")?;
@@ -963,7 +960,7 @@ async fn file_stat(
 async fn file_mkdir(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<MkdirRequest>,
 ) -> Result<StatusCode, ApiError> {
     let p = checked_path(&req.path, "path")?;
@@ -979,7 +976,7 @@ async fn file_mkdir(
 async fn file_move(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<MoveRequest>,
 ) -> Result<StatusCode, ApiError> {
     let (from, to) = (
@@ -1004,7 +1001,7 @@ async fn file_move(
 async fn run_code(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<crate::kernel::CodeRequest>,
 ) -> Result<Response, ApiError> {
@@ -1055,7 +1052,7 @@ async fn run_code(
 async fn get_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<NetworkView>, ApiError> {
     Ok(Json(st.service.network(&c, &id)?))
 }
@@ -1066,7 +1063,7 @@ async fn get_network(
 async fn put_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(policy): JsonBody<cordon_policy::network::NetworkPolicy>,
 ) -> Result<Json<NetworkSet>, ApiError> {
     Ok(Json(st.service.set_network(&c, &id, policy)?))
@@ -1100,7 +1097,7 @@ fn default_ctx() -> String {
 async fn list_contexts(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<ContextList>, ApiError> {
     Ok(Json(ContextList {
         contexts: st.service.list_contexts(&c, &id)?,
@@ -1113,7 +1110,7 @@ async fn list_contexts(
 async fn create_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<NewContext>,
 ) -> Result<impl IntoResponse, ApiError> {
     let info = st
@@ -1128,7 +1125,7 @@ async fn create_context(
 async fn restart_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, language, name)): Path<(String, String, String)>,
+    Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service
         .restart_context(&c, &id, &language, &name)
@@ -1141,7 +1138,7 @@ async fn restart_context(
 async fn delete_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, language, name)): Path<(String, String, String)>,
+    Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service.delete_context(&c, &id, &language, &name).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -670,6 +670,24 @@ fn every_route_the_router_serves_is_documented() {
     assert_eq!(doc["security"][0]["bearer"], json!([]));
     for (path, item) in paths {
         for (method, op) in item.as_object().expect("item") {
+            let mut params: Vec<String> = op["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| format!("{} in {}", p["name"], p["in"]))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let n = params.len();
+            params.sort();
+            params.dedup();
+            assert_eq!(params.len(), n, "{method} {path} lists a parameter twice");
+            for name in path.split('{').skip(1).filter_map(|s| s.split('}').next()) {
+                assert!(
+                    params.contains(&format!("\"{name}\" in \"path\"")),
+                    "{method} {path} does not document {{{name}}}"
+                );
+            }
             let public = ["/healthz", "/metrics", "/openapi.json"].contains(&path.as_str());
             let responses = op["responses"].as_object().expect("responses");
             if public {
