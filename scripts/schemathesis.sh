@@ -29,6 +29,9 @@ for _ in $(seq 100); do
 done
 [ -n "$url" ] || { echo "cordon serve did not start: $(cat "$work/serve.err")" >&2; exit 1; }
 
+# From the scratch directory: schemathesis keeps a cache of past failures (and hypothesis its
+# examples) in the working directory, which would make runs depend on earlier ones.
+cd "$work"
 timeout 600 "$st" --config-file "$here/schemathesis.toml" run "$url/openapi.json" \
   --header "Authorization: Bearer $key" \
   --phases examples,coverage,fuzzing,stateful \
