@@ -6,8 +6,8 @@
 #   scripts/schemathesis.sh CORDON_BINARY SCHEMATHESIS_EXECUTABLE
 # SCHEMATHESIS_SEED picks another seed (default: a fixed one, so CI runs the same cases).
 set -euo pipefail
-cordon=$1
-st=$2
+cordon=$(realpath "$1")
+st=$(realpath "$2")
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 server=
