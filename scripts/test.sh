@@ -9,7 +9,7 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-matplotlib python3-pandas; do
+  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then
@@ -21,6 +21,10 @@ fi
 echo "== fmt and clippy"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
+# Unused dependencies (cargo-machete reads the sources; ~1.5 min to build once on 2 cores.
+# cargo-shear parses them properly but needs a newer rustc than the one pinned here.)
+command -v cargo-machete >/dev/null || cargo install --locked --quiet cargo-machete --version 0.9.2
+cargo machete
 
 echo "== Rust tests (as $(id -un))"
 cargo build --locked --workspace --all-targets
@@ -49,6 +53,8 @@ echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
+# The sync client (and its tests) are generated from the async ones: fail if they drifted.
+"$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
 
@@ -70,6 +76,29 @@ out=$("$bin" run --json --allow-net localhost:9 -- \
 if ! grep -q 'resolves to loopback address 127.0.0.1' <<<"$out"; then
   echo "release binary: the egress proxy did not resolve localhost: $out" >&2
   exit 1
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  # install.sh with the binary above: where it puts cordon and what it tells the user, as an
+  # unprivileged user (~/.local/bin; not on PATH, then on PATH) and as root (/usr/local/bin).
+  echo "== install.sh: where cordon goes and how to reach it"
+  home=$(mktemp -d); chown cordontest "$home"; chmod o+rx target target/install
+  want() { grep -qF -- "$2" <<<"$1" || { echo "install.sh: expected \"$2\" in:" >&2; echo "$1" >&2; exit 1; }; }
+  as_user() { runuser -u cordontest -- env -i HOME="$home" SHELL=/bin/bash PATH="$1" ./scripts/install.sh "$bin" 2>&1; }
+  out=$(as_user /usr/bin:/bin) || { echo "install.sh as cordontest failed: $out" >&2; exit 1; }
+  [ -x "$home/.local/bin/cordon" ] || { echo "install.sh did not install to ~/.local/bin: $out" >&2; exit 1; }
+  want "$out" "cordon is installed at $home/.local/bin/cordon"
+  want "$out" "echo 'export PATH=\"\$HOME/.local/bin:\$PATH\"' >> ~/.bashrc"
+  out=$(as_user "$home/.local/bin:/usr/bin:/bin") || { echo "install.sh as cordontest failed: $out" >&2; exit 1; }
+  want "$out" "Try: cordon run"
+  grep -q 'not on your PATH' <<<"$out" && { echo "install.sh: PATH advice although on PATH: $out" >&2; exit 1; }
+  # As root: /usr/local/bin, whatever HOME says. A cordon already there is put back afterwards.
+  keep=""; [ -e /usr/local/bin/cordon ] && { keep="$home/kept"; cp -a /usr/local/bin/cordon "$keep"; }
+  out=$(env -i HOME="$home" SHELL=/bin/bash PATH=/usr/local/bin:/usr/bin:/bin ./scripts/install.sh "$bin" 2>&1) || { echo "install.sh as root failed: $out" >&2; exit 1; }
+  cmp -s "$bin" /usr/local/bin/cordon || { echo "install.sh as root did not install to /usr/local/bin: $out" >&2; exit 1; }
+  if [ -n "$keep" ]; then cp -a "$keep" /usr/local/bin/cordon; else rm -f /usr/local/bin/cordon; fi
+  want "$out" "cordon is installed at /usr/local/bin/cordon"
+  rm -rf "$home"
 fi
 
 echo "== benchmark (short run; see README for the full one)"

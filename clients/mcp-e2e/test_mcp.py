@@ -15,6 +15,7 @@ Everything stays on loopback.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import shutil
@@ -300,6 +301,16 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
+    def new_key(self, max_sandboxes: int, rps: int) -> tuple[str, str]:
+        """A further API key of this server: (secret, key id)."""
+        out = subprocess.run(
+            [cordon_bin(), "keys", "create", "--data-dir", self.data_dir, "--name", "e2e",
+             "--max-sandboxes", str(max_sandboxes), "--rps", str(rps)],
+            capture_output=True, text=True, timeout=30, check=True,
+        )
+        key_id = out.stderr.split("created key ", 1)[1].split()[0]
+        return out.stdout.strip(), key_id
+
     def running_sandboxes(self) -> set[str]:
         status, body = self.rest("GET", "/v1/sandboxes", key=self.key)
         assert status == 200, body
@@ -442,3 +453,327 @@ def test_http_mcp_requires_the_key(server: Server):
 
     with pytest.raises(BaseException):  # noqa: PT011 - the SDK wraps it in an ExceptionGroup
         run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# Many sessions at once: each session's calls run in the order sent, one sandbox per session.
+# Everything about sandboxes is checked from the host: the server's registry (SQLite, read
+# here directly) and the processes in /proc — never the server's own word.
+
+SESSIONS = 20
+BIG = 256 * 1024  # a write slow enough that a read racing it would finish first
+
+
+def ppid_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def cmdline_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and ppid_of(int(p.name)) == pid:
+            out.append(int(p.name))
+    return out
+
+
+def helpers_of(pid: int) -> list[int]:
+    """The sandbox helpers a cordon process runs: one per sandbox, each the parent of that
+    sandbox's init."""
+    return [c for c in children_of(pid) if "__sandbox" in cmdline_of(c)]
+
+
+def registry_rows(data_dir: str, key_id: str | None = None) -> list[dict]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{data_dir}/cordon.db?mode=ro", uri=True, timeout=10)
+    try:
+        con.row_factory = sqlite3.Row
+        sql = "SELECT id, key_id, state, metadata, helper_pid FROM sandboxes"
+        rows = con.execute(sql + (" WHERE key_id = ?" if key_id else ""), (key_id,) if key_id else ())
+        return [dict(r) for r in rows]
+    finally:
+        con.close()
+
+
+def check_sandbox_process(row: dict, parent: int | None = None) -> int:
+    """The row's sandbox is alive on the host: its helper runs (under `parent`) and holds an
+    init. Returns the helper's parent."""
+    helper = row["helper_pid"]
+    assert "__sandbox" in cmdline_of(helper), f"{row}: helper {helper} is not running"
+    up = ppid_of(helper)
+    if parent is not None:
+        assert up == parent, f"{row}: helper {helper} belongs to {up}, not {parent}"
+    assert len(children_of(helper)) == 1, f"{row}: helper {helper} holds {children_of(helper)}"
+    return up
+
+
+async def write_then_read(session: ClientSession, tag: str) -> None:
+    """`write_file` and then `read_file` of the same file, the read sent right after the
+    write without waiting for its answer."""
+    content = f"{tag}\n" + "w" * BIG
+    results = {}
+
+    async def do(name, **args):
+        results[name] = await call(session, name, **args)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(do, "write_file", path=f"{tag}.txt", content=content))
+        tg.start_soon(functools.partial(do, "read_file", path=f"{tag}.txt"))
+    assert not is_error(results["write_file"]), texts(results["write_file"])
+    r = results["read_file"]
+    assert not is_error(r), f"{tag}: the read ran before its write: {texts(r)[:300]}"
+    assert texts(r) == content, f"{tag}: read {len(texts(r))} bytes, not the {len(content)} written"
+
+
+async def first_calls_together(session: ClientSession, tag: str) -> None:
+    """A session whose first calls all arrive at once (no sandbox exists yet): they still run
+    in the order sent, in one sandbox."""
+    calls = [
+        ("write_file", {"path": "a.txt", "content": f"{tag}-a\n" + "a" * BIG}),
+        ("run_command", {"command": "cat a.txt | head -1; echo b >> a.txt"}),
+        ("write_file", {"path": "c.txt", "content": "c"}),
+        ("read_file", {"path": "a.txt"}),
+        ("list_files", {}),
+        ("run_code", {"code": "open('/workspace/c.txt').read() + '!'"}),
+    ]
+    results: list = [None] * len(calls)
+
+    async def do(i, name, args):
+        results[i] = await call(session, name, **args)
+
+    async with anyio.create_task_group() as tg:
+        for i, (name, args) in enumerate(calls):
+            tg.start_soon(do, i, name, args)
+    for (name, _), r in zip(calls, results):
+        assert not is_error(r), f"{tag} {name}: {texts(r)[:300]}"
+    assert f"{tag}-a" in texts(results[1]), texts(results[1])[:300]
+    assert texts(results[3]) == f"{tag}-a\n" + "a" * BIG + "b\n", "the read did not see the command before it"
+    assert "a.txt" in texts(results[4]) and "c.txt" in texts(results[4]), texts(results[4])
+    assert "'c!'" in texts(results[5]), texts(results[5])
+
+
+def test_stdio_concurrent_sessions_keep_order_and_get_one_sandbox_each():
+    dirs = [tempfile.mkdtemp(prefix="cordon-mcp-conc-") for _ in range(SESSIONS + 1)]
+    mcp_pids: dict[int, int] = {}
+
+    async def one(i: int):
+        params = StdioServerParameters(command=cordon_bin(), args=["mcp", "--data-dir", dirs[i]])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                if i == SESSIONS:
+                    await first_calls_together(session, f"s{i}")
+                else:
+                    await write_then_read(session, f"s{i}")
+                # From the host, while the session is open: one sandbox was ever created
+                # (the registry keeps ended ones too), and it is the only one this `cordon mcp`
+                # runs.
+                rows = registry_rows(dirs[i])
+                assert len(rows) == 1, f"session {i}: {len(rows)} sandboxes: {rows}"
+                mcp = check_sandbox_process(rows[0])
+                assert f"mcp --data-dir {dirs[i]}" in cmdline_of(mcp), cmdline_of(mcp)
+                assert helpers_of(mcp) == [rows[0]["helper_pid"]], helpers_of(mcp)
+                mcp_pids[i] = mcp
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for i in range(SESSIONS + 1):
+                tg.start_soon(one, i)
+
+    try:
+        run(main)
+        assert len(mcp_pids) == SESSIONS + 1
+        # Every session ended: its server and sandbox are gone from the host.
+        deadline = time.monotonic() + 20
+        alive = lambda: [p for p in mcp_pids.values() if Path(f"/proc/{p}").exists() and "mcp" in cmdline_of(p)]
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(), f"cordon mcp processes outlived their sessions: {alive()}"
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_http_concurrent_sessions_keep_order_and_get_one_sandbox_each(server: Server):
+    # A key of its own: its sandboxes are this test's, and its rate limit fits the burst.
+    key, key_id = server.new_key(max_sandboxes=SESSIONS + 5, rps=10_000)
+    done = 0
+    all_done = anyio.Event()
+    checked = anyio.Event()
+
+    async def one(i: int):
+        nonlocal done
+        async with open_http_session(server, key) as session:
+            await session.initialize()
+            if i == SESSIONS:
+                await first_calls_together(session, f"h{i}")
+            else:
+                await write_then_read(session, f"h{i}")
+            done += 1
+            if done == SESSIONS + 1:
+                all_done.set()
+            # Keep the session open until the host has looked at every sandbox.
+            await checked.wait()
+
+    async def inspect():
+        await all_done.wait()
+        rows = registry_rows(server.data_dir, key_id)
+        labels = [json.loads(r["metadata"]).get("mcp_session") for r in rows]
+        assert len(rows) == SESSIONS + 1, f"{len(rows)} sandboxes for {SESSIONS + 1} sessions"
+        assert len(set(labels)) == SESSIONS + 1 and None not in labels, labels
+        for r in rows:
+            assert r["state"] == "running", r
+            check_sandbox_process(r, parent=server.proc.pid)
+        checked.set()
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(inspect)
+            for i in range(SESSIONS + 1):
+                tg.start_soon(one, i)
+
+    run(main)
+    # The sessions closed: their sandboxes are deleted, their helpers gone.
+    deadline = time.monotonic() + 20
+    live = lambda: [r for r in registry_rows(server.data_dir, key_id) if r["state"] == "running"]
+    while live() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not live(), live()
+    rows = registry_rows(server.data_dir, key_id)
+    assert not any("__sandbox" in cmdline_of(r["helper_pid"]) for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# `cordon mcp` with cordon run's sandbox options: a profile file, a workspace, egress, limits
+
+
+OUTCOME_FACTS = {"status", "exit_code", "signal", "error", "limits_hit", "usage", "enforcement",
+                 "network", "stdout_truncated", "stderr_truncated"}
+
+
+class Upstream:
+    """A tiny HTTP server on 127.0.0.2 (loopback) for the sandbox to reach through its proxy."""
+
+    def __init__(self):
+        import http.server
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                body = b"hello from upstream\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_stdio_profile_file_workspace_network_and_limits():
+    scratch = Path(tempfile.mkdtemp(prefix="cordon-mcp-profile-"))
+    # Traversable by the sandbox's own host uid (when the test runs as root, cordon maps the
+    # sandbox to an unprivileged uid).
+    os.chmod(scratch, 0o755)
+    ws = scratch / "ws"
+    ws.mkdir(mode=0o755)
+    (ws / "from-host.txt").write_text("hello from the host\n")
+    profile = scratch / "agent.toml"
+    profile.write_text(
+        'name = "e2e-agent"\nextends = "default"\n\n'
+        '[limits]\nmemory = "200M"\ntimeout = "4s"\ndisk = "16M"\n\n'
+        '[env]\nset = { E2E_FROM_PROFILE = "yes" }\n'
+    )
+    up = Upstream()
+    net = [f"allowed.test:{up.port}", "127.0.0.2:*"]
+    args = ["mcp", "--data-dir", str(scratch / "data"), "--profile", str(profile),
+            "--workspace", str(ws), "--add-host", "allowed.test:127.0.0.2", "--env", "E2E_PASSED"]
+    for n in net:
+        args += ["--allow-net", n]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "E2E_PASSED": "through"}
+
+    async def main():
+        params = StdioServerParameters(command=cordon_bin(), args=args, env=env)
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                instructions = _a(init, "instructions") or ""
+                assert all(n in instructions for n in net), instructions
+
+                # The workspace is the host directory, both ways.
+                r = await call(session, "read_file", path="from-host.txt")
+                assert texts(r) == "hello from the host\n", texts(r)
+                r = await call(session, "write_file", path="from-agent.txt", content="hi host")
+                assert not is_error(r), texts(r)
+                assert (ws / "from-agent.txt").read_text() == "hi host"
+
+                # The profile's environment, and a variable passed through from cordon's own.
+                r = await call(session, "run_command", command='echo "$E2E_FROM_PROFILE $E2E_PASSED"')
+                assert "yes through\n" in texts(r), texts(r)
+
+                # Egress: the allowed host, through the proxy, with an ordinary client.
+                r = await call(
+                    session, "run_command",
+                    command=f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
+                    f"\"http://allowed.test:{up.port}/\").read().decode(), end=\"\")'",
+                )
+                assert not is_error(r) and "hello from upstream" in texts(r), texts(r)
+                assert up.hits, "the upstream saw no request"
+
+                # The limits hold: wall clock (4 s), memory (200M), disk (16M).
+                t0 = time.monotonic()
+                r = await call(session, "run_command", command="sleep 30")
+                assert is_error(r), texts(r)
+                facts = _a(r, "structured_content", "structuredContent")
+                assert facts["status"] == "timeout", facts
+                # The same facts as every other door's Outcome (the output is in the text).
+                assert OUTCOME_FACTS <= set(facts), set(facts) ^ OUTCOME_FACTS
+                assert set(facts["usage"]) >= {"wall_ms", "cpu_user_ms", "cpu_system_ms",
+                                               "peak_memory_bytes", "peak_pids"}, facts
+                assert time.monotonic() - t0 < 20, "the 4 s timeout did not apply"
+                r = await call(
+                    session, "run_command",
+                    command="python3 -c 'b = bytearray(400 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(\"allocated\")'",
+                )
+                facts = _a(r, "structured_content", "structuredContent")
+                assert is_error(r) and "allocated" not in texts(r), texts(r)
+                assert (facts["status"], facts["exit_code"]) != ("exited", 0), facts
+                r = await call(session, "run_command", command="head -c 32M /dev/zero > /tmp/fill")
+                assert is_error(r) and "No space left" in texts(r), texts(r)
+
+                # Reset keeps the workspace (it is the user's directory) and nothing else.
+                await call(session, "run_command", command="echo gone > /tmp/scratch")
+                r = await call(session, "reset_sandbox")
+                assert "/workspace stay" in texts(r), texts(r)
+                r = await call(session, "read_file", path="from-agent.txt")
+                assert texts(r) == "hi host", texts(r)
+                r = await call(session, "read_file", path="/tmp/scratch")
+                assert is_error(r), texts(r)
+
+    try:
+        run(main)
+    finally:
+        up.stop()
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -490,6 +490,17 @@ impl Cgroup {
             .unwrap_or(0)
     }
 
+    /// How many forks and threads the pids limit refused (`pids.events`, `max N`; v1 and v2).
+    pub fn pids_refused(&self) -> u64 {
+        self.find("pids.events")
+            .and_then(|p| fs::read_to_string(p).ok())
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("max ")?.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
     /// Whether the memory limit was hit at all (v1 `failcnt`, v2 `max` events).
     pub fn memory_limit_hit(&self) -> bool {
         match self.layout {

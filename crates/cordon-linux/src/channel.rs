@@ -24,6 +24,9 @@ pub enum ToSupervisor {
         seccomp: bool,
         rlimits: bool,
         notes: Vec<String>,
+        /// What each attached fd is, in order (see [`Watched`]).
+        #[serde(default)]
+        watch: Vec<Watched>,
     },
     /// A listening socket inside the sandbox's network namespace, attached as an fd.
     ProxyListener,
@@ -60,6 +63,18 @@ pub enum ToSupervisor {
     },
 }
 
+/// A descriptor the init hands over with `Confined`, through which the supervisor watches the
+/// run from outside without trusting anything the sandbox says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Watched {
+    /// A scratch tmpfs (`/tmp`, the workspace tmpfs, `/dev/shm`), opened `O_PATH`: its free
+    /// blocks and inodes tell whether it filled up (`fstatfs`). The fd also keeps it alive
+    /// after the sandbox is gone, for a last look.
+    Scratch,
+    /// The sandbox's own /proc, where processes and threads are counted when no cgroup does.
+    Proc,
+}
+
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
@@ -78,6 +93,9 @@ pub enum ToSandbox {
     },
     /// Persistent sandbox: signal command `id`'s process group.
     Signal { id: u64, signal: i32 },
+    /// End the sandbox: kill everything in it, reap it all (so its CPU time is counted), report
+    /// the payload's end if it came, and exit.
+    Stop,
 }
 
 pub struct Channel {

@@ -83,8 +83,8 @@ const RETRIES: usize = 64;
 const COPY_CHUNK: usize = 64 << 10;
 const TEMP_PREFIX: &str = ".cordon-upload-";
 
-/// Why a file operation failed. [`FsError::http_status`] and [`FsError::code`] give the HTTP
-/// mapping; messages name sandbox paths only, never host paths.
+/// Why a file operation failed. [`FsError::code`] is a stable machine-readable name (front
+/// ends map it to their own statuses); messages name sandbox paths only, never host paths.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     #[error("{path}: no such file or directory")]
@@ -126,27 +126,6 @@ pub enum FsError {
 }
 
 impl FsError {
-    /// The HTTP status a server answers with.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            FsError::NotFound { .. } => 404,
-            FsError::PermissionDenied { .. }
-            | FsError::ReadOnly { .. }
-            | FsError::Escapes { .. } => 403,
-            FsError::NotADirectory { .. }
-            | FsError::IsADirectory { .. }
-            | FsError::AlreadyExists { .. }
-            | FsError::NotEmpty { .. }
-            | FsError::Busy { .. }
-            | FsError::CrossDevice { .. } => 409,
-            FsError::NotAFile { .. } | FsError::InvalidPath { .. } => 400,
-            FsError::NoSpace { .. } => 507,
-            FsError::TooLarge { .. } => 413,
-            FsError::Unsupported { .. } => 501,
-            FsError::Io { .. } => 500,
-        }
-    }
-
     /// A stable machine-readable code for the JSON error body.
     pub fn code(&self) -> &'static str {
         match self {

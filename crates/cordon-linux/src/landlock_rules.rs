@@ -172,10 +172,8 @@ mod alone {
         // The root really is the sandbox's now: the secret is not in it.
         assert!(!Path::new(&secret_dir).exists());
         // SAFETY: prctl with constant arguments.
-        assert_eq!(
-            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) },
-            0
-        );
+        let nnp = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        assert_eq!(nnp, 0);
         super::apply(&plan.landlock, plan.kernel_landlock_abi).expect("landlock");
 
         println!(); // the harness's "test … " prefix ends the line before ours

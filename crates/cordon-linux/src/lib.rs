@@ -31,10 +31,11 @@ mod sandbox;
 pub mod seccomp;
 mod supervisor;
 mod sys;
+mod watch;
 
+/// Kept here for callers that knew it from the engine; it lives with the classifier now.
+pub use cordon_policy::ending::exec_failure_message;
 pub use detect::{HostReport, Support};
 pub use error::EngineError;
-pub use supervisor::{
-    exec_failure_message, run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource,
-};
+pub use supervisor::{run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource};
 pub use sys::{pin_name_service, process_start};

@@ -66,9 +66,18 @@ fn mkdir_p(path: &Path, mode: u32) -> io::Result<()> {
         .create(path)
 }
 
-fn tmpfs(dest: &Path, size: u64, mode: u32, flags: libc::c_ulong) -> Result<(), MountError> {
+/// Every tmpfs gets an inode cap as well as a size: `size=` counts data pages only, so without
+/// `nr_inodes=` empty files and directories are free and unbounded — each one kernel memory
+/// that no limit holds when there is no cgroup.
+fn tmpfs(
+    dest: &Path,
+    size: u64,
+    inodes: u64,
+    mode: u32,
+    flags: libc::c_ulong,
+) -> Result<(), MountError> {
     mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?;
-    let data = format!("size={size},mode={mode:o}");
+    let data = format!("size={size},nr_inodes={inodes},mode={mode:o}");
     sys::mount(
         Some(Path::new("tmpfs")),
         dest,
@@ -143,6 +152,22 @@ fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(
     .step(|| format!("remount {}", dest.display()))
 }
 
+/// Inodes the new root's tmpfs needs: every directory leading to a mount point or symlink the
+/// plan puts there (counted generously, as if none were shared), the fixed top-level entries,
+/// and room to spare. It is read-only once built, so nothing in the sandbox adds to it.
+fn root_inodes(plan: &Plan) -> u64 {
+    let depth = |p: &Path| p.components().count() as u64;
+    let entries: u64 = plan
+        .root
+        .iter()
+        .map(|e| match e {
+            RootEntry::Bind { dest, .. } => depth(dest),
+            RootEntry::Symlink { link, .. } => depth(link),
+        })
+        .sum();
+    64 + entries
+}
+
 /// Runs in the sandbox init, inside fresh user and mount namespaces.
 pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     sys::mount(
@@ -160,22 +185,37 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         Path::new(STAGE),
         Some("tmpfs"),
         MS_NOSUID | MS_NODEV,
-        Some("size=1m,mode=755"),
+        Some("size=1m,nr_inodes=16,mode=755"),
     )
     .step(|| "mount staging tmpfs".into())?;
     let stage = Path::new(STAGE);
     mkdir_p(&stage.join("oldroot"), 0o755).step(|| "mkdir oldroot".into())?;
-    tmpfs(&stage.join("newroot"), 1 << 20, 0o755, MS_NOSUID | MS_NODEV)?;
+    tmpfs(
+        &stage.join("newroot"),
+        1 << 20,
+        root_inodes(plan),
+        0o755,
+        MS_NOSUID | MS_NODEV,
+    )?;
     sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
 
     // Scratch space first, so that binds the user asked for under /tmp or /workspace land on
     // top of it instead of being hidden by it.
     let disk = plan.limits.disk;
+    let inodes = plan.limits.scratch_inodes();
     tmpfs(
         &under_new(Path::new("/tmp")),
         disk,
+        inodes,
         0o1777,
+        MS_NOSUID | MS_NODEV,
+    )?;
+    tmpfs(
+        &under_new(Path::new(cordon_policy::profile::HOME)),
+        disk,
+        inodes,
+        0o700,
         MS_NOSUID | MS_NODEV,
     )?;
     match (&plan.workspace, plan.workspace_tree) {
@@ -196,11 +236,12 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         (None, _) => tmpfs(
             &under_new(Path::new("/workspace")),
             disk,
+            inodes,
             0o755,
             MS_NOSUID | MS_NODEV,
         )?,
     }
-    build_dev(disk)?;
+    build_dev(disk, inodes)?;
     build_proc()?;
 
     for entry in &plan.root {
@@ -249,9 +290,12 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     Ok(())
 }
 
-fn build_dev(disk: u64) -> Result<(), MountError> {
+/// Inodes /dev's own tmpfs needs: its root, five device binds, four symlinks and `shm`.
+const DEV_INODES: u64 = 16;
+
+fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
     let dev = under_new(Path::new("/dev"));
-    tmpfs(&dev, 64 << 10, 0o755, MS_NOSUID | MS_NOEXEC)?;
+    tmpfs(&dev, 64 << 10, DEV_INODES, 0o755, MS_NOSUID | MS_NOEXEC)?;
     for name in ["null", "zero", "full", "random", "urandom"] {
         let host = Path::new(OLD).join("dev").join(name);
         bind(
@@ -273,6 +317,7 @@ fn build_dev(disk: u64) -> Result<(), MountError> {
     tmpfs(
         &dev.join("shm"),
         disk,
+        inodes,
         0o1777,
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
     )?;
@@ -282,7 +327,7 @@ fn build_dev(disk: u64) -> Result<(), MountError> {
         &dev,
         None,
         libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-        Some("size=64k,mode=755"),
+        Some(&format!("size=64k,nr_inodes={DEV_INODES},mode=755")),
     )
     .step(|| "remount /dev read-only".into())?;
     Ok(())

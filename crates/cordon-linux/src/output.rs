@@ -1,6 +1,9 @@
-//! Capped capture of one output stream: keep the first N bytes, drain and count the rest.
+//! Capped capture of one output stream with an optional live echo: the cap itself is
+//! `cordon_policy::OutputCap`, shared with every other door.
 
 use std::io::Write;
+
+use cordon_policy::{CapturedText, OutputCap};
 
 /// Whether whoever reads the echoed stream is still there.
 #[derive(Debug, PartialEq, Eq)]
@@ -10,9 +13,7 @@ pub enum Echo {
 }
 
 pub struct Capture {
-    kept: Vec<u8>,
-    limit: usize,
-    truncated: bool,
+    cap: OutputCap,
     /// Copy what is kept to this writer as it arrives (streaming mode).
     echo: Option<Box<dyn Write>>,
 }
@@ -20,9 +21,7 @@ pub struct Capture {
 impl Capture {
     pub fn new(limit: u64, echo: Option<Box<dyn Write>>) -> Capture {
         Capture {
-            kept: Vec::new(),
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-            truncated: false,
+            cap: OutputCap::new(limit),
             echo,
         }
     }
@@ -31,14 +30,12 @@ impl Capture {
     /// broken pipe): the caller then closes the stream, so that the writer inside meets a
     /// broken pipe of its own — `cordon run -- yes | head -1` ends as `yes | head -1` does.
     pub fn push(&mut self, data: &[u8]) -> Echo {
-        let room = self.limit.saturating_sub(self.kept.len());
-        let take = room.min(data.len());
-        if take < data.len() {
-            self.truncated = true;
-        }
-        let part = &data[..take];
+        let part = self.cap.push(data);
         let mut echo_state = Echo::Open;
         if let Some(echo) = self.echo.as_mut() {
+            if part.is_empty() {
+                return echo_state;
+            }
             if let Err(e) = echo.write_all(part).and_then(|_| echo.flush()) {
                 // Anything else (a hung-up terminal) must not stop the run: drop the echo.
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -47,51 +44,46 @@ impl Capture {
                 self.echo = None;
             }
         }
-        if self.echo.is_none() || take > 0 {
-            self.kept.extend_from_slice(part);
-        }
         echo_state
     }
 
-    #[cfg(test)]
     pub fn truncated(&self) -> bool {
-        self.truncated
+        self.cap.truncated()
     }
 
-    /// The kept bytes as lossy UTF-8, plus base64 of the exact bytes when anything was replaced.
-    pub fn finish(self) -> (String, Option<String>, bool) {
-        use base64::Engine;
-        let exact = match std::str::from_utf8(&self.kept) {
-            Ok(_) => None,
-            Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(&self.kept)),
-        };
-        let text = String::from_utf8_lossy(&self.kept).into_owned();
-        (text, exact, self.truncated)
+    /// The kept bytes as the Outcome carries them.
+    pub fn finish(self) -> CapturedText {
+        self.cap.finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
-    #[test]
-    fn caps_and_flags() {
-        let mut c = Capture::new(5, None);
-        assert_eq!(c.push(b"abc"), Echo::Open);
-        c.push(b"defgh");
-        assert!(c.truncated());
-        let (text, b64, t) = c.finish();
-        assert_eq!(text, "abcde");
-        assert!(b64.is_none());
-        assert!(t);
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
-    fn invalid_utf8_is_kept_exactly() {
-        let mut c = Capture::new(100, None);
-        c.push(&[0x66, 0xff, 0x6f]);
-        let (text, b64, _) = c.finish();
-        assert_eq!(text, "f\u{fffd}o");
-        assert_eq!(b64.as_deref(), Some("Zv9v"));
+    fn the_echo_shows_what_is_kept_and_no_more() {
+        let seen = Shared::default();
+        let mut c = Capture::new(5, Some(Box::new(seen.clone())));
+        assert_eq!(c.push(b"abc"), Echo::Open);
+        assert_eq!(c.push(b"defgh"), Echo::Open);
+        assert!(c.truncated());
+        let t = c.finish();
+        assert_eq!(t.text, "abcde");
+        assert!(t.truncated);
+        assert_eq!(&*seen.0.lock().unwrap(), b"abcde");
     }
 }

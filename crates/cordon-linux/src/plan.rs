@@ -59,8 +59,24 @@ pub struct Plan {
 const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
-/// What the dynamic loader reads from /etc.
-const LOADER_ETC: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"];
+/// The part of /etc a minimal system view keeps: what the dynamic loader reads, and what
+/// the libraries in the system dirs cannot work without. Nothing here is a secret or says who
+/// uses the host (no passwd, group, hosts, resolv.conf, machine-id).
+/// - `alternatives`: Debian's and Fedora's symlinks to the chosen implementation, through which
+///   the system dirs reach `libblas.so.3` (numpy), `awk` or `pager`; they dangle without it.
+///   The directory holds only symlinks.
+/// - `matplotlibrc`: Debian's matplotlib refuses to import without it.
+/// - `fonts`: fontconfig's configuration (matplotlib runs `fc-list`).
+/// - `ssl/certs`: the public CA certificates, for TLS through the egress proxy.
+const MINIMAL_ETC: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/matplotlibrc",
+    "/etc/fonts",
+    "/etc/ssl/certs",
+];
 
 fn cstring(s: &str, what: &str) -> Result<CString, EngineError> {
     CString::new(s).map_err(|_| EngineError::Invalid(format!("{what} contains a NUL byte")))
@@ -143,7 +159,12 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let mut ll = FsRules {
         list_only: vec!["/".into(), "/dev".into()],
         read_only: vec!["/proc".into()],
-        read_write: vec!["/tmp".into(), "/workspace".into(), "/dev/shm".into()],
+        read_write: vec![
+            "/tmp".into(),
+            "/workspace".into(),
+            cordon_policy::profile::HOME.into(),
+            "/dev/shm".into(),
+        ],
         files_rw: ["null", "zero", "full", "random", "urandom"]
             .iter()
             .map(|d| PathBuf::from("/dev").join(d))
@@ -164,7 +185,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             }
         }
         SystemView::Minimal => {
-            for f in LOADER_ETC {
+            for f in MINIMAL_ETC {
                 if let Some(e) = host_entry(Path::new(f), Path::new(f), false) {
                     root.push(e);
                     ll.read_exec.push(f.into());

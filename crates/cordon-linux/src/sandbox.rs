@@ -8,7 +8,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
 use crate::plan::{Plan, INNER_ID, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
@@ -140,6 +140,8 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         }
     }
 
+    // Opened while nothing restricts us yet; close-on-exec, and closed once handed over.
+    let (watch, watch_fds) = open_watched(plan, in_cgroup);
     let mut notes = Vec::new();
     if let Err(e) = apply_rlimits(plan, !in_cgroup) {
         fail(&ch, "rlimits", e);
@@ -165,38 +167,153 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     if let Err(e) = seccomp::install() {
         fail(&ch, "seccomp", e);
     }
-    let _ = ch.send(&ToSupervisor::Confined {
-        landlock_abi,
-        landlock_partial,
-        seccomp: true,
-        rlimits: true,
-        notes,
-    });
+    let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
+    let _ = ch.send_with_fds(
+        &ToSupervisor::Confined {
+            landlock_abi,
+            landlock_partial,
+            seccomp: true,
+            rlimits: true,
+            notes,
+            watch,
+        },
+        &raw,
+    );
+    drop(watch_fds);
 
     if plan.persistent {
         serve_loop(plan, ch);
     }
     let payload = start_payload(plan, &ch);
-    // Reap everything; report the payload's end; our exit tears the namespace down.
-    loop {
-        match sys::wait4(-1, false) {
-            Ok(Some((pid, exit))) if pid == payload => {
-                let msg = if libc::WIFSIGNALED(exit.status) {
-                    ToSupervisor::Signaled {
-                        signal: libc::WTERMSIG(exit.status),
-                    }
-                } else {
-                    ToSupervisor::Exited {
-                        code: libc::WEXITSTATUS(exit.status),
-                    }
-                };
-                let _ = ch.send(&msg);
-                sys::exit_now(0);
-            }
-            Ok(_) => continue,
-            Err(_) => sys::exit_now(EXIT_SETUP_FAILED),
+    one_shot_wait(&ch, payload)
+}
+
+/// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs
+/// and, where no cgroup counts processes, the sandbox's /proc. One that cannot be opened is
+/// left out: the supervisor then knows less, and nothing else changes.
+fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
+    let mut kinds = Vec::new();
+    let mut fds = Vec::new();
+    let mut scratch = vec!["/tmp", "/dev/shm", cordon_policy::profile::HOME];
+    if plan.workspace.is_none() {
+        scratch.push("/workspace");
+    }
+    let open = |path: &str, flags: libc::c_int| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | libc::O_DIRECTORY)
+            .open(path)
+            .map(OwnedFd::from)
+    };
+    for path in scratch {
+        if let Ok(fd) = open(path, libc::O_PATH) {
+            kinds.push(Watched::Scratch);
+            fds.push(fd);
         }
     }
+    if !in_cgroup {
+        if let Ok(fd) = open("/proc", 0) {
+            kinds.push(Watched::Proc);
+            fds.push(fd);
+        }
+    }
+    (kinds, fds)
+}
+
+/// The message that reports how the payload ended.
+fn end_message(exit: &sys::Exit) -> ToSupervisor {
+    if libc::WIFSIGNALED(exit.status) {
+        ToSupervisor::Signaled {
+            signal: libc::WTERMSIG(exit.status),
+        }
+    } else {
+        ToSupervisor::Exited {
+            code: libc::WEXITSTATUS(exit.status),
+        }
+    }
+}
+
+/// One-shot: reaps orphans until the payload ends or the supervisor says stop; then ends
+/// everything else in the sandbox itself, reaps it, reports the payload's end and exits.
+///
+/// Ending the rest here rather than leaving it to the kernel (which kills a pid namespace's
+/// processes when its init exits) is what gets their CPU time counted: a process is counted
+/// in its reaper's rusage, and the supervisor reads ours — the kernel's kill at our exit
+/// leaves them reaped by no one.
+fn one_shot_wait(ch: &Channel, payload: libc::pid_t) -> ! {
+    let mut end: Option<ToSupervisor> = None;
+    // Made after the payload is spawned, so the payload never starts with SIGCHLD blocked; an
+    // exit before it is found by the first reaping pass.
+    let sigchld = sys::signalfd_sigchld().ok();
+    let reap = |end: &mut Option<ToSupervisor>| loop {
+        match sys::wait4(-1, true) {
+            Ok(Some((pid, exit))) => {
+                if pid == payload && end.is_none() {
+                    *end = Some(end_message(&exit));
+                }
+            }
+            Ok(None) => return true,
+            // ECHILD: nothing left to wait for.
+            Err(_) => return false,
+        }
+    };
+    loop {
+        reap(&mut end);
+        if end.is_some() {
+            break;
+        }
+        let mut pfds = [
+            libc::pollfd {
+                fd: ch.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Without a signalfd, look at the children every 10 ms.
+        let timeout = if sigchld.is_some() { -1 } else { 10 };
+        if sys::poll(&mut pfds, timeout).is_err() {
+            continue;
+        }
+        if let Some(fd) = &sigchld {
+            if pfds[1].revents != 0 {
+                sys::drain_signalfd(fd);
+            }
+        }
+        if pfds[0].revents != 0 {
+            match ch.recv::<ToSandbox>() {
+                Ok(Some((ToSandbox::Stop, _))) => break,
+                Ok(Some(_)) => {}
+                // The supervisor is gone (and our parent-death signal on its way).
+                _ => sys::exit_now(EXIT_SETUP_FAILED),
+            }
+        }
+    }
+    // Everything else goes now. A process forking at this very moment is caught by the next
+    // round: kill(-1) again whenever a child is reaped, until none is left.
+    loop {
+        let _ = sys::kill_all_others(libc::SIGKILL);
+        if !reap(&mut end) {
+            break;
+        }
+        let mut pfds = [libc::pollfd {
+            fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = sys::poll(&mut pfds, 10);
+        if let Some(fd) = &sigchld {
+            sys::drain_signalfd(fd);
+        }
+    }
+    if let Some(msg) = end {
+        let _ = ch.send(&msg);
+    }
+    sys::exit_now(0)
 }
 
 /// `fallback`: there is no cgroup, so per-process limits stand in for memory and pids.
@@ -211,8 +328,10 @@ fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
         sys::setrlimit(libc::RLIMIT_CPU, secs, secs + 1)?;
     }
     if fallback {
-        // Without a cgroup these per-process limits are the best the host allows.
-        let procs = u64::from(l.pids) + 2;
+        // Without a cgroup these per-process limits are the best the host allows. The count
+        // is of the sandbox's one user, so it includes us: the payload gets `pids`, as a
+        // cgroup would give it (see `supervisor::prepare`).
+        let procs = u64::from(l.pids) + 1;
         sys::setrlimit(libc::RLIMIT_NPROC, procs, procs)?;
         sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
     }
@@ -422,6 +541,8 @@ fn serve_loop(plan: &Plan, ch: Channel) -> ! {
         };
         match msg {
             ToSandbox::Mapped | ToSandbox::Go { .. } => {}
+            // Our exit takes every process of the sandbox with us.
+            ToSandbox::Stop => sys::exit_now(0),
             ToSandbox::Signal { id, signal } => {
                 if let Some((pid, _)) = running.iter().find(|(_, i)| **i == id) {
                     // The command leads its own process group (setsid): signal all of it.

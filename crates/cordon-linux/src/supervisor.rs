@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use cordon_policy::{Enforcement, Layer, NetworkEvent, Outcome, Profile, Status, Usage};
+use cordon_policy::{
+    classify, EndFacts, Enforcement, ExecFailure, Layer, NetworkEvent, Outcome, ProcessEnd,
+    Profile, Stopped, Usage,
+};
 
 use crate::cgroup::{self, Cgroup, CgroupLimits};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
@@ -18,6 +21,7 @@ use crate::idmap;
 use crate::output::{Capture, Echo};
 use crate::plan::{self, PlanInput};
 use crate::sandbox::{self, Stdio};
+use crate::watch::Watch;
 use crate::{detect, sys};
 
 /// What the payload reads on stdin.
@@ -407,6 +411,7 @@ pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) 
         seccomp,
         rlimits,
         notes,
+        ..
     } = msg
     {
         enforcement.user_ns = true;
@@ -465,24 +470,6 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     Ok(outcome)
 }
 
-/// The message and exit code (125, 126 or 127) for a command that could not be started.
-pub fn exec_failure_message(errno: i32, path: &str, cwd: bool) -> (String, i32) {
-    let e = std::io::Error::from_raw_os_error(errno);
-    if cwd {
-        (
-            format!("--cwd {path}: {e} (the working directory must exist inside the sandbox)"),
-            125,
-        )
-    } else if errno == libc::ENOENT {
-        (
-            format!("command not found: {path} (looked in the sandbox's PATH)"),
-            127,
-        )
-    } else {
-        (format!("cannot execute {path}: {e}"), 126)
-    }
-}
-
 /// Writes the payload's stdin from a thread, so a payload that never reads cannot block us.
 fn feed_stdin(src: StdinSource, w: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
     let mut file = std::fs::File::from(w);
@@ -517,7 +504,16 @@ enum Ended {
     Timeout,
     CpuTime,
     Interrupted(i32),
+    /// Setting up failed after the init was started (the reason is in `setup_error`).
+    Setup,
 }
+
+/// How long the init has, once told to stop, to kill and reap everything and report. Past
+/// that it is killed, and the CPU time of whatever it had not reaped goes uncounted.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How often the watch (scratch filesystems, the task count without a cgroup) looks.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 struct Supervision {
     stdout: Capture,
@@ -527,8 +523,12 @@ struct Supervision {
     start: Instant,
     cgroup: Option<Cgroup>,
     killed: Option<Ended>,
+    /// When the init was told to stop (see `end`).
+    stop_sent: Option<Instant>,
     /// The cgroup was swept after the init was reaped (see `kill`).
     swept: bool,
+    watch: Watch,
+    watched_at: Option<Instant>,
 }
 
 impl Supervision {
@@ -555,13 +555,16 @@ impl Supervision {
             start,
             cgroup,
             killed: None,
+            stop_sent: None,
             swept: false,
+            watch: Watch::none(),
+            watched_at: None,
         }
     }
 
-    /// Kills the whole tree: the init's death takes its pid namespace with it; the cgroup sweep
-    /// catches anything in between. Once the init is reaped nothing can start in the sandbox
-    /// any more, so one sweep after that is enough.
+    /// Kills the whole tree at once: the init's death takes its pid namespace with it; the
+    /// cgroup sweep catches anything in between. Once the init is reaped nothing can start in
+    /// the sandbox any more, so one sweep after that is enough.
     fn kill(&mut self) {
         if self.init_exit.is_none() {
             let _ = sys::kill(self.init, libc::SIGKILL);
@@ -574,11 +577,40 @@ impl Supervision {
         self.swept = self.init_exit.is_some();
     }
 
-    fn end(&mut self, why: Ended) {
+    /// Ends the run for `why`. The init is asked to do it (it kills and reaps everything, so
+    /// the CPU time of every process is counted, then reports and exits); it is killed
+    /// outright if it cannot be asked or does not finish within `STOP_GRACE`.
+    fn end(&mut self, why: Ended, chan: Option<&Channel>) {
         if self.killed.is_none() {
             self.killed = Some(why);
         }
-        self.kill();
+        if self.init_exit.is_some() {
+            self.kill();
+            return;
+        }
+        if self.stop_sent.is_some() {
+            return;
+        }
+        match chan.map(|c| c.send(&ToSandbox::Stop)) {
+            Some(Ok(())) => self.stop_sent = Some(Instant::now()),
+            _ => self.kill(),
+        }
+    }
+
+    /// Looks at what the watch covers, at most every `WATCH_EVERY` (or now, with `force`).
+    fn look(&mut self, force: bool) {
+        let now = Instant::now();
+        if force
+            || self
+                .watched_at
+                .is_none_or(|t| now.duration_since(t) >= WATCH_EVERY)
+        {
+            self.watched_at = Some(now);
+            self.watch.sample();
+            if let Some(cg) = &mut self.cgroup {
+                cg.sample();
+            }
+        }
     }
 
     fn supervise(
@@ -613,21 +645,23 @@ impl Supervision {
             let now = Instant::now();
             if self.killed.is_none() {
                 if now >= deadline {
-                    self.end(Ended::Timeout);
+                    self.end(Ended::Timeout, chan.as_ref());
                 } else if let Some(sig) = interrupted_by() {
-                    self.end(Ended::Interrupted(sig));
+                    self.end(Ended::Interrupted(sig), chan.as_ref());
                 }
             }
             if let (Some(limit), Some(cg)) = (limits.cpu_time, &self.cgroup) {
                 if let Some((u, s)) = cg.cpu_usage() {
                     if self.killed.is_none() && Duration::from_nanos(u + s) > limit {
-                        self.end(Ended::CpuTime);
+                        self.end(Ended::CpuTime, chan.as_ref());
                     }
                 }
             }
-            if let Some(cg) = &mut self.cgroup {
-                cg.sample();
+            if self.init_exit.is_none() && self.stop_sent.is_some_and(|t| t.elapsed() > STOP_GRACE)
+            {
+                self.kill();
             }
+            self.look(false);
             if self.init_exit.is_none() {
                 if let Ok(Some((_, exit))) = sys::wait4(self.init, true) {
                     self.init_exit = Some((Instant::now(), exit));
@@ -723,52 +757,56 @@ impl Supervision {
                         && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
                 })
             });
-            if readable {
-                let c = chan.as_ref().expect("checked above");
-                match c.recv::<ToSupervisor>() {
-                    Ok(None) | Err(_) => chan = None,
-                    Ok(Some((msg, fds))) => match &msg {
-                        ToSupervisor::Confined { landlock_abi, .. } if !confined => {
-                            confined = true;
-                            let abi = *landlock_abi;
-                            apply_confined(&mut enforcement, &msg);
-                            if profile.require.contains(&Layer::Landlock) && abi == 0 {
-                                setup_error =
-                                    Some("Landlock was required but is not enforced".into());
-                                self.end(Ended::Interrupted(0));
-                            }
+            let received = match chan.as_ref().filter(|_| readable) {
+                Some(c) => c.recv::<ToSupervisor>(),
+                None => continue,
+            };
+            match received {
+                Ok(None) | Err(_) => chan = None,
+                Ok(Some((msg, fds))) => match &msg {
+                    ToSupervisor::Confined {
+                        landlock_abi,
+                        watch,
+                        ..
+                    } if !confined => {
+                        confined = true;
+                        let abi = *landlock_abi;
+                        self.watch = Watch::adopt(watch, fds);
+                        apply_confined(&mut enforcement, &msg);
+                        if profile.require.contains(&Layer::Landlock) && abi == 0 {
+                            setup_error = Some("Landlock was required but is not enforced".into());
+                            self.end(Ended::Setup, chan.as_ref());
                         }
-                        ToSupervisor::ProxyListener if egress.is_none() => {
-                            if let (Some(fd), Some(factory)) =
-                                (fds.into_iter().next(), egress_factory.take())
-                            {
-                                let listener = std::net::TcpListener::from(fd);
-                                match factory(listener) {
-                                    Ok(e) => egress = Some(e),
-                                    Err(e) => {
-                                        setup_error =
-                                            Some(format!("starting the egress proxy: {e}"));
-                                        self.end(Ended::Interrupted(0));
-                                    }
+                    }
+                    ToSupervisor::ProxyListener if egress.is_none() => {
+                        if let (Some(fd), Some(factory)) =
+                            (fds.into_iter().next(), egress_factory.take())
+                        {
+                            let listener = std::net::TcpListener::from(fd);
+                            match factory(listener) {
+                                Ok(e) => egress = Some(e),
+                                Err(e) => {
+                                    setup_error = Some(format!("starting the egress proxy: {e}"));
+                                    self.end(Ended::Setup, chan.as_ref());
                                 }
                             }
                         }
-                        ToSupervisor::ExecFailed {
-                            errno, path, cwd, ..
-                        } if exec_failed.is_none() => {
-                            exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
-                        }
-                        ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
-                            setup_error = Some(format!("{step}: {message}"));
-                        }
-                        ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
-                            if payload_end.is_none() =>
-                        {
-                            payload_end = Some(msg.clone());
-                        }
-                        _ => {}
-                    },
-                }
+                    }
+                    ToSupervisor::ExecFailed {
+                        errno, path, cwd, ..
+                    } if exec_failed.is_none() => {
+                        exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
+                    }
+                    ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
+                        setup_error = Some(format!("{step}: {message}"));
+                    }
+                    ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
+                        if payload_end.is_none() =>
+                    {
+                        payload_end = Some(msg.clone());
+                    }
+                    _ => {}
+                },
             }
         }
         // Whatever is left must not outlive us.
@@ -779,31 +817,39 @@ impl Supervision {
             }
         }
         let network = egress.map(|e| e.finish()).unwrap_or_default();
-        self.finish(
-            enforcement,
+        let ended = Ending {
             setup_error,
             exec_failed,
             payload_end,
-            network,
-            confined,
-        )
+        };
+        self.finish(enforcement, ended, network, confined, limits.pids)
     }
 
     fn finish(
         &mut self,
         enforcement: Enforcement,
-        setup_error: Option<String>,
-        exec_failed: Option<(i32, String, bool)>,
-        payload_end: Option<ToSupervisor>,
+        ended: Ending,
         network: Vec<NetworkEvent>,
         confined: bool,
+        pids_limit: u32,
     ) -> Outcome {
+        let Ending {
+            setup_error,
+            exec_failed,
+            payload_end,
+        } = ended;
+        // A last look, with everything in the sandbox gone: the scratch filesystems outlive it
+        // as long as the watch holds them, so what a program left there still shows.
+        self.look(true);
+        let seen = self.watch.seen();
         let wall = self
             .init_exit
             .as_ref()
             .map(|(t, _)| t.duration_since(self.start))
             .unwrap_or_else(|| self.start.elapsed());
         let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
+        // The init reaped every process of the sandbox before it exited (see
+        // `sandbox::one_shot_wait`), so its rusage covers them all, killed ones included.
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),
             None => self
@@ -821,70 +867,42 @@ impl Supervision {
             .and_then(|c| c.peak_memory())
             .or_else(|| rusage.map(|r| r.ru_maxrss as u64 * 1024))
             .unwrap_or(0);
-        let peak_pids = self
-            .cgroup
-            .as_ref()
-            .map(|c| c.peak_pids().saturating_sub(1))
-            .unwrap_or(u64::from(payload_end.is_some()));
-        let oom = self.cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
-
-        let mut status;
-        let mut exit_code = None;
-        let mut signal = None;
-        let mut error = None;
-        match (&self.killed, &payload_end) {
-            (Some(Ended::Timeout), _) => status = Status::Timeout,
-            (Some(Ended::CpuTime), _) => {
-                status = Status::CpuTime;
-                signal = Some(libc::SIGKILL);
-            }
-            (Some(Ended::Interrupted(sig)), _) => {
-                status = Status::Error;
-                error = Some(setup_error.clone().unwrap_or_else(|| {
-                    format!("cordon was interrupted by signal {sig}; the sandbox was killed")
-                }));
-                exit_code = Some(if *sig > 0 { 128 + sig } else { 125 });
-            }
-            (None, Some(ToSupervisor::Exited { code })) => {
-                status = Status::Exited;
-                exit_code = Some(*code);
-                if let Some((errno, path, cwd)) = &exec_failed {
-                    status = Status::Error;
-                    let (message, code) = exec_failure_message(*errno, path, *cwd);
-                    error = Some(message);
-                    exit_code = Some(code);
-                }
-            }
-            (None, Some(ToSupervisor::Signaled { signal: s })) => {
-                signal = Some(*s);
-                status = if oom && *s == libc::SIGKILL {
-                    Status::Oom
-                } else if *s == libc::SIGXCPU {
-                    Status::CpuTime
-                } else {
-                    Status::Signaled
-                };
-            }
-            _ => {
-                if oom {
-                    status = Status::Oom;
-                    signal = Some(libc::SIGKILL);
-                } else {
-                    status = Status::Error;
-                    exit_code = Some(125);
-                    error = Some(setup_error.clone().unwrap_or_else(|| {
-                        "the sandbox ended before reporting the payload's exit".into()
-                    }));
-                }
-            }
-        }
-        if status == Status::Error
-            && exec_failed.is_none()
-            && setup_error.is_some()
-            && error.is_none()
-        {
-            error = setup_error;
-        }
+        let ran = u64::from(payload_end.is_some());
+        let peak_pids = match (&self.cgroup, seen.peak_tasks) {
+            (Some(c), _) => c.peak_pids().saturating_sub(1),
+            (None, Some(n)) => n.max(ran),
+            (None, None) => ran,
+        };
+        // With a cgroup the kernel counts refused forks; without one (RLIMIT_NPROC) a refusal
+        // leaves no trace outside the process that got EAGAIN, so the count reaching the limit
+        // is what is reported.
+        let pids_refused = match (&self.cgroup, seen.peak_tasks) {
+            (Some(c), _) => c.pids_refused(),
+            (None, Some(n)) => u64::from(n >= u64::from(pids_limit)),
+            (None, None) => 0,
+        };
+        let facts = EndFacts {
+            end: match &payload_end {
+                Some(ToSupervisor::Exited { code }) => Some(ProcessEnd::Exited(*code)),
+                Some(ToSupervisor::Signaled { signal }) => Some(ProcessEnd::Signaled(*signal)),
+                _ => None,
+            },
+            stopped: self.killed.as_ref().map(|k| match k {
+                Ended::Timeout => Stopped::Timeout,
+                Ended::CpuTime => Stopped::CpuTime,
+                Ended::Setup => Stopped::Setup,
+                Ended::Interrupted(sig) => Stopped::Interrupted(*sig),
+            }),
+            setup_error,
+            exec_failure: exec_failed.map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+            sandbox_ended: None,
+            oom_kills: self.cgroup.as_ref().map_or(0, |c| c.oom_kills()),
+            pids_refused,
+            output_truncated: self.stdout.truncated() || self.stderr.truncated(),
+            disk_full: seen.disk_full,
+            inodes_exhausted: seen.inodes_exhausted,
+        };
+        let ending = classify(&facts);
         let mut enforcement = enforcement;
         if !confined {
             // Nothing ran confined; claim nothing.
@@ -900,33 +918,25 @@ impl Supervision {
                 ..Enforcement::default()
             };
         }
-        let stdout = std::mem::replace(&mut self.stdout, Capture::new(0, None));
-        let stderr = std::mem::replace(&mut self.stderr, Capture::new(0, None));
-        let (stdout, stdout_b64, stdout_truncated) = stdout.finish();
-        let (stderr, stderr_b64, stderr_truncated) = stderr.finish();
+        let stdout = std::mem::replace(&mut self.stdout, Capture::new(0, None)).finish();
+        let stderr = std::mem::replace(&mut self.stderr, Capture::new(0, None)).finish();
         if let Some(cg) = &mut self.cgroup {
             cg.remove();
         }
-        Outcome {
-            status,
-            exit_code,
-            signal,
-            error,
-            stdout,
-            stderr,
-            stdout_b64,
-            stderr_b64,
-            stdout_truncated,
-            stderr_truncated,
-            usage: Usage {
-                wall_ms: wall.as_millis() as u64,
-                cpu_user_ms,
-                cpu_system_ms,
-                peak_memory_bytes,
-                peak_pids,
-            },
-            enforcement,
-            network,
-        }
+        let usage = Usage {
+            wall_ms: wall.as_millis() as u64,
+            cpu_user_ms,
+            cpu_system_ms,
+            peak_memory_bytes,
+            peak_pids,
+        };
+        Outcome::from_ending(ending, stdout, stderr, usage, enforcement, network)
     }
+}
+
+/// What the sandbox side reported about the payload's end.
+struct Ending {
+    setup_error: Option<String>,
+    exec_failed: Option<(i32, String, bool)>,
+    payload_end: Option<ToSupervisor>,
 }

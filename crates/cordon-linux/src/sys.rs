@@ -163,8 +163,7 @@ pub fn setresuid(uid: u32) -> io::Result<()> {
 }
 
 pub fn geteuid() -> u32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 pub fn getegid() -> u32 {
@@ -212,11 +211,22 @@ pub fn setrlimit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> i
 }
 
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: plain integers; pid > 0 is checked so a bug can never signal a process group.
+    // pid > 0 is checked so a bug can never signal a process group.
     if pid <= 0 {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
+    // SAFETY: plain integers.
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// Sends `sig` to every process this one may signal except itself: run by a pid namespace's
+/// init, everything else in the namespace. ESRCH (nobody left) is success.
+pub fn kill_all_others(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers.
+    match cvt(unsafe { libc::kill(-1, sig) }) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other.map(drop),
+    }
 }
 
 /// Marks every fd from `first` upward close-on-exec, so nothing leaks into the payload.
@@ -365,6 +375,7 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on an fd we own.
     let fl = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
@@ -842,6 +853,33 @@ pub fn process_start() {
     }
     // SAFETY: installs SIG_IGN, which involves no handler code in this process.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Defines the C `main` of a `#![no_main]` binary, which glibc's start code calls: it runs
+/// [`process_start`], then `$run` (a `fn() -> i32` returning the exit status) with a panic
+/// reported as exit 101 instead of an abort, and flushes stdout on the way out — what std's
+/// `main` would add. std still has the arguments (glibc hands them to std's own .init_array
+/// hook) and the allocator.
+///
+/// A macro so that the one `unsafe` attribute this takes (`no_mangle`: the symbol `main` must
+/// be this function and nothing else's) is written here, in the engine, the one crate allowed
+/// `unsafe`, and not in the binary, which forbids it.
+#[macro_export]
+macro_rules! c_main {
+    ($run:path) => {
+        // SAFETY: `main` is defined once per binary (a second definition fails to link), and
+        // a `#![no_main]` binary leaves the symbol to us.
+        #[unsafe(no_mangle)]
+        pub extern "C" fn main(
+            _argc: ::std::ffi::c_int,
+            _argv: *const *const ::std::ffi::c_char,
+        ) -> ::std::ffi::c_int {
+            $crate::process_start();
+            let code = ::std::panic::catch_unwind($run).unwrap_or(101);
+            let _ = ::std::io::Write::flush(&mut ::std::io::stdout());
+            code
+        }
+    };
 }
 
 /// A statically linked cordon (the release build, see scripts/build-release.sh) resolves names

@@ -98,6 +98,14 @@ fn parse_error(e: httparse::Error) -> HeadError {
     }
 }
 
+/// `read_head` stopped at the blank line, so a head httparse still calls partial is malformed.
+fn complete(parsed: httparse::Result<usize>, what: &str) -> Result<(), HeadError> {
+    match parsed.map_err(parse_error)? {
+        httparse::Status::Complete(_) => Ok(()),
+        httparse::Status::Partial => Err(HeadError::Malformed(format!("incomplete {what} head"))),
+    }
+}
+
 /// Read one request head; returns it and the bytes that followed it.
 pub(crate) async fn read_request<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -106,12 +114,7 @@ pub(crate) async fn read_request<R: AsyncRead + Unpin>(
     let end = read_head(r, &mut buf).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(&buf[..end]).map_err(parse_error)? {
-        httparse::Status::Complete(_) => {}
-        httparse::Status::Partial => {
-            return Err(HeadError::Malformed("incomplete request head".into()))
-        }
-    }
+    complete(req.parse(&buf[..end]), "request")?;
     let head = RequestHead {
         method: req.method.unwrap_or_default().to_string(),
         target: req.path.unwrap_or_default().to_string(),
@@ -129,12 +132,7 @@ pub(crate) async fn read_response<R: AsyncRead + Unpin>(
     let end = read_head(r, &mut buf).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
-    match resp.parse(&buf[..end]).map_err(parse_error)? {
-        httparse::Status::Complete(_) => {}
-        httparse::Status::Partial => {
-            return Err(HeadError::Malformed("incomplete response head".into()))
-        }
-    }
+    complete(resp.parse(&buf[..end]), "response")?;
     let head = ResponseHead {
         minor_version: resp.version.unwrap_or(1),
         code: resp.code.unwrap_or(0),

@@ -4,10 +4,14 @@
 //! Nothing here touches the kernel: the engine (`cordon-linux`) turns a validated profile into
 //! a confined process tree.
 
+pub mod ending;
 pub mod network;
 pub mod outcome;
+pub mod output;
 pub mod profile;
 pub mod units;
 
+pub use ending::{classify, EndFacts, Ending, ExecFailure, LimitHit, ProcessEnd, Stopped};
 pub use outcome::{Enforcement, NetworkEvent, Outcome, Status, Usage};
+pub use output::{CapturedText, OutputCap};
 pub use profile::{Bind, EnvEntry, Layer, Limits, Profile, ProfileError, SystemView};

@@ -948,6 +948,32 @@ impl EgressRules {
     }
 }
 
+/// The allow entry that would let a refused request through, from what its decision recorded
+/// (the host as the client wrote it, the port, and the reason [`EgressRules::check_host`] or
+/// [`EgressRules::check_addr`] gave): the name or address, with `:PORT` unless the port is a
+/// default one. `None` when no entry helps (a malformed request, a limit, a mismatched TLS
+/// name). Front ends put it after their own flag or field (`--allow-net ENTRY`).
+pub fn entry_to_allow(host: &str, port: u16, reason: &str) -> Option<String> {
+    let target = if reason.starts_with("not in allowlist")
+        || reason.starts_with("ip literal not allowed: ")
+        || (reason.starts_with("port ") && reason.contains(" not allowed for "))
+    {
+        Host::parse(host).ok()?
+    } else if let Some(rest) = reason.strip_prefix("resolves to ") {
+        // "resolves to <range> address <ip>[ embedding …][; notes]": the first address.
+        let (_, after) = rest.split_once(" address ")?;
+        let ip = after.split([' ', ';']).next()?;
+        Host::Ip(ip.parse().ok()?)
+    } else {
+        return None;
+    };
+    Some(if DEFAULT_PORTS.contains(&port) {
+        target.to_string()
+    } else {
+        target.with_port(port)
+    })
+}
+
 fn is_strict_subdomain(name: &str, suffix: &str) -> bool {
     name.len() > suffix.len() + 1
         && name.ends_with(suffix)
@@ -969,6 +995,70 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// Each refusal's suggested entry, added to the rules, lets exactly that request through.
+    #[test]
+    fn the_suggested_entry_allows_what_was_refused() {
+        let base = ["allowed.test", "alt.test:8443"];
+        let by_name = [
+            ("other.test", 443),
+            ("other.test", 8080),
+            ("allowed.test", 8080),
+            ("203.0.113.7", 443),
+            ("203.0.113.7", 9000),
+            ("[2001:db8::1]", 443),
+            ("2001:db8::1", 8443),
+        ];
+        for (host, port) in by_name {
+            let d = rules(&base).check_host(host, port);
+            assert!(!d.is_allowed(), "{host}:{port}");
+            let entry = entry_to_allow(host, port, &d.reason)
+                .unwrap_or_else(|| panic!("no entry for {host}:{port}: {}", d.reason));
+            let mut more: Vec<&str> = base.to_vec();
+            more.push(&entry);
+            assert!(
+                rules(&more).check_host(host, port).is_allowed(),
+                "{host}:{port} still refused with {entry}"
+            );
+        }
+        let by_addr = [
+            ("127.0.0.1", 80),
+            ("10.1.2.3", 5000),
+            ("169.254.169.254", 80),
+            ("::ffff:127.0.0.1", 443),
+            ("fd00::1", 8443),
+        ];
+        for (addr, port) in by_addr {
+            let d = rules(&base).check_addr(ip(addr), port);
+            assert!(!d.is_allowed(), "{addr}:{port}");
+            let entry = entry_to_allow("allowed.test", port, &d.reason)
+                .unwrap_or_else(|| panic!("no entry for {addr}:{port}: {}", d.reason));
+            let mut more: Vec<&str> = base.to_vec();
+            more.push(&entry);
+            assert!(
+                rules(&more).check_addr(ip(addr), port).is_allowed(),
+                "{addr}:{port} still refused with {entry} ({})",
+                d.reason
+            );
+        }
+        assert_eq!(
+            entry_to_allow(
+                "x.test",
+                443,
+                "resolves to reserved address 203.0.113.80; closed"
+            )
+            .as_deref(),
+            Some("203.0.113.80")
+        );
+        assert_eq!(
+            entry_to_allow("x.test", 443, "request head too large"),
+            None
+        );
+        assert_eq!(
+            entry_to_allow("x.test", 443, "connection limit reached (8 open)"),
+            None
+        );
     }
 
     #[test]

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ending::{Ending, LimitHit};
+use crate::output::CapturedText;
+
 /// Why the run ended.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +91,11 @@ pub struct Outcome {
     pub usage: Usage,
     pub enforcement: Enforcement,
     pub network: Vec<NetworkEvent>,
+    /// Every limit that ended the run or refused it something while it ran (see
+    /// [`crate::ending::classify`]); empty when none did. Absent in Outcomes written before
+    /// it existed, hence the default.
+    #[serde(default)]
+    pub limits_hit: Vec<LimitHit>,
 }
 
 /// Exit codes of the command-line contract.
@@ -115,6 +123,34 @@ impl Outcome {
             usage: Usage::default(),
             enforcement,
             network: Vec::new(),
+            limits_hit: Vec::new(),
+        }
+    }
+
+    /// An outcome from the classifier's verdict and what the run printed and cost.
+    pub fn from_ending(
+        ending: Ending,
+        stdout: CapturedText,
+        stderr: CapturedText,
+        usage: Usage,
+        enforcement: Enforcement,
+        network: Vec<NetworkEvent>,
+    ) -> Outcome {
+        Outcome {
+            status: ending.status,
+            exit_code: ending.exit_code,
+            signal: ending.signal,
+            error: ending.error,
+            stdout: stdout.text,
+            stderr: stderr.text,
+            stdout_b64: stdout.b64,
+            stderr_b64: stderr.b64,
+            stdout_truncated: stdout.truncated,
+            stderr_truncated: stderr.truncated,
+            usage,
+            enforcement,
+            network,
+            limits_hit: ending.limits_hit,
         }
     }
 
@@ -151,6 +187,7 @@ mod tests {
             "usage",
             "enforcement",
             "network",
+            "limits_hit",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
@@ -179,6 +216,23 @@ mod tests {
                 "missing enforcement.{key}"
             );
         }
+    }
+
+    #[test]
+    fn older_json_without_limits_hit_still_parses() {
+        let o = Outcome::error("x", Enforcement::default());
+        let mut v = serde_json::to_value(&o).unwrap();
+        v.as_object_mut().unwrap().remove("limits_hit");
+        let back: Outcome = serde_json::from_value(v).unwrap();
+        assert!(back.limits_hit.is_empty());
+    }
+
+    #[test]
+    fn limits_hit_are_strings() {
+        let mut o = Outcome::error("x", Enforcement::default());
+        o.limits_hit = vec![LimitHit::Pids, LimitHit::WallTime];
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["limits_hit"], serde_json::json!(["pids", "wall_time"]));
     }
 
     #[test]

@@ -50,7 +50,9 @@ pub const BUILTINS: &[&str] = &["default", "strict"];
 pub enum SystemView {
     /// `/usr`, `/bin`, `/lib*`, `/sbin` and all of `/etc`.
     Full,
-    /// `/usr`, `/bin`, `/lib*`, `/sbin` and only the files of `/etc` the dynamic loader needs.
+    /// `/usr`, `/bin`, `/lib*`, `/sbin` and of `/etc` only what the dynamic loader and the
+    /// system's libraries need (the engine's list: nothing that names the host's users, hosts
+    /// or keys).
     Minimal,
 }
 
@@ -136,7 +138,7 @@ pub struct Limits {
     pub timeout: Duration,
     /// CPU-time limit over the whole tree, if any.
     pub cpu_time: Option<Duration>,
-    /// Size of each writable tmpfs (`/tmp`, `/workspace`, `/dev/shm`).
+    /// Size of each writable tmpfs (`/tmp`, `/workspace`, the home directory, `/dev/shm`).
     pub disk: u64,
     /// Bytes kept per output stream.
     pub output_limit: u64,
@@ -144,6 +146,19 @@ pub struct Limits {
     pub nofile: u64,
     /// Largest file a process may write (`RLIMIT_FSIZE`).
     pub file_size: u64,
+}
+
+/// Bytes of `--disk` per inode of each scratch tmpfs: a file with any data takes at least one
+/// page of the tmpfs's size, so this many inodes never stop files the size would allow. Only
+/// what takes no page — empty files, directories, symlinks — meets the cap, and those cost the
+/// host unaccounted kernel memory (about 1 KiB each) where no cgroup holds the sandbox.
+pub const DISK_BYTES_PER_INODE: u64 = 4096;
+
+impl Limits {
+    /// The `nr_inodes` of each scratch tmpfs (`/tmp`, `/workspace`, `/dev/shm`).
+    pub fn scratch_inodes(&self) -> u64 {
+        (self.disk / DISK_BYTES_PER_INODE).max(1)
+    }
 }
 
 /// An extra bind mount from the host.
@@ -227,13 +242,17 @@ impl EnvEntry {
     }
 }
 
+/// The sandbox user's home directory: its own small tmpfs, so that the caches and settings
+/// tools keep there (pip, npm, matplotlib) never land in a `--workspace` shared with the host.
+pub const HOME: &str = "/home/sandbox";
+
 /// Variables every sandbox gets (unless overridden), so ordinary programs behave.
 pub const BASE_ENV: &[(&str, &str)] = &[
     (
         "PATH",
         "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
     ),
-    ("HOME", "/workspace"),
+    ("HOME", HOME),
     ("LANG", "C.UTF-8"),
     ("TERM", "dumb"),
 ];
@@ -458,7 +477,7 @@ fn check_abs_clean(path: &Path, field: &str) -> Result<(), ProfileError> {
 
 /// Destinations cordon builds itself cannot be replaced by a bind mount.
 fn check_dest(dest: &Path, field: &str) -> Result<(), ProfileError> {
-    const RESERVED: &[&str] = &["/", "/proc", "/dev", "/tmp", "/workspace"];
+    const RESERVED: &[&str] = &["/", "/proc", "/dev", "/tmp", "/workspace", HOME];
     let reserved = RESERVED.iter().any(|r| dest == Path::new(r))
         || dest.starts_with("/proc")
         || dest.starts_with("/dev");
@@ -466,7 +485,7 @@ fn check_dest(dest: &Path, field: &str) -> Result<(), ProfileError> {
         return Err(ProfileError::invalid(
             field,
             format!(
-                "cannot mount over {} (cordon builds /, /proc, /dev, /tmp and /workspace itself; use --workspace for /workspace)",
+                "cannot mount over {} (cordon builds /, /proc, /dev, /tmp, /workspace and {HOME} itself; use --workspace for /workspace)",
                 dest.display()
             ),
         ));
@@ -680,6 +699,7 @@ pass = ["LANG"]
         let env = p.environment(|_| Some("x".into()));
         assert_eq!(env["FOO"], "bar");
         assert_eq!(env["LANG"], "x");
+        assert_eq!(env["HOME"], HOME, "the home tmpfs, not the workspace");
     }
 
     #[test]
@@ -703,6 +723,7 @@ pass = ["LANG"]
             "[limits]\ntimeout = \"30\"",
             "[filesystem]\nro = [\"relative/path\"]",
             "[filesystem]\nrw = [\"/data:/proc/x\"]",
+            "[filesystem]\nrw = [\"/data:/home/sandbox\"]",
             "[filesystem]\nro = [\"/a/../etc\"]",
             "[env]\nset = { \"BAD-KEY\" = \"1\" }",
             "require = [\"magic\"]",

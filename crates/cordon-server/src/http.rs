@@ -35,17 +35,13 @@ use crate::keys;
 use crate::service::{signal_number, Caller, ExecEvent, Service};
 use crate::types::*;
 
-type McpService = rmcp::transport::streamable_http_server::StreamableHttpService<
-    crate::mcp::CordonMcp,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
->;
-
 pub struct AppState {
     pub service: Arc<Service>,
     /// Authentication disabled (only allowed on loopback).
     pub open: bool,
     limiter: Mutex<HashMap<String, (f64, Instant)>>,
-    mcp: McpService,
+    /// The MCP transport, served at `/mcp` by the handlers below.
+    mcp: Router,
 }
 
 impl AppState {
@@ -467,7 +463,7 @@ fn status_code_name(s: StatusCode) -> &'static str {
     }
 }
 
-#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = inline(Health))))]
 async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -832,7 +828,7 @@ impl utoipa::PartialSchema for Binary {
 impl ToSchema for Binary {}
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(IdPath, PathQuery),
-    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Binary)))]
+    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = inline(Binary))))]
 async fn file_read(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -884,8 +880,8 @@ async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
 }
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(IdPath, PathQuery),
-    request_body(content = Option<Binary>, content_type = "application/octet-stream", description = "The file's new contents (any content type; the bytes are written as they are; none: an empty file)"),
-    responses((status = 201, body = Written, description = "Written, as the sandbox's user; missing parent directories are made")))]
+    request_body(content = inline(Option<Binary>), content_type = "application/octet-stream", description = "The file's new contents (any content type; the bytes are written as they are; none: an empty file)"),
+    responses((status = 201, body = inline(Written), description = "Written, as the sandbox's user; missing parent directories are made")))]
 async fn file_write(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -1048,18 +1044,18 @@ async fn run_code(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/network", params(IdPath),
-    responses((status = 200, body = NetworkView)))]
+    responses((status = 200, body = NetworkInfo)))]
 async fn get_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
-) -> Result<Json<NetworkView>, ApiError> {
+) -> Result<Json<NetworkInfo>, ApiError> {
     Ok(Json(st.service.network(&c, &id)?))
 }
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(IdPath),
     request_body(content = Option<cordon_policy::network::NetworkPolicy>, description = "An empty body is `{}`: no network. The new policy, in force at once for new connections: `allow` entries `DOMAIN[:PORT]`, `*.DOMAIN[:PORT]`, `IP[:PORT]`, `CIDR`; `hosts` pins names to addresses"),
-    responses((status = 200, body = NetworkSet)))]
+    responses((status = 200, body = inline(NetworkSet))))]
 async fn put_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -1155,9 +1151,13 @@ async fn run_oneshot(
     Ok(Json(outcome).into_response())
 }
 
-/// The MCP transport (rmcp's streamable HTTP server) answers every method of `/mcp` itself.
+/// The MCP transport (rmcp's streamable HTTP server behind its JSON-RPC guard) answers every
+/// method of `/mcp` itself.
 async fn mcp(st: &AppState, req: Request) -> Response {
-    st.mcp.handle(req).await.map(Body::new)
+    match tower::ServiceExt::oneshot(st.mcp.clone(), req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
 }
 
 #[utoipa::path(post, path = "/mcp",

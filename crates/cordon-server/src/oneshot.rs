@@ -1,11 +1,10 @@
 //! One-shot runs from the server. The engine must fork from a single-threaded process, so the
 //! server re-executes the cordon binary (`cordon __oneshot`) per run and hands it the request
-//! on fd 3 — never on the command line, where other users could read environment values.
+//! on its stdin — never on the command line, where other users could read environment values.
+//! (The payload's own stdin is a separate pipe the engine feeds from the request.)
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 
 use cordon_policy::{Outcome, Profile};
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,7 @@ use crate::error::ApiError;
 use crate::service::{profile_from, Caller, Service};
 use crate::types::RunRequest;
 
-/// What `cordon __oneshot` reads from fd 3.
+/// What `cordon __oneshot` reads from its stdin.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct OneShot {
     pub profile: Profile,
@@ -24,8 +23,6 @@ pub struct OneShot {
     pub env: BTreeMap<String, String>,
     pub stdin: Option<String>,
 }
-
-pub const REQUEST_FD: i32 = 3;
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
     let profile = profile_from(
@@ -57,29 +54,18 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
     let exe = svc.cfg.helper_exe.clone();
     let t0 = std::time::Instant::now();
     let out = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
-        let (r, w) = std::io::pipe()?;
-        let r: OwnedFd = r.into();
-        let raw = r.as_raw_fd();
-        let mut cmd = std::process::Command::new(exe);
-        cmd.arg("__oneshot").stdin(std::process::Stdio::null());
-        // SAFETY: only dup2 (async-signal-safe) runs between fork and exec; it also clears
-        // FD_CLOEXEC on fd 3 so the request pipe, and nothing else, is inherited.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(raw, REQUEST_FD) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
+        let mut child = std::process::Command::new(exe)
+            .arg("__oneshot")
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
-        drop(r);
-        let mut w = w;
-        w.write_all(&body)?;
-        drop(w);
+        // The runner reads the whole request before it prints anything, so writing it all
+        // first cannot deadlock against a full stdout pipe. A runner that stops reading has
+        // failed, and says why on stderr: it is waited for and reported like any failure.
+        if let Some(mut w) = child.stdin.take() {
+            let _ = w.write_all(&body);
+        }
         child.wait_with_output()
     })
     .await

@@ -246,7 +246,6 @@ pub fn profile_from(
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
 /// reap the first one's sandboxes at start-up.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
-    use std::os::fd::AsRawFd;
     let f = crate::datadir::open_private(
         &dir.join("lock"),
         std::fs::OpenOptions::new()
@@ -255,8 +254,7 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
             .write(true),
     )
     .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(ApiError::conflict(format!(
             "another cordon server is using {}; give each server its own --data-dir",
             dir.display()
@@ -300,12 +298,13 @@ impl Service {
     /// server's control socket closes, so they are gone or going; make sure, and record it.
     fn reap_previous_run(&self) -> Result<(), ApiError> {
         for row in self.registry.running()? {
-            let pid = row.helper_pid as i32;
-            if pid > 0 {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
+                .filter(|p| p.as_raw_nonzero().get() > 0)
+            {
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                    .unwrap_or_default();
                 if String::from_utf8_lossy(&cmdline).contains("__sandbox") {
-                    // SAFETY: kill with a positive pid that we just checked is our helper.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
             }
             self.registry.mark_ended(
@@ -388,10 +387,11 @@ impl Service {
         m
     }
 
-    pub async fn create(
+    async fn create_from(
         self: &Arc<Self>,
         caller: &Caller,
         req: CreateSandbox,
+        trusted: Option<Profile>,
     ) -> Result<SandboxInfo, ApiError> {
         let profile = profile_from(
             req.profile.as_deref(),
@@ -403,6 +403,15 @@ impl Service {
             &req.env,
             req.network.as_ref(),
         )?;
+        // A front end's own profile (create_with_profile) replaces the built-in.
+        let profile = match trusted {
+            Some(p) => {
+                p.validate()
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                p
+            }
+            None => profile,
+        };
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -478,6 +487,33 @@ impl Service {
         Ok(live.info())
     }
 
+    /// A sandbox of a built-in profile with the request's overrides.
+    pub async fn create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateSandbox,
+    ) -> Result<SandboxInfo, ApiError> {
+        self.create_from(caller, req, None).await
+    }
+
+    /// A sandbox of a profile the front end built itself from its own trusted configuration
+    /// (`cordon mcp`'s command line: a profile file, host mounts, a workspace) — never from a
+    /// request, which could name any file. Only the lifetime and labels come from `req`.
+    pub async fn create_with_profile(
+        self: &Arc<Self>,
+        caller: &Caller,
+        profile: Profile,
+        ttl: Option<Amount>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<SandboxInfo, ApiError> {
+        let req = CreateSandbox {
+            ttl,
+            metadata,
+            ..Default::default()
+        };
+        self.create_from(caller, req, Some(profile)).await
+    }
+
     /// The callback that starts a sandbox's egress proxy on the listener its init created;
     /// every decision also goes to the audit log.
     fn egress_starter(
@@ -509,7 +545,7 @@ impl Service {
     }
 
     /// The sandbox's egress policy and every decision its proxy made so far.
-    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkView, ApiError> {
+    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
         let events = live
@@ -518,7 +554,7 @@ impl Service {
             .ok()
             .and_then(|e| e.as_ref().map(|p| p.events()))
             .unwrap_or_default();
-        Ok(NetworkView { policy, events })
+        Ok(NetworkInfo { policy, events })
     }
 
     /// Replaces the sandbox's egress policy while it runs.
@@ -1226,6 +1262,7 @@ async fn pump(
         },
         enforcement: live.sandbox.enforcement.clone(),
         network: Vec::new(),
+        limits_hit: Vec::new(),
     };
     if timed_out {
         outcome.status = Status::Timeout;

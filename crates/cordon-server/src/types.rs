@@ -400,6 +400,7 @@ pub struct SandboxInfo {
     pub expires_at: u64,
     pub metadata: BTreeMap<String, String>,
     /// What the host enforces for this sandbox; null once it has ended.
+    #[schema(required = true)]
     pub enforcement: Option<Enforcement>,
     /// Its limits; null once it has ended.
     pub limits: Option<LimitsView>,
@@ -601,7 +602,7 @@ pub struct MoveRequest {
 
 /// A sandbox's egress policy and every decision its proxy made so far.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct NetworkView {
+pub struct NetworkInfo {
     pub policy: NetworkPolicy,
     pub events: Vec<NetworkEvent>,
 }
@@ -625,6 +626,7 @@ pub enum FileType {
 
 /// One file system entry (the engine's `fsview::Entry`, as it serializes).
 #[derive(Serialize, ToSchema)]
+#[schema(as = Entry)]
 #[allow(dead_code)] // schema only
 pub struct FileEntry {
     /// Last component (`/` for the sandbox root).

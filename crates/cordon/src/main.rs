@@ -13,6 +13,7 @@ mod check;
 mod mcp;
 mod run;
 mod run_egress;
+mod sandbox_args;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -42,28 +43,17 @@ enum Command {
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
     Serve(serve::ServeArgs),
     /// Serve the sandbox as MCP tools on stdin/stdout, for agent hosts.
-    Mcp(mcp::McpArgs),
+    Mcp(Box<mcp::McpArgs>),
     /// Manage API keys of `cordon serve`.
     Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
     Bench(bench::BenchArgs),
 }
 
-/// The C entry point, called by glibc's start code. std still has the arguments (glibc hands
-/// them to std's own .init_array hook) and the allocator; what std's `main` would add is in
-/// `process_start`, plus the two things on the way out: stdout flushed, a panic reported as
-/// exit 101 instead of an abort.
+// The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
+// `cordon_main`, stdout flushed, a panic reported as exit 101.
 #[cfg(not(test))]
-#[unsafe(no_mangle)]
-pub extern "C" fn main(
-    _argc: std::ffi::c_int,
-    _argv: *const *const std::ffi::c_char,
-) -> std::ffi::c_int {
-    cordon_linux::process_start();
-    let code = std::panic::catch_unwind(cordon_main).unwrap_or(101);
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    code
-}
+cordon_linux::c_main!(cordon_main);
 
 /// Parses the command line and runs it; returns the process's exit status (0-255).
 fn cordon_main() -> i32 {
@@ -94,7 +84,7 @@ fn cordon_main() -> i32 {
         Command::Bench(args) => bench::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
-        Command::Mcp(args) => mcp::main(args),
+        Command::Mcp(args) => mcp::main(*args),
     };
     code.clamp(0, 255)
 }

@@ -6,15 +6,18 @@ use clap::Args;
 use cordon_server::service::Caller;
 use cordon_server::{Config, Service};
 
+use crate::sandbox_args::SandboxArgs;
+
 #[derive(Args, Debug)]
 #[command(after_help = "Add to an agent host's MCP configuration, e.g.:\n  \
 {\"mcpServers\": {\"cordon\": {\"command\": \"cordon\", \"args\": [\"mcp\"]}}}\n\n\
 Tools: run_code, run_command, read_file, write_file, list_files, reset_sandbox. One sandbox per \
-session, created on first use and deleted when the session ends.")]
+session, created on first use and deleted when the session ends; the sandbox options are those \
+of `cordon run`, e.g.\n  \
+cordon mcp --profile ./agent.toml --workspace ./project --allow-net pypi.org --memory 1G")]
 pub struct McpArgs {
-    /// Built-in profile of the session's sandbox (default, strict).
-    #[arg(long, default_value = "default")]
-    profile: String,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     /// Where this session keeps its registry and audit log. [default: a temporary directory,
     /// removed at exit]
     #[arg(long)]
@@ -24,10 +27,15 @@ pub struct McpArgs {
 pub fn main(a: McpArgs) -> i32 {
     // Before any thread: the session's sandbox may get an egress proxy that resolves names.
     cordon_linux::pin_name_service();
-    if let Err(e) = cordon_policy::Profile::builtin(&a.profile) {
-        eprintln!("cordon: --profile: {e}");
-        return 125;
-    }
+    // Checked now, not at the first tool call: a bad flag or profile file is the user's to fix
+    // before an agent host starts relying on the server.
+    let profile = match a.sandbox.build_profile() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return 125;
+        }
+    };
     let (dir, temporary) = match a.data_dir {
         Some(d) => (d, false),
         None => (
@@ -51,7 +59,8 @@ pub fn main(a: McpArgs) -> i32 {
         max_upload: 100 << 20,
         max_download: 100 << 20,
         default_exec_timeout: Duration::from_secs(30),
-        max_exec_timeout: Duration::from_secs(3600),
+        // A --timeout beyond the usual cap is the operator's choice: honour it.
+        max_exec_timeout: profile.limits.timeout.max(Duration::from_secs(3600)),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -76,11 +85,7 @@ pub fn main(a: McpArgs) -> i32 {
             key_id: "mcp-stdio".into(),
             max_sandboxes: 4,
         };
-        let state = cordon_server::mcp::McpState::new(
-            service.clone(),
-            Some(caller),
-            Some(a.profile.clone()),
-        );
+        let state = cordon_server::mcp::McpState::new(service.clone(), Some(caller), Some(profile));
         let r = cordon_server::mcp::serve_stdio(state).await;
         service.shutdown_all().await;
         r

@@ -58,8 +58,7 @@ impl DataDir {
         if let Some(d) = std::env::var_os("CORDON_DATA_DIR") {
             return PathBuf::from(d);
         }
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             return PathBuf::from("/var/lib/cordon");
         }
         let home = std::env::var_os("HOME")
@@ -222,18 +221,14 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     })
 }
 
-/// `cordon __oneshot`: one run for the server, request on fd 3, Outcome JSON on stdout.
+/// `cordon __oneshot`: one run for the server, request on stdin, Outcome JSON on stdout.
 pub fn oneshot_main() -> i32 {
     use std::io::Read;
-    use std::os::fd::FromRawFd;
-    // SAFETY: the server starts us with the request pipe on fd 3; nothing else owns it.
-    let mut f = unsafe { std::fs::File::from_raw_fd(cordon_server::oneshot::REQUEST_FD) };
     let mut buf = Vec::new();
-    if let Err(e) = f.read_to_end(&mut buf) {
+    if let Err(e) = std::io::stdin().lock().read_to_end(&mut buf) {
         eprintln!("cordon: reading the request: {e}");
         return 125;
     }
-    drop(f);
     let req: cordon_server::oneshot::OneShot = match serde_json::from_slice(&buf) {
         Ok(r) => r,
         Err(e) => {

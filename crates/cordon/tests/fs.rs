@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
 use common::*;
@@ -23,6 +22,7 @@ const ROOT_ENTRIES: &[&str] = &[
     "dev",
     "tmp",
     "workspace",
+    "home",
 ];
 
 fn assert_root_listing(o: &Outcome, what: &str, v: &Value) {
@@ -59,7 +59,7 @@ R["secret"] = t(lambda: open({secret:?}).read())
 R["secret_dir"] = t(os.listdir, {dir:?})
 R["repo"] = t(os.listdir, {repo:?})
 R["root_home"] = t(os.listdir, "/root")
-R["home"] = t(os.listdir, "/home")
+R["home"] = sorted(os.listdir("/home"))
 R["shadow"] = t(lambda: open("/etc/shadow").read())
 R["host_tmp_empty"] = sorted(os.listdir("/tmp"))
 R["ls_root"] = sorted(os.listdir("/"))
@@ -76,13 +76,14 @@ out()
         ("secret_dir", libc::ENOENT),
         ("repo", libc::ENOENT),
         ("root_home", libc::ENOENT),
-        ("home", libc::ENOENT),
     ];
     if shadow_exists {
         // /etc is the host's, read-only; shadow stays unreadable to the unprivileged sandbox.
         rows.push(("shadow", libc::EACCES));
     }
     expect_table(&o, &d, &rows);
+    // /home holds the sandbox's own home directory, none of the host's.
+    assert_eq!(d["home"], serde_json::json!(["sandbox"]), "{o}");
     assert_eq!(
         d["host_tmp_empty"],
         serde_json::json!([]),
@@ -247,7 +248,7 @@ fn leaked_descriptors_are_closed_before_the_payload_runs() {
     // Control: the leak works — a plain child really inherits fd 77 pointing at the host dir.
     let control = Cmd::new("/bin/sh")
         .args(["-c", "readlink /proc/self/fd/77"])
-        .leak_fd(host_dir.as_raw_fd(), LEAK_FD)
+        .leak_fd(&host_dir, LEAK_FD)
         .run();
     assert_eq!(
         control.stdout.trim(),
@@ -256,7 +257,7 @@ fn leaked_descriptors_are_closed_before_the_payload_runs() {
     );
 
     let o = py_cmd(
-        Cmd::cordon().leak_fd(host_dir.as_raw_fd(), LEAK_FD),
+        Cmd::cordon().leak_fd(&host_dir, LEAK_FD),
         &[],
         r#"
 names = os.listdir("/proc/self/fd")
@@ -305,8 +306,8 @@ fn leaked_descriptors_are_not_reachable_through_the_sandbox_init() {
     let host_root = open_dir(std::path::Path::new("/"));
     let o = py_cmd(
         Cmd::cordon()
-            .leak_fd(host_dir.as_raw_fd(), LEAK_FD)
-            .leak_fd(host_root.as_raw_fd(), LEAK_FD + 1),
+            .leak_fd(&host_dir, LEAK_FD)
+            .leak_fd(&host_root, LEAK_FD + 1),
         &[],
         r#"
 links = {}

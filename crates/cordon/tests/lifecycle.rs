@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use common::*;
@@ -168,63 +168,49 @@ fn a_reader_that_goes_away_ends_the_writer_inside() {
     assert_no_process_with(&marker, Duration::from_secs(3));
 }
 
-fn cvt(r: libc::c_int, what: &str) -> libc::c_int {
-    assert!(r >= 0, "{what}: {}", std::io::Error::last_os_error());
-    r
-}
-
 impl Pty {
     fn open() -> Pty {
-        // SAFETY: standard pty allocation; every returned fd is checked and then owned.
-        unsafe {
-            let m = cvt(
-                libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC),
-                "posix_openpt",
-            );
-            let master = OwnedFd::from_raw_fd(m);
-            cvt(libc::grantpt(m), "grantpt");
-            cvt(libc::unlockpt(m), "unlockpt");
-            let mut name = [0 as libc::c_char; 128];
-            cvt(
-                libc::ptsname_r(m, name.as_mut_ptr(), name.len()),
-                "ptsname_r",
-            );
-            let s = cvt(
-                libc::open(
-                    name.as_ptr(),
-                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-                ),
-                "open slave",
-            );
-            let slave = OwnedFd::from_raw_fd(s);
-            let mut tio: libc::termios = std::mem::zeroed();
-            cvt(libc::tcgetattr(s, &mut tio), "tcgetattr");
-            libc::cfmakeraw(&mut tio);
-            cvt(libc::tcsetattr(s, libc::TCSANOW, &tio), "tcsetattr");
-            Pty { master, slave }
-        }
+        use rustix::fs::{Mode, OFlags};
+        use rustix::pty::OpenptFlags;
+        use rustix::termios::{tcgetattr, tcsetattr, OptionalActions};
+        let master =
+            rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)
+                .expect("posix_openpt");
+        rustix::pty::grantpt(&master).expect("grantpt");
+        rustix::pty::unlockpt(&master).expect("unlockpt");
+        let name = rustix::pty::ptsname(&master, Vec::new()).expect("ptsname");
+        let slave = rustix::fs::open(
+            name.as_c_str(),
+            OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open the pty's slave");
+        let mut tio = tcgetattr(&slave).expect("tcgetattr");
+        tio.make_raw();
+        tcsetattr(&slave, OptionalActions::Now, &tio).expect("tcsetattr");
+        Pty { master, slave }
     }
 
     /// Everything readable on `fd` right now.
     fn drain(fd: &OwnedFd) -> Vec<u8> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
+        let wait = Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
         loop {
-            let mut p = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: polling one valid fd.
-            if unsafe { libc::poll(&mut p, 1, 100) } <= 0 || p.revents & libc::POLLIN == 0 {
+            let mut p = [PollFd::new(fd, PollFlags::IN)];
+            if poll(&mut p, Some(&wait)).unwrap_or(0) == 0
+                || !p[0].revents().contains(PollFlags::IN)
+            {
                 return out;
             }
-            // SAFETY: reading into a valid buffer.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                return out;
+            match rustix::io::read(fd, &mut buf) {
+                Ok(n) if n > 0 => out.extend_from_slice(&buf[..n]),
+                _ => return out,
             }
-            out.extend_from_slice(&buf[..n as usize]);
         }
     }
 }
@@ -247,7 +233,7 @@ out()
     // cordon's stdin, stdout and stderr are the pty; its payload must not reach the terminal.
     let f = Cmd::cordon()
         .args(["run", "--", "python3", "-c", &code])
-        .stdio_fd(pty.slave.as_raw_fd())
+        .stdio_fd(&pty.slave)
         .run();
     assert_eq!(f.code, Some(0), "{f:?}");
     let printed = String::from_utf8_lossy(&Pty::drain(&pty.master)).into_owned();
@@ -266,8 +252,7 @@ out()
     let injected = Pty::drain(&pty.slave);
     assert!(injected.is_empty(), "injected into the pty: {injected:?}");
     // Control: input written by the "user" does arrive, so the check above can see it.
-    // SAFETY: writing a valid buffer to the master.
-    unsafe { libc::write(pty.master.as_raw_fd(), b"ctl".as_ptr().cast(), 3) };
+    rustix::io::write(&pty.master, b"ctl").expect("write to the pty's master");
     assert_eq!(Pty::drain(&pty.slave), b"ctl");
 }
 

@@ -148,7 +148,7 @@ out()
     assert_eq!(env["PASSME"], "passed-through");
     assert_eq!(env["SETME"], "value=with=equals");
     assert_eq!(env["EMPTY"], "");
-    assert_eq!(env["HOME"], "/workspace");
+    assert_eq!(env["HOME"], "/home/sandbox");
     assert!(
         !o.stdout().contains(&secret) && !o.stderr().contains(&secret),
         "secret leaked:\n{o}"
@@ -311,42 +311,92 @@ out()
     }
 }
 
-/// A SysV object on the host, removed on drop.
+/// Runs `code` in the host's python, with ctypes' libc as `libc`; what it printed, if it
+/// succeeded. SysV IPC has no safe Rust binding, and this suite has no `unsafe`.
+fn host_py(code: &str) -> Result<String, String> {
+    let out = Command::new(HOST_PYTHON)
+        .args([
+            "-c",
+            &format!("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n{code}"),
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// SysV objects in the host's IPC namespace, removed on drop.
 struct SysV {
     shm: i32,
     msg: i32,
     sem: i32,
 }
 
-impl Drop for SysV {
-    fn drop(&mut self) {
-        // SAFETY: removing ids we created; null buffers are allowed for IPC_RMID.
-        unsafe {
-            libc::shmctl(self.shm, libc::IPC_RMID, std::ptr::null_mut());
-            libc::msgctl(self.msg, libc::IPC_RMID, std::ptr::null_mut());
-            libc::semctl(self.sem, 0, libc::IPC_RMID);
+impl SysV {
+    fn create(key: i32) -> SysV {
+        let flags = libc::IPC_CREAT | libc::IPC_EXCL | 0o666;
+        let out = host_py(&format!(
+            "print(libc.shmget({key}, ctypes.c_size_t(4096), {flags}), \
+             libc.msgget({key}, {flags}), libc.semget({key}, 1, {flags}))"
+        ))
+        .unwrap_or_else(|e| panic!("host python: {e}"));
+        let ids: Vec<i32> = out
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert!(
+            ids.len() == 3 && ids.iter().all(|id| *id >= 0),
+            "could not create host SysV objects for key {key:#x}: {out}"
+        );
+        SysV {
+            shm: ids[0],
+            msg: ids[1],
+            sem: ids[2],
         }
     }
+}
+
+impl Drop for SysV {
+    fn drop(&mut self) {
+        let rm = libc::IPC_RMID;
+        let _ = host_py(&format!(
+            "libc.shmctl({}, {rm}, None); libc.msgctl({}, {rm}, None); libc.semctl({}, 0, {rm})",
+            self.shm, self.msg, self.sem
+        ));
+    }
+}
+
+/// Column `col` of the host's /proc/sysvipc/`kind` row whose column `id_col` is `id`.
+fn sysvipc(kind: &str, id_col: &str, id: i32, col: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/sysvipc/{kind}")).expect("/proc/sysvipc");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let pos = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name} in /proc/sysvipc/{kind}: {header:?}"))
+    };
+    let (i, c) = (pos(id_col), pos(col));
+    let id = id.to_string();
+    lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(i) == Some(&id.as_str()))
+        .and_then(|f| f.get(c).and_then(|v| v.parse().ok()))
+        .unwrap_or_else(|| panic!("{kind} {id} is not in the host's /proc/sysvipc/{kind}"))
 }
 
 #[test]
 fn host_sysv_ipc_is_invisible() {
     // A key unlikely to collide with anything else on the host.
     let key = 0x5e00_0000 | (std::process::id() as i32 & 0x00ff_ffff);
-    let flags = libc::IPC_CREAT | libc::IPC_EXCL | 0o666;
-    // SAFETY: plain SysV calls with valid arguments.
-    let ipc = unsafe {
-        SysV {
-            shm: libc::shmget(key, 4096, flags),
-            msg: libc::msgget(key, flags),
-            sem: libc::semget(key, 1, flags),
-        }
-    };
-    assert!(
-        ipc.shm >= 0 && ipc.msg >= 0 && ipc.sem >= 0,
-        "could not create host SysV objects for key {key:#x}: {}",
-        std::io::Error::last_os_error()
-    );
+    let ipc = SysV::create(key);
     let o = py(
         &[],
         &format!(
@@ -389,15 +439,16 @@ out()
     assert_eq!(d["sysvipc_shm"], serde_json::json!([]), "{o}");
     // From outside: the host segment was never attached, the queue got no message, and the
     // sandbox's own segment did not land in the host's namespace.
-    // SAFETY: IPC_STAT into zeroed structs for ids we own.
-    unsafe {
-        let mut ds: libc::shmid_ds = std::mem::zeroed();
-        assert_eq!(libc::shmctl(ipc.shm, libc::IPC_STAT, &mut ds), 0);
-        assert_eq!(ds.shm_nattch, 0, "the host segment was attached");
-        let mut mq: libc::msqid_ds = std::mem::zeroed();
-        assert_eq!(libc::msgctl(ipc.msg, libc::IPC_STAT, &mut mq), 0);
-        assert_eq!(mq.msg_qnum, 0, "the host queue received a message");
-    }
+    assert_eq!(
+        sysvipc("shm", "shmid", ipc.shm, "nattch"),
+        0,
+        "the host segment was attached"
+    );
+    assert_eq!(
+        sysvipc("msg", "msqid", ipc.msg, "qnum"),
+        0,
+        "the host queue received a message"
+    );
 }
 
 #[test]

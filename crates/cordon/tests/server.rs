@@ -572,6 +572,33 @@ fn one_shot_run_endpoint() {
     assert_eq!(o["error"]["code"], "invalid_request");
 }
 
+/// The one-shot runner reads its request (profile, env values) on its own stdin; the payload
+/// gets only the request's `stdin`, never the request itself, nor a stdin left open.
+#[test]
+fn one_shot_run_stdin_is_the_requests_not_the_runners() {
+    let s = Server::start();
+    let secret = format!("secret-{}", serve::unique());
+    let (st, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(json!({"cmd": "cat; echo; cat", "stdin": "hello", "env": {"TOKEN": secret}})),
+    );
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["status"], "exited", "{o}");
+    assert_eq!(o["stdout"], "hello\n", "{o}");
+    let (st, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(json!({"cmd": "cat", "timeout": "5s"})),
+    );
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(
+        (&o["status"], &o["stdout"]),
+        (&json!("exited"), &json!("")),
+        "{o}"
+    );
+}
+
 #[test]
 fn per_sandbox_egress_policy_changes_at_runtime() {
     // An upstream on loopback, reached by name through the sandbox's proxy.

@@ -414,9 +414,29 @@ out()
 fn x32_numbers_are_refused_even_where_the_host_would_answer_enosys() {
     // Control on the host: what the kernel itself says to an x32 getpid (usually ENOSYS when
     // the x32 ABI is off). Inside, the filter must answer EPERM regardless.
-    // SAFETY: a raw syscall with no pointer arguments.
-    let host = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
-    let host_errno = std::io::Error::last_os_error().raw_os_error();
+    // (Asked through the host's python: a raw syscall is `unsafe` in Rust, which the suite
+    // does not use.)
+    let out = std::process::Command::new(HOST_PYTHON)
+        .args([
+            "-c",
+            &format!(
+                "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+                 libc.syscall.restype = ctypes.c_long\n\
+                 r = libc.syscall(ctypes.c_long({}))\nprint(r, ctypes.get_errno())",
+                0x4000_0000 | libc::SYS_getpid
+            ),
+        ])
+        .output()
+        .expect("host python");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let mut words = printed.split_whitespace().map(|w| w.parse::<i64>().ok());
+    let (host, host_errno) = match (words.next().flatten(), words.next().flatten()) {
+        (Some(r), Some(e)) => (r, i32::try_from(e).ok()),
+        _ => panic!(
+            "host control failed: {printed} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
     let o = py(&[], "R['x32'] = sc(0x40000000 | 39); out()");
     o.assert_ok();
     expect_table(&o, &o.data(), &[("x32", libc::EPERM)]);

@@ -1,28 +1,55 @@
 """Pieces shared by the sync and async clients: configuration, request bodies, error mapping
-and the server-sent-events parser. No I/O happens here."""
+and the server-sent-events parser. No I/O happens here.
+
+Every request body the clients send is built by a ``*_body`` function of this module, so the
+tests can hold each of them against the server's OpenAPI schema."""
 
 from __future__ import annotations
 
 import base64
 import codecs
 import datetime
+import inspect
 import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from types import TracebackType
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    Generator,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 from urllib.parse import quote
 
 import httpx
 
 from .errors import (
     AuthenticationError,
+    BadRequestError,
+    ConflictError,
     CordonConnectionError,
     CordonError,
     CordonTimeoutError,
+    InsufficientStorageError,
     NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
     RateLimitError,
     SandboxError,
+    ServerError,
 )
 
 __version__ = "0.1.0"
@@ -52,6 +79,65 @@ Cmd = Union[str, Sequence[str]]
 TimeoutArg = Union[float, int, None, httpx.Timeout]
 
 OutputCallback = Callable[[str], Any]
+"""Called with each piece of output text, in order. In the async client it may also be a
+coroutine function (its result is awaited)."""
+
+NetworkSpec = Union[None, Sequence[str], Mapping[str, Any]]
+"""An egress allowlist (``["pypi.org", "*.example.com:8443"]``) or a whole policy
+(``{"allow": [...], "hosts": {"name": "ip"}}``)."""
+
+T = TypeVar("T")
+
+
+def call(cb: Optional[Callable[[T], Any]], value: T) -> None:
+    """Hands one streamed piece to a user callback."""
+    if cb is not None:
+        cb(value)
+
+
+async def acall(cb: Optional[Callable[[T], Any]], value: T) -> None:
+    """Hands one streamed piece to a user callback; awaits it if it is a coroutine function."""
+    if cb is not None:
+        r = cb(value)
+        if inspect.isawaitable(r):
+            await r
+
+
+class _AsyncClosing(Protocol):
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+
+
+S = TypeVar("S", bound=_AsyncClosing)
+
+
+class Creating(Generic[S]):
+    """What ``AsyncSandbox.create()`` returns: await it, or enter it with ``async with``
+    (which kills the sandbox on leaving the block)."""
+
+    def __init__(self, make: Coroutine[Any, Any, S]) -> None:
+        self._make = make
+        self._made: Optional[S] = None
+
+    def __await__(self) -> Generator[Any, None, S]:
+        return self._make.__await__()
+
+    async def __aenter__(self) -> S:
+        self._made = await self._make
+        return self._made
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._made is not None:
+            await self._made.__aexit__(exc_type, exc, tb)
 
 
 def resolve_base_url(base_url: Optional[str]) -> str:
@@ -174,7 +260,7 @@ def _str_map(v: Optional[Mapping[str, Any]], what: str) -> Dict[str, str]:
     return {str(k): str(x) for k, x in v.items()}
 
 
-def network_json(network: Union[None, Sequence[str], Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+def network_json(network: NetworkSpec) -> Optional[Dict[str, Any]]:
     """``["pypi.org", "files.pythonhosted.org:443"]`` or a full ``{"allow": [...], "hosts": {...}}``."""
     if network is None:
         return None
@@ -183,6 +269,13 @@ def network_json(network: Union[None, Sequence[str], Mapping[str, Any]]) -> Opti
     if isinstance(network, str):
         return {"allow": [network]}
     return {"allow": [str(x) for x in network]}
+
+
+def network_body(allow: Union[str, Sequence[str]], hosts: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """``PUT /v1/sandboxes/{id}/network``: the whole new policy (``allow=[]`` denies everything)."""
+    if isinstance(allow, str):
+        allow = [allow]
+    return {"allow": [str(a) for a in allow], "hosts": _str_map(hosts, "hosts")}
 
 
 def cmd_json(cmd: Cmd) -> Union[str, List[str]]:
@@ -216,8 +309,9 @@ def create_body(
     ttl: Optional[Duration],
     env: Optional[Mapping[str, Any]],
     metadata: Optional[Mapping[str, Any]],
-    network: Union[None, Sequence[str], Mapping[str, Any]],
+    network: NetworkSpec,
 ) -> Dict[str, Any]:
+    """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
     if profile is not None:
         body["profile"] = profile
@@ -249,6 +343,7 @@ def exec_body(
     timeout: Optional[Duration],
     background: bool,
 ) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/exec``."""
     body: Dict[str, Any] = {"cmd": cmd_json(cmd)}
     if cwd is not None:
         body["cwd"] = cwd
@@ -275,8 +370,9 @@ def run_body(
     env: Optional[Mapping[str, Any]],
     stdin: Union[str, bytes, None],
     cwd: Optional[str],
-    network: Union[None, Sequence[str], Mapping[str, Any]],
+    network: NetworkSpec,
 ) -> Dict[str, Any]:
+    """``POST /v1/run``."""
     body = create_body(profile, memory, cpus, pids, disk, None, env, None, network)
     body["cmd"] = cmd_json(cmd)
     if timeout is not None:
@@ -289,12 +385,55 @@ def run_body(
     return body
 
 
-def signal_json(sig: Union[int, str]) -> Union[int, str]:
+def signal_body(sig: Union[int, str]) -> Dict[str, Any]:
+    """``POST …/commands/{cid}/signal``: a number or a name (``"TERM"``, ``"SIGINT"``)."""
     if isinstance(sig, bool):
         raise TypeError("signal: expected a number or a name")
     if isinstance(sig, int):
-        return sig
-    return str(sig)
+        return {"signal": sig}
+    return {"signal": str(sig)}
+
+
+def stdin_body(data: Union[str, bytes], close: bool) -> Dict[str, Any]:
+    """``POST …/commands/{cid}/stdin``."""
+    return {"data": stdin_json(data) or "", "close": bool(close)}
+
+
+def ttl_body(ttl: Duration) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/ttl``."""
+    return {"ttl": duration_json(ttl, "ttl")}
+
+
+def mkdir_body(path: str, parents: bool) -> Dict[str, Any]:
+    """``POST …/files/mkdir``."""
+    return {"path": path, "parents": bool(parents)}
+
+
+def move_body(src: str, dst: str) -> Dict[str, Any]:
+    """``POST …/files/move``."""
+    return {"from": src, "to": dst}
+
+
+def code_body(code: str, language: str, context: Optional[str], timeout: Optional[Duration]) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/code``."""
+    if not isinstance(code, str):
+        raise TypeError(f"code: expected a string, got {type(code).__name__}")
+    body: Dict[str, Any] = {"code": code, "language": language}
+    if context is not None:
+        body["context"] = context
+    if timeout is not None:
+        body["timeout"] = duration_json(timeout, "timeout")
+    return body
+
+
+def context_body(language: str, name: str) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/contexts``."""
+    return {"language": language, "name": name}
+
+
+def metadata_params(metadata: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+    """``GET /v1/sandboxes?metadata.KEY=VALUE``."""
+    return {f"metadata.{k}": str(v) for k, v in _str_map(metadata, "metadata").items()}
 
 
 # ---- answers -----------------------------------------------------------------------------
@@ -337,13 +476,69 @@ def error_from_response(resp: httpx.Response) -> CordonError:
         except UnicodeDecodeError:
             text = ""
         message = text[:500] or resp.reason_phrase or f"HTTP {status}"
-    if status == 401:
-        return AuthenticationError(message, code=code, status=status)
-    if status == 404:
-        return NotFoundError(message, code=code, status=status)
+    return error_for(status, code, message, _retry_after(resp))
+
+
+_BY_STATUS: Dict[int, Type[CordonError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    507: InsufficientStorageError,
+}
+
+
+def error_for(status: Optional[int], code: str, message: str, retry_after: Optional[float] = None) -> CordonError:
+    """The exception for a server error of this status and code."""
     if status == 429:
-        return RateLimitError(message, code=code, status=status, retry_after=_retry_after(resp))
-    return SandboxError(message, code=code, status=status)
+        return RateLimitError(message, code=code, status=status, retry_after=retry_after)
+    cls = _BY_STATUS.get(status or 0)
+    if cls is None:
+        cls = ServerError if status is not None and status >= 500 else SandboxError
+    return cls(message, code=code, status=status)
+
+
+# The statuses of the service's error codes, for errors that reach us inside a stream (where
+# the HTTP status was already 200).
+_CODE_STATUS = {
+    "invalid_request": 400,
+    "invalid_path": 400,
+    "unauthorized": 401,
+    "read_only": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "kernel_failed": 409,
+    "sandbox_unavailable": 409,
+    "too_large": 413,
+    "rate_limited": 429,
+    "quota_exceeded": 429,
+    "no_space": 507,
+    "internal": 500,
+    "kernel_died": 500,
+    "sandbox_failed": 500,
+}
+
+_API_CODE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+
+
+def refused_cell(done: Mapping[str, Any], saw_events: bool) -> Optional[CordonError]:
+    """The service's refusal of a streamed cell, if the ``done`` event is one.
+
+    Once a stream has started, the server reports a request it refuses (bad language, context
+    or timeout; a kernel that cannot start) as a ``done`` event whose error is named by the
+    error code (``invalid_request``), with no traceback and no cell run. Raising it keeps a
+    streamed call's errors those of the same call without streaming. A cell's own errors are
+    exception names (``ZeroDivisionError``, ``KernelDied``) and come with a run cell.
+    """
+    err = done.get("error")
+    if saw_events or not isinstance(err, Mapping) or err.get("traceback"):
+        return None
+    name = err.get("name")
+    if not isinstance(name, str) or not _API_CODE.match(name) or done.get("execution_count"):
+        return None
+    return error_for(_CODE_STATUS.get(name), name, str(err.get("value") or name))
 
 
 def transport_error(e: httpx.HTTPError, method: str, url: str) -> CordonError:
@@ -407,6 +602,12 @@ class SseParser:
 
     def finish(self) -> Optional[SseEvent]:
         return self.feed("")
+
+
+def text_of(payload: Mapping[str, Any]) -> str:
+    """The text of a code cell's ``stdout``/``stderr`` event."""
+    v = payload.get("data")
+    return v if isinstance(v, str) else ""
 
 
 class StreamDecoder:

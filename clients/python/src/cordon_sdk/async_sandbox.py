@@ -1,22 +1,19 @@
-"""The asynchronous client: :class:`AsyncSandbox`, its ``commands`` and ``files``.
+"""The asynchronous client: :class:`AsyncSandbox` and its ``commands``, ``files``, ``code`` and
+``network``."""
 
-It mirrors :mod:`cordon_sdk.sandbox` method for method; every call that talks to the server
-is a coroutine. Streaming callbacks may be plain functions or coroutine functions.
-"""
-
+# The one hand-written implementation of the client: sandbox.py is generated from this file  # async-only
+# by scripts/unasync.py (async def -> def, await x -> x, AsyncSandbox -> Sandbox...).  # async-only
+# Streaming callbacks may also be coroutine functions here: their results are awaited.  # async-only
 from __future__ import annotations
 
-import inspect
 import time
+from collections.abc import AsyncIterator, Awaitable  # sync: from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import (
     Any,
-    AsyncIterator,
-    Awaitable,
     Callable,
     Dict,
-    Generator,
     List,
     Literal,
     Mapping,
@@ -30,26 +27,38 @@ from typing import (
 import httpx
 
 from . import _core
-from ._core import Cmd, Duration, Size, TimeoutArg
+from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
-from .models import CommandInfo, Entry, Outcome, SandboxInfo
+from .models import (
+    CodeError,
+    CodeResult,
+    CommandInfo,
+    ContextInfo,
+    Entry,
+    MimeBundle,
+    NetworkInfo,
+    NetworkPolicy,
+    Outcome,
+    SandboxInfo,
+)
 
-__all__ = ["AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles"]
+__all__ = [
+    "AsyncSandbox",
+    "AsyncCommands",
+    "AsyncCommandHandle",
+    "AsyncFiles",
+    "AsyncCode",
+    "AsyncNetwork",
+]
 
-Network = Union[None, Sequence[str], Mapping[str, Any]]
-AsyncOutputCallback = Callable[[str], Any]
-"""Called with each piece of text; may return an awaitable, which is awaited."""
-
-
-async def _call(cb: Optional[AsyncOutputCallback], text: str) -> None:
-    if cb is None or not text:
-        return
-    r = cb(text)
-    if inspect.isawaitable(r):
-        await r
+ResultCallback = Callable[[MimeBundle], Any]
+ErrorCallback = Callable[[CodeError], Any]
+EventHandler = Callable[[str, Any], Awaitable[bool]]  # sync: EventHandler = Callable[[str, Any], bool]
 
 
 class _AsyncHttp:
+    """One ``httpx.AsyncClient`` with the base URL, key and error mapping."""
+
     def __init__(self, base_url: Optional[str], api_key: Optional[str], timeout: TimeoutArg) -> None:
         self.base_url = _core.resolve_base_url(base_url)
         self.timeout = _core.make_timeout(timeout)
@@ -86,6 +95,16 @@ class _AsyncHttp:
             raise _core.error_from_response(resp)
         return resp
 
+    async def get_json(self, path: str, what: str, params: Optional[Mapping[str, Any]] = None) -> Mapping[str, Any]:
+        resp = await self.request("GET", path, params=params)
+        return _core.expect_mapping(_core.json_body(resp), what)
+
+    async def post_json(
+        self, path: str, body: Any, what: str, timeout: Optional[httpx.Timeout] = None
+    ) -> Mapping[str, Any]:
+        resp = await self.request("POST", path, json=body, timeout=timeout)
+        return _core.expect_mapping(_core.json_body(resp), what)
+
     @asynccontextmanager
     async def stream(
         self,
@@ -104,6 +123,21 @@ class _AsyncHttp:
                 yield resp
         except httpx.HTTPError as e:
             raise _core.transport_error(e, method, self.base_url + path) from e
+
+    async def sse(self, path: str, body: Any, timeout: httpx.Timeout, handle: EventHandler) -> Optional[Any]:
+        """POSTs ``body`` asking for server-sent events and hands each one to ``handle``, which
+        returns True at the last. Returns the JSON body instead when the server did not stream."""
+        headers = {"Accept": "text/event-stream"}
+        async with self.stream("POST", path, json=body, headers=headers, timeout=timeout) as resp:
+            if "text/event-stream" not in resp.headers.get("content-type", ""):
+                await resp.aread()
+                return _core.json_body(resp)
+            parser = _core.SseParser()
+            async for line in resp.aiter_lines():
+                ev = parser.feed(line)
+                if ev is not None and await handle(*_core.parse_event(ev)):
+                    break
+        return None
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -126,14 +160,18 @@ class AsyncCommandHandle:
         return f"{self._sb._path}/commands/{_core.seg(self.id)}"
 
     async def info(self) -> CommandInfo:
-        resp = await self._sb._http.request("GET", self._path)
-        info = CommandInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "command"))
+        """Output so far, whether it still runs, and its Outcome once it ended."""
+        info = CommandInfo.from_dict(await self._sb._http.get_json(self._path, "command"))
         if info.outcome is not None:
             self._outcome = info.outcome
         return info
 
     async def wait(self, timeout: Optional[float] = None) -> Outcome:
-        """Waits for the command to end; :class:`~cordon_sdk.CordonTimeoutError` after ``timeout`` s."""
+        """Waits for the command to end and returns its Outcome.
+
+        Raises :class:`~cordon_sdk.CordonTimeoutError` if it still runs after ``timeout``
+        seconds (``None``: wait as long as it takes). The command keeps running either way.
+        """
         if self._outcome is not None:
             return self._outcome
         deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
@@ -157,16 +195,19 @@ class AsyncCommandHandle:
                 )
 
     async def send_stdin(self, data: Union[str, bytes], close: bool = False) -> None:
-        text = _core.stdin_json(data) or ""
-        await self._sb._http.request("POST", self._path + "/stdin", json={"data": text, "close": bool(close)})
+        """Writes ``data`` to the command's stdin; ``close=True`` closes it afterwards (EOF)."""
+        await self._sb._http.request("POST", self._path + "/stdin", json=_core.stdin_body(data, close))
 
     async def close_stdin(self) -> None:
+        """Closes the command's stdin, so it reads end of file."""
         await self.send_stdin("", close=True)
 
     async def signal(self, sig: Union[int, str]) -> None:
-        await self._sb._http.request("POST", self._path + "/signal", json={"signal": _core.signal_json(sig)})
+        """Sends a signal by number or name (``"TERM"``, ``"SIGINT"``, ``9``...)."""
+        await self._sb._http.request("POST", self._path + "/signal", json=_core.signal_body(sig))
 
     async def kill(self) -> None:
+        """Sends SIGKILL."""
         await self.signal("KILL")
 
 
@@ -185,8 +226,8 @@ class AsyncCommands:
         env: Optional[Mapping[str, str]] = ...,
         stdin: Union[str, bytes, None] = ...,
         timeout: Optional[Duration] = ...,
-        on_stdout: Optional[AsyncOutputCallback] = ...,
-        on_stderr: Optional[AsyncOutputCallback] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
         background: Literal[False] = ...,
     ) -> Outcome: ...
 
@@ -213,8 +254,8 @@ class AsyncCommands:
         env: Optional[Mapping[str, str]] = ...,
         stdin: Union[str, bytes, None] = ...,
         timeout: Optional[Duration] = ...,
-        on_stdout: Optional[AsyncOutputCallback] = ...,
-        on_stderr: Optional[AsyncOutputCallback] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
         background: bool,
     ) -> Union[Outcome, AsyncCommandHandle]: ...
 
@@ -226,18 +267,26 @@ class AsyncCommands:
         env: Optional[Mapping[str, str]] = None,
         stdin: Union[str, bytes, None] = None,
         timeout: Optional[Duration] = None,
-        on_stdout: Optional[AsyncOutputCallback] = None,
-        on_stderr: Optional[AsyncOutputCallback] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
         background: bool = False,
     ) -> Union[Outcome, AsyncCommandHandle]:
-        """See :meth:`cordon_sdk.sandbox.Commands.run`."""
+        """Runs ``cmd`` (an argv list, or a shell string run with ``/bin/sh -c``).
+
+        Returns the :class:`~cordon_sdk.Outcome` when the command ends. A non-zero exit, a
+        signal or a timeout is reported in the Outcome (``status``), not raised. With
+        ``on_stdout`` / ``on_stderr`` the output is streamed to the callbacks as it comes
+        (text, in order). With ``background=True`` it returns an :class:`AsyncCommandHandle`
+        at once; its stdin stays open (``stdin`` is written first) for
+        :meth:`AsyncCommandHandle.send_stdin`. ``timeout`` is the command's wall-clock limit
+        (seconds or ``"30s"``); the server's default applies without it.
+        """
         if background:
             if on_stdout is not None or on_stderr is not None:
                 raise ValueError("background commands do not stream; poll handle.info() for output")
             first = _core.stdin_json(stdin)
             body = _core.exec_body(cmd, cwd, env, None, timeout, True)
-            resp = await self._sb._http.request("POST", self._sb._path + "/exec", json=body)
-            info = CommandInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "command"))
+            info = CommandInfo.from_dict(await self._sb._http.post_json(self._sb._path + "/exec", body, "command"))
             handle = AsyncCommandHandle(self._sb, info.command_id, info.cmd)
             if first:
                 await handle.send_stdin(first)
@@ -245,63 +294,49 @@ class AsyncCommands:
         body = _core.exec_body(cmd, cwd, env, stdin, timeout, False)
         http_timeout = _core.exec_timeout(self._sb._http.timeout, timeout)
         if on_stdout is None and on_stderr is None:
-            resp = await self._sb._http.request("POST", self._sb._path + "/exec", json=body, timeout=http_timeout)
-            return Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
-        return await self._stream(body, on_stdout, on_stderr, http_timeout)
-
-    async def _stream(
-        self,
-        body: Dict[str, Any],
-        on_stdout: Optional[AsyncOutputCallback],
-        on_stderr: Optional[AsyncOutputCallback],
-        http_timeout: httpx.Timeout,
-    ) -> Outcome:
+            return Outcome.from_dict(
+                await self._sb._http.post_json(self._sb._path + "/exec", body, "outcome", http_timeout)
+            )
         out, err = _core.StreamDecoder(), _core.StreamDecoder()
         outcome: Optional[Outcome] = None
-        headers = {"Accept": "text/event-stream"}
-        async with self._sb._http.stream(
-            "POST", self._sb._path + "/exec", json=body, headers=headers, timeout=http_timeout
-        ) as resp:
-            if "text/event-stream" not in resp.headers.get("content-type", ""):
-                await resp.aread()
-                outcome = Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
-            else:
-                parser = _core.SseParser()
-                async for line in resp.aiter_lines():
-                    ev = parser.feed(line)
-                    if ev is None:
-                        continue
-                    name, payload = _core.parse_event(ev)
-                    if name == "stdout" and isinstance(payload, Mapping):
-                        await _call(on_stdout, out.chunk(payload))
-                    elif name == "stderr" and isinstance(payload, Mapping):
-                        await _call(on_stderr, err.chunk(payload))
-                    elif name == "exit":
-                        outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
-                        break
-                    elif name == "error" and isinstance(payload, Mapping):
-                        raise SandboxError(
-                            str(payload.get("message", payload)), code=str(payload.get("code", "stream_error"))
-                        )
-        await _call(on_stdout, out.flush())
-        await _call(on_stderr, err.flush())
+
+        async def handle_event(name: str, payload: Any) -> bool:
+            nonlocal outcome
+            if name in ("stdout", "stderr") and isinstance(payload, Mapping):
+                # A chunk that ends inside a UTF-8 sequence may decode to nothing yet.
+                text = (out if name == "stdout" else err).chunk(payload)
+                if text:
+                    await _core.acall(on_stdout if name == "stdout" else on_stderr, text)
+            elif name == "exit":
+                outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
+                return True
+            return False
+
+        plain = await self._sb._http.sse(self._sb._path + "/exec", body, http_timeout, handle_event)
+        if plain is not None:
+            return Outcome.from_dict(_core.expect_mapping(plain, "outcome"))
+        for cb, rest in ((on_stdout, out.flush()), (on_stderr, err.flush())):
+            if rest:
+                await _core.acall(cb, rest)
         if outcome is None:
             raise SandboxError("the stream ended before the command's exit event", code="stream_ended")
         return outcome
 
     async def list(self) -> List[CommandInfo]:
-        resp = await self._sb._http.request("GET", self._sb._path + "/commands")
-        body = _core.expect_mapping(_core.json_body(resp), "command list")
+        """The sandbox's background commands, running and recently finished, oldest first."""
+        body = await self._sb._http.get_json(self._sb._path + "/commands", "command list")
         return [CommandInfo.from_dict(c) for c in body.get("commands") or [] if isinstance(c, Mapping)]
 
     async def connect(self, command_id: str) -> AsyncCommandHandle:
+        """A handle on a background command by id (checks that it exists)."""
         h = AsyncCommandHandle(self._sb, command_id)
         h.cmd = (await h.info()).cmd
         return h
 
 
 class AsyncFiles:
-    """``sandbox.files``: the sandbox's own filesystem (paths resolve inside it)."""
+    """``sandbox.files``: the sandbox's own filesystem (paths resolve inside it, as its user;
+    relative paths start at ``/workspace``)."""
 
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sb = sandbox
@@ -311,15 +346,18 @@ class AsyncFiles:
         return self._sb._path + "/files"
 
     async def read(self, path: str) -> bytes:
+        """The file's bytes."""
         resp = await self._sb._http.request(
             "GET", self._path, params={"path": path}, headers={"Accept": "application/octet-stream"}
         )
         return resp.content
 
     async def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The file's content decoded as text."""
         return (await self.read(path)).decode(encoding, errors)
 
     async def write(self, path: str, data: Union[bytes, bytearray, memoryview, str]) -> int:
+        """Creates or replaces the file (parent directories are created). Returns bytes written."""
         raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         resp = await self._sb._http.request(
             "PUT",
@@ -337,13 +375,13 @@ class AsyncFiles:
         return len(raw)
 
     async def list(self, path: str = "/workspace") -> List[Entry]:
-        resp = await self._sb._http.request("GET", self._path + "/list", params={"path": path})
-        body = _core.expect_mapping(_core.json_body(resp), "file list")
+        """The entries of a directory."""
+        body = await self._sb._http.get_json(self._path + "/list", "file list", params={"path": path})
         return [Entry.from_dict(e) for e in body.get("entries") or [] if isinstance(e, Mapping)]
 
     async def stat(self, path: str) -> Entry:
-        resp = await self._sb._http.request("GET", self._path + "/stat", params={"path": path})
-        return Entry.from_dict(_core.expect_mapping(_core.json_body(resp), "stat"))
+        """One entry; raises :class:`~cordon_sdk.NotFoundError` if there is none."""
+        return Entry.from_dict(await self._sb._http.get_json(self._path + "/stat", "stat", params={"path": path}))
 
     async def exists(self, path: str) -> bool:
         try:
@@ -353,49 +391,153 @@ class AsyncFiles:
         return True
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        await self._sb._http.request("POST", self._path + "/mkdir", json={"path": path, "parents": bool(parents)})
+        """Creates a directory (with its parents unless ``parents=False``)."""
+        await self._sb._http.request("POST", self._path + "/mkdir", json=_core.mkdir_body(path, parents))
 
     async def move(self, src: str, dst: str) -> None:
-        await self._sb._http.request("POST", self._path + "/move", json={"from": src, "to": dst})
+        """Renames or moves a file or directory."""
+        await self._sb._http.request("POST", self._path + "/move", json=_core.move_body(src, dst))
 
     async def remove(self, path: str, recursive: bool = False) -> None:
+        """Deletes a file, or a directory (non-empty ones need ``recursive=True``)."""
         params: Dict[str, Any] = {"path": path}
         if recursive:
             params["recursive"] = "true"
         await self._sb._http.request("DELETE", self._path, params=params)
 
 
-class _Creating:
-    """What :meth:`AsyncSandbox.create` returns: await it, or use it in ``async with``."""
+class AsyncCode:
+    """``sandbox.code``: the stateful code interpreter.
 
-    def __init__(self, make: Callable[[], Awaitable["AsyncSandbox"]]) -> None:
-        self._make = make
-        self._sb: Optional[AsyncSandbox] = None
+    Each context (a language and a name; ``"default"`` unless given) keeps its interpreter
+    between cells: ``x = 5`` in one cell, ``x * 2`` in the next gives ``10``. Languages:
+    ``"python"``, ``"javascript"``, ``"bash"``.
+    """
 
-    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
-        return self._make().__await__()
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sb = sandbox
 
-    async def __aenter__(self) -> "AsyncSandbox":
-        self._sb = await self._make()
-        return self._sb
-
-    async def __aexit__(
+    async def run(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._sb is not None:
-            await self._sb.__aexit__(exc_type, exc, tb)
+        code: str,
+        *,
+        language: str = "python",
+        context: Optional[str] = None,
+        timeout: Optional[Duration] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> CodeResult:
+        """Runs one cell and returns its :class:`~cordon_sdk.CodeResult`.
+
+        An exception in the cell is not raised: it is the result's ``error`` (name, value,
+        traceback). Rich values come back as MIME bundles in ``results`` (a matplotlib figure
+        as ``image/png``: ``result.results[0].png``). With any ``on_*`` callback the cell is
+        streamed: output text, each result and the error reach the callbacks as they happen.
+        ``timeout`` limits the cell (Python is interrupted and keeps its state); the
+        sandbox's default applies without it.
+        """
+        body = _core.code_body(code, language, context, timeout)
+        http_timeout = _core.exec_timeout(self._sb._http.timeout, timeout)
+        path = self._sb._path + "/code"
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            return CodeResult.from_dict(await self._sb._http.post_json(path, body, "code result", http_timeout))
+        done: Optional[Mapping[str, Any]] = None
+        saw_events = False
+
+        async def handle_event(name: str, payload: Any) -> bool:
+            nonlocal done, saw_events
+            if name == "done":
+                done = _core.expect_mapping(payload, "done event")
+                return True
+            saw_events = True
+            if not isinstance(payload, Mapping):
+                return False
+            if name in ("stdout", "stderr"):
+                text = _core.text_of(payload)
+                if text:
+                    await _core.acall(on_stdout if name == "stdout" else on_stderr, text)
+            elif name == "result":
+                await _core.acall(on_result, MimeBundle.from_dict(payload))
+            elif name == "error":
+                await _core.acall(on_error, CodeError.from_dict(payload))
+            return False
+
+        plain = await self._sb._http.sse(path, body, http_timeout, handle_event)
+        if plain is not None:
+            return CodeResult.from_dict(_core.expect_mapping(plain, "code result"))
+        if done is None:
+            raise SandboxError("the stream ended before the cell's done event", code="stream_ended")
+        refused = _core.refused_cell(done, saw_events)
+        if refused is not None:
+            raise refused
+        return CodeResult.from_dict(done)
+
+    def _context_path(self, language: str, name: str) -> str:
+        return f"{self._sb._path}/contexts/{_core.seg(language)}/{_core.seg(name)}"
+
+    async def list_contexts(self) -> List[ContextInfo]:
+        """The sandbox's interpreter contexts, by language and name."""
+        body = await self._sb._http.get_json(self._sb._path + "/contexts", "context list")
+        return [ContextInfo.from_dict(c) for c in body.get("contexts") or [] if isinstance(c, Mapping)]
+
+    async def create_context(self, language: str = "python", name: str = "default") -> ContextInfo:
+        """Starts a context's interpreter now, so its first cell does not wait for it."""
+        body = _core.context_body(language, name)
+        return ContextInfo.from_dict(await self._sb._http.post_json(self._sb._path + "/contexts", body, "context"))
+
+    async def restart_context(self, language: str = "python", name: str = "default") -> None:
+        """Kills the context's interpreter: its state is gone, the next cell starts afresh."""
+        await self._sb._http.request("POST", self._context_path(language, name) + "/restart")
+
+    async def delete_context(self, language: str = "python", name: str = "default") -> None:
+        """Kills the context's interpreter and forgets the context."""
+        await self._sb._http.request("DELETE", self._context_path(language, name))
+
+
+class AsyncNetwork:
+    """``sandbox.network``: the sandbox's egress policy, changed while it runs.
+
+    Every sandbox of a server has an egress proxy; what it lets through is the policy's
+    ``allow`` list (nothing when empty). Each decision is kept in :meth:`get`'s ``events``.
+    """
+
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _path(self) -> str:
+        return self._sb._path + "/network"
+
+    async def get(self) -> NetworkInfo:
+        """The policy in force and the proxy's decisions so far."""
+        return NetworkInfo.from_dict(await self._sb._http.get_json(self._path, "network"))
+
+    async def set(
+        self, allow: Union[str, Sequence[str]] = (), hosts: Optional[Mapping[str, str]] = None
+    ) -> NetworkPolicy:
+        """Replaces the policy: ``allow`` entries (``"pypi.org"``, ``"*.example.com:8443"``,
+        ``"10.0.0.0/8"``; empty: no egress at all) and ``hosts`` resolved to fixed addresses
+        (``{"api.test": "10.1.2.3"}``). Takes effect for new connections at once."""
+        resp = await self._sb._http.request("PUT", self._path, json=_core.network_body(allow, hosts))
+        body = _core.expect_mapping(_core.json_body(resp), "network policy")
+        return NetworkPolicy.from_dict(body.get("policy"))
 
 
 class AsyncSandbox:
-    """The asynchronous :class:`~cordon_sdk.Sandbox`::
+    """A persistent sandbox on a ``cordon serve`` node.
+
+    Create one with :meth:`create` (or attach with :meth:`connect`); use it as a context
+    manager to kill it on exit::
 
         async with AsyncSandbox.create() as sb:
-            out = await sb.commands.run("echo hi")
+            print((await sb.commands.run("echo hi")).stdout)
 
-    ``sb = await AsyncSandbox.create()`` works too (then ``await sb.kill()`` yourself).
+    ``base_url`` and ``api_key`` default to the ``CORDON_URL`` and ``CORDON_API_KEY``
+    environment variables (then ``http://127.0.0.1:8080`` and no key). ``timeout`` is the
+    time in seconds an API request may take; commands and cells get their own timeout plus
+    a margin.
     """
 
     def __init__(
@@ -416,9 +558,13 @@ class AsyncSandbox:
         self._last_info = _info
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
+        self.code = AsyncCode(self)
+        self.network = AsyncNetwork(self)
 
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r}, base_url={self._http.base_url!r})"
+
+    # ---- lifecycle -----------------------------------------------------------------------
 
     @classmethod
     def create(
@@ -431,26 +577,34 @@ class AsyncSandbox:
         ttl: Optional[Duration] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
-        network: Network = None,
+        network: NetworkSpec = None,
         *,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
-    ) -> _Creating:
-        """Creates a sandbox; see :meth:`cordon_sdk.Sandbox.create`."""
+    ) -> "_core.Creating[AsyncSandbox]":  # sync: ) -> "Sandbox":
+        """Creates a sandbox.
+
+        ``profile`` is a built-in profile (``"default"``, ``"strict"``); ``memory``/``disk`` are
+        sizes (``"512M"`` or bytes); ``ttl`` a duration (``"10m"`` or seconds) after which the
+        server reaps it; ``env`` is given to every command; ``metadata`` labels it for
+        :meth:`list`; ``network`` is an egress allowlist (``["pypi.org"]``), none by default.
+        """
         body = _core.create_body(profile, memory, cpus, pids, disk, ttl, env, metadata, network)
+        creating = cls._create(body, base_url, api_key, timeout)
+        return _core.Creating(creating)  # sync: return creating
 
-        async def make() -> "AsyncSandbox":
-            http = _AsyncHttp(base_url, api_key, timeout)
-            try:
-                resp = await http.request("POST", "/v1/sandboxes", json=body)
-                info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
-            except BaseException:
-                await http.close()
-                raise
-            return cls(info.id, _http=http, _info=info)
-
-        return _Creating(make)
+    @classmethod
+    async def _create(
+        cls, body: Dict[str, Any], base_url: Optional[str], api_key: Optional[str], timeout: TimeoutArg
+    ) -> "AsyncSandbox":
+        http = _AsyncHttp(base_url, api_key, timeout)
+        try:
+            info = SandboxInfo.from_dict(await http.post_json("/v1/sandboxes", body, "sandbox"))
+        except BaseException:
+            await http.close()
+            raise
+        return cls(info.id, _http=http, _info=info)
 
     @classmethod
     async def connect(
@@ -461,6 +615,7 @@ class AsyncSandbox:
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> "AsyncSandbox":
+        """Attaches to an existing sandbox; raises :class:`~cordon_sdk.NotFoundError` if unknown."""
         sb = cls(sandbox_id, base_url=base_url, api_key=api_key, timeout=timeout)
         try:
             await sb.info()
@@ -478,11 +633,10 @@ class AsyncSandbox:
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SandboxInfo]:
-        params = {f"metadata.{k}": str(v) for k, v in (metadata or {}).items()}
+        """Running sandboxes of this key, oldest first; ``metadata`` keeps those whose labels match."""
         http = _AsyncHttp(base_url, api_key, timeout)
         try:
-            resp = await http.request("GET", "/v1/sandboxes", params=params)
-            body = _core.expect_mapping(_core.json_body(resp), "sandbox list")
+            body = await http.get_json("/v1/sandboxes", "sandbox list", params=_core.metadata_params(metadata))
             return [SandboxInfo.from_dict(s) for s in body.get("sandboxes") or [] if isinstance(s, Mapping)]
         finally:
             await http.close()
@@ -501,24 +655,27 @@ class AsyncSandbox:
         env: Optional[Mapping[str, str]] = None,
         stdin: Union[str, bytes, None] = None,
         cwd: Optional[str] = None,
-        network: Network = None,
+        network: NetworkSpec = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> Outcome:
+        """Runs one command in a fresh sandbox that is gone afterwards (``POST /v1/run``).
+
+        ``timeout`` here is the command's wall-clock limit; ``request_timeout`` the API's.
+        """
         body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network)
         http = _AsyncHttp(base_url, api_key, request_timeout)
         try:
-            resp = await http.request(
-                "POST", "/v1/run", json=body, timeout=_core.exec_timeout(http.timeout, timeout)
+            return Outcome.from_dict(
+                await http.post_json("/v1/run", body, "outcome", _core.exec_timeout(http.timeout, timeout))
             )
-            return Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
         finally:
             await http.close()
 
     async def info(self) -> SandboxInfo:
-        resp = await self._http.request("GET", self._path)
-        info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
+        """The sandbox's state, limits, metadata and expiry (also after it ended)."""
+        info = SandboxInfo.from_dict(await self._http.get_json(self._path, "sandbox"))
         self._last_info = info
         return info
 
@@ -529,14 +686,13 @@ class AsyncSandbox:
             return False
 
     async def set_ttl(self, ttl: Duration) -> SandboxInfo:
-        resp = await self._http.request(
-            "POST", self._path + "/ttl", json={"ttl": _core.duration_json(ttl, "ttl")}
-        )
-        info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
+        """Sets the time to live, counted from now (``"30m"`` or seconds)."""
+        info = SandboxInfo.from_dict(await self._http.post_json(self._path + "/ttl", _core.ttl_body(ttl), "sandbox"))
         self._last_info = info
         return info
 
     async def kill(self) -> bool:
+        """Kills the sandbox and everything in it. False if it was already gone."""
         try:
             await self._http.request("DELETE", self._path)
         except NotFoundError:
@@ -544,6 +700,7 @@ class AsyncSandbox:
         return True
 
     async def close(self) -> None:
+        """Closes the HTTP connections (the sandbox keeps running)."""
         await self._http.close()
 
     async def __aenter__(self) -> "AsyncSandbox":

@@ -17,6 +17,12 @@ __all__ = [
     "NotFoundError",
     "RateLimitError",
     "SandboxError",
+    "BadRequestError",
+    "PermissionDeniedError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "InsufficientStorageError",
+    "ServerError",
     "CordonTimeoutError",
     "CordonConnectionError",
 ]
@@ -71,7 +77,31 @@ class RateLimitError(CordonError):
 
 
 class SandboxError(CordonError):
-    """Any other error answer (400 invalid request, 409 conflict, 413 too large, 507 no space, 5xx...)."""
+    """Any other error answer; the subclasses below name the common ones."""
+
+
+class BadRequestError(SandboxError):
+    """400: the request was refused as invalid (``invalid_request``, ``invalid_path``...)."""
+
+
+class PermissionDeniedError(SandboxError):
+    """403: the sandbox refused the operation (``read_only``: a path outside its writable dirs)."""
+
+
+class ConflictError(SandboxError):
+    """409: the sandbox cannot do this now (``conflict``, ``kernel_failed``, ``sandbox_unavailable``...)."""
+
+
+class PayloadTooLargeError(SandboxError):
+    """413: the upload or request body is larger than the server accepts (``too_large``)."""
+
+
+class InsufficientStorageError(SandboxError):
+    """507: the sandbox's disk is full (``no_space``)."""
+
+
+class ServerError(SandboxError):
+    """5xx: the server failed (``internal``, ``kernel_died``, ``sandbox_failed``...)."""
 
 
 class CordonTimeoutError(CordonError, builtins.TimeoutError):

@@ -1,14 +1,18 @@
 """Typed views of the server's JSON bodies.
 
-Every class keeps the JSON it was built from in ``raw``, so fields the server adds later are
-not lost; unknown fields are otherwise ignored.
+Each class follows one schema of the server's OpenAPI document (``/openapi.json``), named in
+its ``__schema__``: a field without a default is one the schema requires, a field with a
+default one it may omit (``tests/test_openapi.py`` holds every class against a real server's
+document, so the two cannot drift). Parsing is lenient all the same: a missing field gets its
+type's empty value, unknown fields are ignored, and every object keeps the JSON it was built
+from in ``raw``, so fields the server adds later are not lost.
 """
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
     "Usage",
@@ -19,11 +23,25 @@ __all__ = [
     "SandboxInfo",
     "Entry",
     "CommandInfo",
+    "MimeBundle",
+    "CodeError",
+    "CodeResult",
+    "ContextInfo",
+    "NetworkPolicy",
+    "NetworkInfo",
 ]
+
+LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
+"""The limits an :attr:`Outcome.limits_hit` may name."""
+
+
+def _raw() -> Any:
+    # Not a field of the JSON: the JSON itself.
+    return field(default_factory=dict, repr=False, compare=False, metadata={"json": False})
 
 
 def _int(v: Any, default: int = 0) -> int:
-    if v is None:
+    if v is None or isinstance(v, bool):
         return default
     try:
         return int(v)
@@ -35,8 +53,16 @@ def _opt_int(v: Any) -> Optional[int]:
     return None if v is None else _int(v)
 
 
+def _float(v: Any, default: float = 0.0) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
 def _str(v: Any, default: str = "") -> str:
     return default if v is None else str(v)
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return None if v is None else str(v)
 
 
 def _map(v: Any) -> Dict[str, str]:
@@ -45,19 +71,37 @@ def _map(v: Any) -> Dict[str, str]:
     return {str(k): str(x) for k, x in v.items()}
 
 
+def _strs(v: Any) -> List[str]:
+    if not isinstance(v, (list, tuple)):
+        return []
+    return [str(x) for x in v]
+
+
+def _objs(v: Any) -> List[Mapping[str, Any]]:
+    if not isinstance(v, (list, tuple)):
+        return []
+    return [x for x in v if isinstance(x, Mapping)]
+
+
+def _obj(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
 @dataclass
 class Usage:
     """What a command consumed."""
 
-    wall_ms: int = 0
-    cpu_user_ms: int = 0
-    cpu_system_ms: int = 0
-    peak_memory_bytes: int = 0
-    peak_pids: int = 0
+    __schema__: ClassVar[Optional[str]] = "Usage"
+
+    wall_ms: int
+    cpu_user_ms: int
+    cpu_system_ms: int
+    peak_memory_bytes: int
+    peak_pids: int
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Usage":
-        d = d or {}
+        d = _obj(d)
         return cls(
             wall_ms=_int(d.get("wall_ms")),
             cpu_user_ms=_int(d.get("cpu_user_ms")),
@@ -71,24 +115,26 @@ class Usage:
 class Enforcement:
     """Which isolation layers actually held. Never claims more than the host enforced."""
 
-    user_ns: bool = False
-    pid_ns: bool = False
-    net_ns: bool = False
-    mount_ns: bool = False
-    ipc_ns: bool = False
-    uts_ns: bool = False
-    cgroup_ns: bool = False
-    seccomp: bool = False
-    landlock_abi: int = 0
-    cgroup: str = "none"
-    rlimits: bool = False
+    __schema__: ClassVar[Optional[str]] = "Enforcement"
+
+    user_ns: bool
+    pid_ns: bool
+    net_ns: bool
+    mount_ns: bool
+    ipc_ns: bool
+    uts_ns: bool
+    cgroup_ns: bool
+    seccomp: bool
+    landlock_abi: int
+    cgroup: str
+    rlimits: bool
     host_uid: Optional[int] = None
     notes: List[str] = field(default_factory=list)
-    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Enforcement":
-        d = d or {}
+        d = _obj(d)
         return cls(
             user_ns=bool(d.get("user_ns")),
             pid_ns=bool(d.get("pid_ns")),
@@ -102,31 +148,34 @@ class Enforcement:
             cgroup=_str(d.get("cgroup"), "none"),
             rlimits=bool(d.get("rlimits")),
             host_uid=_opt_int(d.get("host_uid")),
-            notes=[str(n) for n in (d.get("notes") or [])],
+            notes=_strs(d.get("notes")),
             raw=dict(d),
         )
 
 
 @dataclass
 class NetworkEvent:
-    """One egress decision of the sandbox's proxy."""
+    """One egress decision of the sandbox's proxy (``verdict`` is ``"allow"`` or ``"deny"``;
+    ``time_ms`` is Unix time in milliseconds; ``bytes`` were relayed both ways)."""
 
+    __schema__: ClassVar[Optional[str]] = "NetworkEvent"
+
+    time_ms: int
     host: str
     port: int
     verdict: str
-    reason: str = ""
-    bytes: int = 0
-    time_ms: int = 0
+    reason: str
+    bytes: int
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "NetworkEvent":
         return cls(
+            time_ms=_int(d.get("time_ms")),
             host=_str(d.get("host")),
             port=_int(d.get("port")),
             verdict=_str(d.get("verdict")),
             reason=_str(d.get("reason")),
             bytes=_int(d.get("bytes")),
-            time_ms=_int(d.get("time_ms")),
         )
 
 
@@ -135,24 +184,32 @@ class Outcome:
     """How a command ended.
 
     ``status`` is one of ``"exited"``, ``"signaled"``, ``"timeout"``, ``"oom"``,
-    ``"cpu_time"`` or ``"error"``. Output that is not valid UTF-8 is carried lossily in
-    ``stdout``/``stderr``; :attr:`stdout_bytes` / :attr:`stderr_bytes` give the exact bytes.
+    ``"cpu_time"`` or ``"error"``. ``limits_hit`` names every limit that ended the run or
+    refused something during it (``"memory"``, ``"pids"``, ``"cpu_time"``, ``"wall_time"``,
+    ``"output"``, ``"disk"``, ``"files"``; empty from servers that do not report it).
+    Output that is not valid UTF-8 is carried lossily in ``stdout``/``stderr``;
+    :attr:`stdout_bytes` / :attr:`stderr_bytes` give the exact bytes.
     """
 
+    __schema__: ClassVar[Optional[str]] = "Outcome"
+    # Older servers leave it out; the SDK reads it as empty.
+    __lenient__: ClassVar[Tuple[str, ...]] = ("limits_hit",)
+
     status: str
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    usage: Usage
+    enforcement: Enforcement
+    network: List[NetworkEvent]
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     error: Optional[str] = None
-    stdout: str = ""
-    stderr: str = ""
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
     stdout_b64: Optional[str] = None
     stderr_b64: Optional[str] = None
-    usage: Usage = field(default_factory=Usage)
-    enforcement: Enforcement = field(default_factory=Enforcement)
-    network: List[NetworkEvent] = field(default_factory=list)
-    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    limits_hit: List[str] = field(default_factory=list)
+    raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Outcome":
@@ -160,16 +217,17 @@ class Outcome:
             status=_str(d.get("status"), "error"),
             exit_code=_opt_int(d.get("exit_code")),
             signal=_opt_int(d.get("signal")),
-            error=None if d.get("error") is None else str(d.get("error")),
+            error=_opt_str(d.get("error")),
             stdout=_str(d.get("stdout")),
             stderr=_str(d.get("stderr")),
             stdout_truncated=bool(d.get("stdout_truncated")),
             stderr_truncated=bool(d.get("stderr_truncated")),
-            stdout_b64=d.get("stdout_b64"),
-            stderr_b64=d.get("stderr_b64"),
+            stdout_b64=_opt_str(d.get("stdout_b64")),
+            stderr_b64=_opt_str(d.get("stderr_b64")),
             usage=Usage.from_dict(d.get("usage")),
             enforcement=Enforcement.from_dict(d.get("enforcement")),
-            network=[NetworkEvent.from_dict(n) for n in (d.get("network") or []) if isinstance(n, Mapping)],
+            network=[NetworkEvent.from_dict(n) for n in _objs(d.get("network"))],
+            limits_hit=_strs(d.get("limits_hit")),
             raw=dict(d),
         )
 
@@ -197,18 +255,19 @@ class Outcome:
 class Limits:
     """A sandbox's limits, in bytes, cores and processes."""
 
-    memory_bytes: int = 0
-    cpus: float = 0.0
-    pids: int = 0
-    disk_bytes: int = 0
-    output_limit_bytes: int = 0
+    __schema__: ClassVar[Optional[str]] = "LimitsView"
+
+    memory_bytes: int
+    cpus: float
+    pids: int
+    disk_bytes: int
+    output_limit_bytes: int
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Limits":
-        cpus = d.get("cpus")
         return cls(
             memory_bytes=_int(d.get("memory_bytes")),
-            cpus=float(cpus) if isinstance(cpus, (int, float)) else 0.0,
+            cpus=_float(d.get("cpus")),
             pids=_int(d.get("pids")),
             disk_bytes=_int(d.get("disk_bytes")),
             output_limit_bytes=_int(d.get("output_limit_bytes")),
@@ -224,16 +283,18 @@ class SandboxInfo:
     only known while the sandbox runs.
     """
 
+    __schema__: ClassVar[Optional[str]] = "SandboxInfo"
+
     id: str
     state: str
-    profile: str = ""
-    created_at: int = 0
-    expires_at: int = 0
-    metadata: Dict[str, str] = field(default_factory=dict)
-    enforcement: Optional[Enforcement] = None
+    profile: str
+    created_at: int
+    expires_at: int
+    metadata: Dict[str, str]
+    enforcement: Optional[Enforcement]
     limits: Optional[Limits] = None
     ended_reason: Optional[str] = None
-    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -248,7 +309,7 @@ class SandboxInfo:
             metadata=_map(d.get("metadata")),
             enforcement=Enforcement.from_dict(enf) if isinstance(enf, Mapping) else None,
             limits=Limits.from_dict(lim) if isinstance(lim, Mapping) else None,
-            ended_reason=None if d.get("ended_reason") is None else str(d.get("ended_reason")),
+            ended_reason=_opt_str(d.get("ended_reason")),
             raw=dict(d),
         )
 
@@ -262,21 +323,23 @@ class Entry:
     """A file, directory or link inside a sandbox.
 
     ``type`` is ``"file"``, ``"dir"``, ``"symlink"`` or another kind the server names;
-    ``mode`` holds the permission bits; ``modified`` is the modification time as the server
-    sends it (Unix time).
+    ``mode`` holds the permission bits; ``modified`` is the modification time in Unix
+    seconds; ``target`` is a symlink's target text (not resolved).
     """
+
+    __schema__: ClassVar[Optional[str]] = "Entry"
 
     name: str
     path: str
     type: str
-    size: int = 0
-    mode: int = 0
-    modified: Optional[float] = None
-    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    size: int
+    mode: int
+    modified: int
+    target: Optional[str] = None
+    raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Entry":
-        m = d.get("modified")
         mode = d.get("mode")
         if isinstance(mode, str):
             try:
@@ -291,7 +354,8 @@ class Entry:
             type=_str(d.get("type")),
             size=_int(d.get("size")),
             mode=mode_i,
-            modified=float(m) if isinstance(m, (int, float)) else None,
+            modified=_int(d.get("modified")),
+            target=_opt_str(d.get("target")),
             raw=dict(d),
         )
 
@@ -303,30 +367,267 @@ class Entry:
     def is_file(self) -> bool:
         return self.type == "file"
 
+    @property
+    def is_symlink(self) -> bool:
+        return self.type in ("symlink", "link")
+
 
 @dataclass
 class CommandInfo:
     """A background command: its output so far and, once it ended, its :class:`Outcome`."""
 
+    __schema__: ClassVar[Optional[str]] = "CommandInfo"
+
     command_id: str
-    cmd: List[str] = field(default_factory=list)
-    running: bool = False
-    started_at_ms: int = 0
-    stdout: str = ""
-    stderr: str = ""
+    cmd: List[str]
+    running: bool
+    started_at_ms: int
+    stdout: str
+    stderr: str
     outcome: Optional[Outcome] = None
-    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CommandInfo":
         o = d.get("outcome")
         return cls(
             command_id=_str(d.get("command_id")),
-            cmd=[str(a) for a in (d.get("cmd") or [])],
+            cmd=_strs(d.get("cmd")),
             running=bool(d.get("running")),
             started_at_ms=_int(d.get("started_at_ms")),
             stdout=_str(d.get("stdout")),
             stderr=_str(d.get("stderr")),
             outcome=Outcome.from_dict(o) if isinstance(o, Mapping) else None,
+            raw=dict(d),
+        )
+
+
+# ---- code interpreter --------------------------------------------------------------------
+
+
+@dataclass
+class MimeBundle:
+    """One rich result of a cell: the same value in several formats, by MIME type.
+
+    ``data`` maps each MIME type to its value as the server sent it: text for ``text/*`` and
+    ``image/svg+xml``, base64 text for binary formats (``image/png``, ``image/jpeg``...),
+    any JSON value for ``application/json``. The properties decode the common ones.
+    ``is_main_result`` marks the value of the cell's last expression (``display()`` and
+    figures give the others).
+    """
+
+    __schema__: ClassVar[Optional[str]] = None  # the document has these as free-form objects
+
+    data: Dict[str, Any]
+    is_main_result: bool = False
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MimeBundle":
+        return cls(
+            data={str(k): v for k, v in d.items() if k != "is_main_result"},
+            is_main_result=bool(d.get("is_main_result")),
+            raw=dict(d),
+        )
+
+    def formats(self) -> List[str]:
+        """The MIME types this result comes in."""
+        return sorted(self.data)
+
+    def __contains__(self, mime: object) -> bool:
+        return mime in self.data
+
+    def _text(self, mime: str) -> Optional[str]:
+        v = self.data.get(mime)
+        return v if isinstance(v, str) else None
+
+    def _binary(self, mime: str) -> Optional[bytes]:
+        v = self.data.get(mime)
+        if not isinstance(v, str):
+            return None
+        try:
+            return base64.b64decode(v, validate=False)
+        except ValueError:
+            return None
+
+    @property
+    def text(self) -> Optional[str]:
+        """``text/plain``: the ``repr`` of the value (every result has it)."""
+        return self._text("text/plain")
+
+    @property
+    def html(self) -> Optional[str]:
+        return self._text("text/html")
+
+    @property
+    def markdown(self) -> Optional[str]:
+        return self._text("text/markdown")
+
+    @property
+    def latex(self) -> Optional[str]:
+        return self._text("text/latex")
+
+    @property
+    def svg(self) -> Optional[str]:
+        return self._text("image/svg+xml")
+
+    @property
+    def javascript(self) -> Optional[str]:
+        return self._text("application/javascript")
+
+    @property
+    def json(self) -> Any:
+        """``application/json`` as a Python value (``None`` when absent)."""
+        return self.data.get("application/json")
+
+    @property
+    def png(self) -> Optional[bytes]:
+        """``image/png`` as bytes (a matplotlib figure comes back as one)."""
+        return self._binary("image/png")
+
+    @property
+    def jpeg(self) -> Optional[bytes]:
+        return self._binary("image/jpeg")
+
+    @property
+    def gif(self) -> Optional[bytes]:
+        return self._binary("image/gif")
+
+    @property
+    def pdf(self) -> Optional[bytes]:
+        return self._binary("application/pdf")
+
+
+@dataclass
+class CodeError:
+    """An exception a cell raised (or ``KernelDied``/``TimeoutError`` when its kernel was lost)."""
+
+    __schema__: ClassVar[Optional[str]] = "CodeError"
+
+    name: str
+    value: str
+    traceback: List[str]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CodeError":
+        return cls(name=_str(d.get("name")), value=_str(d.get("value")), traceback=_strs(d.get("traceback")))
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.value}" if self.value else self.name
+
+
+@dataclass
+class CodeResult:
+    """What a cell did: its output, its rich results and, if it raised, the error.
+
+    A cell that raises is not an exception of the SDK: look at ``error``. ``state_lost`` says
+    the context's kernel was restarted (it died or ignored an interrupt) and earlier state is
+    gone. ``execution_count`` counts the cells of the context.
+    """
+
+    __schema__: ClassVar[Optional[str]] = "CodeResult"
+
+    stdout: str
+    stderr: str
+    results: List[MimeBundle]
+    execution_count: int
+    state_lost: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    results_truncated: bool
+    error: Optional[CodeError] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CodeResult":
+        err = d.get("error")
+        return cls(
+            stdout=_str(d.get("stdout")),
+            stderr=_str(d.get("stderr")),
+            results=[MimeBundle.from_dict(r) for r in _objs(d.get("results"))],
+            execution_count=_int(d.get("execution_count")),
+            state_lost=bool(d.get("state_lost")),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            results_truncated=bool(d.get("results_truncated")),
+            error=CodeError.from_dict(err) if isinstance(err, Mapping) else None,
+            raw=dict(d),
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when the cell ran without an error."""
+        return self.error is None
+
+    @property
+    def main_result(self) -> Optional[MimeBundle]:
+        """The value of the cell's last expression, if it had one."""
+        for r in self.results:
+            if r.is_main_result:
+                return r
+        return None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The main result's ``text/plain`` (``"10"`` for a cell ending in ``x * 2``)."""
+        r = self.main_result
+        return r.text if r is not None else None
+
+
+@dataclass
+class ContextInfo:
+    """An interpreter context: its own state, kept between cells."""
+
+    __schema__: ClassVar[Optional[str]] = "ContextInfo"
+
+    language: str
+    name: str
+    execution_count: int
+    alive: bool
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ContextInfo":
+        return cls(
+            language=_str(d.get("language")),
+            name=_str(d.get("name")),
+            execution_count=_int(d.get("execution_count")),
+            alive=bool(d.get("alive")),
+        )
+
+
+# ---- network -----------------------------------------------------------------------------
+
+
+@dataclass
+class NetworkPolicy:
+    """A sandbox's egress policy: ``allow`` entries (``DOMAIN[:PORT]``, ``*.DOMAIN``,
+    ``IP[:PORT]``, ``CIDR``) and ``hosts`` the proxy resolves to fixed addresses."""
+
+    __schema__: ClassVar[Optional[str]] = "NetworkPolicy"
+
+    allow: List[str] = field(default_factory=list)
+    hosts: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "NetworkPolicy":
+        d = _obj(d)
+        return cls(allow=_strs(d.get("allow")), hosts=_map(d.get("hosts")))
+
+
+@dataclass
+class NetworkInfo:
+    """``GET /v1/sandboxes/{id}/network``: the policy in force and the proxy's decisions so far."""
+
+    __schema__: ClassVar[Optional[str]] = "NetworkInfo"
+
+    policy: NetworkPolicy
+    events: List[NetworkEvent]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "NetworkInfo":
+        return cls(
+            policy=NetworkPolicy.from_dict(d.get("policy")),
+            events=[NetworkEvent.from_dict(e) for e in _objs(d.get("events"))],
             raw=dict(d),
         )

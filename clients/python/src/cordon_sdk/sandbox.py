@@ -1,22 +1,57 @@
-"""The synchronous client: :class:`Sandbox`, its ``commands`` and ``files``."""
+# Generated from async_sandbox.py by clients/python/scripts/unasync.py: edit that file, then run the script.
+"""The synchronous client: :class:`Sandbox` and its ``commands``, ``files``, ``code`` and
+``network``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    Union,
+    overload,
+)
 
 import httpx
 
 from . import _core
-from ._core import Cmd, Duration, OutputCallback, Size, TimeoutArg
+from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
-from .models import CommandInfo, Entry, Outcome, SandboxInfo
+from .models import (
+    CodeError,
+    CodeResult,
+    CommandInfo,
+    ContextInfo,
+    Entry,
+    MimeBundle,
+    NetworkInfo,
+    NetworkPolicy,
+    Outcome,
+    SandboxInfo,
+)
 
-__all__ = ["Sandbox", "Commands", "CommandHandle", "Files"]
+__all__ = [
+    "Sandbox",
+    "Commands",
+    "CommandHandle",
+    "Files",
+    "Code",
+    "Network",
+]
 
-Network = Union[None, Sequence[str], Mapping[str, Any]]
+ResultCallback = Callable[[MimeBundle], Any]
+ErrorCallback = Callable[[CodeError], Any]
+EventHandler = Callable[[str, Any], bool]
 
 
 class _Http:
@@ -58,6 +93,16 @@ class _Http:
             raise _core.error_from_response(resp)
         return resp
 
+    def get_json(self, path: str, what: str, params: Optional[Mapping[str, Any]] = None) -> Mapping[str, Any]:
+        resp = self.request("GET", path, params=params)
+        return _core.expect_mapping(_core.json_body(resp), what)
+
+    def post_json(
+        self, path: str, body: Any, what: str, timeout: Optional[httpx.Timeout] = None
+    ) -> Mapping[str, Any]:
+        resp = self.request("POST", path, json=body, timeout=timeout)
+        return _core.expect_mapping(_core.json_body(resp), what)
+
     @contextmanager
     def stream(
         self,
@@ -76,6 +121,21 @@ class _Http:
                 yield resp
         except httpx.HTTPError as e:
             raise _core.transport_error(e, method, self.base_url + path) from e
+
+    def sse(self, path: str, body: Any, timeout: httpx.Timeout, handle: EventHandler) -> Optional[Any]:
+        """POSTs ``body`` asking for server-sent events and hands each one to ``handle``, which
+        returns True at the last. Returns the JSON body instead when the server did not stream."""
+        headers = {"Accept": "text/event-stream"}
+        with self.stream("POST", path, json=body, headers=headers, timeout=timeout) as resp:
+            if "text/event-stream" not in resp.headers.get("content-type", ""):
+                resp.read()
+                return _core.json_body(resp)
+            parser = _core.SseParser()
+            for line in resp.iter_lines():
+                ev = parser.feed(line)
+                if ev is not None and handle(*_core.parse_event(ev)):
+                    break
+        return None
 
     def close(self) -> None:
         self.client.close()
@@ -99,8 +159,7 @@ class CommandHandle:
 
     def info(self) -> CommandInfo:
         """Output so far, whether it still runs, and its Outcome once it ended."""
-        resp = self._sb._http.request("GET", self._path)
-        info = CommandInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "command"))
+        info = CommandInfo.from_dict(self._sb._http.get_json(self._path, "command"))
         if info.outcome is not None:
             self._outcome = info.outcome
         return info
@@ -135,8 +194,7 @@ class CommandHandle:
 
     def send_stdin(self, data: Union[str, bytes], close: bool = False) -> None:
         """Writes ``data`` to the command's stdin; ``close=True`` closes it afterwards (EOF)."""
-        text = _core.stdin_json(data) or ""
-        self._sb._http.request("POST", self._path + "/stdin", json={"data": text, "close": bool(close)})
+        self._sb._http.request("POST", self._path + "/stdin", json=_core.stdin_body(data, close))
 
     def close_stdin(self) -> None:
         """Closes the command's stdin, so it reads end of file."""
@@ -144,7 +202,7 @@ class CommandHandle:
 
     def signal(self, sig: Union[int, str]) -> None:
         """Sends a signal by number or name (``"TERM"``, ``"SIGINT"``, ``9``...)."""
-        self._sb._http.request("POST", self._path + "/signal", json={"signal": _core.signal_json(sig)})
+        self._sb._http.request("POST", self._path + "/signal", json=_core.signal_body(sig))
 
     def kill(self) -> None:
         """Sends SIGKILL."""
@@ -213,21 +271,20 @@ class Commands:
     ) -> Union[Outcome, CommandHandle]:
         """Runs ``cmd`` (an argv list, or a shell string run with ``/bin/sh -c``).
 
-        Returns the :class:`Outcome` when the command ends. A non-zero exit, a signal or a
-        timeout is reported in the Outcome (``status``), not raised. With ``on_stdout`` /
-        ``on_stderr`` the output is streamed to the callbacks as it comes (text, in order).
-        With ``background=True`` it returns a :class:`CommandHandle` at once; its stdin stays
-        open (``stdin`` is written first) for :meth:`CommandHandle.send_stdin`.
-        ``timeout`` is the command's wall-clock limit (seconds or ``"30s"``); the server's
-        default applies without it.
+        Returns the :class:`~cordon_sdk.Outcome` when the command ends. A non-zero exit, a
+        signal or a timeout is reported in the Outcome (``status``), not raised. With
+        ``on_stdout`` / ``on_stderr`` the output is streamed to the callbacks as it comes
+        (text, in order). With ``background=True`` it returns an :class:`CommandHandle`
+        at once; its stdin stays open (``stdin`` is written first) for
+        :meth:`CommandHandle.send_stdin`. ``timeout`` is the command's wall-clock limit
+        (seconds or ``"30s"``); the server's default applies without it.
         """
         if background:
             if on_stdout is not None or on_stderr is not None:
                 raise ValueError("background commands do not stream; poll handle.info() for output")
             first = _core.stdin_json(stdin)
             body = _core.exec_body(cmd, cwd, env, None, timeout, True)
-            resp = self._sb._http.request("POST", self._sb._path + "/exec", json=body)
-            info = CommandInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "command"))
+            info = CommandInfo.from_dict(self._sb._http.post_json(self._sb._path + "/exec", body, "command"))
             handle = CommandHandle(self._sb, info.command_id, info.cmd)
             if first:
                 handle.send_stdin(first)
@@ -235,73 +292,49 @@ class Commands:
         body = _core.exec_body(cmd, cwd, env, stdin, timeout, False)
         http_timeout = _core.exec_timeout(self._sb._http.timeout, timeout)
         if on_stdout is None and on_stderr is None:
-            resp = self._sb._http.request("POST", self._sb._path + "/exec", json=body, timeout=http_timeout)
-            return Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
-        return self._stream(body, on_stdout, on_stderr, http_timeout)
-
-    def _stream(
-        self,
-        body: Dict[str, Any],
-        on_stdout: Optional[OutputCallback],
-        on_stderr: Optional[OutputCallback],
-        http_timeout: httpx.Timeout,
-    ) -> Outcome:
+            return Outcome.from_dict(
+                self._sb._http.post_json(self._sb._path + "/exec", body, "outcome", http_timeout)
+            )
         out, err = _core.StreamDecoder(), _core.StreamDecoder()
         outcome: Optional[Outcome] = None
-        headers = {"Accept": "text/event-stream"}
-        with self._sb._http.stream(
-            "POST", self._sb._path + "/exec", json=body, headers=headers, timeout=http_timeout
-        ) as resp:
-            if "text/event-stream" not in resp.headers.get("content-type", ""):
-                resp.read()
-                outcome = Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
-            else:
-                parser = _core.SseParser()
-                for line in resp.iter_lines():
-                    ev = parser.feed(line)
-                    if ev is None:
-                        continue
-                    name, payload = _core.parse_event(ev)
-                    if name == "stdout" and isinstance(payload, Mapping):
-                        text = out.chunk(payload)
-                        if text and on_stdout is not None:
-                            on_stdout(text)
-                    elif name == "stderr" and isinstance(payload, Mapping):
-                        text = err.chunk(payload)
-                        if text and on_stderr is not None:
-                            on_stderr(text)
-                    elif name == "exit":
-                        outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
-                        break
-                    elif name == "error" and isinstance(payload, Mapping):
-                        raise SandboxError(
-                            str(payload.get("message", payload)), code=str(payload.get("code", "stream_error"))
-                        )
-        rest = out.flush()
-        if rest and on_stdout is not None:
-            on_stdout(rest)
-        rest = err.flush()
-        if rest and on_stderr is not None:
-            on_stderr(rest)
+
+        def handle_event(name: str, payload: Any) -> bool:
+            nonlocal outcome
+            if name in ("stdout", "stderr") and isinstance(payload, Mapping):
+                # A chunk that ends inside a UTF-8 sequence may decode to nothing yet.
+                text = (out if name == "stdout" else err).chunk(payload)
+                if text:
+                    _core.call(on_stdout if name == "stdout" else on_stderr, text)
+            elif name == "exit":
+                outcome = Outcome.from_dict(_core.expect_mapping(payload, "exit event"))
+                return True
+            return False
+
+        plain = self._sb._http.sse(self._sb._path + "/exec", body, http_timeout, handle_event)
+        if plain is not None:
+            return Outcome.from_dict(_core.expect_mapping(plain, "outcome"))
+        for cb, rest in ((on_stdout, out.flush()), (on_stderr, err.flush())):
+            if rest:
+                _core.call(cb, rest)
         if outcome is None:
             raise SandboxError("the stream ended before the command's exit event", code="stream_ended")
         return outcome
 
     def list(self) -> List[CommandInfo]:
         """The sandbox's background commands, running and recently finished, oldest first."""
-        resp = self._sb._http.request("GET", self._sb._path + "/commands")
-        body = _core.expect_mapping(_core.json_body(resp), "command list")
+        body = self._sb._http.get_json(self._sb._path + "/commands", "command list")
         return [CommandInfo.from_dict(c) for c in body.get("commands") or [] if isinstance(c, Mapping)]
 
     def connect(self, command_id: str) -> CommandHandle:
         """A handle on a background command by id (checks that it exists)."""
         h = CommandHandle(self._sb, command_id)
-        h.cmd = h.info().cmd
+        h.cmd = (h.info()).cmd
         return h
 
 
 class Files:
-    """``sandbox.files``: the sandbox's own filesystem (paths resolve inside it)."""
+    """``sandbox.files``: the sandbox's own filesystem (paths resolve inside it, as its user;
+    relative paths start at ``/workspace``)."""
 
     def __init__(self, sandbox: "Sandbox") -> None:
         self._sb = sandbox
@@ -319,7 +352,7 @@ class Files:
 
     def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
         """The file's content decoded as text."""
-        return self.read(path).decode(encoding, errors)
+        return (self.read(path)).decode(encoding, errors)
 
     def write(self, path: str, data: Union[bytes, bytearray, memoryview, str]) -> int:
         """Creates or replaces the file (parent directories are created). Returns bytes written."""
@@ -341,14 +374,12 @@ class Files:
 
     def list(self, path: str = "/workspace") -> List[Entry]:
         """The entries of a directory."""
-        resp = self._sb._http.request("GET", self._path + "/list", params={"path": path})
-        body = _core.expect_mapping(_core.json_body(resp), "file list")
+        body = self._sb._http.get_json(self._path + "/list", "file list", params={"path": path})
         return [Entry.from_dict(e) for e in body.get("entries") or [] if isinstance(e, Mapping)]
 
     def stat(self, path: str) -> Entry:
         """One entry; raises :class:`~cordon_sdk.NotFoundError` if there is none."""
-        resp = self._sb._http.request("GET", self._path + "/stat", params={"path": path})
-        return Entry.from_dict(_core.expect_mapping(_core.json_body(resp), "stat"))
+        return Entry.from_dict(self._sb._http.get_json(self._path + "/stat", "stat", params={"path": path}))
 
     def exists(self, path: str) -> bool:
         try:
@@ -359,11 +390,11 @@ class Files:
 
     def mkdir(self, path: str, parents: bool = True) -> None:
         """Creates a directory (with its parents unless ``parents=False``)."""
-        self._sb._http.request("POST", self._path + "/mkdir", json={"path": path, "parents": bool(parents)})
+        self._sb._http.request("POST", self._path + "/mkdir", json=_core.mkdir_body(path, parents))
 
     def move(self, src: str, dst: str) -> None:
         """Renames or moves a file or directory."""
-        self._sb._http.request("POST", self._path + "/move", json={"from": src, "to": dst})
+        self._sb._http.request("POST", self._path + "/move", json=_core.move_body(src, dst))
 
     def remove(self, path: str, recursive: bool = False) -> None:
         """Deletes a file, or a directory (non-empty ones need ``recursive=True``)."""
@@ -373,6 +404,125 @@ class Files:
         self._sb._http.request("DELETE", self._path, params=params)
 
 
+class Code:
+    """``sandbox.code``: the stateful code interpreter.
+
+    Each context (a language and a name; ``"default"`` unless given) keeps its interpreter
+    between cells: ``x = 5`` in one cell, ``x * 2`` in the next gives ``10``. Languages:
+    ``"python"``, ``"javascript"``, ``"bash"``.
+    """
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sb = sandbox
+
+    def run(
+        self,
+        code: str,
+        *,
+        language: str = "python",
+        context: Optional[str] = None,
+        timeout: Optional[Duration] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> CodeResult:
+        """Runs one cell and returns its :class:`~cordon_sdk.CodeResult`.
+
+        An exception in the cell is not raised: it is the result's ``error`` (name, value,
+        traceback). Rich values come back as MIME bundles in ``results`` (a matplotlib figure
+        as ``image/png``: ``result.results[0].png``). With any ``on_*`` callback the cell is
+        streamed: output text, each result and the error reach the callbacks as they happen.
+        ``timeout`` limits the cell (Python is interrupted and keeps its state); the
+        sandbox's default applies without it.
+        """
+        body = _core.code_body(code, language, context, timeout)
+        http_timeout = _core.exec_timeout(self._sb._http.timeout, timeout)
+        path = self._sb._path + "/code"
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            return CodeResult.from_dict(self._sb._http.post_json(path, body, "code result", http_timeout))
+        done: Optional[Mapping[str, Any]] = None
+        saw_events = False
+
+        def handle_event(name: str, payload: Any) -> bool:
+            nonlocal done, saw_events
+            if name == "done":
+                done = _core.expect_mapping(payload, "done event")
+                return True
+            saw_events = True
+            if not isinstance(payload, Mapping):
+                return False
+            if name in ("stdout", "stderr"):
+                text = _core.text_of(payload)
+                if text:
+                    _core.call(on_stdout if name == "stdout" else on_stderr, text)
+            elif name == "result":
+                _core.call(on_result, MimeBundle.from_dict(payload))
+            elif name == "error":
+                _core.call(on_error, CodeError.from_dict(payload))
+            return False
+
+        plain = self._sb._http.sse(path, body, http_timeout, handle_event)
+        if plain is not None:
+            return CodeResult.from_dict(_core.expect_mapping(plain, "code result"))
+        if done is None:
+            raise SandboxError("the stream ended before the cell's done event", code="stream_ended")
+        refused = _core.refused_cell(done, saw_events)
+        if refused is not None:
+            raise refused
+        return CodeResult.from_dict(done)
+
+    def _context_path(self, language: str, name: str) -> str:
+        return f"{self._sb._path}/contexts/{_core.seg(language)}/{_core.seg(name)}"
+
+    def list_contexts(self) -> List[ContextInfo]:
+        """The sandbox's interpreter contexts, by language and name."""
+        body = self._sb._http.get_json(self._sb._path + "/contexts", "context list")
+        return [ContextInfo.from_dict(c) for c in body.get("contexts") or [] if isinstance(c, Mapping)]
+
+    def create_context(self, language: str = "python", name: str = "default") -> ContextInfo:
+        """Starts a context's interpreter now, so its first cell does not wait for it."""
+        body = _core.context_body(language, name)
+        return ContextInfo.from_dict(self._sb._http.post_json(self._sb._path + "/contexts", body, "context"))
+
+    def restart_context(self, language: str = "python", name: str = "default") -> None:
+        """Kills the context's interpreter: its state is gone, the next cell starts afresh."""
+        self._sb._http.request("POST", self._context_path(language, name) + "/restart")
+
+    def delete_context(self, language: str = "python", name: str = "default") -> None:
+        """Kills the context's interpreter and forgets the context."""
+        self._sb._http.request("DELETE", self._context_path(language, name))
+
+
+class Network:
+    """``sandbox.network``: the sandbox's egress policy, changed while it runs.
+
+    Every sandbox of a server has an egress proxy; what it lets through is the policy's
+    ``allow`` list (nothing when empty). Each decision is kept in :meth:`get`'s ``events``.
+    """
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _path(self) -> str:
+        return self._sb._path + "/network"
+
+    def get(self) -> NetworkInfo:
+        """The policy in force and the proxy's decisions so far."""
+        return NetworkInfo.from_dict(self._sb._http.get_json(self._path, "network"))
+
+    def set(
+        self, allow: Union[str, Sequence[str]] = (), hosts: Optional[Mapping[str, str]] = None
+    ) -> NetworkPolicy:
+        """Replaces the policy: ``allow`` entries (``"pypi.org"``, ``"*.example.com:8443"``,
+        ``"10.0.0.0/8"``; empty: no egress at all) and ``hosts`` resolved to fixed addresses
+        (``{"api.test": "10.1.2.3"}``). Takes effect for new connections at once."""
+        resp = self._sb._http.request("PUT", self._path, json=_core.network_body(allow, hosts))
+        body = _core.expect_mapping(_core.json_body(resp), "network policy")
+        return NetworkPolicy.from_dict(body.get("policy"))
+
+
 class Sandbox:
     """A persistent sandbox on a ``cordon serve`` node.
 
@@ -380,11 +530,12 @@ class Sandbox:
     manager to kill it on exit::
 
         with Sandbox.create() as sb:
-            print(sb.commands.run("echo hi").stdout)
+            print((sb.commands.run("echo hi")).stdout)
 
     ``base_url`` and ``api_key`` default to the ``CORDON_URL`` and ``CORDON_API_KEY``
     environment variables (then ``http://127.0.0.1:8080`` and no key). ``timeout`` is the
-    time in seconds an API request may take; commands get their own timeout plus a margin.
+    time in seconds an API request may take; commands and cells get their own timeout plus
+    a margin.
     """
 
     def __init__(
@@ -405,6 +556,8 @@ class Sandbox:
         self._last_info = _info
         self.commands = Commands(self)
         self.files = Files(self)
+        self.code = Code(self)
+        self.network = Network(self)
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, base_url={self._http.base_url!r})"
@@ -422,7 +575,7 @@ class Sandbox:
         ttl: Optional[Duration] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
-        network: Network = None,
+        network: NetworkSpec = None,
         *,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -436,10 +589,16 @@ class Sandbox:
         :meth:`list`; ``network`` is an egress allowlist (``["pypi.org"]``), none by default.
         """
         body = _core.create_body(profile, memory, cpus, pids, disk, ttl, env, metadata, network)
+        creating = cls._create(body, base_url, api_key, timeout)
+        return creating
+
+    @classmethod
+    def _create(
+        cls, body: Dict[str, Any], base_url: Optional[str], api_key: Optional[str], timeout: TimeoutArg
+    ) -> "Sandbox":
         http = _Http(base_url, api_key, timeout)
         try:
-            resp = http.request("POST", "/v1/sandboxes", json=body)
-            info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
+            info = SandboxInfo.from_dict(http.post_json("/v1/sandboxes", body, "sandbox"))
         except BaseException:
             http.close()
             raise
@@ -473,11 +632,9 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SandboxInfo]:
         """Running sandboxes of this key, oldest first; ``metadata`` keeps those whose labels match."""
-        params = {f"metadata.{k}": str(v) for k, v in (metadata or {}).items()}
         http = _Http(base_url, api_key, timeout)
         try:
-            resp = http.request("GET", "/v1/sandboxes", params=params)
-            body = _core.expect_mapping(_core.json_body(resp), "sandbox list")
+            body = http.get_json("/v1/sandboxes", "sandbox list", params=_core.metadata_params(metadata))
             return [SandboxInfo.from_dict(s) for s in body.get("sandboxes") or [] if isinstance(s, Mapping)]
         finally:
             http.close()
@@ -496,7 +653,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         stdin: Union[str, bytes, None] = None,
         cwd: Optional[str] = None,
-        network: Network = None,
+        network: NetworkSpec = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -508,28 +665,27 @@ class Sandbox:
         body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network)
         http = _Http(base_url, api_key, request_timeout)
         try:
-            resp = http.request("POST", "/v1/run", json=body, timeout=_core.exec_timeout(http.timeout, timeout))
-            return Outcome.from_dict(_core.expect_mapping(_core.json_body(resp), "outcome"))
+            return Outcome.from_dict(
+                http.post_json("/v1/run", body, "outcome", _core.exec_timeout(http.timeout, timeout))
+            )
         finally:
             http.close()
 
     def info(self) -> SandboxInfo:
         """The sandbox's state, limits, metadata and expiry (also after it ended)."""
-        resp = self._http.request("GET", self._path)
-        info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
+        info = SandboxInfo.from_dict(self._http.get_json(self._path, "sandbox"))
         self._last_info = info
         return info
 
     def is_running(self) -> bool:
         try:
-            return self.info().state == "running"
+            return (self.info()).state == "running"
         except NotFoundError:
             return False
 
     def set_ttl(self, ttl: Duration) -> SandboxInfo:
         """Sets the time to live, counted from now (``"30m"`` or seconds)."""
-        resp = self._http.request("POST", self._path + "/ttl", json={"ttl": _core.duration_json(ttl, "ttl")})
-        info = SandboxInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "sandbox"))
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/ttl", _core.ttl_body(ttl), "sandbox"))
         self._last_info = info
         return info
 

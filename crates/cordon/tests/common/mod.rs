@@ -7,11 +7,13 @@
 
 #![allow(dead_code)]
 
+pub mod payloads;
+
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,8 +30,7 @@ pub fn cordon_bin() -> &'static str {
 pub const HOST_PYTHON: &str = "/usr/bin/python3";
 
 pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 pub fn is_root() -> bool {
@@ -135,9 +136,9 @@ pub struct Cmd {
     env: Vec<(OsString, OsString)>,
     env_remove: Vec<OsString>,
     stdin: Option<Vec<u8>>,
-    leak: Vec<(RawFd, RawFd)>,
+    leak: Vec<(OwnedFd, RawFd)>,
     deadline: Duration,
-    stdio_fd: Option<RawFd>,
+    stdio_fd: Option<OwnedFd>,
 }
 
 impl Cmd {
@@ -190,7 +191,11 @@ impl Cmd {
 
     /// In the child only, duplicate our fd `from` to `to` *without* CLOEXEC: the child (cordon)
     /// starts with a leaked descriptor, as a careless embedding program would hand it.
-    pub fn leak_fd(mut self, from: RawFd, to: RawFd) -> Cmd {
+    pub fn leak_fd(mut self, from: impl AsFd, to: RawFd) -> Cmd {
+        let from = from
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("dup the fd to leak");
         self.leak.push((from, to));
         self
     }
@@ -201,8 +206,8 @@ impl Cmd {
     }
 
     /// Use this fd (e.g. a pty slave) for the child's stdin, stdout and stderr.
-    pub fn stdio_fd(mut self, fd: RawFd) -> Cmd {
-        self.stdio_fd = Some(fd);
+    pub fn stdio_fd(mut self, fd: impl AsFd) -> Cmd {
+        self.stdio_fd = Some(fd.as_fd().try_clone_to_owned().expect("dup the stdio fd"));
         self
     }
 
@@ -217,15 +222,9 @@ impl Cmd {
         for (k, v) in &self.env {
             c.env(k, v);
         }
-        if let Some(fd) = self.stdio_fd {
-            let dup = |fd: RawFd| -> Stdio {
-                // SAFETY: dup of a valid fd; the new fd is owned by the returned Stdio.
-                let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-                assert!(d >= 0, "dup stdio fd");
-                // SAFETY: `d` is a fresh fd we own.
-                Stdio::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(d) })
-            };
-            c.stdin(dup(fd)).stdout(dup(fd)).stderr(dup(fd));
+        if let Some(fd) = &self.stdio_fd {
+            let dup = || Stdio::from(fd.try_clone().expect("dup the stdio fd"));
+            c.stdin(dup()).stdout(dup()).stderr(dup());
         } else {
             c.stdin(if self.stdin.is_some() {
                 Stdio::piped()
@@ -235,18 +234,16 @@ impl Cmd {
             c.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         if !self.leak.is_empty() {
-            let leak = self.leak.clone();
-            // SAFETY: only async-signal-safe calls (dup2) between fork and exec.
-            unsafe {
-                c.pre_exec(move || {
-                    for (from, to) in &leak {
-                        if libc::dup2(*from, *to) < 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                    }
-                    Ok(())
-                });
-            }
+            use command_fds::{CommandFdExt, FdMapping};
+            let mappings = self
+                .leak
+                .iter()
+                .map(|(from, to)| FdMapping {
+                    parent_fd: from.try_clone().expect("dup the fd to leak"),
+                    child_fd: *to,
+                })
+                .collect();
+            c.fd_mappings(mappings).expect("leaked fd numbers collide");
         }
         c
     }
@@ -311,8 +308,8 @@ impl Running {
     }
 
     pub fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+        let sig = rustix::process::Signal::from_named_raw(sig).expect("a named signal");
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), sig);
     }
 
     pub fn wait(mut self) -> Finished {
@@ -409,6 +406,20 @@ impl Outcome {
     }
     pub fn usage(&self, k: &str) -> u64 {
         self.v["usage"][k].as_u64().unwrap_or(0)
+    }
+    /// `limits_hit`, as the JSON strings.
+    pub fn limits_hit(&self) -> Vec<String> {
+        self.v["limits_hit"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    pub fn hit(&self, limit: &str) -> bool {
+        self.limits_hit().iter().any(|l| l == limit)
     }
 
     /// The payload's report: the last line of stdout, as JSON.
@@ -724,11 +735,6 @@ pub fn check_report() -> Value {
 
 /// Free bytes on the filesystem holding `p`.
 pub fn free_bytes(p: &Path) -> u64 {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");
-    // SAFETY: statvfs into a zeroed struct with a valid C path.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(c.as_ptr(), &mut s), 0, "statvfs");
-        s.f_bavail * s.f_frsize
-    }
+    let s = rustix::fs::statvfs(p).expect("statvfs");
+    s.f_bavail * s.f_frsize
 }

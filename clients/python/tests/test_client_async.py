@@ -1,0 +1,514 @@
+"""The client against a real `cordon serve`: every call of the API, through AsyncSandbox."""
+
+# test_client_sync.py is generated from this file by scripts/unasync.py, so the same tests  # async-only
+# run through the synchronous client as well.  # async-only
+from __future__ import annotations
+
+import asyncio  # async-only
+import http.server
+import re
+import struct
+import threading
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+import httpx
+import pytest
+
+from cordon_sdk import (
+    AsyncCommandHandle,
+    AsyncSandbox,
+    AuthenticationError,
+    BadRequestError,
+    CodeError,
+    CordonTimeoutError,
+    MimeBundle,
+    NotFoundError,
+    PermissionDeniedError,
+    SandboxError,
+)
+
+from .conftest import Server
+
+pytestmark = pytest.mark.anyio  # async-only
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# ---- lifecycle -----------------------------------------------------------------------------
+
+
+async def test_lifecycle_metadata_filter_ttl(conn: Dict[str, Any]) -> None:
+    tag = uuid.uuid4().hex
+    sb = await AsyncSandbox.create(memory="256M", env={"GREETING": "hi"}, metadata={"suite": tag}, ttl=120, **conn)
+    other = await AsyncSandbox.create(metadata={"suite": tag, "role": "other"}, **conn)
+    try:
+        info = await sb.info()
+        assert info.state == "running" and info.running and info.metadata == {"suite": tag}
+        assert info.limits is not None and info.limits.memory_bytes == 256 << 20
+        assert info.enforcement is not None and info.enforcement.pid_ns
+        assert 0 < info.expires_at - info.created_at <= 120
+        assert {s.id for s in await AsyncSandbox.list(metadata={"suite": tag}, **conn)} == {sb.id, other.id}
+        assert [s.id for s in await AsyncSandbox.list(metadata={"suite": tag, "role": "other"}, **conn)] == [other.id]
+        assert await AsyncSandbox.list(metadata={"suite": tag, "role": "nobody"}, **conn) == []
+        info = await sb.set_ttl("20m")
+        assert 1190 <= info.expires_at - int(time.time()) <= 1200
+        again = await AsyncSandbox.connect(sb.id, **conn)
+        assert (await again.commands.run("echo $GREETING")).stdout == "hi\n"
+        await again.close()
+    finally:
+        assert await sb.kill() is True
+        assert await sb.kill() is False
+        await other.kill()
+        await sb.close()
+        await other.close()
+    gone = AsyncSandbox(sb.id, **conn)
+    info = await gone.info()
+    assert info.state == "deleted" and info.ended_reason
+    assert not await gone.is_running()
+    await gone.close()
+    assert await AsyncSandbox.list(metadata={"suite": tag}, **conn) == []
+
+
+async def test_context_manager_kills_on_exit(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        sid = sb.id
+        assert await sb.is_running()
+    with pytest.raises(ZeroDivisionError):
+        async with AsyncSandbox.create(**conn) as sb2:
+            sid2 = sb2.id
+            raise ZeroDivisionError("inside the block")
+    for s in (sid, sid2):
+        async with AsyncSandbox(s, **conn) as probe:
+            assert (await probe.info()).state == "deleted"
+            with pytest.raises(NotFoundError):
+                await probe.commands.run("true")
+
+
+async def test_one_shot_run(conn: Dict[str, Any]) -> None:
+    o = await AsyncSandbox.run(["sh", "-c", "echo $Y; cat; exit 3"], env={"Y": "why"}, stdin="in", timeout=20, **conn)
+    assert (o.status, o.exit_code, o.stdout) == ("exited", 3, "why\nin")
+    assert o.limits_hit == [] and o.enforcement.pid_ns
+    o = await AsyncSandbox.run("sleep 5", timeout=0.5, **conn)
+    assert o.status == "timeout"
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+async def test_commands(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        o = await sb.commands.run("echo out; echo err >&2; exit 2", env={"A": "1"})
+        assert (o.status, o.exit_code, o.stdout, o.stderr) == ("exited", 2, "out\n", "err\n")
+        assert (await sb.commands.run("cat", stdin="piped")).stdout == "piped"
+        assert (await sb.commands.run("pwd", cwd="/tmp")).stdout == "/tmp\n"
+        assert (await sb.commands.run("sleep 10", timeout=0.5)).status == "timeout"
+        o = await sb.commands.run(["sh", "-c", "kill -TERM $$"])
+        assert (o.status, o.signal) == ("signaled", 15)
+
+
+async def test_streaming_callbacks(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        out: List[Tuple[float, str]] = []
+        err: List[str] = []
+
+        async def on_out(s: str) -> None:
+            await asyncio.sleep(0)  # async-only
+            out.append((time.monotonic(), s))
+
+        o = await sb.commands.run(
+            "for i in 1 2 3; do echo $i; echo x$i >&2; sleep 0.3; done",
+            on_stdout=on_out,
+            on_stderr=err.append,
+        )
+        done = time.monotonic()
+        assert o.ok
+        assert "".join(s for _, s in out) == "1\n2\n3\n" == o.stdout
+        assert "".join(err) == "x1\nx2\nx3\n"
+        assert all(s for _, s in out) and all(err), "a callback got an empty chunk"
+        # The first line came while the command still ran, not with its end.
+        assert done - out[0][0] >= 0.4, out
+
+
+async def test_background_command_waited_on_and_signalled(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        h = await sb.commands.run("cat", background=True, stdin="zero\n")
+        assert isinstance(h, AsyncCommandHandle) and h.cmd[-1] == "cat"
+        await h.send_stdin("one\n")
+        await h.send_stdin("two\n", close=True)
+        o = await h.wait(10)
+        assert (o.status, o.stdout) == ("exited", "zero\none\ntwo\n")
+
+        # A program that handles SIGTERM itself: the signal reaches it, its Outcome shows it.
+        h2 = await sb.commands.run(
+            ["python3", "-c", "import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(60)"],
+            background=True,
+        )
+        for _ in range(100):
+            if "ready" in (await h2.info()).stdout:
+                break
+            await asyncio.sleep(0.05)  # sync: time.sleep(0.05)
+        with pytest.raises(CordonTimeoutError):
+            await h2.wait(0.2)
+        info = await h2.info()
+        assert info.running and info.outcome is None and info.stdout == "ready\n"
+        listed = {c.command_id: c for c in await sb.commands.list()}
+        assert listed[h2.id].running and not listed[h.id].running
+        await h2.signal("TERM")
+        o2 = await h2.wait(10)
+        assert (o2.status, o2.exit_code, o2.stdout) == ("exited", 7, "ready\ngot TERM\n")
+
+        h3 = await sb.commands.run("sleep 30", background=True)
+        again = await sb.commands.connect(h3.id)
+        await again.kill()
+        o3 = await h3.wait(10)
+        assert (o3.status, o3.signal) == ("signaled", 9)
+        with pytest.raises(NotFoundError):
+            await sb.commands.connect("nope")
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+
+async def test_files(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        await sb.files.mkdir("/workspace/a/b")
+        assert await sb.files.write("/workspace/a/b/f.txt", "data") == 4
+        assert await sb.files.read_text("/workspace/a/b/f.txt") == "data"
+        await sb.files.write("bin.dat", bytes(range(256)))
+        assert await sb.files.read("/workspace/bin.dat") == bytes(range(256))
+        [entry] = await sb.files.list("/workspace/a/b")
+        assert (entry.name, entry.path, entry.type, entry.size) == ("f.txt", "/workspace/a/b/f.txt", "file", 4)
+        assert entry.is_file and abs(entry.modified - time.time()) < 300
+        st = await sb.files.stat("/workspace/a")
+        assert st.is_dir
+        await sb.commands.run("ln -s /etc/hostname /workspace/link")
+        link = await sb.files.stat("/workspace/link")
+        assert link.is_symlink and link.target == "/etc/hostname"
+        await sb.files.move("/workspace/a/b/f.txt", "/workspace/g.txt")
+        assert await sb.files.exists("/workspace/g.txt")
+        assert not await sb.files.exists("/workspace/a/b/f.txt")
+        # What the API wrote, the sandbox's programs see.
+        assert (await sb.commands.run("cat /workspace/g.txt")).stdout == "data"
+        await sb.files.remove("/workspace/g.txt")
+        with pytest.raises(SandboxError):
+            await sb.files.remove("/workspace/a")  # not empty
+        await sb.files.remove("/workspace/a", recursive=True)
+        with pytest.raises(NotFoundError):
+            await sb.files.list("/workspace/a")
+        with pytest.raises(PermissionDeniedError) as e:
+            await sb.files.write("../../etc/passwd", "x")
+        assert (e.value.status, e.value.code) == (403, "read_only")
+
+
+# ---- code interpreter ----------------------------------------------------------------------
+
+
+async def test_code_cells_keep_state_and_return_rich_results(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        r = await sb.code.run("x = 5\nprint('set', x)")
+        assert (r.ok, r.stdout, r.results, r.execution_count) == (True, "set 5\n", [], 1)
+        r = await sb.code.run("x * 2")
+        assert r.text == "10" and r.execution_count == 2
+        assert r.main_result is not None and r.main_result.is_main_result
+
+        r = await sb.code.run(
+            "class Card:\n"
+            "    def _repr_html_(self): return '<b>card</b>'\n"
+            "    def _repr_json_(self): return {'k': [1, 2]}\n"
+            "display('shown')\n"
+            "Card()"
+        )
+        shown, card = r.results
+        assert (shown.is_main_result, shown.text) == (False, "'shown'")
+        assert card.is_main_result and card.html == "<b>card</b>" and card.json == {"k": [1, 2]}
+        assert {"text/html", "application/json", "text/plain"} <= set(card.formats())
+
+
+async def test_matplotlib_chart_comes_back_as_png(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        r = await sb.code.run(
+            "import matplotlib.pyplot as plt\n"
+            "fig = plt.figure(figsize=(4, 3), dpi=50)\n"
+            "plt.plot([1, 2, 3], [1, 4, 9])\n"
+            "plt.show()",
+            timeout=60,
+        )
+        assert r.ok, f"{r.error} (sandboxes see the host's /usr: is python3-matplotlib installed?)"
+        pngs = [b.png for b in r.results if "image/png" in b]
+        assert len(pngs) == 1, r.results
+        png = pngs[0]
+        assert png is not None and png.startswith(PNG_MAGIC)
+        width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+        assert (width, height) == (200, 150)
+
+
+async def test_exception_cell(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        r = await sb.code.run("y = 1\nprint('before')\n1 / 0")
+        assert not r.ok and r.error is not None
+        assert (r.error.name, r.error.value) == ("ZeroDivisionError", "division by zero")
+        assert any("1 / 0" in line for line in r.error.traceback)
+        assert r.stdout == "before\n" and r.results == [] and str(r.error) == "ZeroDivisionError: division by zero"
+        # The context lives on.
+        assert (await sb.code.run("y + 1")).text == "2"
+        r = await sb.code.run("import time\ntime.sleep(30)", timeout=1)
+        assert r.error is not None and r.error.name == "KeyboardInterrupt" and not r.state_lost
+        assert (await sb.code.run("y")).text == "1"
+
+
+async def test_streamed_cell(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        seen: List[Tuple[str, Any, float]] = []
+
+        async def on_stdout(s: str) -> None:
+            seen.append(("stdout", s, time.monotonic()))
+
+        r = await sb.code.run(
+            "import sys, time\n"
+            "for i in range(3):\n"
+            "    print(f'line {i}', flush=True)\n"
+            "    time.sleep(0.3)\n"
+            "print('warn', file=sys.stderr)\n"
+            "display(41)\n"
+            "42",
+            on_stdout=on_stdout,
+            on_stderr=lambda s: seen.append(("stderr", s, time.monotonic())),
+            on_result=lambda b: seen.append(("result", b, time.monotonic())),
+        )
+        done = time.monotonic()
+        assert [(k, v) for k, v, _ in seen if k != "result"] == [
+            ("stdout", "line 0\n"),
+            ("stdout", "line 1\n"),
+            ("stdout", "line 2\n"),
+            ("stderr", "warn\n"),
+        ]
+        results = [v for k, v, _ in seen if k == "result"]
+        assert all(isinstance(b, MimeBundle) for b in results)
+        assert [(b.text, b.is_main_result) for b in results] == [("41", False), ("42", True)]
+        assert done - seen[0][2] >= 0.5, "the first line came only with the end of the cell"
+        # Text split inside a character reaches the callback whole.
+        pieces: List[str] = []
+        r2 = await sb.code.run(
+            "import os\nos.write(1, 'caf\u00e9'.encode()[:4]); time.sleep(0.3); os.write(1, '\u00e9!'.encode()[1:])",
+            on_stdout=pieces.append,
+        )
+        assert "".join(pieces) == r2.stdout == "café!" and all(pieces), pieces
+        # The returned result is the whole cell, as without streaming.
+        assert (r.stdout, r.stderr, r.text, r.execution_count) == ("line 0\nline 1\nline 2\n", "warn\n", "42", 1)
+
+        errors: List[CodeError] = []
+        r = await sb.code.run("print('x')\nraise ValueError('bad')", on_error=errors.append)
+        assert [e.name for e in errors] == ["ValueError"] and r.error == errors[0] and r.stdout == "x\n"
+
+
+async def test_refused_cell_raises_streamed_or_not(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        for stream in (None, print):
+            with pytest.raises(BadRequestError) as e:
+                await sb.code.run("1", language="cobol", on_stdout=stream)
+            assert e.value.code == "invalid_request" and "cobol" in e.value.message
+            with pytest.raises(BadRequestError):
+                await sb.code.run("1", context="no/slash", on_stdout=stream)
+        await sb.kill()
+        with pytest.raises(NotFoundError):
+            await sb.code.run("1", on_stdout=print)
+
+
+async def test_contexts(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        assert await sb.code.list_contexts() == []
+        ctx = await sb.code.create_context("python", "other")
+        assert (ctx.language, ctx.name, ctx.execution_count, ctx.alive) == ("python", "other", 0, True)
+        await sb.code.run("v = 'default'")
+        await sb.code.run("v = 'other'", context="other")
+        assert (await sb.code.run("v")).text == "'default'"
+        assert (await sb.code.run("v", context="other")).text == "'other'"
+        listed = {(c.language, c.name): c for c in await sb.code.list_contexts()}
+        assert set(listed) == {("python", "default"), ("python", "other")}
+        assert listed[("python", "other")].execution_count == 2 and listed[("python", "other")].alive
+
+        await sb.code.restart_context("python", "other")
+        r = await sb.code.run("v", context="other")
+        assert r.error is not None and r.error.name == "NameError"
+        assert (await sb.code.run("v")).text == "'default'"
+
+        await sb.code.delete_context("python", "other")
+        assert {c.name for c in await sb.code.list_contexts()} == {"default"}
+        with pytest.raises(NotFoundError):
+            await sb.code.restart_context("python", "other")
+
+        # Other languages keep their state too.
+        await sb.code.run("cd /tmp; N=41", language="bash")
+        r = await sb.code.run("echo $((N + 1)) $PWD", language="bash")
+        assert r.stdout == "42 /tmp\n"
+        await sb.code.run("let n = 6", language="javascript")
+        assert (await sb.code.run("n * 7", language="javascript")).text == "42"
+        assert {c.language for c in await sb.code.list_contexts()} == {"python", "bash", "javascript"}
+
+
+# ---- network policy ------------------------------------------------------------------------
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = b"hello from the host\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def loopback_site() -> Iterator[int]:
+    """An HTTP server on the host's loopback; its port."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+async def test_network_policy_change(conn: Dict[str, Any], loopback_site: int) -> None:
+    port = loopback_site
+    fetch = f'curl -sSf --max-time 10 --noproxy "" --proxy "$HTTP_PROXY" http://127.0.0.1:{port}/'
+    async with AsyncSandbox.create(**conn) as sb:
+        net = await sb.network.get()
+        assert (net.policy.allow, net.policy.hosts, net.events) == ([], {}, [])
+        denied = await sb.commands.run(fetch)
+        assert denied.exit_code != 0 and "hello" not in denied.stdout
+
+        policy = await sb.network.set([f"127.0.0.1:{port}"], hosts={"site.test": "127.0.0.1"})
+        assert (policy.allow, policy.hosts) == ([f"127.0.0.1:{port}"], {"site.test": "127.0.0.1"})
+        net = await sb.network.get()
+        assert (net.policy.allow, net.policy.hosts) == ([f"127.0.0.1:{port}"], {"site.test": "127.0.0.1"})
+        allowed = await sb.commands.run(fetch)
+        assert allowed.ok and allowed.stdout == "hello from the host\n", allowed
+
+        await sb.network.set([])
+        assert (await sb.network.get()).policy.allow == []
+        again = await sb.commands.run(fetch)
+        assert again.exit_code != 0 and "hello" not in again.stdout
+
+        events = (await sb.network.get()).events
+        verdicts = [(e.host, e.port, e.verdict) for e in events]
+        assert verdicts == [("127.0.0.1", port, "deny"), ("127.0.0.1", port, "allow"), ("127.0.0.1", port, "deny")]
+        assert events[0].reason and events[1].bytes > 0
+
+        with pytest.raises(BadRequestError):
+            await sb.network.set(["not a host!"])
+        assert (await sb.network.get()).policy.allow == []
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+
+async def test_errors_are_typed(server: Server, conn: Dict[str, Any]) -> None:
+    with pytest.raises(AuthenticationError) as e:
+        await AsyncSandbox.list(base_url=server.url, api_key="cdn_wrong")
+    assert (e.value.status, e.value.code) == (401, "unauthorized")
+    with pytest.raises(AuthenticationError):
+        async with AsyncSandbox.create(base_url=server.url, api_key="cdn_wrong"):
+            pass
+    with pytest.raises(NotFoundError) as nf:
+        await AsyncSandbox.connect("nonode-0000000000000000", **conn)
+    assert (nf.value.status, nf.value.code) == (404, "not_found") and nf.value.message
+    with pytest.raises(BadRequestError) as bad:
+        await AsyncSandbox.create(memory="lots", **conn)
+    assert (bad.value.status, bad.value.code) == (400, "invalid_request") and "memory" in bad.value.message
+    # Ids are one path segment each: "../" cannot reach another route.
+    with pytest.raises(NotFoundError):
+        await AsyncSandbox.connect("../sandboxes", **conn)
+    sb = await AsyncSandbox.create(**conn)
+    with pytest.raises(NotFoundError):
+        await sb.commands.connect("../../../sandboxes")
+    with pytest.raises((NotFoundError, BadRequestError)):
+        await sb.code.restart_context("python", "../../contexts")
+    with pytest.raises(ValueError):
+        await sb.commands.connect("")
+    await sb.kill()
+    with pytest.raises(NotFoundError):
+        await sb.commands.run("true", on_stdout=print)
+    with pytest.raises(NotFoundError):
+        await sb.files.read("x")
+    with pytest.raises(NotFoundError):
+        await sb.network.get()
+    await sb.close()
+
+
+# ---- the whole API -------------------------------------------------------------------------
+
+# Routes that are not the SDK's: the MCP endpoint, health, metrics and the document itself.
+NOT_SDK = re.compile(r"^/(mcp|healthz|metrics|openapi\.json)(/|$)")
+
+
+def _route_of(path: str, templates: Dict[str, "re.Pattern[str]"]) -> str:
+    for template, pattern in templates.items():
+        if pattern.fullmatch(path):
+            return template
+    return path
+
+
+async def test_every_documented_route_is_reached(
+    server: Server, conn: Dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pass through every method of the client; every operation of the server's OpenAPI
+    document must be among the requests it made."""
+    doc = httpx.get(server.url + "/openapi.json", timeout=10).json()
+    documented: Set[Tuple[str, str]] = {
+        (method.upper(), path)
+        for path, ops in doc["paths"].items()
+        if not NOT_SDK.match(path)
+        for method in ops
+        if method in ("get", "put", "post", "delete", "patch")
+    }
+    templates = {p: re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(p))) for p in doc["paths"]}
+    sent: Set[Tuple[str, str]] = set()
+    real_send = httpx.AsyncClient.send
+
+    async def send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> httpx.Response:
+        sent.add((request.method, _route_of(request.url.path, templates)))
+        return await real_send(self, request, **kw)
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", send)
+
+    tag = uuid.uuid4().hex
+    await AsyncSandbox.run("true", **conn)
+    async with AsyncSandbox.create(metadata={"walk": tag}, **conn) as sb:
+        assert [s.id for s in await AsyncSandbox.list(metadata={"walk": tag}, **conn)] == [sb.id]
+        await sb.info()
+        await sb.set_ttl(600)
+        await sb.commands.run("true")
+        await sb.commands.run("echo", on_stdout=lambda s: None)
+        h = await sb.commands.run("cat", background=True)
+        await sb.commands.list()
+        await h.info()
+        await h.send_stdin("x", close=True)
+        await h.signal("TERM")
+        await h.wait(10)
+        await sb.files.write("f", "1")
+        await sb.files.read("f")
+        await sb.files.list()
+        await sb.files.stat("f")
+        await sb.files.mkdir("d")
+        await sb.files.move("f", "d/f")
+        await sb.files.remove("d", recursive=True)
+        await sb.code.create_context("bash", "walk")
+        await sb.code.run("true", language="bash", context="walk")
+        await sb.code.run("true", language="bash", context="walk", on_stdout=lambda s: None)
+        await sb.code.list_contexts()
+        await sb.code.restart_context("bash", "walk")
+        await sb.code.delete_context("bash", "walk")
+        await sb.network.set([])
+        await sb.network.get()
+    missing = sorted(documented - sent)
+    assert not missing, f"documented operations the client never calls: {missing}"

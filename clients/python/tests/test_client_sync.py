@@ -1,0 +1,510 @@
+# Generated from test_client_async.py by clients/python/scripts/unasync.py: edit that file, then run the script.
+"""The client against a real `cordon serve`: every call of the API, through Sandbox."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import struct
+import threading
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+import httpx
+import pytest
+
+from cordon_sdk import (
+    CommandHandle,
+    Sandbox,
+    AuthenticationError,
+    BadRequestError,
+    CodeError,
+    CordonTimeoutError,
+    MimeBundle,
+    NotFoundError,
+    PermissionDeniedError,
+    SandboxError,
+)
+
+from .conftest import Server
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# ---- lifecycle -----------------------------------------------------------------------------
+
+
+def test_lifecycle_metadata_filter_ttl(conn: Dict[str, Any]) -> None:
+    tag = uuid.uuid4().hex
+    sb = Sandbox.create(memory="256M", env={"GREETING": "hi"}, metadata={"suite": tag}, ttl=120, **conn)
+    other = Sandbox.create(metadata={"suite": tag, "role": "other"}, **conn)
+    try:
+        info = sb.info()
+        assert info.state == "running" and info.running and info.metadata == {"suite": tag}
+        assert info.limits is not None and info.limits.memory_bytes == 256 << 20
+        assert info.enforcement is not None and info.enforcement.pid_ns
+        assert 0 < info.expires_at - info.created_at <= 120
+        assert {s.id for s in Sandbox.list(metadata={"suite": tag}, **conn)} == {sb.id, other.id}
+        assert [s.id for s in Sandbox.list(metadata={"suite": tag, "role": "other"}, **conn)] == [other.id]
+        assert Sandbox.list(metadata={"suite": tag, "role": "nobody"}, **conn) == []
+        info = sb.set_ttl("20m")
+        assert 1190 <= info.expires_at - int(time.time()) <= 1200
+        again = Sandbox.connect(sb.id, **conn)
+        assert (again.commands.run("echo $GREETING")).stdout == "hi\n"
+        again.close()
+    finally:
+        assert sb.kill() is True
+        assert sb.kill() is False
+        other.kill()
+        sb.close()
+        other.close()
+    gone = Sandbox(sb.id, **conn)
+    info = gone.info()
+    assert info.state == "deleted" and info.ended_reason
+    assert not gone.is_running()
+    gone.close()
+    assert Sandbox.list(metadata={"suite": tag}, **conn) == []
+
+
+def test_context_manager_kills_on_exit(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        sid = sb.id
+        assert sb.is_running()
+    with pytest.raises(ZeroDivisionError):
+        with Sandbox.create(**conn) as sb2:
+            sid2 = sb2.id
+            raise ZeroDivisionError("inside the block")
+    for s in (sid, sid2):
+        with Sandbox(s, **conn) as probe:
+            assert (probe.info()).state == "deleted"
+            with pytest.raises(NotFoundError):
+                probe.commands.run("true")
+
+
+def test_one_shot_run(conn: Dict[str, Any]) -> None:
+    o = Sandbox.run(["sh", "-c", "echo $Y; cat; exit 3"], env={"Y": "why"}, stdin="in", timeout=20, **conn)
+    assert (o.status, o.exit_code, o.stdout) == ("exited", 3, "why\nin")
+    assert o.limits_hit == [] and o.enforcement.pid_ns
+    o = Sandbox.run("sleep 5", timeout=0.5, **conn)
+    assert o.status == "timeout"
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+def test_commands(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        o = sb.commands.run("echo out; echo err >&2; exit 2", env={"A": "1"})
+        assert (o.status, o.exit_code, o.stdout, o.stderr) == ("exited", 2, "out\n", "err\n")
+        assert (sb.commands.run("cat", stdin="piped")).stdout == "piped"
+        assert (sb.commands.run("pwd", cwd="/tmp")).stdout == "/tmp\n"
+        assert (sb.commands.run("sleep 10", timeout=0.5)).status == "timeout"
+        o = sb.commands.run(["sh", "-c", "kill -TERM $$"])
+        assert (o.status, o.signal) == ("signaled", 15)
+
+
+def test_streaming_callbacks(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        out: List[Tuple[float, str]] = []
+        err: List[str] = []
+
+        def on_out(s: str) -> None:
+            out.append((time.monotonic(), s))
+
+        o = sb.commands.run(
+            "for i in 1 2 3; do echo $i; echo x$i >&2; sleep 0.3; done",
+            on_stdout=on_out,
+            on_stderr=err.append,
+        )
+        done = time.monotonic()
+        assert o.ok
+        assert "".join(s for _, s in out) == "1\n2\n3\n" == o.stdout
+        assert "".join(err) == "x1\nx2\nx3\n"
+        assert all(s for _, s in out) and all(err), "a callback got an empty chunk"
+        # The first line came while the command still ran, not with its end.
+        assert done - out[0][0] >= 0.4, out
+
+
+def test_background_command_waited_on_and_signalled(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        h = sb.commands.run("cat", background=True, stdin="zero\n")
+        assert isinstance(h, CommandHandle) and h.cmd[-1] == "cat"
+        h.send_stdin("one\n")
+        h.send_stdin("two\n", close=True)
+        o = h.wait(10)
+        assert (o.status, o.stdout) == ("exited", "zero\none\ntwo\n")
+
+        # A program that handles SIGTERM itself: the signal reaches it, its Outcome shows it.
+        h2 = sb.commands.run(
+            ["python3", "-c", "import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(60)"],
+            background=True,
+        )
+        for _ in range(100):
+            if "ready" in (h2.info()).stdout:
+                break
+            time.sleep(0.05)
+        with pytest.raises(CordonTimeoutError):
+            h2.wait(0.2)
+        info = h2.info()
+        assert info.running and info.outcome is None and info.stdout == "ready\n"
+        listed = {c.command_id: c for c in sb.commands.list()}
+        assert listed[h2.id].running and not listed[h.id].running
+        h2.signal("TERM")
+        o2 = h2.wait(10)
+        assert (o2.status, o2.exit_code, o2.stdout) == ("exited", 7, "ready\ngot TERM\n")
+
+        h3 = sb.commands.run("sleep 30", background=True)
+        again = sb.commands.connect(h3.id)
+        again.kill()
+        o3 = h3.wait(10)
+        assert (o3.status, o3.signal) == ("signaled", 9)
+        with pytest.raises(NotFoundError):
+            sb.commands.connect("nope")
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+
+def test_files(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        sb.files.mkdir("/workspace/a/b")
+        assert sb.files.write("/workspace/a/b/f.txt", "data") == 4
+        assert sb.files.read_text("/workspace/a/b/f.txt") == "data"
+        sb.files.write("bin.dat", bytes(range(256)))
+        assert sb.files.read("/workspace/bin.dat") == bytes(range(256))
+        [entry] = sb.files.list("/workspace/a/b")
+        assert (entry.name, entry.path, entry.type, entry.size) == ("f.txt", "/workspace/a/b/f.txt", "file", 4)
+        assert entry.is_file and abs(entry.modified - time.time()) < 300
+        st = sb.files.stat("/workspace/a")
+        assert st.is_dir
+        sb.commands.run("ln -s /etc/hostname /workspace/link")
+        link = sb.files.stat("/workspace/link")
+        assert link.is_symlink and link.target == "/etc/hostname"
+        sb.files.move("/workspace/a/b/f.txt", "/workspace/g.txt")
+        assert sb.files.exists("/workspace/g.txt")
+        assert not sb.files.exists("/workspace/a/b/f.txt")
+        # What the API wrote, the sandbox's programs see.
+        assert (sb.commands.run("cat /workspace/g.txt")).stdout == "data"
+        sb.files.remove("/workspace/g.txt")
+        with pytest.raises(SandboxError):
+            sb.files.remove("/workspace/a")  # not empty
+        sb.files.remove("/workspace/a", recursive=True)
+        with pytest.raises(NotFoundError):
+            sb.files.list("/workspace/a")
+        with pytest.raises(PermissionDeniedError) as e:
+            sb.files.write("../../etc/passwd", "x")
+        assert (e.value.status, e.value.code) == (403, "read_only")
+
+
+# ---- code interpreter ----------------------------------------------------------------------
+
+
+def test_code_cells_keep_state_and_return_rich_results(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        r = sb.code.run("x = 5\nprint('set', x)")
+        assert (r.ok, r.stdout, r.results, r.execution_count) == (True, "set 5\n", [], 1)
+        r = sb.code.run("x * 2")
+        assert r.text == "10" and r.execution_count == 2
+        assert r.main_result is not None and r.main_result.is_main_result
+
+        r = sb.code.run(
+            "class Card:\n"
+            "    def _repr_html_(self): return '<b>card</b>'\n"
+            "    def _repr_json_(self): return {'k': [1, 2]}\n"
+            "display('shown')\n"
+            "Card()"
+        )
+        shown, card = r.results
+        assert (shown.is_main_result, shown.text) == (False, "'shown'")
+        assert card.is_main_result and card.html == "<b>card</b>" and card.json == {"k": [1, 2]}
+        assert {"text/html", "application/json", "text/plain"} <= set(card.formats())
+
+
+def test_matplotlib_chart_comes_back_as_png(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        r = sb.code.run(
+            "import matplotlib.pyplot as plt\n"
+            "fig = plt.figure(figsize=(4, 3), dpi=50)\n"
+            "plt.plot([1, 2, 3], [1, 4, 9])\n"
+            "plt.show()",
+            timeout=60,
+        )
+        assert r.ok, f"{r.error} (sandboxes see the host's /usr: is python3-matplotlib installed?)"
+        pngs = [b.png for b in r.results if "image/png" in b]
+        assert len(pngs) == 1, r.results
+        png = pngs[0]
+        assert png is not None and png.startswith(PNG_MAGIC)
+        width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+        assert (width, height) == (200, 150)
+
+
+def test_exception_cell(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        r = sb.code.run("y = 1\nprint('before')\n1 / 0")
+        assert not r.ok and r.error is not None
+        assert (r.error.name, r.error.value) == ("ZeroDivisionError", "division by zero")
+        assert any("1 / 0" in line for line in r.error.traceback)
+        assert r.stdout == "before\n" and r.results == [] and str(r.error) == "ZeroDivisionError: division by zero"
+        # The context lives on.
+        assert (sb.code.run("y + 1")).text == "2"
+        r = sb.code.run("import time\ntime.sleep(30)", timeout=1)
+        assert r.error is not None and r.error.name == "KeyboardInterrupt" and not r.state_lost
+        assert (sb.code.run("y")).text == "1"
+
+
+def test_streamed_cell(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        seen: List[Tuple[str, Any, float]] = []
+
+        def on_stdout(s: str) -> None:
+            seen.append(("stdout", s, time.monotonic()))
+
+        r = sb.code.run(
+            "import sys, time\n"
+            "for i in range(3):\n"
+            "    print(f'line {i}', flush=True)\n"
+            "    time.sleep(0.3)\n"
+            "print('warn', file=sys.stderr)\n"
+            "display(41)\n"
+            "42",
+            on_stdout=on_stdout,
+            on_stderr=lambda s: seen.append(("stderr", s, time.monotonic())),
+            on_result=lambda b: seen.append(("result", b, time.monotonic())),
+        )
+        done = time.monotonic()
+        assert [(k, v) for k, v, _ in seen if k != "result"] == [
+            ("stdout", "line 0\n"),
+            ("stdout", "line 1\n"),
+            ("stdout", "line 2\n"),
+            ("stderr", "warn\n"),
+        ]
+        results = [v for k, v, _ in seen if k == "result"]
+        assert all(isinstance(b, MimeBundle) for b in results)
+        assert [(b.text, b.is_main_result) for b in results] == [("41", False), ("42", True)]
+        assert done - seen[0][2] >= 0.5, "the first line came only with the end of the cell"
+        # Text split inside a character reaches the callback whole.
+        pieces: List[str] = []
+        r2 = sb.code.run(
+            "import os\nos.write(1, 'caf\u00e9'.encode()[:4]); time.sleep(0.3); os.write(1, '\u00e9!'.encode()[1:])",
+            on_stdout=pieces.append,
+        )
+        assert "".join(pieces) == r2.stdout == "café!" and all(pieces), pieces
+        # The returned result is the whole cell, as without streaming.
+        assert (r.stdout, r.stderr, r.text, r.execution_count) == ("line 0\nline 1\nline 2\n", "warn\n", "42", 1)
+
+        errors: List[CodeError] = []
+        r = sb.code.run("print('x')\nraise ValueError('bad')", on_error=errors.append)
+        assert [e.name for e in errors] == ["ValueError"] and r.error == errors[0] and r.stdout == "x\n"
+
+
+def test_refused_cell_raises_streamed_or_not(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        for stream in (None, print):
+            with pytest.raises(BadRequestError) as e:
+                sb.code.run("1", language="cobol", on_stdout=stream)
+            assert e.value.code == "invalid_request" and "cobol" in e.value.message
+            with pytest.raises(BadRequestError):
+                sb.code.run("1", context="no/slash", on_stdout=stream)
+        sb.kill()
+        with pytest.raises(NotFoundError):
+            sb.code.run("1", on_stdout=print)
+
+
+def test_contexts(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        assert sb.code.list_contexts() == []
+        ctx = sb.code.create_context("python", "other")
+        assert (ctx.language, ctx.name, ctx.execution_count, ctx.alive) == ("python", "other", 0, True)
+        sb.code.run("v = 'default'")
+        sb.code.run("v = 'other'", context="other")
+        assert (sb.code.run("v")).text == "'default'"
+        assert (sb.code.run("v", context="other")).text == "'other'"
+        listed = {(c.language, c.name): c for c in sb.code.list_contexts()}
+        assert set(listed) == {("python", "default"), ("python", "other")}
+        assert listed[("python", "other")].execution_count == 2 and listed[("python", "other")].alive
+
+        sb.code.restart_context("python", "other")
+        r = sb.code.run("v", context="other")
+        assert r.error is not None and r.error.name == "NameError"
+        assert (sb.code.run("v")).text == "'default'"
+
+        sb.code.delete_context("python", "other")
+        assert {c.name for c in sb.code.list_contexts()} == {"default"}
+        with pytest.raises(NotFoundError):
+            sb.code.restart_context("python", "other")
+
+        # Other languages keep their state too.
+        sb.code.run("cd /tmp; N=41", language="bash")
+        r = sb.code.run("echo $((N + 1)) $PWD", language="bash")
+        assert r.stdout == "42 /tmp\n"
+        sb.code.run("let n = 6", language="javascript")
+        assert (sb.code.run("n * 7", language="javascript")).text == "42"
+        assert {c.language for c in sb.code.list_contexts()} == {"python", "bash", "javascript"}
+
+
+# ---- network policy ------------------------------------------------------------------------
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = b"hello from the host\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def loopback_site() -> Iterator[int]:
+    """An HTTP server on the host's loopback; its port."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_network_policy_change(conn: Dict[str, Any], loopback_site: int) -> None:
+    port = loopback_site
+    fetch = f'curl -sSf --max-time 10 --noproxy "" --proxy "$HTTP_PROXY" http://127.0.0.1:{port}/'
+    with Sandbox.create(**conn) as sb:
+        net = sb.network.get()
+        assert (net.policy.allow, net.policy.hosts, net.events) == ([], {}, [])
+        denied = sb.commands.run(fetch)
+        assert denied.exit_code != 0 and "hello" not in denied.stdout
+
+        policy = sb.network.set([f"127.0.0.1:{port}"], hosts={"site.test": "127.0.0.1"})
+        assert (policy.allow, policy.hosts) == ([f"127.0.0.1:{port}"], {"site.test": "127.0.0.1"})
+        net = sb.network.get()
+        assert (net.policy.allow, net.policy.hosts) == ([f"127.0.0.1:{port}"], {"site.test": "127.0.0.1"})
+        allowed = sb.commands.run(fetch)
+        assert allowed.ok and allowed.stdout == "hello from the host\n", allowed
+
+        sb.network.set([])
+        assert (sb.network.get()).policy.allow == []
+        again = sb.commands.run(fetch)
+        assert again.exit_code != 0 and "hello" not in again.stdout
+
+        events = (sb.network.get()).events
+        verdicts = [(e.host, e.port, e.verdict) for e in events]
+        assert verdicts == [("127.0.0.1", port, "deny"), ("127.0.0.1", port, "allow"), ("127.0.0.1", port, "deny")]
+        assert events[0].reason and events[1].bytes > 0
+
+        with pytest.raises(BadRequestError):
+            sb.network.set(["not a host!"])
+        assert (sb.network.get()).policy.allow == []
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+
+def test_errors_are_typed(server: Server, conn: Dict[str, Any]) -> None:
+    with pytest.raises(AuthenticationError) as e:
+        Sandbox.list(base_url=server.url, api_key="cdn_wrong")
+    assert (e.value.status, e.value.code) == (401, "unauthorized")
+    with pytest.raises(AuthenticationError):
+        with Sandbox.create(base_url=server.url, api_key="cdn_wrong"):
+            pass
+    with pytest.raises(NotFoundError) as nf:
+        Sandbox.connect("nonode-0000000000000000", **conn)
+    assert (nf.value.status, nf.value.code) == (404, "not_found") and nf.value.message
+    with pytest.raises(BadRequestError) as bad:
+        Sandbox.create(memory="lots", **conn)
+    assert (bad.value.status, bad.value.code) == (400, "invalid_request") and "memory" in bad.value.message
+    # Ids are one path segment each: "../" cannot reach another route.
+    with pytest.raises(NotFoundError):
+        Sandbox.connect("../sandboxes", **conn)
+    sb = Sandbox.create(**conn)
+    with pytest.raises(NotFoundError):
+        sb.commands.connect("../../../sandboxes")
+    with pytest.raises((NotFoundError, BadRequestError)):
+        sb.code.restart_context("python", "../../contexts")
+    with pytest.raises(ValueError):
+        sb.commands.connect("")
+    sb.kill()
+    with pytest.raises(NotFoundError):
+        sb.commands.run("true", on_stdout=print)
+    with pytest.raises(NotFoundError):
+        sb.files.read("x")
+    with pytest.raises(NotFoundError):
+        sb.network.get()
+    sb.close()
+
+
+# ---- the whole API -------------------------------------------------------------------------
+
+# Routes that are not the SDK's: the MCP endpoint, health, metrics and the document itself.
+NOT_SDK = re.compile(r"^/(mcp|healthz|metrics|openapi\.json)(/|$)")
+
+
+def _route_of(path: str, templates: Dict[str, "re.Pattern[str]"]) -> str:
+    for template, pattern in templates.items():
+        if pattern.fullmatch(path):
+            return template
+    return path
+
+
+def test_every_documented_route_is_reached(
+    server: Server, conn: Dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pass through every method of the client; every operation of the server's OpenAPI
+    document must be among the requests it made."""
+    doc = httpx.get(server.url + "/openapi.json", timeout=10).json()
+    documented: Set[Tuple[str, str]] = {
+        (method.upper(), path)
+        for path, ops in doc["paths"].items()
+        if not NOT_SDK.match(path)
+        for method in ops
+        if method in ("get", "put", "post", "delete", "patch")
+    }
+    templates = {p: re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(p))) for p in doc["paths"]}
+    sent: Set[Tuple[str, str]] = set()
+    real_send = httpx.Client.send
+
+    def send(self: httpx.Client, request: httpx.Request, **kw: Any) -> httpx.Response:
+        sent.add((request.method, _route_of(request.url.path, templates)))
+        return real_send(self, request, **kw)
+
+    monkeypatch.setattr(httpx.Client, "send", send)
+
+    tag = uuid.uuid4().hex
+    Sandbox.run("true", **conn)
+    with Sandbox.create(metadata={"walk": tag}, **conn) as sb:
+        assert [s.id for s in Sandbox.list(metadata={"walk": tag}, **conn)] == [sb.id]
+        sb.info()
+        sb.set_ttl(600)
+        sb.commands.run("true")
+        sb.commands.run("echo", on_stdout=lambda s: None)
+        h = sb.commands.run("cat", background=True)
+        sb.commands.list()
+        h.info()
+        h.send_stdin("x", close=True)
+        h.signal("TERM")
+        h.wait(10)
+        sb.files.write("f", "1")
+        sb.files.read("f")
+        sb.files.list()
+        sb.files.stat("f")
+        sb.files.mkdir("d")
+        sb.files.move("f", "d/f")
+        sb.files.remove("d", recursive=True)
+        sb.code.create_context("bash", "walk")
+        sb.code.run("true", language="bash", context="walk")
+        sb.code.run("true", language="bash", context="walk", on_stdout=lambda s: None)
+        sb.code.list_contexts()
+        sb.code.restart_context("bash", "walk")
+        sb.code.delete_context("bash", "walk")
+        sb.network.set([])
+        sb.network.get()
+    missing = sorted(documented - sent)
+    assert not missing, f"documented operations the client never calls: {missing}"
