@@ -9,7 +9,11 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas; do
+  # docker-registry, umoci, skopeo, busybox-static, apache2-utils (htpasswd): the image tests
+  # build images, push them to a loopback registry and pull them (crates/cordon/tests/image.rs).
+  # jq: the README's curl walk-through (crates/cordon/tests/http_contract.rs).
+  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
+    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then

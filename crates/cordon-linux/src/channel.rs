@@ -52,7 +52,8 @@ pub enum ToSupervisor {
     /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
     /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
     Started { id: u64, pid: i32 },
-    /// Persistent sandbox: command `id` ended.
+    /// Persistent sandbox: command `id` ended, and with it everything it started. CPU and
+    /// peak RSS cover every process of the command, killed ones included.
     ExecExit {
         id: u64,
         code: Option<i32>,
@@ -60,6 +61,19 @@ pub enum ToSupervisor {
         cpu_user_us: u64,
         cpu_system_us: u64,
         max_rss_kb: u64,
+        /// Without a cgroup: what the init's samples saw (see [`ToSupervisor::CommandUsage`]).
+        #[serde(default)]
+        peak_pids: u64,
+        #[serde(default)]
+        pids_at_limit: u64,
+    },
+    /// Persistent sandbox without a cgroup: what the init's samples of `/proc` saw of command
+    /// `id` so far — its most tasks at once, and how many samples found the sandbox at its
+    /// process limit (`RLIMIT_NPROC`: every fork refused) while the command was the largest.
+    CommandUsage {
+        id: u64,
+        peak_pids: u64,
+        pids_at_limit: u64,
     },
 }
 
@@ -84,15 +98,20 @@ pub enum ToSandbox {
     /// its cgroup (`cgroup::join`); without one, per-process rlimits must stand in for the
     /// memory and pid limits.
     Go { cgroup: bool },
-    /// Persistent sandbox: start a command.
+    /// Persistent sandbox: start a command. With `cgroup: true` the message carries the
+    /// files through which the command's sub-init joins the command's own cgroup.
     Exec {
         id: u64,
         argv: Vec<String>,
         env: Vec<(String, String)>,
         cwd: Option<String>,
+        #[serde(default)]
+        cgroup: bool,
     },
-    /// Persistent sandbox: signal command `id`'s process group.
+    /// Persistent sandbox: signal command `id`'s process group (SIGKILL: its whole tree).
     Signal { id: u64, signal: i32 },
+    /// Persistent sandbox without a cgroup: sample now and report command `id`'s usage.
+    Sample { id: u64 },
     /// End the sandbox: kill everything in it, reap it all (so its CPU time is counted), report
     /// the payload's end if it came, and exit.
     Stop,

@@ -26,6 +26,7 @@ mod mounts;
 mod output;
 pub mod persistent;
 mod plan;
+mod proctree;
 pub mod reaping;
 mod sandbox;
 pub mod seccomp;

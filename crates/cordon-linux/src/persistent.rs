@@ -49,6 +49,10 @@ enum ToHelper {
         id: u64,
         signal: i32,
     },
+    /// What command `id` has used so far (answered with `FromHelper::Usage`).
+    Usage {
+        id: u64,
+    },
     Shutdown,
 }
 
@@ -65,9 +69,86 @@ enum FromHelper {
         message: String,
     },
     Sandbox(ToSupervisor),
+    /// Command `id` ended (the init's report, with what its accounting domain counted).
+    Exit {
+        id: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        cpu_user_us: u64,
+        cpu_system_us: u64,
+        max_rss_kb: u64,
+        usage: CommandUsage,
+    },
+    /// The answer to `ToHelper::Usage`; `None` for a command the helper does not know.
+    Usage {
+        id: u64,
+        usage: Option<CommandUsage>,
+    },
     Ended {
         reason: String,
     },
+}
+
+/// What one command of a persistent sandbox used and ran into, as its accounting domain
+/// (its cgroup, or without one the init's samples) counted it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandUsage {
+    /// Peak memory of the command's processes together; 0 without a cgroup.
+    pub peak_memory_bytes: u64,
+    /// Most processes and threads of the command at once.
+    pub peak_pids: u64,
+    /// Processes of the command the OOM killer killed.
+    pub oom_kills: u64,
+    /// Forks or threads the process limit refused. Without a cgroup, the samples that
+    /// found the sandbox at its limit (`RLIMIT_NPROC`, where every fork fails) while this
+    /// command held the most tasks.
+    pub pids_refused: u64,
+    /// The command's CPU time passed the profile's `cpu_time`, and it was killed for it.
+    pub cpu_time_exceeded: bool,
+    /// A scratch filesystem (`/tmp`, the workspace tmpfs, `/dev/shm`) was seen out of space,
+    /// or out of inodes, while the command ran.
+    pub disk_full: bool,
+    pub inodes_exhausted: bool,
+}
+
+/// The helper's view of one running command.
+struct HelperCommand {
+    cgroup: Option<crate::cgroup::Cgroup>,
+    /// The init said it started (until then, an exec failure is its end).
+    started: bool,
+    /// Without a cgroup: the init's latest samples (peak pids, samples at the limit).
+    sampled: (u64, u64),
+    cpu_time_exceeded: bool,
+    /// A scratch filesystem was seen full (blocks, inodes) while the command ran.
+    disk_full: bool,
+    inodes_exhausted: bool,
+    /// A usage question waits for the init's next sample.
+    asked: bool,
+}
+
+impl HelperCommand {
+    fn usage(&self) -> CommandUsage {
+        match &self.cgroup {
+            Some(cg) => CommandUsage {
+                peak_memory_bytes: cg.peak_memory().unwrap_or(0),
+                // The sub-init is the command's cgroup's first member, not the command's.
+                peak_pids: cg.peak_pids().saturating_sub(1),
+                oom_kills: cg.oom_kills(),
+                pids_refused: cg.pids_refused(),
+                cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
+            },
+            None => CommandUsage {
+                peak_pids: self.sampled.0,
+                pids_refused: self.sampled.1,
+                cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
+                ..CommandUsage::default()
+            },
+        }
+    }
 }
 
 /// Entry point of `cordon __sandbox`. Call before any thread is started.
@@ -107,19 +188,15 @@ pub fn helper_main() -> i32 {
     };
     let mut enforcement = prepared.enforcement();
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
-    let mut cgroup = prepared.cgroup;
-    // The init is our child: killing it takes its pid namespace along, and reaping it means
-    // the namespace is gone. Once reaped, its pid may be anyone's: never signal it again.
-    let reaped = std::cell::Cell::new(false);
-    let kill = |cgroup: &mut Option<crate::cgroup::Cgroup>| {
-        if !reaped.replace(true) {
-            let _ = sys::kill(init_pid, libc::SIGKILL);
-            let _ = sys::wait4(init_pid, false);
-        }
-        if let Some(cg) = cgroup.as_mut() {
-            cg.kill_all();
-            cg.remove();
-        }
+    let cgroup = prepared.cgroup;
+    let mut domains = Domains {
+        init_pid,
+        reaped: false,
+        cgroup,
+        commands: HashMap::new(),
+        command_pids: u64::from(profile.limits.pids) + 1,
+        cpu_time: profile.limits.cpu_time,
+        scratch: Vec::new(),
     };
 
     // Setup: wait for the init's root and its confinement report.
@@ -130,7 +207,7 @@ pub fn helper_main() -> i32 {
     while !confined {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            kill(&mut cgroup);
+            domains.kill();
             return failed(
                 &control,
                 format!(
@@ -156,7 +233,7 @@ pub fn helper_main() -> i32 {
             continue;
         }
         if pfds[1].revents != 0 {
-            kill(&mut cgroup);
+            domains.kill();
             return 1;
         }
         if pfds[0].revents == 0 {
@@ -169,12 +246,15 @@ pub fn helper_main() -> i32 {
                 let _ =
                     control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
             }
-            Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
+            Ok(Some((msg @ ToSupervisor::Confined { .. }, fds))) => {
+                if let ToSupervisor::Confined { watch, .. } = &msg {
+                    domains.scratch = scratch_fds(watch, fds);
+                }
                 apply_confined(&mut enforcement, &msg);
                 confined = true;
             }
             Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
-                kill(&mut cgroup);
+                domains.kill();
                 return failed(
                     &control,
                     format!("sandbox setup failed at {step}: {message}"),
@@ -182,17 +262,17 @@ pub fn helper_main() -> i32 {
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
-                kill(&mut cgroup);
+                domains.kill();
                 return failed(&control, "the sandbox died during setup".into());
             }
         }
     }
     let Some(root_fd) = root_fd else {
-        kill(&mut cgroup);
+        domains.kill();
         return failed(&control, "the sandbox did not hand over its root".into());
     };
     if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
-        kill(&mut cgroup);
+        domains.kill();
         return failed(&control, "Landlock was required but is not enforced".into());
     }
     let ready = FromHelper::Ready {
@@ -205,7 +285,7 @@ pub fn helper_main() -> i32 {
         .send_with_fds(&ready, &[root_fd.as_raw_fd()])
         .is_err()
     {
-        kill(&mut cgroup);
+        domains.kill();
         return 1;
     }
 
@@ -231,27 +311,42 @@ pub fn helper_main() -> i32 {
                 revents: 0,
             });
         }
-        if sys::poll(&mut pfds, 1000).is_err() {
+        if sys::poll(&mut pfds, domains.tick_ms()).is_err() {
             break "poll failed".to_string();
         }
         if init_fd.is_none() {
             if let Ok(Some(_)) = sys::wait4(init_pid, true) {
-                reaped.set(true);
+                domains.reaped = true;
                 break "the sandbox's init exited".to_string();
             }
         }
         if pfds.get(2).is_some_and(|p| p.revents != 0) {
             break "the sandbox's init exited".to_string();
         }
+        domains.tick(&chan);
         if pfds[0].revents != 0 {
             match control.recv::<ToHelper>() {
                 Ok(Some((ToHelper::Exec { id, argv, env, cwd }, _))) => {
-                    if chan.send(&ToSandbox::Exec { id, argv, env, cwd }).is_err() {
+                    let (files, cgroup) = domains.open(id);
+                    let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+                    let msg = ToSandbox::Exec {
+                        id,
+                        argv,
+                        env,
+                        cwd,
+                        cgroup,
+                    };
+                    if chan.send_with_fds(&msg, &raw).is_err() {
                         break "the sandbox stopped answering".to_string();
                     }
                 }
                 Ok(Some((ToHelper::Signal { id, signal }, _))) => {
                     let _ = chan.send(&ToSandbox::Signal { id, signal });
+                }
+                Ok(Some((ToHelper::Usage { id }, _))) => {
+                    if let Some(answer) = domains.ask(id, &chan) {
+                        let _ = control.send(&answer);
+                    }
                 }
                 Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
                 Ok(Some((ToHelper::Create { .. }, _))) => {}
@@ -263,11 +358,9 @@ pub fn helper_main() -> i32 {
         if pfds[1].revents != 0 {
             match chan.recv::<ToSupervisor>() {
                 Ok(Some((msg, fds))) => {
+                    let up = domains.route(msg);
                     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                    if control
-                        .send_with_fds(&FromHelper::Sandbox(msg), &raw)
-                        .is_err()
-                    {
+                    if up.iter().any(|m| control.send_with_fds(m, &raw).is_err()) {
                         break "the server went away".to_string();
                     }
                 }
@@ -275,9 +368,255 @@ pub fn helper_main() -> i32 {
             }
         }
     };
-    kill(&mut cgroup);
+    domains.kill();
     let _ = control.send(&FromHelper::Ended { reason });
     0
+}
+
+/// The helper's side of the sandbox's kill and accounting domains: the sandbox's cgroup, and
+/// one child cgroup per running command where there is a cgroup.
+struct Domains {
+    init_pid: libc::pid_t,
+    /// Once the init is reaped its pid may be anyone's: never signal it again.
+    reaped: bool,
+    cgroup: Option<crate::cgroup::Cgroup>,
+    commands: HashMap<u64, HelperCommand>,
+    /// A command's own process limit (its sub-init is the `+ 1`).
+    command_pids: u64,
+    cpu_time: Option<Duration>,
+    /// The sandbox's scratch tmpfs (`/tmp`, a workspace tmpfs, `/dev/shm`), opened by the
+    /// init: looked at while commands run, for whether one filled up.
+    scratch: Vec<OwnedFd>,
+}
+
+/// The scratch filesystems among the descriptors the init handed over with `Confined`, each
+/// checked to be a tmpfs (what the init says is not trusted).
+fn scratch_fds(kinds: &[crate::channel::Watched], fds: Vec<OwnedFd>) -> Vec<OwnedFd> {
+    kinds
+        .iter()
+        .zip(fds)
+        .filter(|(kind, fd)| {
+            **kind == crate::channel::Watched::Scratch
+                && rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+        })
+        .map(|(_, fd)| fd)
+        .collect()
+}
+
+/// Whether any of the scratch filesystems is out of blocks, and whether any is out of
+/// inodes, right now.
+fn scratch_full(scratch: &[OwnedFd]) -> (bool, bool) {
+    let mut full = (false, false);
+    for fd in scratch {
+        if let Ok(st) = rustix::fs::fstatfs(fd) {
+            full.0 |= st.f_blocks > 0 && st.f_bavail == 0;
+            full.1 |= st.f_files > 0 && st.f_ffree == 0;
+        }
+    }
+    full
+}
+
+impl Domains {
+    /// Kills the sandbox: the init's death takes its pid namespace along; then the cgroups
+    /// go, the commands' before the sandbox's.
+    fn kill(&mut self) {
+        if !std::mem::replace(&mut self.reaped, true) {
+            let _ = sys::kill(self.init_pid, libc::SIGKILL);
+            let _ = sys::wait4(self.init_pid, false);
+        }
+        for (_, mut c) in self.commands.drain() {
+            if let Some(cg) = c.cgroup.as_mut() {
+                cg.kill_all();
+                cg.remove();
+            }
+        }
+        if let Some(cg) = self.cgroup.as_mut() {
+            cg.kill_all();
+            cg.remove();
+        }
+    }
+
+    /// A new command's domain: its cgroup's join files, and whether it has one. Without a
+    /// cgroup for it (none on this host, or creating it failed) the command still runs; its
+    /// usage then comes from the init's rusage and samples.
+    fn open(&mut self, id: u64) -> (Vec<OwnedFd>, bool) {
+        let cgroup = self.cgroup.as_ref().and_then(|parent| {
+            let cg = parent
+                .command(&format!("cmd-{id}"), self.command_pids)
+                .ok()?;
+            let files = cg.join_files().ok()?;
+            Some((cg, files))
+        });
+        let (cgroup, files) = match cgroup {
+            Some((cg, files)) => (Some(cg), files),
+            None => (None, Vec::new()),
+        };
+        let has = cgroup.is_some();
+        self.commands.insert(
+            id,
+            HelperCommand {
+                cgroup,
+                started: false,
+                sampled: (0, 0),
+                cpu_time_exceeded: false,
+                disk_full: false,
+                inodes_exhausted: false,
+                asked: false,
+            },
+        );
+        (files, has)
+    }
+
+    /// How long to wait for messages before the next `tick`: often while a command's cgroup
+    /// needs watching (a CPU-time limit; pids peaks on kernels that keep none), else rarely.
+    fn tick_ms(&self) -> i32 {
+        let watch = self.commands.values().any(|c| {
+            c.cgroup
+                .as_ref()
+                .is_some_and(|cg| self.cpu_time.is_some() || !cg.keeps_peak_pids())
+        });
+        if watch {
+            20
+        } else if !self.commands.is_empty() {
+            // The scratch filesystems, while something may be filling them.
+            100
+        } else {
+            1000
+        }
+    }
+
+    /// Samples the commands' cgroups and the scratch filesystems; kills a command whose CPU
+    /// time passed the limit.
+    fn tick(&mut self, chan: &Channel) {
+        if !self.commands.is_empty() {
+            let (disk, inodes) = scratch_full(&self.scratch);
+            for c in self.commands.values_mut() {
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
+            }
+        }
+        for (id, c) in self.commands.iter_mut() {
+            let Some(cg) = c.cgroup.as_mut() else {
+                continue;
+            };
+            cg.sample();
+            let Some(limit) = self.cpu_time else {
+                continue;
+            };
+            if c.cpu_time_exceeded {
+                continue;
+            }
+            if let Some((u, s)) = cg.cpu_usage() {
+                if Duration::from_nanos(u.saturating_add(s)) > limit {
+                    c.cpu_time_exceeded = true;
+                    let _ = chan.send(&ToSandbox::Signal {
+                        id: *id,
+                        signal: libc::SIGKILL,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The answer to a usage question now, or `None` when it must wait for the init's sample
+    /// (no cgroup: the init counts).
+    fn ask(&mut self, id: u64, chan: &Channel) -> Option<FromHelper> {
+        let Some(c) = self.commands.get_mut(&id) else {
+            return Some(FromHelper::Usage { id, usage: None });
+        };
+        if c.cgroup.is_some() {
+            return Some(FromHelper::Usage {
+                id,
+                usage: Some(c.usage()),
+            });
+        }
+        if chan.send(&ToSandbox::Sample { id }).is_err() {
+            return Some(FromHelper::Usage {
+                id,
+                usage: Some(c.usage()),
+            });
+        }
+        c.asked = true;
+        None
+    }
+
+    /// What the server hears of a message from the init.
+    fn route(&mut self, msg: ToSupervisor) -> Vec<FromHelper> {
+        match msg {
+            ToSupervisor::Started { id, .. } => {
+                if let Some(c) = self.commands.get_mut(&id) {
+                    c.started = true;
+                }
+            }
+            // Refused before it started: there will be no exit report.
+            ToSupervisor::ExecFailed { id, .. }
+                if self.commands.get(&id).is_some_and(|c| !c.started) =>
+            {
+                self.commands.remove(&id);
+            }
+            ToSupervisor::CommandUsage {
+                id,
+                peak_pids,
+                pids_at_limit,
+            } => {
+                let Some(c) = self.commands.get_mut(&id) else {
+                    return Vec::new();
+                };
+                c.sampled = (peak_pids, pids_at_limit);
+                if std::mem::take(&mut c.asked) {
+                    return vec![FromHelper::Usage {
+                        id,
+                        usage: Some(c.usage()),
+                    }];
+                }
+                return Vec::new();
+            }
+            ToSupervisor::ExecExit {
+                id,
+                code,
+                signal,
+                cpu_user_us,
+                cpu_system_us,
+                max_rss_kb,
+                peak_pids,
+                pids_at_limit,
+            } => {
+                let Some(mut c) = self.commands.remove(&id) else {
+                    return Vec::new();
+                };
+                c.sampled = (c.sampled.0.max(peak_pids), c.sampled.1.max(pids_at_limit));
+                let (disk, inodes) = scratch_full(&self.scratch);
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
+                let usage = c.usage();
+                if let Some(cg) = c.cgroup.as_mut() {
+                    // The init ended the command's tree; anything still in its cgroup is
+                    // ended here, before the cgroup goes.
+                    cg.kill_all();
+                    cg.remove();
+                }
+                let mut up = Vec::new();
+                if c.asked {
+                    up.push(FromHelper::Usage {
+                        id,
+                        usage: Some(usage.clone()),
+                    });
+                }
+                up.push(FromHelper::Exit {
+                    id,
+                    code,
+                    signal,
+                    cpu_user_us,
+                    cpu_system_us,
+                    max_rss_kb,
+                    usage,
+                });
+                return up;
+            }
+            _ => {}
+        }
+        vec![FromHelper::Sandbox(msg)]
+    }
 }
 
 /// How a command of a persistent sandbox ended.
@@ -293,6 +632,8 @@ pub struct ExitInfo {
     pub exec_error: Option<(i32, String, bool)>,
     /// The sandbox itself ended while the command ran.
     pub sandbox_ended: Option<String>,
+    /// What the command's accounting domain counted.
+    pub usage: CommandUsage,
 }
 
 /// A started command: write its stdin, read its stdout and stderr.
@@ -322,8 +663,12 @@ struct Pending {
 /// Called with the listening socket inside the sandbox when its profile allows egress.
 pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
 
+/// Callers waiting for a command's usage, by command id.
+type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
+
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
+    usage: Mutex<UsageWaiters>,
     alive: AtomicBool,
     ended: Mutex<Option<String>>,
 }
@@ -443,6 +788,7 @@ impl Sandbox {
         let control = Arc::new(control);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
+            usage: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
             ended: Mutex::new(None),
         });
@@ -532,9 +878,22 @@ impl Sandbox {
         }
     }
 
-    /// Signals command `id` and its process group.
+    /// Signals command `id` and its process group; SIGKILL ends everything it started.
     pub fn signal(&self, id: u64, signal: i32) {
         let _ = self.control.send(&ToHelper::Signal { id, signal });
+    }
+
+    /// What running command `id` has used so far; `None` if it is not running (or the
+    /// sandbox does not answer within a second).
+    pub fn usage(&self, id: u64) -> Option<CommandUsage> {
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut w) = self.shared.usage.lock() {
+            w.entry(id).or_default().push(tx);
+        }
+        if self.control.send(&ToHelper::Usage { id }).is_err() {
+            return None;
+        }
+        rx.recv_timeout(Duration::from_secs(1)).ok().flatten()
     }
 
     /// Kills the sandbox and everything in it; waits for the helper to clean up.
@@ -564,12 +923,55 @@ fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
+            Ok(Some((
+                FromHelper::Exit {
+                    id,
+                    code,
+                    signal,
+                    cpu_user_us,
+                    cpu_system_us,
+                    max_rss_kb,
+                    usage,
+                },
+                _,
+            ))) => {
+                let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
+                    continue;
+                };
+                if let Some(cb) = p.on_exit.take() {
+                    cb(ExitInfo {
+                        code,
+                        signal,
+                        cpu_user_us,
+                        cpu_system_us,
+                        max_rss_kb,
+                        exec_error: p.exec_error.take(),
+                        sandbox_ended: None,
+                        usage,
+                    });
+                }
+            }
+            Ok(Some((FromHelper::Usage { id, usage }, _))) => {
+                let waiting = shared
+                    .usage
+                    .lock()
+                    .ok()
+                    .and_then(|mut w| w.remove(&id))
+                    .unwrap_or_default();
+                for tx in waiting {
+                    let _ = tx.send(usage.clone());
+                }
+            }
             Ok(Some((FromHelper::Ended { reason }, _))) => break reason,
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => break "the sandbox helper exited".to_string(),
         }
     };
     shared.alive.store(false, Ordering::SeqCst);
+    // Nobody will answer a usage question now: let the askers go.
+    if let Ok(mut w) = shared.usage.lock() {
+        w.clear();
+    }
     if let Ok(mut e) = shared.ended.lock() {
         *e = Some(reason.clone());
     }
@@ -645,30 +1047,6 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                     pending.remove(&id);
                 }
                 None => p.exec_error = Some((errno, what, cwd)),
-            }
-        }
-        ToSupervisor::ExecExit {
-            id,
-            code,
-            signal,
-            cpu_user_us,
-            cpu_system_us,
-            max_rss_kb,
-        } => {
-            let Some(mut p) = pending.remove(&id) else {
-                return;
-            };
-            drop(pending);
-            if let Some(cb) = p.on_exit.take() {
-                cb(ExitInfo {
-                    code,
-                    signal,
-                    cpu_user_us,
-                    cpu_system_us,
-                    max_rss_kb,
-                    exec_error: p.exec_error.take(),
-                    sandbox_ended: None,
-                });
             }
         }
         _ => {}

@@ -130,6 +130,8 @@ pub(crate) struct CgroupPlan {
     name: String,
     limits: CgroupLimits,
     required: bool,
+    /// A persistent sandbox: each command gets a cgroup of its own below this one.
+    nested: bool,
 }
 
 /// Everything decided before the fork: cgroup, host identity, the plan.
@@ -169,9 +171,12 @@ impl Prepared {
             if let Some(why) = cgroup::cannot_create(&layout) {
                 return Err(why);
             }
-            Cgroup::create(&layout, &cp.name, &cp.limits)
-                .map(|c| (layout.version(), c))
-                .map_err(|e| e.to_string())
+            let mut cg =
+                Cgroup::create(&layout, &cp.name, &cp.limits).map_err(|e| e.to_string())?;
+            if cp.nested {
+                cg.nest_for_commands().map_err(|e| e.to_string())?;
+            }
+            Ok((layout.version(), cg))
         });
         match made {
             Ok((version, c)) => {
@@ -223,12 +228,14 @@ pub(crate) fn prepare(
         name: cgroup_name(pid),
         limits: CgroupLimits {
             memory: profile.limits.memory,
-            // The init is ours, not the payload's.
-            pids: u64::from(profile.limits.pids) + 1,
+            // The init is ours, not the payload's; so is a persistent sandbox's command's
+            // sub-init.
+            pids: u64::from(profile.limits.pids) + 1 + u64::from(persistent),
             cpus: profile.limits.cpus,
             cpu_time: profile.limits.cpu_time.is_some(),
         },
         required: profile.require.contains(&Layer::Cgroup),
+        nested: persistent,
     });
     check_required(profile, abi, true)?;
 

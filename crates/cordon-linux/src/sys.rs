@@ -300,6 +300,89 @@ pub fn wait4(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, 
     }
 }
 
+/// How a child ended, as `waitid` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// Blocks until some child has ended and says which and how, leaving it a zombie (WNOWAIT):
+/// its pid stays reserved until it is reaped.
+pub fn wait_peek() -> io::Result<(libc::pid_t, ChildEnd)> {
+    loop {
+        let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: info is a valid out-pointer; P_ALL ignores the id.
+        let ret = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                info.as_mut_ptr(),
+                libc::WEXITED | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if ret == -1 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid succeeded without WNOHANG, so it filled in a child's siginfo.
+        let info = unsafe { info.assume_init() };
+        // SAFETY: the union fields of a SIGCHLD siginfo, which waitid just filled in.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        let end = if info.si_code == libc::CLD_EXITED {
+            ChildEnd::Exited(status)
+        } else {
+            ChildEnd::Signaled(status)
+        };
+        return Ok((pid, end));
+    }
+}
+
+/// Marks this process a child subreaper: orphans of its descendants become its children
+/// instead of the pid namespace's init's.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// Ends this process the way a child of it ended: the same exit code, or death by the same
+/// signal (set to its default and unblocked first; 128 + N if the signal did not kill).
+pub fn exit_like(end: ChildEnd) -> ! {
+    match end {
+        ChildEnd::Exited(code) => exit_now(code),
+        ChildEnd::Signaled(sig) => {
+            let _ = default_signal(sig);
+            // SAFETY: a set with one signal, then plain integer syscalls on ourselves.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::kill(libc::getpid(), sig);
+            }
+            exit_now(128 + sig)
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes (a few, from a pipe); false at end of file or on error.
+pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        match n {
+            n if n > 0 => got += n as usize,
+            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return false,
+        }
+    }
+    true
+}
+
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid 2-int array.

@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cordon_linux::persistent::{ExecSpec, ExitInfo, Sandbox};
-use cordon_policy::{EnvEntry, Outcome, Profile, Status, Usage};
+use cordon_policy::{
+    classify, EndFacts, EnvEntry, ExecFailure, Outcome, OutputCap, ProcessEnd, Profile, Stopped,
+    Usage,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -49,38 +52,6 @@ pub enum ExecEvent {
     Exit(Box<Outcome>),
 }
 
-/// Output kept so far, with the cap the profile sets.
-#[derive(Debug, Default, Clone)]
-struct Capped {
-    data: Vec<u8>,
-    limit: usize,
-    truncated: bool,
-}
-
-impl Capped {
-    fn new(limit: u64) -> Self {
-        Capped {
-            data: Vec::new(),
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-            truncated: false,
-        }
-    }
-    fn push(&mut self, d: &[u8]) {
-        let room = self.limit.saturating_sub(self.data.len());
-        if d.len() > room {
-            self.truncated = true;
-        }
-        self.data.extend_from_slice(&d[..room.min(d.len())]);
-    }
-    fn text(&self) -> (String, Option<String>) {
-        use base64::Engine;
-        let exact = std::str::from_utf8(&self.data)
-            .is_err()
-            .then(|| base64::engine::general_purpose::STANDARD.encode(&self.data));
-        (String::from_utf8_lossy(&self.data).into_owned(), exact)
-    }
-}
-
 /// A command started with `background: true`.
 pub struct BgCommand {
     pub id: String,
@@ -88,7 +59,7 @@ pub struct BgCommand {
     pub argv: Vec<String>,
     pub started_at_ms: u64,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
-    output: Mutex<(Capped, Capped)>,
+    output: Mutex<(OutputCap, OutputCap)>,
     done: watch::Receiver<Option<Outcome>>,
 }
 
@@ -97,7 +68,7 @@ impl BgCommand {
         let (out, err) = self
             .output
             .lock()
-            .map(|o| (o.0.text().0, o.1.text().0))
+            .map(|o| (o.0.text().text, o.1.text().text))
             .unwrap_or_default();
         let outcome = self.done.borrow().clone();
         CommandInfo {
@@ -393,7 +364,7 @@ impl Service {
         req: CreateSandbox,
         trusted: Option<Profile>,
     ) -> Result<SandboxInfo, ApiError> {
-        let profile = profile_from(
+        let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
             req.cpus,
@@ -403,15 +374,17 @@ impl Service {
             &req.env,
             req.network.as_ref(),
         )?;
+        if let Some(o) = &req.output_limit {
+            profile.limits.output_limit = size(o, "output_limit")?;
+        }
+        if let Some(c) = &req.cpu_time {
+            profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
+        }
         // A front end's own profile (create_with_profile) replaces the built-in.
-        let profile = match trusted {
-            Some(p) => {
-                p.validate()
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                p
-            }
-            None => profile,
-        };
+        let profile = trusted.unwrap_or(profile);
+        profile
+            .validate()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -803,7 +776,7 @@ impl Service {
             argv,
             started_at_ms: unix_ms(),
             stdin: tokio::sync::Mutex::new(Some(stdin)),
-            output: Mutex::new((Capped::new(limit), Capped::new(limit))),
+            output: Mutex::new((OutputCap::new(limit), OutputCap::new(limit))),
             done: done_rx,
         });
         if let Ok(mut c) = live.commands.lock() {
@@ -1054,11 +1027,34 @@ impl Service {
     }
 }
 
+/// One chunk of a command's output: kept under the cap (in the background command's copy
+/// too), and streamed as far as it is kept — a stream never shows more than the Outcome.
+async fn take_output(
+    d: &[u8],
+    keep: &mut OutputCap,
+    bg: Option<&Mutex<(OutputCap, OutputCap)>>,
+    is_stdout: bool,
+    events: &Option<mpsc::Sender<ExecEvent>>,
+) {
+    let kept = keep.push(d);
+    if let Some(Ok(mut o)) = bg.map(|m| m.lock()) {
+        let _ = if is_stdout { o.0.push(d) } else { o.1.push(d) };
+    }
+    if let (Some(tx), false) = (events, kept.is_empty()) {
+        let ev = if is_stdout {
+            ExecEvent::Stdout(kept.to_vec())
+        } else {
+            ExecEvent::Stderr(kept.to_vec())
+        };
+        let _ = tx.send(ev).await;
+    }
+}
+
 /// Reads what a pipe holds right now, without waiting for more.
 async fn drain_now(
     pipe: &tokio::net::unix::pipe::Receiver,
-    keep: &mut Capped,
-    bg: Option<&Mutex<(Capped, Capped)>>,
+    keep: &mut OutputCap,
+    bg: Option<&Mutex<(OutputCap, OutputCap)>>,
     is_stdout: bool,
     events: &Option<mpsc::Sender<ExecEvent>>,
 ) {
@@ -1067,25 +1063,7 @@ async fn drain_now(
     for _ in 0..64 {
         match pipe.try_read(&mut buf) {
             Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let d = &buf[..n];
-                keep.push(d);
-                if let Some(Ok(mut o)) = bg.map(|m| m.lock()) {
-                    if is_stdout {
-                        o.0.push(d)
-                    } else {
-                        o.1.push(d)
-                    }
-                }
-                if let Some(tx) = events {
-                    let ev = if is_stdout {
-                        ExecEvent::Stdout(d.to_vec())
-                    } else {
-                        ExecEvent::Stderr(d.to_vec())
-                    };
-                    let _ = tx.send(ev).await;
-                }
-            }
+            Ok(n) => take_output(&buf[..n], keep, bg, is_stdout, events).await,
         }
     }
 }
@@ -1141,6 +1119,8 @@ struct Output {
     stderr: tokio::net::unix::pipe::Receiver,
     exit_rx: tokio::sync::oneshot::Receiver<ExitInfo>,
     t0: Instant,
+    /// When it started, for the proxy's log (milliseconds since the epoch).
+    started_ms: u64,
 }
 
 /// Splits a started command into the writer of its stdin, which the caller settles before
@@ -1148,6 +1128,7 @@ struct Output {
 /// handed out: a client may write to it at once), and the rest, for `pump`.
 fn split(started: StartedParts) -> Result<(tokio::net::unix::pipe::Sender, Output), ApiError> {
     let (st, exit_rx, t0) = started;
+    let started_ms = unix_ms().saturating_sub(t0.elapsed().as_millis() as u64);
     let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
     let output = Output {
@@ -1156,8 +1137,24 @@ fn split(started: StartedParts) -> Result<(tokio::net::unix::pipe::Sender, Outpu
         stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?,
         exit_rx,
         t0,
+        started_ms,
     };
     Ok((stdin, output))
+}
+
+/// The decisions the sandbox's egress proxy made between `from_ms` and `to_ms`: a command's
+/// share of the log (commands running side by side share theirs).
+fn egress_during(live: &Live, from_ms: u64, to_ms: u64) -> Vec<cordon_policy::NetworkEvent> {
+    let events = live
+        .egress
+        .lock()
+        .ok()
+        .and_then(|e| e.as_ref().map(|p| p.events()))
+        .unwrap_or_default();
+    events
+        .into_iter()
+        .filter(|e| (from_ms..=to_ms).contains(&e.time_ms))
+        .collect()
 }
 
 /// Drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
@@ -1174,10 +1171,11 @@ async fn pump(
         stderr: mut err,
         exit_rx,
         t0,
+        started_ms,
     } = output;
     let limit = live.profile.limits.output_limit;
-    let mut so = Capped::new(limit);
-    let mut se = Capped::new(limit);
+    let mut so = OutputCap::new(limit);
+    let mut se = OutputCap::new(limit);
     let deadline = tokio::time::Instant::now() + timeout;
     let mut timed_out = false;
     let (mut out_open, mut err_open) = (true, true);
@@ -1192,17 +1190,13 @@ async fn pump(
             r = out.read(&mut bo), if out_open => match r {
                 Ok(0) | Err(_) => out_open = false,
                 Ok(n) => {
-                    so.push(&bo[..n]);
-                    if let Some(b) = bg { if let Ok(mut o) = b.output.lock() { o.0.push(&bo[..n]); } }
-                    if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stdout(bo[..n].to_vec())).await; }
+                    take_output(&bo[..n], &mut so, bg.map(|b| &b.output), true, &events).await;
                 }
             },
             r = err.read(&mut be), if err_open => match r {
                 Ok(0) | Err(_) => err_open = false,
                 Ok(n) => {
-                    se.push(&be[..n]);
-                    if let Some(b) = bg { if let Ok(mut o) = b.output.lock() { o.1.push(&be[..n]); } }
-                    if let Some(tx) = &events { let _ = tx.send(ExecEvent::Stderr(be[..n].to_vec())).await; }
+                    take_output(&be[..n], &mut se, bg.map(|b| &b.output), false, &events).await;
                 }
             },
             r = &mut exit_rx, if exit.is_none() => {
@@ -1240,44 +1234,52 @@ async fn pump(
     }
     let wall = t0.elapsed();
     let exit = exit.unwrap_or_default();
-    let (stdout, stdout_b64) = so.text();
-    let (stderr, stderr_b64) = se.text();
-    let mut outcome = Outcome {
-        status: Status::Exited,
-        exit_code: exit.code,
-        signal: exit.signal,
-        error: None,
-        stdout,
-        stderr,
-        stdout_b64,
-        stderr_b64,
-        stdout_truncated: so.truncated,
-        stderr_truncated: se.truncated,
-        usage: Usage {
-            wall_ms: wall.as_millis() as u64,
-            cpu_user_ms: exit.cpu_user_us / 1000,
-            cpu_system_ms: exit.cpu_system_us / 1000,
-            peak_memory_bytes: exit.max_rss_kb * 1024,
-            peak_pids: 0,
+    let facts = EndFacts {
+        end: match (exit.code, exit.signal) {
+            (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
+            (Some(code), None) => Some(ProcessEnd::Exited(code)),
+            (None, None) => None,
         },
-        enforcement: live.sandbox.enforcement.clone(),
-        network: Vec::new(),
-        limits_hit: Vec::new(),
+        stopped: if timed_out {
+            Some(Stopped::Timeout)
+        } else if exit.usage.cpu_time_exceeded {
+            Some(Stopped::CpuTime)
+        } else {
+            None
+        },
+        exec_failure: exit
+            .exec_error
+            .clone()
+            .map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+        sandbox_ended: exit.sandbox_ended.clone(),
+        oom_kills: exit.usage.oom_kills,
+        pids_refused: exit.usage.pids_refused,
+        output_truncated: so.truncated() || se.truncated(),
+        disk_full: exit.usage.disk_full,
+        inodes_exhausted: exit.usage.inodes_exhausted,
+        ..EndFacts::default()
     };
-    if timed_out {
-        outcome.status = Status::Timeout;
-        outcome.exit_code = None;
-    } else if let Some((errno, what, cwd)) = &exit.exec_error {
-        outcome.status = Status::Error;
-        let (message, code) = cordon_linux::exec_failure_message(*errno, what, *cwd);
-        outcome.error = Some(message);
-        outcome.exit_code = Some(code);
-    } else if let Some(reason) = &exit.sandbox_ended {
-        outcome.status = Status::Error;
-        outcome.error = Some(format!("the sandbox ended: {reason}"));
-    } else if exit.signal.is_some() {
-        outcome.status = Status::Signaled;
-    }
+    let usage = Usage {
+        wall_ms: wall.as_millis() as u64,
+        cpu_user_ms: exit.cpu_user_us / 1000,
+        cpu_system_ms: exit.cpu_system_us / 1000,
+        // The command's cgroup counts all of its processes together; without one, the
+        // largest single process is what is known.
+        peak_memory_bytes: match exit.usage.peak_memory_bytes {
+            0 => exit.max_rss_kb * 1024,
+            n => n,
+        },
+        peak_pids: exit.usage.peak_pids,
+    };
+    let network = egress_during(live, started_ms, unix_ms());
+    let outcome = Outcome::from_ending(
+        classify(&facts),
+        so.finish(),
+        se.finish(),
+        usage,
+        live.sandbox.enforcement.clone(),
+        network,
+    );
     if let Some(tx) = &events {
         let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
     }

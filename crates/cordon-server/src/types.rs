@@ -354,6 +354,14 @@ pub struct CreateSandbox {
     /// Size of /tmp and /workspace (at least 1M), e.g. `"256M"`.
     #[schema(value_type = Option<SizeSchema>)]
     pub disk: Option<Amount>,
+    /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
+    /// (`limits_hit: ["output"]`).
+    #[schema(value_type = Option<SizeSchema>)]
+    pub output_limit: Option<Amount>,
+    /// CPU time each command may use (at least 1s), e.g. `"5s"` (`status: "cpu_time"` when it
+    /// runs out).
+    #[schema(value_type = Option<DurationSchema>)]
+    pub cpu_time: Option<Amount>,
     /// Time to live, e.g. `"10m"` or seconds; at most the server's `--max-ttl`.
     #[schema(value_type = Option<DurationSchema>)]
     pub ttl: Option<Amount>,

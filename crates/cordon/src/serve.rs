@@ -51,7 +51,7 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    fn resolve(&self) -> PathBuf {
+    pub(crate) fn resolve(&self) -> PathBuf {
         if let Some(d) = &self.data_dir {
             return d.clone();
         }
