@@ -90,12 +90,10 @@ pub struct CodeResult {
     /// How the cell ended, in the words of an exec's Outcome: `exited` when it ran to its
     /// end (`error` says whether it raised), `timeout`, `oom`, `signaled`, `cpu_time` when
     /// its kernel was killed so, `error` when the kernel failed otherwise.
-    #[schema(value_type = String)]
     pub status: Status,
     /// Every limit that ended the cell or refused it something while it ran, as an exec's
     /// Outcome lists them (`memory`, `pids`, `cpu_time`, `wall_time`, `output`, `disk`,
     /// `files`).
-    #[schema(value_type = Vec<String>)]
     pub limits_hit: Vec<LimitHit>,
     /// The profile's output limit, applied per stream.
     #[serde(skip)]
