@@ -2,8 +2,9 @@
 //!
 //! A run goes through three processes, each with one job:
 //! - the **supervisor** (the caller's process): creates the cgroup and the pipes, clones the
-//!   init into fresh namespaces and writes its id maps, pumps output under byte caps, enforces
-//!   time limits and turns what happened into an `Outcome`;
+//!   init into fresh namespaces and writes its id maps (`launcher`, shared with persistent
+//!   sandboxes), pumps output under byte caps, enforces time limits and turns what happened
+//!   into an `Outcome` (`supervisor`);
 //! - the **init** (PID 1 of the new pid namespace, the supervisor's child): takes on the
 //!   sandbox's one unprivileged identity, builds the new root, confines itself with every
 //!   layer, spawns the payload, reaps orphans and reports the payload's end. When it exits, the
@@ -22,13 +23,14 @@ mod error;
 pub mod fsview;
 mod idmap;
 mod landlock_rules;
+mod launcher;
 mod mounts;
 mod output;
 pub mod persistent;
 mod plan;
-mod proctree;
+
+mod init;
 pub mod reaping;
-mod sandbox;
 pub mod seccomp;
 mod supervisor;
 mod sys;

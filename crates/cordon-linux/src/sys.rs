@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -219,6 +219,16 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Sends `sig` to the process group `pgid` (a command's whole tree, if it kept its group).
+pub fn kill_group(pgid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // As in `kill`: a bad id must never become "every process" (-1) or our own group (0).
+    if pgid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: plain integers.
+    cvt(unsafe { libc::kill(-pgid, sig) }).map(drop)
+}
+
 /// Sends `sig` to every process this one may signal except itself: run by a pid namespace's
 /// init, everything else in the namespace. ESRCH (nobody left) is success.
 pub fn kill_all_others(sig: libc::c_int) -> io::Result<()> {
@@ -255,6 +265,41 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `handler` on `sig` (no flags, nothing blocked meanwhile). rustix offers no sigaction.
+///
+/// # Safety
+/// `handler` must be async-signal-safe.
+pub unsafe fn set_signal_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: the sigaction struct is zeroed, then given a handler and an empty mask; the
+    // caller vouches for the handler.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Closes the fd number `fd` without an owner's say: for a forked child dropping its copy of
+/// an fd that its parent's code owns.
+///
+/// # Safety
+/// Nothing in this process may use `fd` afterwards.
+pub unsafe fn close_raw(fd: RawFd) {
+    // SAFETY: the caller guarantees the fd is not used again here.
+    unsafe { libc::close(fd) };
+}
+
+/// Closes `fd` and reports the error that dropping it would swallow (some file systems report
+/// a full disk only there). rustix's close returns nothing.
+pub fn close_checked(fd: OwnedFd) -> io::Result<()> {
+    let raw = fd.into_raw_fd();
+    // SAFETY: `raw` came from into_raw_fd, so it is open and owned by nothing else; after
+    // close it is gone whatever the result (Linux never leaves it open on EINTR).
+    cvt(unsafe { libc::close(raw) }).map(drop)
+}
+
+/// Async-signal-safe (a plain syscall), so it may run between fork and exec.
 pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: plain integers; dup2 clears CLOEXEC on `to`, which is what stdio needs.
     cvt(unsafe { libc::dup2(from, to) }).map(drop)
@@ -462,8 +507,9 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries.
-pub const MAX_FDS: usize = 4;
+/// Most fds one message carries. `Confined` is the largest: up to four scratch tmpfs and,
+/// without a cgroup, the sandbox's /proc (see `init::open_watched`).
+pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
 pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
@@ -693,6 +739,15 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// A poll entry asking for `events` on `fd` (an fd of -1 is an entry poll skips).
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: fds is a valid slice of pollfd.
     let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -920,11 +975,7 @@ pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
 /// and gets mistaken for stdio), and SIGPIPE is ignored (a write to a reader that left fails
 /// with EPIPE, which the supervisor and the server handle, instead of killing cordon).
 pub fn process_start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
+    let mut fds = [0, 1, 2].map(|fd| pollfd(fd, 0));
     // Nothing can be done about a failing poll this early; std ignores it too.
     let _ = poll(&mut fds, 0);
     for p in fds {

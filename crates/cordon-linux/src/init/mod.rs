@@ -1,0 +1,403 @@
+//! The init: PID 1 of the sandbox, cloned by the launcher into fresh namespaces. Its setup is
+//! one linear sequence of steps (`init_entry`, `init_main`); then it either starts the payload
+//! and waits for it (`one_shot`) or serves commands, each under a sub-init (`persistent`).
+//! Nothing here returns to the caller: every path ends in `exec` or `_exit`.
+
+mod one_shot;
+mod persistent;
+mod proctree;
+
+use std::convert::Infallible;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
+use crate::error::StepFailure;
+use crate::plan::{Plan, INNER_ID, PROXY_PORT};
+use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
+
+/// Exit code of the init when setup fails (the supervisor reads messages, this is a fallback).
+const EXIT_SETUP_FAILED: i32 = 125;
+
+pub struct Stdio {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+fn fail(ch: &Channel, step: &str, failure: impl StepFailure) -> ! {
+    let _ = ch.send(&ToSupervisor::SetupFailed {
+        step: step.to_string(),
+        message: failure.to_string(),
+        errno: failure.errno(),
+    });
+    sys::exit_now(EXIT_SETUP_FAILED)
+}
+
+/// The init's first steps, right after the supervisor cloned it into fresh user, mount, pid,
+/// network, IPC and UTS namespaces (the cgroup namespace comes later: it must be rooted at the
+/// cgroup the init joins on go). Takes its stdio, waits for the supervisor to write its id
+/// maps, takes on the sandbox identity, then goes on as PID 1.
+pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
+    // 1. stdio.
+    for (fd, target) in [(&stdio.stdin, 0), (&stdio.stdout, 1), (&stdio.stderr, 2)] {
+        if let Err(e) = sys::dup2(fd.as_raw_fd(), target) {
+            fail(&ch, "stdio", e);
+        }
+    }
+    // Whatever the supervisor had open (its ends of our pipes, fds cordon inherited) must not
+    // reach the sandbox: an open pipe end would also keep the payload from seeing EOF.
+    std::mem::forget(stdio);
+    let keep: Vec<RawFd> = std::iter::once(ch.raw())
+        .chain(plan.workspace_tree)
+        .collect();
+    if let Err(e) = sys::close_fds_except(&keep) {
+        fail(&ch, "closing inherited fds", e);
+    }
+    // 2. Wait for the maps. A supervisor that died meanwhile shows as the channel's end.
+    match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Mapped, _))) => {}
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    }
+    // Whatever runs in the sandbox is the OOM killer's first choice (descendants inherit it).
+    // Written now: once our ids change or we turn non-dumpable, /proc/self belongs to root.
+    let _ = sys::write_file(Path::new("/proc/self/oom_score_adj"), "1000");
+    // 3. Identity. Run by host root, we are still host root's uid and gid (with all
+    // capabilities, but only in our own user namespace): become the one mapped id, so that
+    // nothing from here on, mounts included, acts as host root. (The supervisor dropped its
+    // supplementary groups before the clone; setgroups is denied in here for good.) Run by
+    // an ordinary user, our ids are already the mapped ones.
+    if plan.drop_root {
+        if let Err(e) = sys::setresgid(INNER_ID).and_then(|_| sys::setresuid(INNER_ID)) {
+            fail(&ch, "taking on the sandbox identity", e);
+        }
+    }
+    // 4. Die with the supervisor (armed after the id change, which clears it). Our parent is
+    // outside our pid namespace, so `getppid` says 0 either way: whether the supervisor is
+    // still there shows on the channel instead.
+    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
+        fail(&ch, "set parent-death signal", e);
+    }
+    if ch.poll_now(0) & libc::POLLHUP != 0 {
+        sys::exit_now(EXIT_SETUP_FAILED);
+    }
+    // From here on nothing in the sandbox may read our memory (cordon's environment is in
+    // it) or reach our fds through /proc/<pid>/.
+    if let Err(e) = sys::set_dumpable(false) {
+        fail(&ch, "set non-dumpable", e);
+    }
+    init_main(plan, ch)
+}
+
+/// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
+fn init_main(plan: &Plan, ch: Channel) -> ! {
+    if let Err(e) = mounts::build_root(plan) {
+        fail(&ch, &e.step, e.error);
+    }
+    if let Err(e) = sys::sethostname(&plan.hostname) {
+        fail(&ch, "sethostname", e);
+    }
+    if let Err(e) = sys::loopback_up() {
+        fail(&ch, "bringing up loopback", e);
+    }
+    // The supervisor creates the cgroup while we built the root. Nothing runs on the sandbox's
+    // behalf before it says go: then we join the cgroup (still our only thread, no child yet,
+    // so everything the sandbox ever runs is born inside) and root a cgroup namespace there.
+    let in_cgroup = match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
+            if cgroup && files.is_empty() {
+                fail(&ch, "joining the cgroup", "no cgroup files came with go");
+            }
+            if let Err(e) = crate::cgroup::join(&files) {
+                fail(&ch, "joining the cgroup", e);
+            }
+            // These carry cordon's authority over the cgroup: gone before anything else runs.
+            drop(files);
+            cgroup
+        }
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    };
+    if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
+        fail(&ch, "creating the cgroup namespace", e);
+    }
+    if plan.persistent {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open("/")
+        {
+            Ok(root) => {
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::RootFd, &[root.as_raw_fd()]) {
+                    fail(&ch, "handing the root to the supervisor", e);
+                }
+            }
+            Err(e) => fail(&ch, "opening the new root", e),
+        }
+    }
+    if plan.network {
+        match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
+            Ok(l) => {
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
+                    fail(&ch, "handing the proxy socket to the supervisor", e);
+                }
+            }
+            Err(e) => fail(&ch, "proxy listener", e),
+        }
+    }
+
+    // Opened while nothing restricts us yet; close-on-exec, and closed once handed over.
+    let (watch, watch_fds) = open_watched(plan, in_cgroup);
+    let mut notes = Vec::new();
+    if let Err(e) = apply_rlimits(plan, !in_cgroup) {
+        fail(&ch, "rlimits", e);
+    }
+    if let Err(e) = sys::cloexec_from(3) {
+        fail(&ch, "closing inherited fds", e);
+    }
+    if let Err(e) = caps_drop::drop_all() {
+        fail(&ch, "dropping capabilities", e);
+    }
+    if let Err(e) = sys::set_no_new_privs() {
+        fail(&ch, "no_new_privs", e);
+    }
+    let (landlock_abi, landlock_partial) = if plan.kernel_landlock_abi > 0 {
+        match landlock_rules::apply(&plan.landlock, plan.kernel_landlock_abi) {
+            Ok(a) => (a.abi, a.partial),
+            Err(e) => fail(&ch, "landlock", e),
+        }
+    } else {
+        notes.push("Landlock is not available on this kernel".to_string());
+        (0, false)
+    };
+    if let Err(e) = seccomp::install() {
+        fail(&ch, "seccomp", e);
+    }
+    let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
+    // Without this report the supervisor would show none of the layers just applied (and a
+    // persistent sandbox would never be ready): its loss is a setup failure, not a detail.
+    let confined = ToSupervisor::Confined {
+        landlock_abi,
+        landlock_partial,
+        seccomp: true,
+        rlimits: true,
+        notes,
+        watch,
+    };
+    if let Err(e) = ch.send_with_fds(&confined, &raw) {
+        fail(&ch, "reporting the confinement", e);
+    }
+    drop(watch_fds);
+
+    if plan.persistent {
+        persistent::serve_loop(plan, ch, in_cgroup);
+    }
+    let payload = start_payload(plan, &ch);
+    one_shot::wait(&ch, payload)
+}
+
+/// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs
+/// and, where no cgroup counts processes, the sandbox's /proc. One that cannot be opened is
+/// left out: the supervisor then knows less, and nothing else changes.
+fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
+    let mut kinds = Vec::new();
+    let mut fds = Vec::new();
+    let mut scratch = vec!["/tmp", "/dev/shm", cordon_policy::profile::HOME];
+    if plan.workspace.is_none() {
+        scratch.push("/workspace");
+    }
+    let open = |path: &str, flags: libc::c_int| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | libc::O_DIRECTORY)
+            .open(path)
+            .map(OwnedFd::from)
+    };
+    for path in scratch {
+        if let Ok(fd) = open(path, libc::O_PATH) {
+            kinds.push(Watched::Scratch);
+            fds.push(fd);
+        }
+    }
+    if !in_cgroup {
+        if let Ok(fd) = open("/proc", 0) {
+            kinds.push(Watched::Proc);
+            fds.push(fd);
+        }
+    }
+    (kinds, fds)
+}
+
+/// `fallback`: there is no cgroup, so per-process limits stand in for memory and pids.
+fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
+    let l = &plan.limits;
+    sys::setrlimit(libc::RLIMIT_NOFILE, l.nofile, l.nofile)?;
+    sys::setrlimit(libc::RLIMIT_FSIZE, l.file_size, l.file_size)?;
+    sys::setrlimit(libc::RLIMIT_CORE, 0, 0)?;
+    // A persistent sandbox's init lives as long as the sandbox, and its CPU is its own, not a
+    // command's: each command's sub-init sets the limit for the command instead.
+    if !plan.persistent {
+        apply_cpu_rlimit(plan)?;
+    }
+    if fallback {
+        // Without a cgroup these per-process limits are the best the host allows.
+        sys::setrlimit(libc::RLIMIT_NPROC, nproc_limit(plan), nproc_limit(plan))?;
+        sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
+    }
+    Ok(())
+}
+
+fn apply_cpu_rlimit(plan: &Plan) -> std::io::Result<()> {
+    if let Some(cpu) = plan.limits.cpu_time {
+        let secs = cpu.as_secs().max(1);
+        // SIGXCPU at the soft limit, SIGKILL a second later if it is caught.
+        sys::setrlimit(libc::RLIMIT_CPU, secs, secs + 1)?;
+    }
+    Ok(())
+}
+
+/// `RLIMIT_NPROC` without a cgroup. The count is of the sandbox's one user, so it includes
+/// the init (and, in a persistent sandbox, the running command's sub-init): the payload gets
+/// `pids`, as a cgroup would give it (see `launcher::prepare`).
+fn nproc_limit(plan: &Plan) -> u64 {
+    u64::from(plan.limits.pids) + 1 + u64::from(plan.persistent)
+}
+
+/// Starts the payload: a session of its own, SIGPIPE at its default, in `plan.cwd`, the first
+/// PATH candidate that exists (as `exec_command`, which a persistent sandbox forks for). It
+/// is spawned rather than forked (see `sys::spawn`); a failure is reported as a forked child
+/// would have: `ExecFailed`, then the exit code the child would have ended with.
+fn start_payload(plan: &Plan, ch: &Channel) -> libc::pid_t {
+    let failed = |errno: i32, path: String, cwd: bool, code: i32| -> ! {
+        let _ = ch.send(&ToSupervisor::ExecFailed {
+            id: 0,
+            errno,
+            path,
+            cwd,
+        });
+        let _ = ch.send(&ToSupervisor::Exited { code });
+        sys::exit_now(0)
+    };
+    // The child inherits our working directory; nothing of ours depends on it any more.
+    if let Err(e) = std::env::set_current_dir(&plan.cwd) {
+        failed(
+            e.raw_os_error().unwrap_or(libc::ENOENT),
+            plan.cwd.display().to_string(),
+            true,
+            EXIT_SETUP_FAILED,
+        );
+    }
+    let Some(first) = plan.argv.first() else {
+        fail(ch, "starting the command", "no command")
+    };
+    // Each spawn that fails costs a process (and a pid): look for the file before starting
+    // one, so that the payload is the sandbox's pid 2 wherever in PATH it is found.
+    match search_path(plan, first, |c| {
+        sys::exists(c)?;
+        sys::spawn(c, &plan.argv, &plan.env, &[libc::SIGPIPE], true)
+    }) {
+        Ok(pid) => pid,
+        Err((errno, path)) => failed(errno, path, false, not_started_code(errno)),
+    }
+}
+
+/// The exit code of a command that could not be started, as a shell's: 127 not found, 126
+/// found but not executable.
+fn not_started_code(errno: i32) -> i32 {
+    if errno == libc::ENOENT {
+        127
+    } else {
+        126
+    }
+}
+
+/// Tries `start` on each place the program `first` names could be, like execvp: itself if
+/// it has a slash, else each directory of the sandbox's PATH in turn. A candidate that does
+/// not exist moves on to the next; any other error ends the search (a permission error wins
+/// over a not-found one). Gives the errno and the path it concerns.
+fn search_path<T>(
+    plan: &Plan,
+    first: &CString,
+    mut start: impl FnMut(&CString) -> std::io::Result<T>,
+) -> Result<T, (i32, String)> {
+    let prog = first.as_bytes();
+    let candidates: Vec<CString> = if prog.contains(&b'/') {
+        vec![first.clone()]
+    } else {
+        plan.path
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .filter_map(|d| {
+                let mut p = Path::new(d)
+                    .join(std::ffi::OsStr::from_bytes(prog))
+                    .into_os_string()
+                    .into_vec();
+                p.retain(|b| *b != 0);
+                CString::new(p).ok()
+            })
+            .collect()
+    };
+    for c in &candidates {
+        match start(c) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let code = e.raw_os_error().unwrap_or(libc::ENOENT);
+                if code != libc::ENOENT && code != libc::ENOTDIR {
+                    return Err((code, c.to_string_lossy().into_owned()));
+                }
+            }
+        }
+    }
+    Err((libc::ENOENT, String::from_utf8_lossy(prog).into_owned()))
+}
+
+/// `gate`: a pipe whose other end the parent closes once it has reported the command as
+/// started; a failure is reported only after that, so the supervisor never hears of a
+/// command's failure before it hears of the command.
+fn exec_command(
+    plan: &Plan,
+    ch: &Channel,
+    id: u64,
+    argv: &[CString],
+    env: &[CString],
+    cwd: &Path,
+    gate: Option<OwnedFd>,
+) -> ! {
+    let wait_gate = || {
+        if let Some(g) = &gate {
+            let _ = sys::read_byte(g.as_raw_fd());
+        }
+    };
+    let _ = sys::setsid();
+    // Start the command as a host shell would: Rust's runtime (ours) ignores SIGPIPE, and an
+    // ignored signal stays ignored across exec — `yes | head -1` would complain of a broken
+    // pipe instead of ending quietly.
+    let _ = sys::default_signal(libc::SIGPIPE);
+    if let Err(e) = std::env::set_current_dir(cwd) {
+        wait_gate();
+        let _ = ch.send(&ToSupervisor::ExecFailed {
+            id,
+            errno: e.raw_os_error().unwrap_or(libc::ENOENT),
+            path: cwd.display().to_string(),
+            cwd: true,
+        });
+        sys::exit_now(EXIT_SETUP_FAILED);
+    }
+    let Some(first) = argv.first() else {
+        sys::exit_now(EXIT_SETUP_FAILED)
+    };
+    // execve returns only when it failed.
+    let Err((errno, tried)) = search_path(plan, first, |c| {
+        Err::<Infallible, _>(sys::execve(c, argv, env))
+    });
+    wait_gate();
+    let _ = ch.send(&ToSupervisor::ExecFailed {
+        id,
+        errno,
+        path: tried,
+        cwd: false,
+    });
+    sys::exit_now(not_started_code(errno))
+}

@@ -1,0 +1,428 @@
+//! The server's handle on a persistent sandbox (`Sandbox`): starts the helper process, sends
+//! it requests, and turns its events into started commands and exit callbacks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use cordon_policy::{Enforcement, Profile};
+
+use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD};
+use crate::channel::{Channel, ExecSpec, ToSupervisor};
+use crate::error::EngineError;
+use crate::sys;
+
+/// How a command of a persistent sandbox ended.
+#[derive(Debug, Clone, Default)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
+    /// The command could not be executed: (errno, what, whether the working directory was
+    /// the problem).
+    pub exec_error: Option<(i32, String, bool)>,
+    /// The sandbox itself ended while the command ran.
+    pub sandbox_ended: Option<String>,
+    /// What the command's accounting domain counted.
+    pub usage: CommandUsage,
+}
+
+/// A started command: write its stdin, read its stdout and stderr.
+pub struct Started {
+    pub id: u64,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+type OnExit = Box<dyn FnOnce(ExitInfo) + Send>;
+
+struct Pending {
+    started: Option<mpsc::Sender<Result<Started, EngineError>>>,
+    on_exit: Option<OnExit>,
+    exec_error: Option<(i32, String, bool)>,
+}
+
+/// Called with the listening socket inside the sandbox when its profile allows egress.
+pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
+
+/// Callers waiting for a command's usage, by command id.
+type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
+
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    usage: Mutex<UsageWaiters>,
+    alive: AtomicBool,
+    ended: Mutex<Option<String>>,
+}
+
+/// A live persistent sandbox, owned by the server.
+pub struct Sandbox {
+    control: Arc<Channel>,
+    helper: Mutex<std::process::Child>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    pub enforcement: Enforcement,
+    /// Host pid of the sandbox's init: `/proc/<init_pid>/root` is the sandbox's filesystem.
+    pub init_pid: i32,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// O_PATH fd of the sandbox's root directory (in its own mount namespace).
+    root: OwnedFd,
+}
+
+impl Sandbox {
+    /// Starts a sandbox by running `helper_exe __sandbox`, and waits until it is ready.
+    pub fn create(
+        helper_exe: &Path,
+        profile: &Profile,
+        env: &BTreeMap<String, String>,
+        on_proxy: Option<OnProxyListener>,
+    ) -> Result<Sandbox, EngineError> {
+        profile
+            .validate()
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let (ours, theirs) =
+            sys::seqpacket_pair().map_err(|e| EngineError::io("control socket", e))?;
+        let theirs_raw = theirs.as_raw_fd();
+        let mut cmd = std::process::Command::new(helper_exe);
+        cmd.arg("__sandbox")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
+        // SAFETY: between fork and exec the closure only calls dup2, which is async-signal-safe;
+        // dup2 also clears FD_CLOEXEC on fd 3, so exactly this socket is inherited.
+        unsafe {
+            cmd.pre_exec(move || sys::dup2(theirs_raw, CONTROL_FD));
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| EngineError::io(format!("starting {}", helper_exe.display()), e))?;
+        drop(theirs);
+        let control = Channel::new(ours);
+        let fail = |child: &mut std::process::Child, e: EngineError| {
+            let _ = child.kill();
+            let _ = child.wait();
+            e
+        };
+        if let Err(e) = control.send(&ToHelper::Create {
+            profile: Box::new(profile.clone()),
+            env: env.clone(),
+        }) {
+            return Err(fail(
+                &mut child,
+                EngineError::io("talking to the sandbox helper", e),
+            ));
+        }
+        let mut on_proxy = on_proxy;
+        let (enforcement, init_pid, host_uid, host_gid, root) = loop {
+            match control.recv::<FromHelper>() {
+                Ok(Some((
+                    FromHelper::Ready {
+                        enforcement,
+                        init_pid,
+                        host_uid,
+                        host_gid,
+                    },
+                    fds,
+                ))) => {
+                    let Some(root) = fds.into_iter().next() else {
+                        return Err(fail(
+                            &mut child,
+                            EngineError::Setup {
+                                step: "creating the sandbox".into(),
+                                message: "no root directory was handed over".into(),
+                                errno: None,
+                            },
+                        ));
+                    };
+                    break (*enforcement, init_pid, host_uid, host_gid, root);
+                }
+                Ok(Some((FromHelper::Sandbox(ToSupervisor::ProxyListener), fds))) => {
+                    if let (Some(cb), Some(fd)) = (on_proxy.take(), fds.into_iter().next()) {
+                        cb(std::net::TcpListener::from(fd));
+                    }
+                }
+                Ok(Some((FromHelper::Failed { message, errno }, _))) => {
+                    return Err(fail(
+                        &mut child,
+                        EngineError::Setup {
+                            step: "creating the sandbox".into(),
+                            message,
+                            errno,
+                        },
+                    ))
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    return Err(fail(
+                        &mut child,
+                        EngineError::Setup {
+                            step: "creating the sandbox".into(),
+                            message: "the sandbox helper exited".into(),
+                            errno: None,
+                        },
+                    ))
+                }
+            }
+        };
+        let control = Arc::new(control);
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            usage: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+            ended: Mutex::new(None),
+        });
+        let reader_control = control.clone();
+        let reader_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("cordon-sandbox-{init_pid}"))
+            .spawn(move || read_events(&reader_control, &reader_shared))
+            .map_err(|e| EngineError::io("starting the sandbox reader thread", e))?;
+        Ok(Sandbox {
+            control,
+            helper: Mutex::new(child),
+            shared,
+            next_id: AtomicU64::new(1),
+            enforcement,
+            init_pid,
+            host_uid,
+            host_gid,
+            root,
+        })
+    }
+
+    /// A new fd for the sandbox's root directory (for [`crate::fsview::SandboxFs::from_root_fd`]).
+    pub fn root_dir(&self) -> std::io::Result<OwnedFd> {
+        self.root.try_clone()
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Why the sandbox ended, once it has.
+    pub fn ended(&self) -> Option<String> {
+        self.shared.ended.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Host pid of the helper that supervises this sandbox.
+    pub fn helper_pid(&self) -> u32 {
+        self.helper.lock().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Starts a command. `on_exit` is called exactly once, from another thread, when it ends.
+    pub fn exec(&self, spec: ExecSpec, on_exit: OnExit) -> Result<Started, EngineError> {
+        if !self.is_alive() {
+            return Err(EngineError::Invalid(format!(
+                "the sandbox has ended: {}",
+                self.ended().unwrap_or_default()
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.insert(
+                id,
+                Pending {
+                    started: Some(tx),
+                    on_exit: Some(on_exit),
+                    exec_error: None,
+                },
+            );
+        }
+        let msg = ToHelper::Exec { id, spec };
+        if let Err(e) = self.control.send(&msg) {
+            self.forget(id);
+            return Err(EngineError::io("sending the command to the sandbox", e));
+        }
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => r,
+            Err(_) => {
+                self.forget(id);
+                Err(EngineError::Setup {
+                    step: "starting the command".into(),
+                    message: "the sandbox did not answer".into(),
+                    errno: None,
+                })
+            }
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.remove(&id);
+        }
+    }
+
+    /// Signals command `id` and its process group; SIGKILL ends everything it started.
+    pub fn signal(&self, id: u64, signal: i32) {
+        let _ = self.control.send(&ToHelper::Signal { id, signal });
+    }
+
+    /// What running command `id` has used so far; `None` if it is not running (or the
+    /// sandbox does not answer within a second).
+    pub fn usage(&self, id: u64) -> Option<CommandUsage> {
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut w) = self.shared.usage.lock() {
+            w.entry(id).or_default().push(tx);
+        }
+        if self.control.send(&ToHelper::Usage { id }).is_err() {
+            return None;
+        }
+        rx.recv_timeout(Duration::from_secs(1)).ok().flatten()
+    }
+
+    /// Kills the sandbox and everything in it; waits for the helper to clean up.
+    pub fn shutdown(&self) {
+        let _ = self.control.send(&ToHelper::Shutdown);
+        if let Ok(mut child) = self.helper.lock() {
+            // The helper removes the cgroup itself; give it a moment, then insist.
+            for _ in 0..200 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn read_events(control: &Channel, shared: &Shared) {
+    let reason = loop {
+        match control.recv::<FromHelper>() {
+            Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
+            Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
+                let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
+                    continue;
+                };
+                if let Some(cb) = p.on_exit.take() {
+                    cb(ExitInfo {
+                        code: end.code,
+                        signal: end.signal,
+                        cpu_user_us: end.cpu_user_us,
+                        cpu_system_us: end.cpu_system_us,
+                        max_rss_kb: end.max_rss_kb,
+                        exec_error: p.exec_error.take(),
+                        sandbox_ended: None,
+                        usage,
+                    });
+                }
+            }
+            Ok(Some((FromHelper::Usage { id, usage }, _))) => {
+                let waiting = shared
+                    .usage
+                    .lock()
+                    .ok()
+                    .and_then(|mut w| w.remove(&id))
+                    .unwrap_or_default();
+                for tx in waiting {
+                    let _ = tx.send(usage.clone());
+                }
+            }
+            Ok(Some((FromHelper::Ended { reason }, _))) => break reason,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break "the sandbox helper exited".to_string(),
+        }
+    };
+    shared.alive.store(false, Ordering::SeqCst);
+    // Nobody will answer a usage question now: let the askers go.
+    if let Ok(mut w) = shared.usage.lock() {
+        w.clear();
+    }
+    if let Ok(mut e) = shared.ended.lock() {
+        *e = Some(reason.clone());
+    }
+    let pending: Vec<Pending> = shared
+        .pending
+        .lock()
+        .map(|mut p| p.drain().map(|(_, v)| v).collect())
+        .unwrap_or_default();
+    for p in pending {
+        if let Some(tx) = p.started {
+            let _ = tx.send(Err(EngineError::Invalid(format!(
+                "the sandbox has ended: {reason}"
+            ))));
+        }
+        if let Some(cb) = p.on_exit {
+            cb(ExitInfo {
+                signal: Some(libc::SIGKILL),
+                sandbox_ended: Some(reason.clone()),
+                exec_error: p.exec_error,
+                ..ExitInfo::default()
+            });
+        }
+    }
+}
+
+fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
+    let Ok(mut pending) = shared.pending.lock() else {
+        return;
+    };
+    match msg {
+        ToSupervisor::Started { id, .. } => {
+            let Some(p) = pending.get_mut(&id) else {
+                return;
+            };
+            let mut it = fds.into_iter();
+            let started = match (it.next(), it.next(), it.next()) {
+                (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started {
+                    id,
+                    stdin,
+                    stdout,
+                    stderr,
+                }),
+                _ => Err(EngineError::Setup {
+                    step: "starting the command".into(),
+                    message: "the sandbox sent no pipes".into(),
+                    errno: None,
+                }),
+            };
+            if let Some(tx) = p.started.take() {
+                let _ = tx.send(started);
+            }
+        }
+        ToSupervisor::ExecFailed {
+            id,
+            errno,
+            path,
+            cwd,
+        } => {
+            let Some(p) = pending.get_mut(&id) else {
+                return;
+            };
+            let what: String = path.chars().take(4096).collect();
+            match p.started.take() {
+                // Failed before it could start: the caller hears it now.
+                Some(tx) => {
+                    let _ = tx.send(Err(EngineError::Setup {
+                        step: "starting the command".into(),
+                        message: if errno == libc::EAGAIN {
+                            "cannot start another process: the sandbox reached its process limit (pids)".to_string()
+                        } else {
+                            format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
+                        },
+                        errno: Some(errno),
+                    }));
+                    pending.remove(&id);
+                }
+                None => p.exec_error = Some((errno, what, cwd)),
+            }
+        }
+        _ => {}
+    }
+}
