@@ -11,10 +11,11 @@ if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
   # docker-registry, umoci, skopeo, busybox-static, apache2-utils (htpasswd): the image tests
   # build images, push them to a loopback registry and pull them (crates/cordon/tests/image.rs).
+  # jq: the README's curl walk-through (crates/cordon/tests/http_contract.rs).
   # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user: the aarch64 build and its
   # emulated unit tests below (x86_64 hosts).
   cross=(); [ "$(uname -m)" = x86_64 ] && cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
-  for p in bubblewrap curl nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
+  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
     python3-pandas docker-registry umoci skopeo busybox-static apache2-utils "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
@@ -90,11 +91,14 @@ fi
 echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
+
+echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
+scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 
 echo "== the release binary, as installed (statically linked on glibc hosts)"
 bin=$(./scripts/build-release.sh)

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::outcome::{exit, Status};
 
 /// A limit that ended the run or refused the program something while it ran.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitHit {

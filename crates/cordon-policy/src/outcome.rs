@@ -7,6 +7,7 @@ use crate::ending::{Ending, LimitHit};
 use crate::output::CapturedText;
 
 /// Why the run ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -19,6 +20,7 @@ pub enum Status {
 }
 
 /// What the run consumed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub wall_ms: u64,
@@ -29,6 +31,7 @@ pub struct Usage {
 }
 
 /// Which layers actually held for this run. Never claims more than the host enforced.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
     pub user_ns: bool,
@@ -42,6 +45,7 @@ pub struct Enforcement {
     /// Landlock ABI in force, 0 when Landlock was not enforced.
     pub landlock_abi: u32,
     /// `"v1"`, `"v2"` or `"none"`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(v1|v2|none)$"))]
     pub cgroup: String,
     pub rlimits: bool,
     /// Host uid the sandbox runs as (never 0).
@@ -53,6 +57,7 @@ pub struct Enforcement {
 }
 
 /// One egress decision of the proxy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkEvent {
     /// Milliseconds since the Unix epoch.
@@ -60,6 +65,7 @@ pub struct NetworkEvent {
     pub host: String,
     pub port: u16,
     /// `"allow"` or `"deny"`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(allow|deny)$"))]
     pub verdict: String,
     pub reason: String,
     /// Bytes relayed in both directions.
@@ -67,6 +73,7 @@ pub struct NetworkEvent {
 }
 
 /// The result of one run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
     pub status: Status,

@@ -30,7 +30,8 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 pub const LANGUAGES: &[&str] = &["python", "javascript", "bash"];
 
 pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
-    match l.trim().to_ascii_lowercase().as_str() {
+    // No trimming: the API's schema names these spellings exactly.
+    match l.to_ascii_lowercase().as_str() {
         "python" | "python3" | "py" => Ok("python"),
         "javascript" | "js" | "node" => Ok("javascript"),
         "bash" | "sh" | "shell" => Ok("bash"),
@@ -43,12 +44,19 @@ pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
+    /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
+    /// `shell`), any case.
     #[serde(default = "default_language")]
+    #[schema(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
     pub language: String,
     pub code: String,
     /// Named context; each has its own state. Default: `default`.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub context: Option<String>,
     /// Per-cell limit, e.g. `"30s"`.
+    #[schema(value_type = Option<crate::types::DurationSchema>)]
     pub timeout: Option<crate::types::Amount>,
 }
 
@@ -82,12 +90,10 @@ pub struct CodeResult {
     /// How the cell ended, in the words of an exec's Outcome: `exited` when it ran to its
     /// end (`error` says whether it raised), `timeout`, `oom`, `signaled`, `cpu_time` when
     /// its kernel was killed so, `error` when the kernel failed otherwise.
-    #[schema(value_type = String)]
     pub status: Status,
     /// Every limit that ended the cell or refused it something while it ran, as an exec's
     /// Outcome lists them (`memory`, `pids`, `cpu_time`, `wall_time`, `output`, `disk`,
     /// `files`).
-    #[schema(value_type = Vec<String>)]
     pub limits_hit: Vec<LimitHit>,
     /// The profile's output limit, applied per stream.
     #[serde(skip)]

@@ -35,12 +35,8 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         &req.env,
         req.network.as_ref(),
     )?;
-    let argv = req.cmd.argv();
-    if argv.is_empty() || argv[0].is_empty() {
-        return Err(ApiError::bad_request(
-            "cmd: give an argv array or a shell string",
-        ));
-    }
+    let argv = req.cmd.checked_argv()?;
+    crate::types::check_cwd(req.cwd.as_deref())?;
     svc.audit.record(
         "run",
         &caller.key_id,

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cordon_linux::persistent::{ExecSpec, ExitInfo, Sandbox};
-use cordon_policy::units::{parse_duration, parse_size};
 use cordon_policy::{
     classify, EndFacts, EnvEntry, ExecFailure, Outcome, OutputCap, ProcessEnd, Profile, Stopped,
     Usage,
@@ -136,63 +135,40 @@ pub struct Service {
     pub audit: Audit,
     pub metrics: Metrics,
     live: RwLock<HashMap<String, Arc<Live>>>,
+    /// Creates under way per key id: slots taken but not yet live (see `reserve`).
+    pending: Mutex<HashMap<String, usize>>,
+}
+
+/// A sandbox slot held by a create under way; given back on drop.
+struct Reservation<'a> {
+    pending: &'a Mutex<HashMap<String, usize>>,
+    key_id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if let Some(n) = p.get_mut(&self.key_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    p.remove(&self.key_id);
+                }
+            }
+        }
+    }
 }
 
 fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
-    match a {
-        Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
-        Amount::Number(_) => Err(ApiError::bad_request(format!(
-            "{field}: must not be negative"
-        ))),
-        Amount::Text(t) => {
-            parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
-        }
-    }
+    a.size(field)
 }
 
 fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
-    match a {
-        Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < 1e9 => {
-            Ok(Duration::from_secs_f64(*n))
-        }
-        Amount::Number(_) => Err(ApiError::bad_request(format!(
-            "{field}: must be a positive number of seconds"
-        ))),
-        Amount::Text(t) => {
-            parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
-        }
-    }
+    a.duration(field)
 }
 
 /// A signal by number or name.
 pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
-    let n = match a {
-        Amount::Number(n) => *n as i32,
-        Amount::Text(t) => {
-            let t = t.trim().to_ascii_uppercase();
-            let t = t.strip_prefix("SIG").unwrap_or(&t).to_string();
-            match t.as_str() {
-                "HUP" => libc::SIGHUP,
-                "INT" => libc::SIGINT,
-                "QUIT" => libc::SIGQUIT,
-                "KILL" => libc::SIGKILL,
-                "USR1" => libc::SIGUSR1,
-                "USR2" => libc::SIGUSR2,
-                "TERM" => libc::SIGTERM,
-                "CONT" => libc::SIGCONT,
-                "STOP" => libc::SIGSTOP,
-                other => other.parse().map_err(|_| {
-                    ApiError::bad_request(format!("signal: unknown signal '{other}'"))
-                })?,
-            }
-        }
-    };
-    if !(1..=64).contains(&n) {
-        return Err(ApiError::bad_request(format!(
-            "signal: {n} is not a signal number"
-        )));
-    }
-    Ok(n)
+    a.signal()
 }
 
 /// Builds a profile from a built-in and the request's overrides.
@@ -226,6 +202,7 @@ pub fn profile_from(
     if let Some(t) = timeout {
         p.limits.timeout = duration(t, "timeout")?;
     }
+    check_env(env)?;
     for (k, v) in env {
         p.env.push(EnvEntry::Set(k.clone(), v.clone()));
     }
@@ -240,12 +217,14 @@ pub fn profile_from(
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
 /// reap the first one's sandboxes at start-up.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
+    let f = crate::datadir::open_private(
+        &dir.join("lock"),
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )
+    .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
     if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(ApiError::conflict(format!(
             "another cordon server is using {}; give each server its own --data-dir",
@@ -264,8 +243,11 @@ fn unix_ms() -> u64 {
 
 impl Service {
     pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
-        std::fs::create_dir_all(&cfg.data_dir)
-            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
+        if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
+            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?
+        {
+            eprintln!("cordon: warning: {warning}");
+        }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
         let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
@@ -277,6 +259,7 @@ impl Service {
             audit,
             metrics: Metrics::default(),
             live: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         });
         svc.reap_previous_run()?;
         Ok(svc)
@@ -319,6 +302,36 @@ impl Service {
         }
     }
 
+    /// Takes one of the caller's sandbox slots, or answers 429 when live sandboxes and creates
+    /// under way already fill its quota. Check and take happen under one lock; the slot is
+    /// released when the reservation drops, after a successful create has made the sandbox
+    /// live, so at no moment is a sandbox counted by neither.
+    fn reserve(&self, caller: &Caller) -> Result<Reservation<'_>, ApiError> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let creating = pending.get(&caller.key_id).copied().unwrap_or(0);
+        if self.count_for(&caller.key_id) + creating >= caller.max_sandboxes as usize {
+            self.metrics.deny("sandbox_quota");
+            return Err(ApiError {
+                code: "quota_exceeded",
+                ..ApiError::too_many(
+                    format!(
+                        "this key may run at most {} sandboxes at once; delete one first",
+                        caller.max_sandboxes
+                    ),
+                    5,
+                )
+            });
+        }
+        *pending.entry(caller.key_id.clone()).or_insert(0) += 1;
+        Ok(Reservation {
+            pending: &self.pending,
+            key_id: caller.key_id.clone(),
+        })
+    }
+
     pub fn count_for(&self, key_id: &str) -> usize {
         self.live
             .read()
@@ -351,19 +364,6 @@ impl Service {
         req: CreateSandbox,
         trusted: Option<Profile>,
     ) -> Result<SandboxInfo, ApiError> {
-        if self.count_for(&caller.key_id) >= caller.max_sandboxes as usize {
-            self.metrics.deny("sandbox_quota");
-            return Err(ApiError {
-                code: "quota_exceeded",
-                ..ApiError::too_many(
-                    format!(
-                        "this key may run at most {} sandboxes at once; delete one first",
-                        caller.max_sandboxes
-                    ),
-                    5,
-                )
-            });
-        }
         let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
@@ -396,12 +396,15 @@ impl Service {
             )));
         }
         for (k, v) in &req.metadata {
-            if k.len() > 128 || v.len() > 1024 {
-                return Err(ApiError::bad_request(
-                    "metadata: keys up to 128 bytes, values up to 1024",
-                ));
+            if k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE {
+                return Err(ApiError::bad_request(format!(
+                    "metadata: keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
+                )));
             }
         }
+        // The slot is taken before the first await and given back if anything below fails (or
+        // the request is dropped): concurrent creates cannot overshoot the key's quota.
+        let slot = self.reserve(caller)?;
         let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
         let on_proxy =
@@ -443,6 +446,8 @@ impl Service {
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
         }
+        // Only now that the sandbox counts as live (see `reserve`).
+        drop(slot);
         self.metrics
             .sandboxes_created
             .fetch_add(1, Ordering::Relaxed);
@@ -513,7 +518,7 @@ impl Service {
     }
 
     /// The sandbox's egress policy and every decision its proxy made so far.
-    pub fn network(&self, caller: &Caller, id: &str) -> Result<serde_json::Value, ApiError> {
+    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
         let events = live
@@ -522,7 +527,7 @@ impl Service {
             .ok()
             .and_then(|e| e.as_ref().map(|p| p.events()))
             .unwrap_or_default();
-        Ok(json!({"policy": policy, "events": events}))
+        Ok(NetworkInfo { policy, events })
     }
 
     /// Replaces the sandbox's egress policy while it runs.
@@ -531,7 +536,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         policy: cordon_policy::network::NetworkPolicy,
-    ) -> Result<serde_json::Value, ApiError> {
+    ) -> Result<NetworkSet, ApiError> {
         let live = self.get_live(caller, id)?;
         let rules = policy
             .compile()
@@ -557,7 +562,7 @@ impl Service {
             Some(id),
             json!({"allow": policy.allow}),
         );
-        Ok(json!({"policy": policy}))
+        Ok(NetworkSet { policy })
     }
 
     pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
@@ -697,15 +702,9 @@ impl Service {
     }
 
     fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
-        let argv = req.cmd.argv();
-        if argv.is_empty() || argv[0].is_empty() {
-            return Err(ApiError::bad_request(
-                "cmd: give an argv array or a shell string",
-            ));
-        }
-        for k in req.env.keys() {
-            EnvEntry::parse(&format!("{k}=x")).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        }
+        let argv = req.cmd.checked_argv()?;
+        check_cwd(req.cwd.as_deref())?;
+        check_env(&req.env)?;
         let timeout = match &req.timeout {
             Some(t) => duration(t, "timeout")?,
             None => live.profile.limits.timeout.min(
