@@ -820,7 +820,8 @@ def test_stdio_run_command_ends_each_payload_as_every_door_does(key: str):
                 ok = (facts["status"], facts["exit_code"]) == ("exited", 0)
                 assert is_error(r) == (not ok), texts(r)[:500]
                 # The text a model reads names each limit hit, and only those.
-                said = [line.split(" ")[2] for line in texts(r).splitlines() if line.startswith("limit hit: ")]
+                lines = texts(r).splitlines()
+                said = [line.split(" ")[2] for line in lines if line.startswith("limit hit: ")]
                 assert said == facts["limits_hit"], texts(r)[:500]
 
     try:
