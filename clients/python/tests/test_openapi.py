@@ -37,7 +37,9 @@ MODELS: List[Type[Any]] = [
 # Request schema -> (a body with every option given, a body with none).
 REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[str, Any]]]] = {
     "CreateSandbox": (
-        lambda: _core.create_body("default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"]),
+        lambda: _core.create_body(
+            "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s"
+        ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),
     "ExecRequest": (

@@ -36,13 +36,13 @@ fn exec(s: &Server, id: &str, body: Value) -> Outcome {
 /// A sandbox with the payload's limits (those that belong to the sandbox).
 fn sandbox_for(s: &Server, p: &Payload) -> String {
     let mut body = json!({});
-    if let Some(m) = p.memory {
+    if let Some(m) = &p.memory {
         body["memory"] = json!(m);
     }
     if let Some(n) = p.pids {
         body["pids"] = json!(n);
     }
-    if let Some(o) = p.output_limit {
+    if let Some(o) = &p.output_limit {
         body["output_limit"] = json!(o);
     }
     create(s, body)
@@ -62,7 +62,7 @@ fn through_exec(s: &Server, p: &Payload) -> Outcome {
     let id = sandbox_for(s, p);
     let marker = unique("exec");
     let mut body = json!({"cmd": argv(p, &marker)});
-    if let Some(t) = p.timeout {
+    if let Some(t) = &p.timeout {
         body["timeout"] = json!(t);
     }
     let o = exec(s, &id, body);
@@ -416,14 +416,14 @@ fn a_cell_says_which_limit_ended_it() {
     assert_eq!(hits(&ok), Vec::<&str>::new(), "{ok}");
 
     // Output past the cap.
-    let v = cell(&s, &id, payloads::OUTPUT_FLOOD.script, "30s");
+    let v = cell(&s, &id, &payloads::OUTPUT_FLOOD.script, "30s");
     assert_eq!(v["status"], "exited", "{v}");
     assert_eq!(hits(&v), ["output"], "{v}");
     assert_eq!(v["stdout_truncated"], true, "{v}");
     assert_eq!(v["stdout"].as_str().map(str::len), Some(10 << 10), "{v}");
 
     // The timeout: Python takes the interrupt and keeps its state.
-    let v = cell(&s, &id, payloads::CPU_SPIN.script, "2s");
+    let v = cell(&s, &id, &payloads::CPU_SPIN.script, "2s");
     assert_eq!(v["status"], "timeout", "{v}");
     assert_eq!(hits(&v), ["wall_time"], "{v}");
     assert_eq!(v["error"]["name"], "KeyboardInterrupt", "{v}");
@@ -432,7 +432,7 @@ fn a_cell_says_which_limit_ended_it() {
 
     // A fork bomb: the cell goes on after the refusal and reports it; the kernel, and every
     // copy of it the bomb made, ends, and the next cell starts afresh.
-    let v = cell(&s, &id, payloads::PIDS_BOMB.script, "30s");
+    let v = cell(&s, &id, &payloads::PIDS_BOMB.script, "30s");
     assert_eq!(v["status"], "exited", "{v}");
     assert_eq!(hits(&v), ["pids"], "{v}");
     assert_eq!(v["state_lost"], true, "{v}");
@@ -447,7 +447,7 @@ fn a_cell_says_which_limit_ended_it() {
 
     // Memory: with a cgroup, the OOM killer ends the kernel and the cell says so; without one
     // the allocation fails inside Python (as under `cordon run`) and the kernel lives on.
-    let v = cell(&s, &id, payloads::OOM.script, "30s");
+    let v = cell(&s, &id, &payloads::OOM.script, "30s");
     if o.has_cgroup() {
         assert_eq!(v["status"], "oom", "{v}");
         assert_eq!(hits(&v), ["memory"], "{v}");

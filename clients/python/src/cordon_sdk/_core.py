@@ -310,6 +310,8 @@ def create_body(
     env: Optional[Mapping[str, Any]],
     metadata: Optional[Mapping[str, Any]],
     network: NetworkSpec,
+    output_limit: Optional[Size] = None,
+    cpu_time: Optional[Duration] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
@@ -323,6 +325,10 @@ def create_body(
         body["pids"] = int(pids)
     if disk is not None:
         body["disk"] = size_json(disk, "disk")
+    if output_limit is not None:
+        body["output_limit"] = size_json(output_limit, "output_limit")
+    if cpu_time is not None:
+        body["cpu_time"] = duration_json(cpu_time, "cpu_time")
     if ttl is not None:
         body["ttl"] = duration_json(ttl, "ttl")
     if env:
