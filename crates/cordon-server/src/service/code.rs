@@ -5,7 +5,7 @@ use std::time::Instant;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::requests::duration;
+use super::requests::{at_most, duration};
 use super::{Caller, Service};
 use crate::error::ApiError;
 
@@ -25,12 +25,7 @@ impl Service {
             Some(t) => duration(t, "timeout")?,
             None => live.profile.limits.timeout,
         };
-        if timeout > self.cfg.max_exec_timeout {
-            return Err(ApiError::bad_request(format!(
-                "timeout: at most {}s",
-                self.cfg.max_exec_timeout.as_secs()
-            )));
-        }
+        at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
         let slot = live.contexts.slot(language, &context)?;
         self.audit.record(
             "sandbox.code",

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::network::egress_during;
-use super::requests::duration;
+use super::requests::{at_most, duration};
 use super::{unix_ms, Caller, Live, Service};
 use crate::error::ApiError;
 use crate::types::*;
@@ -104,10 +104,20 @@ type StartedParts = (
     Instant,
 );
 
-async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
+/// Starts a process in the sandbox (off the async threads: the helper's socket blocks) and
+/// hands back its pipes and the receiver of its exit report. Commands and code kernels alike.
+pub(crate) async fn spawn_exec(
+    live: &Live,
+    spec: ExecSpec,
+) -> Result<
+    (
+        cordon_linux::persistent::Started,
+        tokio::sync::oneshot::Receiver<ExitInfo>,
+    ),
+    ApiError,
+> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sb = live.sandbox.clone();
-    let t0 = Instant::now();
     let started = tokio::task::spawn_blocking(move || {
         sb.exec(
             spec,
@@ -119,6 +129,12 @@ async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiErro
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    Ok((started, rx))
+}
+
+async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
+    let t0 = Instant::now();
+    let (started, rx) = spawn_exec(live, spec).await?;
     Ok((started, rx, t0))
 }
 
@@ -314,12 +330,7 @@ impl Service {
                     .max(live.profile.limits.timeout),
             ),
         };
-        if timeout > self.cfg.max_exec_timeout {
-            return Err(ApiError::bad_request(format!(
-                "timeout: at most {}s",
-                self.cfg.max_exec_timeout.as_secs()
-            )));
-        }
+        at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
         Ok((
             ExecSpec {
                 argv,

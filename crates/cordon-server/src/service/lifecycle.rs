@@ -9,7 +9,7 @@ use cordon_linux::persistent::Sandbox;
 use cordon_policy::Profile;
 use serde_json::json;
 
-use super::requests::{duration, profile_from, size};
+use super::requests::{at_most, duration, profile_from, size};
 use super::{Caller, Live, Service};
 use crate::error::ApiError;
 use crate::registry::now;
@@ -150,12 +150,7 @@ impl Service {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
         };
-        if ttl > self.cfg.max_ttl {
-            return Err(ApiError::bad_request(format!(
-                "ttl: at most {}s",
-                self.cfg.max_ttl.as_secs()
-            )));
-        }
+        at_most(ttl, self.cfg.max_ttl, "ttl")?;
         for (k, v) in &req.metadata {
             if k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE {
                 return Err(ApiError::bad_request(format!(
@@ -315,12 +310,7 @@ impl Service {
     pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let ttl = duration(ttl, "ttl")?;
-        if ttl > self.cfg.max_ttl {
-            return Err(ApiError::bad_request(format!(
-                "ttl: at most {}s",
-                self.cfg.max_ttl.as_secs()
-            )));
-        }
+        at_most(ttl, self.cfg.max_ttl, "ttl")?;
         let exp = now() + ttl.as_secs();
         live.expires_at.store(exp, Ordering::SeqCst);
         self.registry.set_expiry(id, exp)?;

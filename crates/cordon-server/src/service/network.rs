@@ -8,6 +8,15 @@ use super::{Caller, Live, Service};
 use crate::error::ApiError;
 use crate::types::*;
 
+/// Every decision the sandbox's egress proxy has logged.
+fn egress_events(live: &Live) -> Vec<cordon_policy::NetworkEvent> {
+    live.egress
+        .lock()
+        .ok()
+        .and_then(|e| e.as_ref().map(|p| p.events()))
+        .unwrap_or_default()
+}
+
 /// The decisions the sandbox's egress proxy made between `from_ms` and `to_ms`: a command's
 /// share of the log (commands running side by side share theirs).
 pub(super) fn egress_during(
@@ -15,13 +24,7 @@ pub(super) fn egress_during(
     from_ms: u64,
     to_ms: u64,
 ) -> Vec<cordon_policy::NetworkEvent> {
-    let events = live
-        .egress
-        .lock()
-        .ok()
-        .and_then(|e| e.as_ref().map(|p| p.events()))
-        .unwrap_or_default();
-    events
+    egress_events(live)
         .into_iter()
         .filter(|e| (from_ms..=to_ms).contains(&e.time_ms))
         .collect()
@@ -62,13 +65,10 @@ impl Service {
     pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
-        let events = live
-            .egress
-            .lock()
-            .ok()
-            .and_then(|e| e.as_ref().map(|p| p.events()))
-            .unwrap_or_default();
-        Ok(NetworkInfo { policy, events })
+        Ok(NetworkInfo {
+            policy,
+            events: egress_events(&live),
+        })
     }
 
     /// Replaces the sandbox's egress policy while it runs.

@@ -17,6 +17,17 @@ pub(super) fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
     a.duration(field)
 }
 
+/// Refuses a TTL or timeout beyond the server's ceiling for it.
+pub(super) fn at_most(value: Duration, max: Duration, field: &str) -> Result<(), ApiError> {
+    if value > max {
+        return Err(ApiError::bad_request(format!(
+            "{field}: at most {}s",
+            max.as_secs()
+        )));
+    }
+    Ok(())
+}
+
 /// A signal by number or name.
 pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
     a.signal()
