@@ -283,7 +283,6 @@ impl Contexts {
 }
 
 async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel, ApiError> {
-    let (tx, exit) = tokio::sync::oneshot::channel();
     let mut env = vec![
         ("MPLBACKEND".to_string(), "Agg".to_string()),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
@@ -302,18 +301,7 @@ async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel
         env,
         cwd: None,
     };
-    let sb = live.sandbox.clone();
-    let started = tokio::task::spawn_blocking(move || {
-        sb.exec(
-            spec,
-            Box::new(move |e| {
-                let _ = tx.send(e);
-            }),
-        )
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    let (started, exit) = crate::service::spawn_exec(live, spec).await?;
     let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
     let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
