@@ -32,7 +32,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::keys;
-use crate::service::{signal_number, Caller, ExecEvent, Service};
+use crate::service::{signal_number, Caller, ContextEnd, ExecEvent, Service};
 use crate::types::*;
 
 pub struct AppState {
@@ -1124,7 +1124,7 @@ async fn restart_context(
     Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service
-        .restart_context(&c, &id, &language, &name)
+        .end_context(&c, &id, &language, &name, ContextEnd::Restart)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -1136,7 +1136,9 @@ async fn delete_context(
     Extension(c): Extension<Caller>,
     Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
-    st.service.delete_context(&c, &id, &language, &name).await?;
+    st.service
+        .end_context(&c, &id, &language, &name, ContextEnd::Delete)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -9,6 +9,15 @@ use super::requests::{at_most, duration};
 use super::{Caller, Service};
 use crate::error::ApiError;
 
+/// How [`Service::end_context`] ends a context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextEnd {
+    /// Stop the kernel; the context stays and its next cell starts a fresh kernel.
+    Restart,
+    /// Stop the kernel and forget the context.
+    Delete,
+}
+
 impl Service {
     /// Runs a code cell in a stateful context (see [`crate::kernel`]).
     pub async fn run_code(
@@ -73,36 +82,17 @@ impl Service {
         })
     }
 
-    pub async fn restart_context(
+    /// Stops a context's kernel: a restart keeps the context (its next cell starts a fresh
+    /// kernel), a delete also forgets it.
+    pub async fn end_context(
         &self,
         caller: &Caller,
         id: &str,
         language: &str,
         name: &str,
+        how: ContextEnd,
     ) -> Result<(), ApiError> {
-        self.end_context(caller, id, language, name, false).await
-    }
-
-    pub async fn delete_context(
-        &self,
-        caller: &Caller,
-        id: &str,
-        language: &str,
-        name: &str,
-    ) -> Result<(), ApiError> {
-        self.end_context(caller, id, language, name, true).await
-    }
-
-    /// Stops a context's kernel; `remove` also forgets the context (delete), otherwise its
-    /// next cell starts a fresh kernel (restart).
-    async fn end_context(
-        &self,
-        caller: &Caller,
-        id: &str,
-        language: &str,
-        name: &str,
-        remove: bool,
-    ) -> Result<(), ApiError> {
+        let remove = how == ContextEnd::Delete;
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(language)?;
         let slot = if remove {

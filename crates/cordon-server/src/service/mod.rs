@@ -7,6 +7,7 @@ mod lifecycle;
 mod network;
 mod requests;
 
+pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
 pub use exec::{BgCommand, ExecEvent};
 pub use requests::{profile_from, signal_number};
