@@ -81,3 +81,14 @@ fn load(key: &str) -> Payload {
         .unwrap_or_else(|| panic!("no {key} in clients/payloads.json"));
     serde_json::from_value(one).unwrap_or_else(|e| panic!("{key} in clients/payloads.json: {e}"))
 }
+
+/// How [`CPU_SPIN`] must end through any door: stopped at its timeout, and the CPU it burnt
+/// counted although it was killed — two seconds of spinning on a shared two-core machine,
+/// well over a tenth of it ours.
+pub fn assert_spin_ended_at_its_timeout(o: &super::Outcome) {
+    assert_eq!(o.status(), "timeout", "{o}");
+    assert_eq!(o.limits_hit(), ["wall_time"], "{o}");
+    let cpu = o.usage("cpu_user_ms");
+    assert!(cpu >= 200, "cpu_user_ms {cpu} for a 2 s spin:\n{o}");
+    assert!(cpu <= o.usage("wall_ms") + 100, "{o}");
+}
