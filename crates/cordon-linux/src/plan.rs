@@ -209,6 +209,14 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             ll.read_exec.push(b.dest.clone());
         }
     }
+    // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
+    // there it is the same directory, unless a bind of the profile's own claims the name.
+    if !p.binds.iter().any(|b| b.dest.starts_with("/home/user")) {
+        root.push(RootEntry::Symlink {
+            target: "sandbox".into(),
+            link: "/home/user".into(),
+        });
+    }
     if let Some(ws) = &p.workspace {
         let meta = std::fs::metadata(ws)
             .map_err(|e| EngineError::Invalid(format!("--workspace {}: {e}", ws.display())))?;

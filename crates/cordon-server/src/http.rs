@@ -136,53 +136,68 @@ fn local_request(h: &HeaderMap) -> Result<(), ApiError> {
 }
 
 async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let caller = if st.open {
-        if let Err(e) = local_request(req.headers()) {
-            st.service.metrics.deny("origin");
-            return e.into_response();
-        }
-        Caller {
-            key_id: OPEN_KEY.into(),
-            max_sandboxes: 1000,
-        }
-    } else {
-        let token = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let Some(token) = token else {
-            st.service.metrics.deny("unauthenticated");
-            return ApiError::unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-                .into_response();
-        };
-        let rec = match st.service.registry.key_by_hash(&keys::hash(token)) {
-            Ok(Some(r)) if !r.revoked => r,
-            Ok(_) => {
-                st.service.metrics.deny("bad_key");
-                return ApiError::unauthorized("invalid or revoked API key").into_response();
-            }
-            Err(e) => return e.into_response(),
-        };
-        if !st.allow(&rec.id, rec.requests_per_second) {
-            st.service.metrics.deny("rate_limit");
-            return ApiError::too_many(
-                format!(
-                    "rate limit of {} requests per second exceeded",
-                    rec.requests_per_second
-                ),
-                1,
-            )
-            .into_response();
-        }
-        Caller {
-            key_id: rec.id,
-            max_sandboxes: rec.max_sandboxes,
-        }
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let caller = match authenticate(
+        &st,
+        req.headers(),
+        token,
+        "missing API key: send 'Authorization: Bearer <key>'",
+    ) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
+}
+
+/// Who sends `token` (an API key), under its rate limit; on a server without keys, any local
+/// program. Every front end (this API, the E2B door) authenticates through here.
+pub(crate) fn authenticate(
+    st: &AppState,
+    headers: &HeaderMap,
+    token: Option<&str>,
+    missing: &str,
+) -> Result<Caller, ApiError> {
+    if st.open {
+        if let Err(e) = local_request(headers) {
+            st.service.metrics.deny("origin");
+            return Err(e);
+        }
+        return Ok(Caller {
+            key_id: OPEN_KEY.into(),
+            max_sandboxes: 1000,
+        });
+    }
+    let Some(token) = token else {
+        st.service.metrics.deny("unauthenticated");
+        return Err(ApiError::unauthorized(missing.to_string()));
+    };
+    let rec = match st.service.registry.key_by_hash(&keys::hash(token))? {
+        Some(r) if !r.revoked => r,
+        _ => {
+            st.service.metrics.deny("bad_key");
+            return Err(ApiError::unauthorized("invalid or revoked API key"));
+        }
+    };
+    if !st.allow(&rec.id, rec.requests_per_second) {
+        st.service.metrics.deny("rate_limit");
+        return Err(ApiError::too_many(
+            format!(
+                "rate limit of {} requests per second exceeded",
+                rec.requests_per_second
+            ),
+            1,
+        ));
+    }
+    Ok(Caller {
+        key_id: rec.id,
+        max_sandboxes: rec.max_sandboxes,
+    })
 }
 
 /// Routes anyone may call: no key, no rate limit.
@@ -230,10 +245,12 @@ pub fn router(st: Arc<AppState>) -> Router {
         .split_for_parts();
     let api = router
         .layer(DefaultBodyLimit::max(max_upload))
-        .with_state(st);
+        .with_state(st.clone());
     // Around the whole router, not route by route: the 405 answers get their `Allow` header
     // from the router itself, after any per-route layer has run.
+    // The E2B door answers its own paths (none of which this API uses) in E2B's shapes.
     Router::new()
+        .merge(crate::e2b::router(st))
         .fallback_service(api)
         .layer(middleware::from_fn(json_errors))
 }

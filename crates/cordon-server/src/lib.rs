@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod datadir;
+pub mod e2b;
 pub mod error;
 pub mod files;
 pub mod http;

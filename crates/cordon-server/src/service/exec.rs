@@ -35,9 +35,30 @@ pub struct BgCommand {
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
     output: Mutex<(OutputCap, OutputCap)>,
     done: watch::Receiver<Option<Outcome>>,
+    /// Output as it comes, for front ends that attach to a running command (E2B's
+    /// `commands.connect`); a subscriber sees what is produced after it subscribed.
+    events: tokio::sync::broadcast::Sender<ExecEvent>,
+    /// The command's own environment and working directory, as asked (for listings).
+    pub env: std::collections::BTreeMap<String, String>,
+    pub cwd: Option<String>,
 }
 
 impl BgCommand {
+    /// Output from now on, and the outcome if the command has already ended. Subscribe
+    /// before looking at the outcome: an ending between the two is then seen by one of them.
+    pub fn subscribe(
+        &self,
+    ) -> (
+        tokio::sync::broadcast::Receiver<ExecEvent>,
+        watch::Receiver<Option<Outcome>>,
+    ) {
+        (self.events.subscribe(), self.done.clone())
+    }
+
+    pub fn running(&self) -> bool {
+        self.done.borrow().is_none()
+    }
+
     pub fn info(&self) -> CommandInfo {
         let (out, err) = self
             .output
@@ -375,6 +396,19 @@ impl Service {
         id: &str,
         req: ExecRequest,
     ) -> Result<CommandInfo, ApiError> {
+        Ok(self.exec_attached(caller, id, req, true).await?.0.info())
+    }
+
+    /// Starts a background command and subscribes to its output before any of it is read,
+    /// so the subscriber misses nothing. With `keep_stdin: false` its stdin is closed at once
+    /// (a command that reads it sees end of file instead of waiting).
+    pub async fn exec_attached(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        keep_stdin: bool,
+    ) -> Result<(Arc<BgCommand>, tokio::sync::broadcast::Receiver<ExecEvent>), ApiError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         let argv = spec.argv.clone();
@@ -382,14 +416,18 @@ impl Service {
         let cid = format!("cmd-{}", crate::keys::random_hex(6));
         let (stdin, output) = split(start(&live, spec).await?)?;
         let limit = live.profile.limits.output_limit;
+        let (events, first) = tokio::sync::broadcast::channel(1024);
         let cmd = Arc::new(BgCommand {
             id: cid.clone(),
             exec_id: output.exec_id,
             argv,
             started_at_ms: unix_ms(),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            stdin: tokio::sync::Mutex::new(keep_stdin.then_some(stdin)),
             output: Mutex::new((OutputCap::new(limit), OutputCap::new(limit))),
             done: done_rx,
+            events,
+            env: req.env.clone(),
+            cwd: req.cwd.clone(),
         });
         if let Ok(mut c) = live.commands.lock() {
             // Keep the table bounded: forget finished commands beyond 100.
@@ -414,14 +452,38 @@ impl Service {
         let svc = self.clone();
         let live2 = live.clone();
         let cmd2 = cmd.clone();
+        // The pump streams into a channel; a forwarder fans it out to whoever subscribed.
+        let (tx, mut rx) = mpsc::channel::<ExecEvent>(64);
+        let fan_out = cmd.events.clone();
         tokio::spawn(async move {
-            let outcome = pump(&live2, output, timeout, None, Some(&cmd2)).await;
+            while let Some(ev) = rx.recv().await {
+                let _ = fan_out.send(ev);
+            }
+        });
+        tokio::spawn(async move {
+            let outcome = pump(&live2, output, timeout, Some(tx), Some(&cmd2)).await;
             let outcome = outcome
                 .unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
             svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
             let _ = done_tx.send(Some(outcome));
         });
-        Ok(cmd.info())
+        Ok((cmd, first))
+    }
+
+    /// The background commands of a sandbox, oldest first.
+    pub fn background_commands(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Vec<Arc<BgCommand>>, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let mut v: Vec<Arc<BgCommand>> = c.values().cloned().collect();
+        v.sort_by_key(|c| (c.started_at_ms, c.exec_id));
+        Ok(v)
     }
 
     fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
@@ -475,18 +537,31 @@ impl Service {
         cid: &str,
         req: StdinRequest,
     ) -> Result<(), ApiError> {
+        self.command_input(caller, id, cid, req.data.as_bytes(), req.close)
+            .await
+    }
+
+    /// Writes bytes to a background command's stdin, then closes it if `close`.
+    pub async fn command_input(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        data: &[u8],
+        close: bool,
+    ) -> Result<(), ApiError> {
         let cmd = self.command(caller, id, cid)?;
         let mut guard = cmd.stdin.lock().await;
         if let Some(w) = guard.as_mut() {
-            if !req.data.is_empty() {
-                w.write_all(req.data.as_bytes())
+            if !data.is_empty() {
+                w.write_all(data)
                     .await
                     .map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
             }
-        } else if !req.data.is_empty() {
+        } else if !data.is_empty() {
             return Err(ApiError::conflict("stdin of this command is closed"));
         }
-        if req.close {
+        if close {
             *guard = None;
         }
         Ok(())
