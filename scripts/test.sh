@@ -88,14 +88,14 @@ for line in sys.stdin:
   done
 fi
 
-echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
+echo "== Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
+"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e clients/e2b-e2e
 
 echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"

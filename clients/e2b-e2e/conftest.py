@@ -40,6 +40,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator["Server"]:
     assert code in (0, -signal.SIGTERM), f"cordon serve exited with {code}:\n{srv.log.read_text(errors='replace')}"
 
 
+@pytest.fixture(scope="session")
+def host_secret() -> str:
+    return HOST_SECRET
+
+
 @pytest.fixture(scope="session", autouse=True)
 def e2b_env(server: "Server") -> Iterator[None]:
     """The three variables an E2B program is pointed at cordon with — nothing else."""

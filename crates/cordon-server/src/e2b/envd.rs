@@ -184,20 +184,40 @@ fn decode<T: for<'de> Deserialize<'de>>(data: &[u8]) -> Result<T, RpcError> {
         .map_err(|e| RpcError::new("invalid_argument", format!("request message: {e}")))
 }
 
+/// A body of at most `max` bytes, or `None`. Past the limit the rest is read and dropped (up
+/// to a bound), so the client reads the error instead of meeting a closed connection.
+async fn read_limited(body: Body, max: usize) -> Option<Vec<u8>> {
+    const DRAIN_LIMIT: usize = 64 << 20;
+    let mut stream = body.into_data_stream();
+    let mut data = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.ok()?;
+        seen += chunk.len();
+        if seen > max {
+            data = Vec::new();
+            if seen > max + DRAIN_LIMIT {
+                return None;
+            }
+            continue;
+        }
+        data.extend_from_slice(&chunk);
+    }
+    (seen <= max).then_some(data)
+}
+
 /// The single message of a unary or server-stream request.
 async fn one_message(body: Body, k: &Kind) -> Result<Vec<u8>, RpcError> {
-    let data = axum::body::to_bytes(body, MAX_MESSAGE + 5)
-        .await
-        .map_err(|_| {
-            RpcError::new(
-                "resource_exhausted",
-                format!("request over the limit of {MAX_MESSAGE} bytes"),
-            )
-        })?;
+    let data = read_limited(body, MAX_MESSAGE + 5).await.ok_or_else(|| {
+        RpcError::new(
+            "resource_exhausted",
+            format!("request over the limit of {MAX_MESSAGE} bytes"),
+        )
+    })?;
     if *k == Kind::Unary {
-        return Ok(data.to_vec());
+        return Ok(data);
     }
-    let mut buf = data.to_vec();
+    let mut buf = data;
     let mut frames = take_frames(&mut buf)?;
     if !buf.is_empty() || frames.len() != 1 {
         return Err(RpcError::new(
@@ -384,13 +404,29 @@ fn data_event(stream: &str, d: &[u8]) -> Value {
     json!({"event": {"data": {stream: B64.encode(d)}}})
 }
 
+/// A stream's exact bytes in an outcome.
+fn outcome_bytes(o: &Outcome, stdout: bool) -> Vec<u8> {
+    let (text, b64) = if stdout {
+        (&o.stdout, &o.stdout_b64)
+    } else {
+        (&o.stderr, &o.stderr_b64)
+    };
+    b64.as_deref()
+        .and_then(|b| B64.decode(b).ok())
+        .unwrap_or_else(|| text.as_bytes().to_vec())
+}
+
 /// Streams a command's events to the client: `start`, its output, `end`, then the end
-/// envelope. The command goes on if the client leaves.
+/// envelope. The command goes on if the client leaves. `from_start`: the subscription was
+/// taken before the command's first output, so the outcome's output, as kept, is what the
+/// client must have seen by the end (anything the stream missed is sent before `end`); for
+/// a command that had already ended, its whole kept output is sent.
 fn follow(
     cmd: Arc<BgCommand>,
     mut events: broadcast::Receiver<ExecEvent>,
     mut done: watch::Receiver<Option<Outcome>>,
     keepalive: Duration,
+    from_start: bool,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
@@ -401,43 +437,45 @@ fn follow(
         if !send(json!({"event": {"start": {"pid": cmd.exec_id}}})).await {
             return;
         }
-        let already = done.borrow().clone();
-        let mut outcome: Option<Outcome> = already;
+        let ended_before = done.borrow().is_some();
+        let whole = from_start || ended_before;
+        let mut sent = [0usize; 2];
+        let mut outcome: Option<Outcome> = None;
         let mut ticker = tokio::time::interval(keepalive);
         ticker.tick().await;
-        // Set when the outcome is known but the output fan-out may still hold the last chunks.
-        let mut grace: Option<tokio::time::Instant> = None;
-        while outcome.is_none() || grace.is_some() {
+        // Set when the outcome is known but the output fan-out may still hold the last
+        // chunks: they are taken until then.
+        let mut grace: Option<tokio::time::Instant> =
+            ended_before.then(|| tokio::time::Instant::now() + Duration::from_millis(300));
+        while outcome.is_none() {
             let until = grace.unwrap_or_else(|| tokio::time::Instant::now() + keepalive * 2);
             tokio::select! {
                 ev = events.recv() => match ev {
-                    Ok(ExecEvent::Stdout(d)) => { if !send(data_event("stdout", &d)).await { return; } }
-                    Ok(ExecEvent::Stderr(d)) => { if !send(data_event("stderr", &d)).await { return; } }
-                    Ok(ExecEvent::Exit(o)) => { outcome = Some(*o); grace = None; }
+                    Ok(ExecEvent::Stdout(d)) => {
+                        sent[0] += d.len();
+                        if !send(data_event("stdout", &d)).await { return; }
+                    }
+                    Ok(ExecEvent::Stderr(d)) => {
+                        sent[1] += d.len();
+                        if !send(data_event("stderr", &d)).await { return; }
+                    }
+                    Ok(ExecEvent::Exit(o)) => outcome = Some(*o),
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => {
-                        grace = None;
-                        if outcome.is_none() {
-                            outcome = done.borrow().clone();
-                            if outcome.is_none() {
-                                // The command is gone without a word: wait for its outcome.
-                                let _ = done.changed().await;
-                                outcome = Some(done.borrow().clone().unwrap_or_else(|| Outcome::error("the command ended without an outcome", Default::default())));
-                            }
+                        if done.borrow().is_none() {
+                            // The fan-out is gone before the outcome: wait for it.
+                            let _ = done.changed().await;
                         }
+                        outcome = Some(done.borrow().clone().unwrap_or_else(|| Outcome::error("the command ended without an outcome", Default::default())));
                     }
                 },
-                r = done.changed(), if outcome.is_none() && grace.is_none() => {
+                r = done.changed(), if grace.is_none() => {
                     if r.is_err() || done.borrow().is_some() {
                         grace = Some(tokio::time::Instant::now() + Duration::from_millis(300));
                     }
                 },
                 _ = tokio::time::sleep_until(until), if grace.is_some() => {
-                    grace = None;
-                    outcome = done.borrow().clone();
-                    if outcome.is_none() {
-                        outcome = Some(Outcome::error("the command ended without an outcome", Default::default()));
-                    }
+                    outcome = Some(done.borrow().clone().unwrap_or_else(|| Outcome::error("the command ended without an outcome", Default::default())));
                 },
                 _ = ticker.tick() => {
                     if !send(json!({"event": {"keepalive": {}}})).await { return; }
@@ -445,6 +483,14 @@ fn follow(
             }
         }
         if let Some(o) = outcome {
+            if whole {
+                for (i, name) in [(0, "stdout"), (1, "stderr")] {
+                    let all = outcome_bytes(&o, i == 0);
+                    if all.len() > sent[i] && !send(data_event(name, &all[sent[i]..])).await {
+                        return;
+                    }
+                }
+            }
             if !send(end_event(&o)).await {
                 return;
             }
@@ -525,6 +571,9 @@ async fn process_call(
                 None | Some("") => HOME.to_string(),
                 Some(c) => sandbox_path(c)?,
             };
+            // The shell then says /home/user rather than the link's target.
+            let mut env = req.process.envs;
+            env.entry("PWD".into()).or_insert_with(|| cwd.clone());
             let max = e2b.st.service.cfg.max_exec_timeout;
             let timeout = timeout_of(h).unwrap_or(max).min(max);
             let (cmd, first) = e2b
@@ -536,7 +585,7 @@ async fn process_call(
                     ExecRequest {
                         cmd: Cmd::Argv(argv),
                         cwd: Some(cwd),
-                        env: req.process.envs,
+                        env,
                         stdin: None,
                         timeout: Some(Amount::Number(timeout.as_secs_f64())),
                         background: true,
@@ -545,13 +594,13 @@ async fn process_call(
                 )
                 .await?;
             let (_, done) = cmd.subscribe();
-            Ok(follow(cmd, first, done, keepalive_of(h)))
+            Ok(follow(cmd, first, done, keepalive_of(h), true))
         }
         "Connect" => {
             let req: SelReq = decode(&msg)?;
             let cmd = find(e2b, &caller, &id, &req.process)?;
             let (events, done) = cmd.subscribe();
-            Ok(follow(cmd, events, done, keepalive_of(h)))
+            Ok(follow(cmd, events, done, keepalive_of(h), false))
         }
         "List" => {
             let procs: Vec<Value> = e2b

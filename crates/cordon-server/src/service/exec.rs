@@ -109,10 +109,13 @@ async fn drain_now(
     is_stdout: bool,
     events: &Option<mpsc::Sender<ExecEvent>>,
 ) {
+    use std::os::fd::AsFd;
     let mut buf = [0u8; 32 * 1024];
-    // Bounded: a writer that never stops must not keep us here.
+    // Bounded: a writer that never stops must not keep us here. The read goes to the pipe
+    // itself (it is non-blocking), not through tokio's readiness: on a loaded host the reactor
+    // may not have seen the last write yet, and `try_read` would then report nothing.
     for _ in 0..64 {
-        match pipe.try_read(&mut buf) {
+        match rustix::io::read(pipe.as_fd(), &mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => take_output(&buf[..n], keep, bg, is_stdout, events).await,
         }
