@@ -19,6 +19,9 @@ if [ "$(id -u)" -eq 0 ]; then
     python3-pandas docker-registry umoci skopeo busybox-static apache2-utils "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
+  # npm: the JavaScript E2B SDKs' end-to-end test installs them (a nodejs from elsewhere may
+  # bring its own npm).
+  command -v npm >/dev/null || pkgs+=(npm)
   if [ ${#pkgs[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
@@ -96,6 +99,9 @@ venv=$(mktemp -d)/venv
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e clients/e2b-e2e
+
+echo "== the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
+"$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10
 
 echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
