@@ -99,3 +99,16 @@ def test_another_keys_sandbox_is_invisible(server, sbx):
         Sandbox.connect(sbx.sandbox_id, api_key=other)
     assert Sandbox.kill(sbx.sandbox_id, api_key=other) is False
     assert sbx.is_running()
+
+
+def test_quota_is_the_keys_quota(server):
+    from e2b.exceptions import RateLimitException
+
+    key = server.new_key(max_sandboxes=1)
+    s = Sandbox.create(api_key=key, timeout=60)
+    try:
+        with pytest.raises(RateLimitException):
+            Sandbox.create(api_key=key, timeout=60)
+    finally:
+        s.kill()
+    Sandbox.create(api_key=key, timeout=60).kill()

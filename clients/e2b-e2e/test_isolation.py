@@ -184,3 +184,29 @@ def test_malformed_connect_requests(server, sbx):
         assert r.status_code == 400
     # After all that the sandbox and the server still work.
     assert sbx.commands.run("echo ok").stdout == "ok\n"
+
+
+def test_quiet_streams_get_keepalives_and_clients_may_leave(server, sbx):
+    """A command that prints nothing for a while still gets `keepalive` events at the interval
+    the client asked for; a client that leaves mid-stream leaves the command running."""
+    h = {**_headers(sbx), "Content-Type": "application/connect+json", "Keepalive-Ping-Interval": "1"}
+    req = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 2.5; echo woke"]}}).encode()
+    with httpx.Client(timeout=30) as c:
+        r = c.post(f"{server.url}/process.Process/Start", headers=h, content=_env(req))
+    body, events = r.content, []
+    while body:
+        flags, n = struct.unpack(">BI", body[:5])
+        msg = json.loads(body[5 : 5 + n])
+        body = body[5 + n :]
+        if not flags & 2:
+            events.append(next(iter(msg["event"])))
+    assert events[0] == "start" and events[-1] == "end", events
+    assert events.count("keepalive") >= 2, events
+    assert "data" in events
+    # Leave a stream early: the command goes on and can be joined again.
+    with httpx.Client(timeout=30) as c:
+        with c.stream("POST", f"{server.url}/process.Process/Start", headers=h,
+                      content=_env(json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 1; echo still-here"]}}).encode())) as s:
+            first = next(s.iter_bytes())
+    pid = json.loads(first[5:])["event"]["start"]["pid"]
+    assert sbx.commands.connect(pid).wait().exit_code == 0

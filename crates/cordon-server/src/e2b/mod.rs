@@ -185,6 +185,10 @@ impl E2b {
             token: crate::keys::random_hex(24),
             template,
         };
+        // Doors of sandboxes that ended meanwhile (their time ran out, or another door
+        // deleted them) go now, so the table stays as large as the live sandboxes.
+        let svc = &self.st.service;
+        doors.retain(|sid, d| svc.get_live(&d.caller, sid).is_ok());
         doors.insert(id.to_string(), d.clone());
         Ok(d)
     }
