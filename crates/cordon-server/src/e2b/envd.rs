@@ -206,6 +206,24 @@ async fn read_limited(body: Body, max: usize) -> Option<Vec<u8>> {
     (seen <= max).then_some(data)
 }
 
+/// Reads a whole request body up front (all but a client stream's), so that an answer given
+/// before the body is looked at — an unknown method, a wrong token — still leaves the
+/// connection clean for the client's next request.
+async fn pre_read(body: Body, whole: bool) -> Result<Body, RpcError> {
+    if !whole {
+        return Ok(body);
+    }
+    read_limited(body, MAX_MESSAGE + 5)
+        .await
+        .map(Body::from)
+        .ok_or_else(|| {
+            RpcError::new(
+                "resource_exhausted",
+                format!("request over the limit of {MAX_MESSAGE} bytes"),
+            )
+        })
+}
+
 /// The single message of a unary or server-stream request.
 async fn one_message(body: Body, k: &Kind) -> Result<Vec<u8>, RpcError> {
     let data = read_limited(body, MAX_MESSAGE + 5).await.ok_or_else(|| {
@@ -506,9 +524,14 @@ pub(super) async fn process(
     h: HeaderMap,
     body: Body,
 ) -> Response {
+    let body = pre_read(body, method != "StreamInput").await;
     let k = match kind(&h) {
         Ok(k) => k,
         Err(e) => return e.unary(),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return answer(&k, Err(e)),
     };
     let r = process_call(&e2b, &method, &h, body, &k).await;
     answer(&k, r)
@@ -805,9 +828,14 @@ pub(super) async fn filesystem(
     h: HeaderMap,
     body: Body,
 ) -> Response {
+    let body = pre_read(body, true).await;
     let k = match kind(&h) {
         Ok(k) => k,
         Err(e) => return e.unary(),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return answer(&k, Err(e)),
     };
     let r = fs_call(&e2b, &method, &h, body, &k).await;
     answer(&k, r)
