@@ -112,3 +112,14 @@ def test_quota_is_the_keys_quota(server):
     finally:
         s.kill()
     Sandbox.create(api_key=key, timeout=60).kill()
+
+
+def test_a_killed_sandbox_says_so():
+    from e2b.exceptions import SandboxNotRunningException
+
+    s = Sandbox.create(timeout=60)
+    s.kill()
+    with pytest.raises(SandboxNotRunningException):
+        s.commands.run("echo never")
+    with pytest.raises(SandboxNotRunningException):
+        s.files.read("/home/user/x")
