@@ -53,6 +53,11 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     std::mem::forget(stdio);
     let keep: Vec<RawFd> = std::iter::once(ch.raw())
         .chain(plan.workspace_tree)
+        .chain(
+            plan.image
+                .iter()
+                .flat_map(|i| i.layer_trees.iter().copied()),
+        )
         .collect();
     if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);
