@@ -40,9 +40,19 @@ pub struct ServeArgs {
     /// Largest file upload (and download).
     #[arg(long, default_value = "100M")]
     max_upload: String,
+    /// A request naming an image the store (<data-dir>/images) lacks: refused (never), or
+    /// pulled from its registry first (missing).
+    #[arg(long, value_enum, default_value = "never")]
+    image_pull: ImagePullArg,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ImagePullArg {
+    Never,
+    Missing,
+}
+
+#[derive(Args, Debug, Clone, Default)]
 pub struct DataDir {
     /// Where the registry (SQLite), audit log and keys live.
     /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
@@ -181,6 +191,10 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         max_download: max_upload,
         default_exec_timeout: Duration::from_secs(30),
         max_exec_timeout: Duration::from_secs(3600),
+        image_pull: match a.image_pull {
+            ImagePullArg::Never => cordon_server::ImagePull::Never,
+            ImagePullArg::Missing => cordon_server::ImagePull::Missing,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
