@@ -805,6 +805,51 @@ pass = ["LANG"]
     }
 
     #[test]
+    fn an_image_is_named_in_toml_and_its_config_sits_under_the_profiles_env() {
+        let mut p = Profile::from_toml(
+            "image = \"python:3.12-slim\"\n[env]\nset = { FOO = \"profile\" }\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.image.as_deref(), Some("python:3.12-slim"));
+        p.root_image = Some(RootImage {
+            reference: "python:3.12-slim".into(),
+            layers: vec!["/store/l1".into()],
+            env: vec![
+                "PATH=/usr/local/bin:/usr/bin".into(),
+                "FOO=image".into(),
+                "BAR=image".into(),
+                "=junk".into(),
+            ],
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["default".into()],
+            working_dir: Some("app".into()),
+            ..RootImage::default()
+        });
+        p.validate().unwrap();
+        let env = p.environment(|_| None);
+        assert_eq!(
+            env["PATH"], "/usr/local/bin:/usr/bin",
+            "the image's PATH wins over the base"
+        );
+        assert_eq!(
+            env["FOO"], "profile",
+            "the profile's env wins over the image's"
+        );
+        assert_eq!(env["BAR"], "image");
+        assert_eq!(env["HOME"], HOME);
+        assert!(!env.contains_key(""));
+        let img = p.root_image.as_ref().unwrap();
+        assert_eq!(img.command(&[]), ["/entry", "default"]);
+        assert_eq!(img.command(&["given".into()]), ["/entry", "given"]);
+        assert_eq!(img.working_dir(), Some(PathBuf::from("/app")));
+        p.root_image.as_mut().unwrap().layers = vec!["relative".into()];
+        assert!(p.validate().is_err());
+        p.root_image.as_mut().unwrap().layers = Vec::new();
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let err = Profile::from_toml(
             "name = \"x\"\n[limits]\nmemroy = \"1G\"\n",

@@ -1551,11 +1551,42 @@ fn a_directory_runs_as_a_root_and_what_it_plants_grants_nothing() {
     }
     assert_eq!(o["image"]["reference"], dir, "{o:#}");
     assert_eq!(o["image"]["digest"], Value::Null, "{o:#}");
+    // The same root named by a profile.
+    let profile = work.path().join("p.toml");
+    std::fs::write(&profile, format!("image = \"{dir}\"\n")).expect("profile");
+    let p = profile.to_str().expect("utf-8 path");
+    let o = run_json_in(
+        work.path(),
+        &["--profile", p, "--", "/bin/busybox", "cat", "/etc/greeting"],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "hello\n", "{o:#}");
+    assert_eq!(o["image"]["reference"], dir, "{o:#}");
+    // The writable layer is capped by --disk, and filling it is reported like a full /tmp.
+    let o = run_json_in(
+        work.path(),
+        &[
+            "--image",
+            dir,
+            "--disk",
+            "2M",
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox dd if=/dev/zero of=/etc/big bs=1M count=4 2>/dev/null || echo full",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "full\n", "{o:#}");
+    assert_eq!(o["limits_hit"], serde_json::json!(["disk"]), "{o:#}");
     // Nothing reached the directory.
     assert_eq!(
         std::fs::read_to_string(root.join("etc/greeting")).expect("read"),
         "hello\n"
     );
+    assert!(!root.join("etc/big").exists());
 }
 
 #[test]

@@ -213,6 +213,10 @@ fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
     if plan.workspace.is_none() {
         scratch.push("/workspace");
     }
+    // An image's root: overlayfs reports its writable layer's tmpfs, capped the same way.
+    if plan.image.is_some() {
+        scratch.push("/");
+    }
     let open = |path: &str, flags: libc::c_int| {
         std::fs::OpenOptions::new()
             .read(true)
