@@ -1642,3 +1642,59 @@ fn the_server_creates_and_runs_from_images_it_has_and_refuses_others() {
     );
     assert_eq!(status, 400, "{e}");
 }
+
+/// The escape suite's cases that apply to an image root (busybox has no Python): the root
+/// being the image's own hands back none of what the host root took away.
+#[test]
+fn an_image_root_hands_back_nothing_the_sandbox_took_away() {
+    if !have("busybox") {
+        return;
+    }
+    let work = Tmp::new("escape");
+    let root = work.path().join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).expect("mkdir");
+    let busybox = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("busybox");
+    std::fs::copy(&busybox, root.join("bin/busybox")).expect("copy");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("symlink");
+    // Something of the host's that must stay out of reach.
+    let secret = work.path().join("host-secret");
+    std::fs::write(&secret, "s3cret\n").expect("secret");
+    let dir = root.to_str().expect("utf-8 path");
+    let script = format!(
+        "b=/bin/busybox; \
+         $b mount -t tmpfs x /tmp 2>/dev/null && echo MOUNTED; \
+         $b mount --bind / /tmp 2>/dev/null && echo BOUND; \
+         $b unshare -U -r true 2>/dev/null && echo USERNS; \
+         $b unshare -m true 2>/dev/null && echo MOUNTNS; \
+         $b chroot / true 2>/dev/null && echo CHROOT; \
+         $b mknod /tmp/null c 1 3 2>/dev/null && echo MKNOD; \
+         echo 1 > /proc/sys/kernel/printk 2>/dev/null && echo PROCSYS; \
+         $b cat /proc/1/root/etc/hostname 2>/dev/null && echo INITROOT; \
+         $b cat {secret} 2>/dev/null && echo HOSTFILE; \
+         $b nsenter -t 1 -m true 2>/dev/null && echo NSENTER; \
+         $b setpriv --reuid=0 true 2>/dev/null && echo SETUID; \
+         echo done",
+        secret = secret.display()
+    );
+    let o = run_json_in(
+        work.path(),
+        &["--image", dir, "--", "/bin/sh", "-c", &script],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "done\n", "an escape worked: {o:#}");
+    assert_eq!(o["enforcement"]["seccomp"], true, "{o:#}");
+    // From outside: the host's file and the directory are as they were.
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("secret"),
+        "s3cret\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(&root)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
