@@ -1641,6 +1641,19 @@ fn the_server_creates_and_runs_from_images_it_has_and_refuses_others() {
         Some(serde_json::json!({"image": "/etc"})),
     );
     assert_eq!(status, 400, "{e}");
+
+    // A server that pulls on demand: a fresh store, the image fetched by the first request.
+    let fresh = Tmp::new("serve-pull");
+    let p = serve::Server::start_in(fresh.path().to_path_buf(), &["--image-pull", "missing"]);
+    let (status, o) = p.call(
+        "POST",
+        "/v1/run",
+        Some(serde_json::json!({"image": img.reference, "cmd": ["/bin/sh", "-c", "echo $FOO"]})),
+    );
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(stdout_of(&o), "bar\n", "{o:#}");
+    assert_eq!(o["image"]["digest"], img.digest.as_str(), "{o:#}");
+    assert!(fresh.path().join("images/index.json").is_file());
 }
 
 /// The escape suite's cases that apply to an image root (busybox has no Python): the root
