@@ -21,6 +21,25 @@ pub fn workspace_tree(workspace: &Path, host_uid: u32, host_gid: u32) -> Result<
     Ok(tree)
 }
 
+/// Idmapped, detached, nosuid/nodev copies of an image's layer directories (which live in
+/// the store, 0700 and host root's): host root's files there show as the sandbox's host ids,
+/// so inside as the sandbox user, who can read them and (copied up into its own writable
+/// layer) change them, as an image's authors expect of its root user. The files themselves
+/// stay root's and untouched. The calling process must be root and single-threaded.
+pub fn layer_trees(layers: &[&Path], host_uid: u32, host_gid: u32) -> Result<Vec<OwnedFd>, String> {
+    let userns = mapping_userns(host_uid, host_gid)?;
+    layers
+        .iter()
+        .map(|layer| {
+            let tree = sys::open_tree_clone(layer)
+                .map_err(|e| format!("open_tree {}: {e}", layer.display()))?;
+            sys::idmap_tree(&tree, &userns)
+                .map_err(|e| format!("idmapping {}: {e}", layer.display()))?;
+            Ok(tree)
+        })
+        .collect()
+}
+
 /// A user namespace mapping 0 to `uid`/`gid`: the idmapping of the workspace mount. The
 /// kernel only takes a mapping from a user namespace, so a short-lived child creates one and
 /// we keep a reference to it.

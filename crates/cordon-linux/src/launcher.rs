@@ -72,6 +72,8 @@ pub(crate) struct Prepared {
     cgroup_plan: Option<CgroupPlan>,
     /// Held until the init has its copy (see `plan.workspace_tree`).
     workspace_tree: Option<OwnedFd>,
+    /// Held until the init has its copies (see `plan.image`).
+    layer_trees: Vec<OwnedFd>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
     pub host_uid: u32,
@@ -213,8 +215,25 @@ pub(crate) fn prepare(
             )),
         }
     }
+    // An image as root: its layers are host root's (and in a 0700 store); the sandbox gets
+    // idmapped copies in which root's files are its own.
+    let mut layer_trees = Vec::new();
+    if let Some(img) = plan.image.as_mut().filter(|_| euid == 0) {
+        let layers: Vec<&std::path::Path> = img.layers.iter().map(|l| l.as_path()).collect();
+        layer_trees =
+            idmap::layer_trees(&layers, host_uid, host_gid).map_err(|why| EngineError::Setup {
+                step: "mounting the image's layers".into(),
+                message: format!(
+                    "{why} (an image run as root needs idmapped mounts: Linux 5.12+ and a \
+                     filesystem that supports them)"
+                ),
+                errno: None,
+            })?;
+        img.layer_trees = layer_trees.iter().map(|t| t.as_raw_fd()).collect();
+    }
     Ok(Prepared {
         workspace_tree,
+        layer_trees,
         cgroup: None,
         cgroup_plan,
         cgroup_name: "none".to_string(),
@@ -273,6 +292,7 @@ pub(crate) fn spawn_init(
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
     prepared.workspace_tree = None;
+    prepared.layer_trees.clear();
     let chan = Channel::new(chan_parent);
     let started = write_id_maps(init, plan.host_uid, plan.host_gid)
         .map_err(io("writing the sandbox's uid/gid maps"))

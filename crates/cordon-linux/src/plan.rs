@@ -54,6 +54,47 @@ pub struct Plan {
     pub network: bool,
     /// Persistent sandbox: the init serves exec requests instead of running one payload.
     pub persistent: bool,
+    /// The root is an image's layers under a writable layer instead of host binds.
+    pub image: Option<ImagePlan>,
+}
+
+/// An image root: its layers (host paths, top first) and, as root, detached idmapped copies
+/// of them that the init attaches instead (fds it inherits; see `idmap::layer_trees`).
+#[derive(Debug, Clone)]
+pub struct ImagePlan {
+    pub layers: Vec<PathBuf>,
+    pub layer_trees: Vec<std::os::fd::RawFd>,
+}
+
+/// Top-level entries of an image root that get their own rules: the union of the layers'
+/// top-level directories and files (a whiteout hides one in the merged root; a rule whose
+/// path is gone is skipped). `/dev` and `/proc` are cordon's own mounts, with their rules.
+fn image_top_level(layers: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut files = std::collections::BTreeSet::new();
+    for layer in layers {
+        let Ok(entries) = std::fs::read_dir(layer) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name == "dev" || name == "proc" {
+                continue;
+            }
+            let dest = Path::new("/").join(&name);
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    dirs.insert(dest);
+                }
+                Ok(t) if t.is_file() => {
+                    files.insert(dest);
+                }
+                _ => {}
+            }
+        }
+    }
+    files.retain(|f| !dirs.contains(f));
+    (dirs.into_iter().collect(), files.into_iter().collect())
 }
 
 const SYSTEM_DIRS: &[&str] = &[
@@ -115,13 +156,25 @@ pub struct PlanInput<'a> {
 
 pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let p = input.profile;
-    if input.argv.is_empty() && !input.persistent_ok {
-        return Err(EngineError::Invalid(
-            "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into(),
-        ));
+    // A persistent sandbox's commands run as given (`docker exec` does not prepend the
+    // entrypoint either).
+    let argv_vec = match &p.root_image {
+        Some(img) if !input.persistent_ok => img.command(input.argv),
+        _ => input.argv.to_vec(),
+    };
+    if argv_vec.is_empty() && !input.persistent_ok {
+        return Err(EngineError::Invalid(match &p.root_image {
+            Some(img) => format!(
+                "no command given and the image {} has no Entrypoint or Cmd: put one after --, \
+                 e.g. cordon run --image {} -- /bin/sh -c 'echo hi'",
+                img.reference, img.reference
+            ),
+            None => {
+                "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into()
+            }
+        }));
     }
-    let argv = input
-        .argv
+    let argv = argv_vec
         .iter()
         .map(|a| cstring(a, "an argument"))
         .collect::<Result<Vec<_>, _>>()?;
@@ -171,13 +224,25 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             .collect(),
         read_exec: Vec::new(),
     };
-    for dir in SYSTEM_DIRS {
+    let image = p.root_image.as_ref().map(|img| ImagePlan {
+        layers: img.layers.clone(),
+        layer_trees: Vec::new(),
+    });
+    if let Some(img) = &image {
+        // The image's root is the sandbox's own writable layer: everything in it may be
+        // written, as in a container; the host's system dirs are not there at all.
+        let (dirs, files) = image_top_level(&img.layers);
+        ll.read_write.extend(dirs);
+        ll.files_rw.extend(files);
+    }
+    for dir in SYSTEM_DIRS.iter().filter(|_| image.is_none()) {
         if let Some(e) = host_entry(Path::new(dir), Path::new(dir), false) {
             root.push(e);
             ll.read_exec.push(dir.into());
         }
     }
     match p.system {
+        _ if image.is_some() => {}
         SystemView::Full => {
             if let Some(e) = host_entry(Path::new("/etc"), Path::new("/etc"), false) {
                 root.push(e);
@@ -227,7 +292,14 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             )));
         }
     }
-    let cwd = PathBuf::from(input.cwd.unwrap_or("/workspace"));
+    let cwd = match (
+        input.cwd,
+        p.root_image.as_ref().and_then(|i| i.working_dir()),
+    ) {
+        (Some(c), _) => PathBuf::from(c),
+        (None, Some(w)) => w,
+        (None, None) => PathBuf::from("/workspace"),
+    };
     if !cwd.is_absolute() {
         return Err(EngineError::Invalid(format!(
             "--cwd {}: must be an absolute path inside the sandbox, e.g. /workspace/src",
@@ -252,5 +324,6 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         drop_root: input.drop_root,
         network,
         persistent: false,
+        image,
     })
 }

@@ -111,8 +111,15 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
         prepared.cgroup,
     );
     let stdin_thread = feed_stdin(req.stdin, stdin_w);
-    let outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
+    let mut outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
     drop(stdin_thread);
+    outcome.image = profile
+        .root_image
+        .as_ref()
+        .map(|i| cordon_policy::ImageRef {
+            reference: i.reference.clone(),
+            digest: i.digest.clone(),
+        });
     Ok(outcome)
 }
 

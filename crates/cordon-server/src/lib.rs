@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::ApiError;
-pub use service::{Config, Service};
+pub use service::{Config, ImagePull, Service};
 
 /// Default limits of a new key.
 pub const DEFAULT_MAX_SANDBOXES: u32 = 50;

@@ -25,7 +25,7 @@ pub struct OneShot {
 }
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
-    let profile = profile_from(
+    let mut profile = profile_from(
         req.profile.as_deref(),
         req.memory.as_ref(),
         req.cpus,
@@ -35,6 +35,9 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         &req.env,
         req.network.as_ref(),
     )?;
+    profile.image = req.image.clone();
+    // Held until the runner is done: the image's layers must not be pruned under it.
+    let _image = svc.attach_image(&mut profile, false).await?;
     let argv = req.cmd.checked_argv()?;
     crate::types::check_cwd(req.cwd.as_deref())?;
     svc.audit.record(

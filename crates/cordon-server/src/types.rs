@@ -375,6 +375,11 @@ pub struct CreateSandbox {
     pub metadata: BTreeMap<String, String>,
     /// Egress allowlist; none means no network.
     pub network: Option<NetworkPolicy>,
+    /// An image in the server's store (e.g. `python:3.12-slim`, or a manifest digest) whose
+    /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
+    /// command. Unknown images are refused (400) unless the server pulls on demand.
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -549,6 +554,10 @@ pub struct RunRequest {
     #[schema(pattern = r"^/[^\x00]*$")]
     pub cwd: Option<String>,
     pub network: Option<NetworkPolicy>,
+    /// An image in the server's store whose root replaces the host's system directories
+    /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

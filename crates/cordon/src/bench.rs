@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Skip the `cordon serve` part (persistent sandboxes and code cells over HTTP).
     #[arg(long)]
     no_serve: bool,
+    /// Skip the image part (pull + unpack and cold starts from an image on a loopback
+    /// registry; needs docker-registry, umoci, skopeo and busybox).
+    #[arg(long)]
+    no_images: bool,
 }
 
 struct Variant {
@@ -30,8 +34,8 @@ struct Variant {
 /// One cold start, timed twice: until the command exits (what a caller waits for) and until
 /// every process it started is gone (bubblewrap exits before its sandbox's pid 1 has torn the
 /// namespaces down; cordon waits for that, so that nothing of the sandbox outlives it).
-struct Sample {
-    exited: Duration,
+pub(crate) struct Sample {
+    pub(crate) exited: Duration,
     gone: Duration,
     /// User + system CPU of the whole tree.
     cpu: Duration,
@@ -80,7 +84,7 @@ fn bwrap_argv(cmd: &[&str]) -> Vec<String> {
     v
 }
 
-fn time_once(argv: &[String]) -> Result<Sample, String> {
+pub(crate) fn time_once(argv: &[String]) -> Result<Sample, String> {
     let start = Instant::now();
     let child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -106,7 +110,7 @@ fn time_once(argv: &[String]) -> Result<Sample, String> {
     })
 }
 
-fn median(v: &mut [Duration]) -> Duration {
+pub(crate) fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
@@ -116,11 +120,11 @@ fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
     median(&mut v)
 }
 
-fn ratio(a: Duration, b: Duration) -> f64 {
+pub(crate) fn ratio(a: Duration, b: Duration) -> f64 {
     ms(a) / ms(b).max(1e-9)
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -257,6 +261,13 @@ pub fn main(a: BenchArgs) -> i32 {
                 );
             }
         }
+    }
+    if !a.no_images {
+        let v = crate::bench_image::bench_images(&me, a.iterations);
+        if !a.json {
+            crate::bench_image::print(&v);
+        }
+        report.push(v);
     }
     if !a.no_serve {
         let cold_true = report

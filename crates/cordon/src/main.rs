@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod bench;
+mod bench_image;
 mod check;
 mod image;
 mod mcp;

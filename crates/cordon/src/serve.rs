@@ -49,9 +49,19 @@ pub struct ServeArgs {
     /// when API keys should not choose. [default: any registry]
     #[arg(long = "pull-from", value_name = "REGISTRY")]
     pull_from: Vec<String>,
+    /// A request naming an image the store (<data-dir>/images) lacks: refused (never), or
+    /// pulled from its registry first (missing).
+    #[arg(long, value_enum, default_value = "never")]
+    image_pull: ImagePullArg,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ImagePullArg {
+    Never,
+    Missing,
+}
+
+#[derive(Args, Debug, Clone, Default)]
 pub struct DataDir {
     /// Where the registry (SQLite), audit log and keys live.
     /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
@@ -193,6 +203,10 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         images: cordon_server::service::ImagesConfig {
             insecure: a.insecure_registry.clone(),
             registries: (!a.pull_from.is_empty()).then(|| a.pull_from.clone()),
+        },
+        image_pull: match a.image_pull {
+            ImagePullArg::Never => cordon_server::ImagePull::Never,
+            ImagePullArg::Missing => cordon_server::ImagePull::Missing,
         },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

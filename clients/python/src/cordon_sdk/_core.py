@@ -312,9 +312,12 @@ def create_body(
     network: NetworkSpec,
     output_limit: Optional[Size] = None,
     cpu_time: Optional[Duration] = None,
+    image: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if image is not None:
+        body["image"] = str(image)
     if profile is not None:
         body["profile"] = profile
     if memory is not None:
@@ -377,9 +380,10 @@ def run_body(
     stdin: Union[str, bytes, None],
     cwd: Optional[str],
     network: NetworkSpec,
+    image: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/run``."""
-    body = create_body(profile, memory, cpus, pids, disk, None, env, None, network)
+    body = create_body(profile, memory, cpus, pids, disk, None, env, None, network, image=image)
     body["cmd"] = cmd_json(cmd)
     if timeout is not None:
         body["timeout"] = duration_json(timeout, "timeout")

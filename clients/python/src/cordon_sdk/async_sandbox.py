@@ -581,6 +581,7 @@ class AsyncSandbox:
         *,
         output_limit: Optional[Size] = None,
         cpu_time: Optional[Duration] = None,
+        image: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -593,10 +594,12 @@ class AsyncSandbox:
         :meth:`list`; ``network`` is an egress allowlist (``["pypi.org"]``), none by default.
         ``output_limit`` (a size) is how much of each command's stdout and stderr is kept (the
         rest is dropped: ``limits_hit`` has ``"output"``); ``cpu_time`` (a duration) the CPU
-        time each command may use (``status == "cpu_time"`` when it runs out).
+        time each command may use (``status == "cpu_time"`` when it runs out). ``image`` names
+        an image in the server's store (``"python:3.12-slim"``) whose root replaces the host's
+        system directories.
         """
         body = _core.create_body(
-            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time
+            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time, image
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return _core.Creating(creating)  # sync: return creating
@@ -663,6 +666,7 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         cwd: Optional[str] = None,
         network: NetworkSpec = None,
+        image: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -670,8 +674,9 @@ class AsyncSandbox:
         """Runs one command in a fresh sandbox that is gone afterwards (``POST /v1/run``).
 
         ``timeout`` here is the command's wall-clock limit; ``request_timeout`` the API's.
+        ``image`` names an image in the server's store to run from.
         """
-        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network)
+        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, image)
         http = _AsyncHttp(base_url, api_key, request_timeout)
         try:
             return Outcome.from_dict(

@@ -18,6 +18,7 @@ __all__ = [
     "Usage",
     "Enforcement",
     "NetworkEvent",
+    "ImageRef",
     "Outcome",
     "Limits",
     "SandboxInfo",
@@ -180,6 +181,21 @@ class NetworkEvent:
 
 
 @dataclass
+class ImageRef:
+    """The image a run's root came from: the reference it was found by and its manifest
+    digest (``None`` for a plain directory)."""
+
+    __schema__: ClassVar[Optional[str]] = "ImageRef"
+
+    reference: str
+    digest: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ImageRef":
+        return cls(reference=_str(d.get("reference")), digest=_opt_str(d.get("digest")))
+
+
+@dataclass
 class Outcome:
     """How a command ended.
 
@@ -209,6 +225,7 @@ class Outcome:
     stdout_b64: Optional[str] = None
     stderr_b64: Optional[str] = None
     limits_hit: List[str] = field(default_factory=list)
+    image: Optional[ImageRef] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -228,6 +245,7 @@ class Outcome:
             enforcement=Enforcement.from_dict(d.get("enforcement")),
             network=[NetworkEvent.from_dict(n) for n in _objs(d.get("network"))],
             limits_hit=_strs(d.get("limits_hit")),
+            image=ImageRef.from_dict(d["image"]) if isinstance(d.get("image"), Mapping) else None,
             raw=dict(d),
         )
 

@@ -53,6 +53,11 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     std::mem::forget(stdio);
     let keep: Vec<RawFd> = std::iter::once(ch.raw())
         .chain(plan.workspace_tree)
+        .chain(
+            plan.image
+                .iter()
+                .flat_map(|i| i.layer_trees.iter().copied()),
+        )
         .collect();
     if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);
@@ -207,6 +212,10 @@ fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
     let mut scratch = vec!["/tmp", "/dev/shm", cordon_policy::profile::HOME];
     if plan.workspace.is_none() {
         scratch.push("/workspace");
+    }
+    // An image's root: overlayfs reports its writable layer's tmpfs, capped the same way.
+    if plan.image.is_some() {
+        scratch.push("/");
     }
     let open = |path: &str, flags: libc::c_int| {
         std::fs::OpenOptions::new()

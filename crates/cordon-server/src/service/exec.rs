@@ -327,7 +327,7 @@ async fn pump(
         peak_pids: exit.usage.peak_pids,
     };
     let network = egress_during(live, started_ms, unix_ms());
-    let outcome = Outcome::from_ending(
+    let mut outcome = Outcome::from_ending(
         classify(&facts),
         so.finish(),
         se.finish(),
@@ -335,6 +335,14 @@ async fn pump(
         live.sandbox.enforcement.clone(),
         network,
     );
+    outcome.image = live
+        .profile
+        .root_image
+        .as_ref()
+        .map(|i| cordon_policy::ImageRef {
+            reference: i.reference.clone(),
+            digest: i.digest.clone(),
+        });
     if let Some(tx) = &events {
         let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
     }

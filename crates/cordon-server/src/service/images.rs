@@ -246,6 +246,38 @@ impl Service {
         Store::open(&self.cfg.data_dir).map_err(image_error)
     }
 
+    /// How this server pulls `reference` (its insecure registries), or the refusal when
+    /// its registry is not one the server may pull from. Every pull of the service — asked
+    /// for, or on demand for a sandbox — goes through here.
+    pub(crate) fn pull_options(
+        &self,
+        reference: &Reference,
+        platform: Platform,
+    ) -> Result<PullOptions, ApiError> {
+        if let Some(allowed) = &self.cfg.images.registries {
+            if !allowed
+                .iter()
+                .any(|a| registry_matches(a, &reference.registry))
+            {
+                return Err(ApiError::new(
+                    403,
+                    "forbidden",
+                    format!(
+                        "this server pulls only from {}; {} is not one of them (its operator \
+                         names registries with `cordon serve --pull-from`)",
+                        allowed.join(", "),
+                        reference.registry
+                    ),
+                ));
+            }
+        }
+        Ok(PullOptions {
+            insecure: self.cfg.images.insecure.clone(),
+            platform,
+            ..PullOptions::default()
+        })
+    }
+
     /// Every image in the node's store, newest first.
     pub async fn list_images(&self, _caller: &Caller) -> Result<ImageList, ApiError> {
         let dir = self.cfg.data_dir.clone();
@@ -269,32 +301,11 @@ impl Service {
         progress: Option<mpsc::Sender<PullEvent>>,
     ) -> Result<PullResult, ApiError> {
         let reference = validate(&req)?;
-        if let Some(allowed) = &self.cfg.images.registries {
-            if !allowed
-                .iter()
-                .any(|a| registry_matches(a, &reference.registry))
-            {
-                return Err(ApiError::new(
-                    403,
-                    "forbidden",
-                    format!(
-                        "this server pulls only from {}; {} is not one of them (its operator \
-                         names registries with `cordon serve --pull-from`)",
-                        allowed.join(", "),
-                        reference.registry
-                    ),
-                ));
-            }
-        }
         let platform = match &req.platform {
             Some(p) => Platform::parse(p).map_err(image_error)?,
             None => Platform::host(),
         };
-        let opts = PullOptions {
-            insecure: self.cfg.images.insecure.clone(),
-            platform,
-            ..PullOptions::default()
-        };
+        let opts = self.pull_options(&reference, platform)?;
         let store = self.image_store()?;
         let name = req.reference.clone();
         let pulled = tokio::task::spawn_blocking(move || {

@@ -141,11 +141,14 @@ impl Service {
         if let Some(c) = &req.cpu_time {
             profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
         }
+        profile.image = req.image.clone();
         // A front end's own profile (create_with_profile) replaces the built-in.
-        let profile = trusted.unwrap_or(profile);
+        let trusted_profile = trusted.is_some();
+        let mut profile = trusted.unwrap_or(profile);
         profile
             .validate()
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let image = self.attach_image(&mut profile, trusted_profile).await?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -198,6 +201,7 @@ impl Service {
             contexts: Default::default(),
             egress,
             network: Mutex::new(live_network),
+            image,
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -211,7 +215,7 @@ impl Service {
             "sandbox.create",
             &caller.key_id,
             Some(&id),
-            json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
+            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
         );
         Ok(live.info())
     }

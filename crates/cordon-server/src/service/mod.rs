@@ -53,6 +53,19 @@ pub struct Config {
     pub max_exec_timeout: Duration,
     /// Where images may be pulled from.
     pub images: ImagesConfig,
+    /// What a request naming an image this node's store (`<data_dir>/images`) lacks gets.
+    pub image_pull: ImagePull,
+}
+
+/// What `cordon serve` does with a request for an image its store does not have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImagePull {
+    /// Refuse it (400), saying how to pull it: what a client runs is the operator's choice.
+    #[default]
+    Never,
+    /// Pull it from its registry first (credentials from the store's login or
+    /// `~/.docker/config.json`).
+    Missing,
 }
 
 /// A sandbox this node is running.
@@ -70,6 +83,9 @@ pub struct Live {
     /// until the policy allows something).
     pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
     pub network: Mutex<cordon_policy::network::NetworkPolicy>,
+    /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
+    /// as the sandbox lives.
+    pub image: Option<cordon_image::ImageRoot>,
 }
 
 impl Live {
