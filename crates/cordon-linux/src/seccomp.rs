@@ -549,6 +549,78 @@ pub fn install() -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// The second filter of a sandbox that has no network namespace (see `init`'s degraded
+/// mode), stacked on the main one (the kernel applies both; the stricter answer wins). With
+/// no namespace holding only loopback, every socket would reach the host's network and its
+/// local daemons, so:
+/// - `socket`: `AF_UNIX` stream and seqpacket only (an unconnected datagram socket could
+///   `sendto` any host socket by path: syslog, journald, notify sockets); with `tcp`, also
+///   `AF_INET`/`AF_INET6` stream sockets of protocol 0 or TCP — Landlock's TCP rules then
+///   allow connecting only to the egress proxy's port (UDP, SCTP, MPTCP are outside those
+///   rules, hence refused here);
+/// - `socketpair`: `AF_UNIX` only (a pair reaches nothing outside);
+/// - `connect`: refused without `tcp`: a pathname `AF_UNIX` socket of the host's (an agent's,
+///   a session bus, a container daemon's) is reachable by path, and Landlock does not guard
+///   connecting to one. With `tcp`, `connect` must stay open for the proxy, and that gap is
+///   reported in `enforcement.notes`.
+pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
+    let mut asm = Asm::default();
+    let allow = asm.label();
+    let deny = asm.label();
+    let arch_ok = asm.label();
+    asm.ld(DATA_ARCH);
+    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
+    asm.ret(RET_KILL);
+    asm.bind(arch_ok);
+    asm.ld(DATA_NR);
+    let not_socket = asm.label();
+    asm.jeq(libc::SYS_socket as u32, Jump::Next, Jump::To(not_socket));
+    {
+        asm.ld(arg_lo(0));
+        let inet = asm.label();
+        asm.jeq(libc::AF_UNIX as u32, Jump::Next, Jump::To(inet));
+        asm.ld(arg_lo(1));
+        asm.and(0xf);
+        asm.jeq(libc::SOCK_STREAM as u32, Jump::To(allow), Jump::Next);
+        asm.jeq(libc::SOCK_SEQPACKET as u32, Jump::To(allow), Jump::To(deny));
+        asm.bind(inet);
+        if tcp {
+            let stream = asm.label();
+            asm.jeq(libc::AF_INET as u32, Jump::To(stream), Jump::Next);
+            asm.jeq(libc::AF_INET6 as u32, Jump::To(stream), Jump::To(deny));
+            asm.bind(stream);
+            asm.ld(arg_lo(1));
+            asm.and(0xf);
+            asm.jeq(libc::SOCK_STREAM as u32, Jump::Next, Jump::To(deny));
+            asm.ld(arg_lo(2));
+            asm.jeq(0, Jump::To(allow), Jump::Next);
+            asm.jeq(libc::IPPROTO_TCP as u32, Jump::To(allow), Jump::To(deny));
+        } else {
+            asm.ja(deny);
+        }
+    }
+    asm.bind(not_socket);
+    let not_pair = asm.label();
+    asm.jeq(libc::SYS_socketpair as u32, Jump::Next, Jump::To(not_pair));
+    asm.ld(arg_lo(0));
+    asm.jeq(libc::AF_UNIX as u32, Jump::To(allow), Jump::To(deny));
+    asm.bind(not_pair);
+    if !tcp {
+        asm.jeq(libc::SYS_connect as u32, Jump::To(deny), Jump::Next);
+    }
+    asm.bind(allow);
+    asm.ret(RET_ALLOW);
+    asm.bind(deny);
+    asm.ret(RET_EPERM);
+    asm.finish()
+}
+
+/// Installs [`no_netns_filter`] on the calling thread, after [`install`].
+pub fn install_no_netns(tcp: bool) -> Result<(), SeccompError> {
+    seccompiler::apply_filter(&no_netns_filter(tcp)?)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1091,3 +1091,87 @@ pub fn pin_name_service() {
         });
     }
 }
+
+/// Every process below `root` (children, their children, …), read from the host's /proc. A
+/// process that ends or forks meanwhile is missed: callers kill, reap and ask again until
+/// nothing is left (a subreaper's tree cannot leave it, so the loop ends).
+pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses; the last ')' ends it.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 1..))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<libc::pid_t>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        for (pid, ppid) in &parent_of {
+            if *ppid == p && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// SIGKILLs every process below `root` (see [`descendants`]) once; says how many it found.
+/// Callers reap and ask again until none is left.
+pub fn kill_descendants(root: libc::pid_t) -> usize {
+    let below = descendants(root);
+    for pid in &below {
+        let _ = kill(*pid, libc::SIGKILL);
+    }
+    below.len()
+}
+
+/// How many tasks (threads included, as RLIMIT_NPROC counts them) run under real uid `uid`.
+pub fn tasks_of_uid(uid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if name.to_str().and_then(|s| s.parse::<u32>().ok()).is_none() {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let real = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u32>().ok());
+        if real == Some(uid) {
+            n += entry
+                .path()
+                .join("task")
+                .read_dir()
+                .map_or(1, |d| d.count() as u64);
+        }
+    }
+    n
+}

@@ -144,7 +144,7 @@ pub fn helper_main() -> i32 {
                 if let ToSupervisor::Confined { watch, .. } = &msg {
                     domains.scratch = scratch_fds(watch, fds);
                 }
-                apply_confined(&mut enforcement, &msg);
+                apply_confined(&mut enforcement, &msg, None);
                 confined = true;
             }
             Ok(Some((
