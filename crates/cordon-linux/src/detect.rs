@@ -29,6 +29,10 @@ pub struct HostReport {
     pub environment: Environment,
     /// Why each missing feature is missing here, and what the user can do.
     pub obstacles: Vec<Obstacle>,
+    /// How a sandbox runs here: `"full"` (every layer), `"no_namespaces"` (the host refuses
+    /// namespaces: Landlock, seccomp, rlimits and a delegated cgroup only, one-shot runs only;
+    /// see `enforcement`), or `"none"` (cordon refuses, exit 125).
+    pub mode: &'static str,
 }
 
 impl HostReport {
@@ -766,7 +770,7 @@ pub fn probe() -> HostReport {
                 Probe::Refused(e) => format!("creating a sandbox's namespaces was refused: {}", errno_text(e)),
                 Probe::NotTried => "could not be tried (fork failed)".into(),
             },
-            cost_if_missing: "no private root, pid, network, ipc or uts namespace: the sandbox would see the host's files and processes and reach its network; cordon refuses to run (exit 125)",
+            cost_if_missing: "no private root, pid, network, ipc or uts namespace: one-shot runs go on without them (Landlock fences the host's files and TCP, seccomp the socket families, a per-run host dir holds /tmp and HOME; the host's processes are visible in /proc; ipc and hostname are shared) and say so in enforcement; `--require user_ns` (or any namespace) refuses instead (exit 125); persistent sandboxes and `cordon serve` without --allow-degraded refuse",
         },
         Support {
             name: "proc",
@@ -830,7 +834,22 @@ pub fn probe() -> HostReport {
         cgroup_found: cg.as_ref().ok().map(|l| l.version().name()),
         env: environment(),
     };
+    let obstacles = explain(&facts);
+    let mode = if facts.env.root_in_user_namespace {
+        "none"
+    } else if userns == Probe::Works {
+        if proc_mount == Probe::Works {
+            "full"
+        } else {
+            "none"
+        }
+    } else if abi > 0 {
+        "no_namespaces"
+    } else {
+        "none"
+    };
     HostReport {
+        mode,
         kernel,
         running_as_root: euid == 0,
         euid,
@@ -839,7 +858,7 @@ pub fn probe() -> HostReport {
             .map(|(v, _)| v.name().to_string())
             .unwrap_or_else(|_| "none".into()),
         features,
-        obstacles: explain(&facts),
+        obstacles,
         environment: facts.env,
     }
 }

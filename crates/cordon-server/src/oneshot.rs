@@ -25,7 +25,7 @@ pub struct OneShot {
 }
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
-    let profile = profile_from(
+    let mut profile = profile_from(
         req.profile.as_deref(),
         req.memory.as_ref(),
         req.cpus,
@@ -35,6 +35,7 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         &req.env,
         req.network.as_ref(),
     )?;
+    svc.add_required(&mut profile);
     let argv = req.cmd.checked_argv()?;
     crate::types::check_cwd(req.cwd.as_deref())?;
     svc.audit.record(

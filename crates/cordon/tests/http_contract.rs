@@ -302,6 +302,7 @@ fn a_failed_create_releases_its_quota_slot() {
             max_download: 1 << 20,
             default_exec_timeout: std::time::Duration::from_secs(30),
             max_exec_timeout: std::time::Duration::from_secs(60),
+            require: Vec::new(),
         })
         .expect("service");
         let caller = Caller {

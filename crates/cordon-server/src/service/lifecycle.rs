@@ -142,7 +142,8 @@ impl Service {
             profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
         }
         // A front end's own profile (create_with_profile) replaces the built-in.
-        let profile = trusted.unwrap_or(profile);
+        let mut profile = trusted.unwrap_or(profile);
+        self.add_required(&mut profile);
         profile
             .validate()
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
