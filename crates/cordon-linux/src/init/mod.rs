@@ -158,6 +158,14 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
     }
     let plan = &plan;
     let mut notes = Vec::new();
+    if !in_cgroup && !plan.drop_root {
+        notes.push(format!(
+            "pids: without a cgroup or a user namespace, RLIMIT_NPROC counts every process of \
+             host uid {}: the sandbox got --pids on top of what that uid ran when it started, \
+             so the uid's other processes starting or ending move its share",
+            sys::geteuid()
+        ));
+    }
     if let Err(e) = apply_rlimits(plan, !in_cgroup) {
         fail(&ch, "rlimits", e);
     }
