@@ -221,7 +221,8 @@ pub fn degraded_notes(landlock_abi: u32, network: bool) -> Vec<String> {
          to the host's AF_UNIX sockets by path is refused (connect) only without a network \
          policy"
             .to_string(),
-        "no ipc or uts namespace: the host's System V IPC objects and hostname are shared"
+        "no ipc or uts namespace: System V IPC and POSIX message queues are refused \
+         (seccomp: their objects would be the host's); the hostname is the host's"
             .to_string(),
         "no user namespace: the sandbox runs as its host uid itself".to_string(),
     ];

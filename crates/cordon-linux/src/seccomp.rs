@@ -562,7 +562,9 @@ pub fn install() -> Result<(), SeccompError> {
 /// - `connect`: refused without `tcp`: a pathname `AF_UNIX` socket of the host's (an agent's,
 ///   a session bus, a container daemon's) is reachable by path, and Landlock does not guard
 ///   connecting to one. With `tcp`, `connect` must stay open for the proxy, and that gap is
-///   reported in `enforcement.notes`.
+///   reported in `enforcement.notes`;
+/// - System V IPC and POSIX message queues: without an IPC namespace their objects are the
+///   host's (shared memory segments of the same uid's desktop, say).
 pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
     let mut asm = Asm::default();
     let allow = asm.label();
@@ -605,6 +607,9 @@ pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
     asm.ld(arg_lo(0));
     asm.jeq(libc::AF_UNIX as u32, Jump::To(allow), Jump::To(deny));
     asm.bind(not_pair);
+    for nr in HOST_IPC {
+        asm.jeq(*nr as u32, Jump::To(deny), Jump::Next);
+    }
     if !tcp {
         asm.jeq(libc::SYS_connect as u32, Jump::To(deny), Jump::Next);
     }
@@ -614,6 +619,27 @@ pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
     asm.ret(RET_EPERM);
     asm.finish()
 }
+
+/// The IPC syscalls whose objects live in the IPC namespace (refused without one).
+const HOST_IPC: &[i64] = &[
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
+];
 
 /// Installs [`no_netns_filter`] on the calling thread, after [`install`].
 pub fn install_no_netns(tcp: bool) -> Result<(), SeccompError> {

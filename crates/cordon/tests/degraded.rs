@@ -70,7 +70,7 @@ fn assert_degraded(o: &Outcome) {
         "no pid namespace: the host's processes are visible in /proc",
         "no mount namespace",
         "no network namespace",
-        "no ipc or uts namespace",
+        "no ipc or uts namespace: System V IPC and POSIX message queues are refused",
     ] {
         assert!(notes.contains(want), "note {want:?} missing:\n{o}");
     }
@@ -370,10 +370,14 @@ R['unshare_user'] = sc({unshare}, 0x10000000)
 R['ptrace_outside'] = sc({ptrace}, 16, {me}, 0, 0)
 R['signal_outside'] = t(os.kill, {me}, 0)
 R['signal_init'] = t(os.kill, 1, 0)
+R['shmget'] = sc({shmget}, 0x1234, 4096, 0o1666)
+R['mq_open'] = sc({mq_open}, S(b'q'), 0o102, 0o600, 0)
 R['sid'] = os.getsid(0) == os.getpid()
 out()",
                 unshare = libc::SYS_unshare,
                 ptrace = libc::SYS_ptrace,
+                shmget = libc::SYS_shmget,
+                mq_open = libc::SYS_mq_open,
             ),
         );
         o.assert_ok();
@@ -399,6 +403,8 @@ out()",
                 ("ptrace_outside", libc::EPERM),
                 ("signal_outside", libc::EPERM),
                 ("signal_init", libc::EPERM),
+                ("shmget", libc::EPERM),
+                ("mq_open", libc::EPERM),
             ],
         );
     }
