@@ -1096,6 +1096,47 @@ pub fn pin_name_service() {
 /// process that ends or forks meanwhile is missed: callers kill, reap and ask again until
 /// nothing is left (a subreaper's tree cannot leave it, so the loop ends).
 pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    // Each task's `children` file (CONFIG_PROC_CHILDREN) names its children: a walk of the
+    // tree alone, instead of reading every process of the host.
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        match children_of(found[i]) {
+            Some(kids) => {
+                for k in kids {
+                    if !found.contains(&k) {
+                        found.push(k);
+                    }
+                }
+            }
+            None if i == 0 => return descendants_by_scan(root),
+            // Ended meanwhile: its children come to the subreaper, seen on the next call.
+            None => {}
+        }
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The children of every thread of `pid`, or None where /proc has no `children` files.
+fn children_of(pid: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let mut kids = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        kids.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+        );
+    }
+    Some(kids)
+}
+
+/// [`descendants`] from every process's `stat` (its parent), where `children` is missing.
+fn descendants_by_scan(root: libc::pid_t) -> Vec<libc::pid_t> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
