@@ -75,8 +75,11 @@ poweroff -f
 EOF
 chmod +x r/init r/stage2
 (cd r && find . | "$work/x/bin/cpio" -o -H newc 2>/dev/null | gzip -1) >initrd.gz
-timeout 600 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -nographic -no-reboot \
-  -kernel "$vmlinuz" -initrd initrd.gz -append "console=ttyS0 panic=-1 quiet" >vm.log 2>&1 || true
+# The console goes to a file, not to our stdio: with -nographic, qemu takes over the
+# caller's stdin and stdout (a caller writing to a file lost everything printed after it).
+timeout 600 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -display none -monitor none \
+  -serial file:vm.log -no-reboot -kernel "$vmlinuz" -initrd initrd.gz \
+  -append "console=ttyS0 panic=-1 quiet" </dev/null >qemu.log 2>&1 || true
 log=$(tr -d '\r' <vm.log)
 echo "$log" | sed -n '/^== kernel/,/^== end/p'
 

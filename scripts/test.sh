@@ -90,7 +90,7 @@ fi
 
 # cgroup v2 (this host's controllers are held by v1): the engine's cgroup unit tests and
 # cordon's limits, OOM and removal — with and without namespaces — on Debian's kernel under
-# qemu (software emulation, ~35 s here; needs apt for qemu-system-x86 and the kernel package).
+# qemu (software emulation, 35-60 s here; needs apt for qemu-system-x86 and the kernel package).
 if [ "${CORDON_TEST_CGROUP2_VM:-0}" = 1 ] && [ "$(id -u)" -eq 0 ]; then
   echo "== cgroup v2 in a VM (scripts/cgroup2-vm.sh)"
   engine=$(cargo test --locked -p cordon-linux --lib --no-run --message-format=json 2>/dev/null \

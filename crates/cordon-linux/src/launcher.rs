@@ -440,9 +440,16 @@ pub(crate) fn spawn_init(
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs); the
-    // child runs only `init_entry`, which keeps to what `clone_into` allows.
-    let mut cloned = unsafe { sys::clone_into(flags) };
+    let mut cloned = if !prepared.plan.drop_root && detect::apparmor_denies_userns(sys::geteuid()) {
+        Err(std::io::Error::other(
+            "AppArmor gives cordon's user namespaces no capabilities here \
+             (kernel.apparmor_restrict_unprivileged_userns = 1, and cordon runs unconfined)",
+        ))
+    } else {
+        // SAFETY: the caller guarantees this process is single-threaded (see the crate docs);
+        // the child runs only `init_entry`, which keeps to what `clone_into` allows.
+        unsafe { sys::clone_into(flags) }
+    };
     if let Err(e) = &cloned {
         // Refused namespaces (EPERM: AppArmor, a container's seccomp profile, the
         // unprivileged_userns_clone sysctl; ENOSPC: max_user_namespaces; EINVAL/EUSERS/
