@@ -560,6 +560,7 @@ pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
 
 /// Waits for the next datagram and returns its full length without consuming it (0 at EOF).
 pub fn peek_packet_len(sock: RawFd) -> io::Result<usize> {
+    let mut reset_seen = false;
     loop {
         // SAFETY: a zero-length read into no buffer; MSG_TRUNC makes the kernel report the
         // datagram's real length, MSG_PEEK leaves it (and any fds it carries) queued.
@@ -575,6 +576,14 @@ pub fn peek_packet_len(sock: RawFd) -> io::Result<usize> {
             return Ok(ret as usize);
         }
         let e = io::Error::last_os_error();
+        // A peer that closed with messages of ours unread (an init that failed before reading
+        // `Go`) leaves ECONNRESET on our socket, and the kernel reports it before what the
+        // peer sent first — its setup report, lost about one run in twelve. Reporting the
+        // error clears it: ask once more.
+        if e.raw_os_error() == Some(libc::ECONNRESET) && !reset_seen {
+            reset_seen = true;
+            continue;
+        }
         if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
