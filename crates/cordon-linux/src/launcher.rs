@@ -238,7 +238,8 @@ pub fn degraded_notes(landlock_abi: u32, network: bool) -> Vec<String> {
     } else if landlock_abi >= 4 && network {
         notes.push(
             "TCP: connect only to the egress proxy's port (Landlock); AF_UNIX sockets of the \
-             host are reachable by path"
+             host are reachable by path; the proxy listens on the host's loopback, where other \
+             local processes can reach it (and this run's allowlist) while the run lasts"
                 .to_string(),
         );
     }
