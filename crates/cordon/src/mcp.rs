@@ -61,7 +61,7 @@ pub fn main(a: McpArgs) -> i32 {
         default_exec_timeout: Duration::from_secs(30),
         // A --timeout beyond the usual cap is the operator's choice: honour it.
         max_exec_timeout: profile.limits.timeout.max(Duration::from_secs(3600)),
-        require: Vec::new(),
+        ..Default::default()
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

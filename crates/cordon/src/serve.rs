@@ -49,6 +49,15 @@ pub struct ServeArgs {
     /// start on a host without them, and each sandbox is refused rather than run weaker.
     #[arg(long, value_name = "LAYER,…", value_delimiter = ',')]
     require: Vec<String>,
+    /// A registry (`HOST:PORT`) that `POST /v1/images/pull` may reach over plain HTTP.
+    /// Loopback registries always may; any other must speak HTTPS unless named here.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    insecure_registry: Vec<String>,
+    /// Pull only from this registry (`HOST[:PORT]`, `docker.io` for Docker Hub); repeat for
+    /// more. A pull makes this server connect wherever the caller says: name the registries
+    /// when API keys should not choose. [default: any registry]
+    #[arg(long = "pull-from", value_name = "REGISTRY")]
+    pull_from: Vec<String>,
 }
 
 /// Whether this host gives sandboxes what the server's configuration accepts: every required
@@ -244,6 +253,10 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         default_exec_timeout: Duration::from_secs(30),
         max_exec_timeout: Duration::from_secs(3600),
         require,
+        images: cordon_server::service::ImagesConfig {
+            insecure: a.insecure_registry.clone(),
+            registries: (!a.pull_from.is_empty()).then(|| a.pull_from.clone()),
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

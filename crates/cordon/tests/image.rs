@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod serve;
+
 fn cordon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
@@ -1202,4 +1204,152 @@ fn multi_arch_indexes_and_zstd_layers() {
         err.contains("no image for linux/s390x") && err.contains("linux/amd64"),
         "{err}"
     );
+}
+
+/// The server's image routes, against a real registry on loopback: a streamed pull reports
+/// its layers and ends with the image, the list shows it, a plain (JSON) pull of the same
+/// image finds every layer cached, and refusals (a malformed reference, a registry the
+/// server was told not to pull from, no such image) are JSON errors with 4xx statuses.
+#[test]
+fn server_lists_and_pulls_images_with_progress() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("http");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "team/app:v1", None);
+    let name = format!("{}/team/app:v1", reg.host());
+    let srv = serve::Server::start_in(work.path().join("data"), &[]);
+
+    let (status, list) = srv.call("GET", "/v1/images", None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["images"], serde_json::json!([]));
+
+    // Streamed: progress events as the pull goes, then `done`.
+    let resp = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": name}))
+        .expect("pull stream");
+    assert!(resp
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/event-stream")));
+    let body = resp.into_string().expect("stream body");
+    let events = sse_events(&body);
+    let kinds: Vec<String> = events
+        .iter()
+        .filter(|(e, _)| e == "progress")
+        .map(|(_, d)| d["event"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("resolved"),
+        "{body}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "layer_done").count(),
+        2,
+        "{body}"
+    );
+    assert!(kinds.iter().any(|k| k == "layer_progress"), "{body}");
+    let (last, result) = events.last().expect("events");
+    assert_eq!(last, "done", "{body}");
+    assert_eq!(result["reference"], name.as_str());
+    assert_eq!(result["image"]["digest"], digest.as_str());
+    assert_eq!(result["image"]["layers"], 2);
+    let total: u64 = layers_of(&oci, &digest).iter().map(|(_, s)| s).sum();
+    assert_eq!(result["image"]["size_bytes"], total);
+
+    let (_, list) = srv.call("GET", "/v1/images", None);
+    assert_eq!(list["images"][0]["digest"], digest.as_str(), "{list}");
+    assert_eq!(list["images"][0]["names"][0], name.as_str());
+
+    // The store is the node's: the CLI on the same data directory sees the same image.
+    let ls = ok_json(cordon(&work.path().join("data"), &["ls", "--json"]));
+    assert_eq!(ls[0]["digest"], digest.as_str(), "{ls}");
+
+    // Again, as plain JSON: nothing to fetch.
+    let (status, again) = srv.call(
+        "POST",
+        "/v1/images/pull",
+        Some(serde_json::json!({"reference": name})),
+    );
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["image"]["digest"], digest.as_str());
+
+    for (body, want) in [
+        (serde_json::json!({"reference": "Bad Name!"}), 400),
+        (
+            serde_json::json!({"reference": format!("{}/team/none:v1", reg.host())}),
+            502,
+        ),
+        (serde_json::json!({"reference": name, "nope": 1}), 400),
+        (serde_json::json!({}), 400),
+    ] {
+        let (status, err) = srv.call("POST", "/v1/images/pull", Some(body.clone()));
+        assert_eq!(status, want, "{body} -> {err}");
+        assert!(err["error"]["message"].is_string(), "{err}");
+    }
+    // A refusal found before any stream starts comes back as the JSON error, not a stream.
+    let err = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": "Bad Name!"}))
+        .expect_err("refused");
+    match err {
+        ureq::Error::Status(400, r) => {
+            let v: Value = r.into_json().expect("json error");
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+        e => panic!("expected 400, got {e:?}"),
+    }
+    // A failure once streaming ends the stream with an `error` event.
+    let body = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": format!("{}/team/none:v1", reg.host())}))
+        .expect("stream")
+        .into_string()
+        .expect("body");
+    let events = sse_events(&body);
+    let (last, err) = events.last().expect("events");
+    assert_eq!(last, "error", "{body}");
+    assert_eq!(err["code"], "registry", "{body}");
+    drop(srv);
+
+    // An operator who names the registries: any other is refused before a connection.
+    let data2 = work.path().join("data2");
+    let srv = serve::Server::start_in(data2, &["--pull-from", "registry.example.invalid"]);
+    let (status, err) = srv.call(
+        "POST",
+        "/v1/images/pull",
+        Some(serde_json::json!({"reference": name})),
+    );
+    assert_eq!(status, 403, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--pull-from")),
+        "{err}"
+    );
+}
+
+/// `(event, data as JSON)` of each server-sent event in `body`.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = Some(e.trim().to_string());
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim_start());
+                }
+            }
+            let event = event?;
+            Some((event, serde_json::from_str(&data).unwrap_or(Value::Null)))
+        })
+        .collect()
 }

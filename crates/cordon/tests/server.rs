@@ -676,7 +676,7 @@ fn background_stdin_is_writable_as_soon_as_the_command_exists() {
             max_download: 1 << 20,
             default_exec_timeout: Duration::from_secs(30),
             max_exec_timeout: Duration::from_secs(60),
-            require: Vec::new(),
+            ..Default::default()
         })
         .map_err(|e| format!("service: {}", e.message))?;
         let caller = Caller {

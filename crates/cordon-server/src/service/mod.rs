@@ -3,6 +3,7 @@
 
 mod code;
 mod exec;
+mod images;
 mod lifecycle;
 mod network;
 mod requests;
@@ -10,6 +11,9 @@ mod requests;
 pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
 pub use exec::{BgCommand, ExecEvent};
+pub use images::{
+    image_error, ImageList, ImageView, ImagesConfig, PullEvent, PullRequest, PullResult,
+};
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +38,7 @@ pub struct Caller {
     pub max_sandboxes: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// The cordon binary, re-executed as the per-sandbox helper.
     pub helper_exe: PathBuf,
@@ -51,6 +55,8 @@ pub struct Config {
     /// each sandbox's profile, so a host without them refuses each sandbox (and, checked at
     /// start, the server itself).
     pub require: Vec<cordon_policy::Layer>,
+    /// Where images may be pulled from.
+    pub images: ImagesConfig,
 }
 
 /// A sandbox this node is running.
