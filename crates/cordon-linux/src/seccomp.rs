@@ -836,6 +836,53 @@ mod tests {
         }
     }
 
+    /// The filter of a sandbox without namespaces, without and with a network policy: each
+    /// socket family and type, `connect`, the IPC calls, and everything else allowed.
+    #[test]
+    fn no_netns_filter_verdicts() -> AnyResult<()> {
+        let nr = |n: i64| n as u32;
+        let sock = |fam: i32, ty: i32, proto: i32| [fam as u64, ty as u64, proto as u64, 0, 0, 0];
+        let unix_stream = sock(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let unix_seq = sock(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+        let unix_dgram = sock(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+        let tcp4 = sock(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+        let tcp6 = sock(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP);
+        let sctp = sock(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP);
+        let udp = sock(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        let netlink = sock(libc::AF_NETLINK, libc::SOCK_RAW, 0);
+        let none = [0u64; 6];
+        for tcp in [false, true] {
+            let prog = no_netns_filter(tcp)?;
+            let tcp_ok = if tcp { RET_ALLOW } else { RET_EPERM };
+            let cases = [
+                ("unix stream", nr(libc::SYS_socket), unix_stream, RET_ALLOW),
+                ("unix seqpacket", nr(libc::SYS_socket), unix_seq, RET_ALLOW),
+                ("unix dgram", nr(libc::SYS_socket), unix_dgram, RET_EPERM),
+                ("tcp4", nr(libc::SYS_socket), tcp4, tcp_ok),
+                ("tcp6", nr(libc::SYS_socket), tcp6, tcp_ok),
+                ("sctp", nr(libc::SYS_socket), sctp, RET_EPERM),
+                ("udp", nr(libc::SYS_socket), udp, RET_EPERM),
+                ("netlink", nr(libc::SYS_socket), netlink, RET_EPERM),
+                ("unix pair", nr(libc::SYS_socketpair), unix_dgram, RET_ALLOW),
+                ("inet pair", nr(libc::SYS_socketpair), tcp4, RET_EPERM),
+                ("connect", nr(libc::SYS_connect), none, tcp_ok),
+                ("shmget", nr(libc::SYS_shmget), none, RET_EPERM),
+                ("mq_open", nr(libc::SYS_mq_open), none, RET_EPERM),
+                ("read", nr(libc::SYS_read), none, RET_ALLOW),
+                ("bind", nr(libc::SYS_bind), none, RET_ALLOW),
+            ];
+            for (what, n, args, want) in cases {
+                assert_eq!(
+                    run(&prog, n, arch::AUDIT_ARCH, args).0,
+                    want,
+                    "{what} (tcp: {tcp})"
+                );
+            }
+            assert_eq!(run(&prog, 0, FOREIGN_ARCH, none).0, RET_KILL);
+        }
+        Ok(())
+    }
+
     /// For every syscall number (and x32 and out-of-range ones), the wrong architecture, and
     /// a spread of arguments — each rule's triggering values, their neighbours, and garbage in
     /// the high words — the filter answers exactly what seccompiler's program answers, with
