@@ -315,6 +315,15 @@ fn remove_run_dir(dir: &std::path::Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A run that ends early (a required layer found missing once the init was cloned, say)
+/// leaves no scratch directory behind either; `supervisor::run` keeps its `Prepared` until
+/// nothing of the sandbox runs.
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
 fn no_cgroup_note(why: &str) -> String {
     format!("no cgroup ({why}): memory and pids limited per process by rlimits only")
 }

@@ -527,6 +527,7 @@ fn require_refuses_each_missing_layer() {
                 "cgroup" => !has_writable_cgroup(),
                 _ => degraded,
             };
+            assert_no_run_dir_left(f.pid);
             if missing {
                 assert_eq!(f.code, Some(125), "{name}: --require {layer}: {f:?}");
                 assert!(
@@ -539,6 +540,21 @@ fn require_refuses_each_missing_layer() {
             }
         }
     }
+}
+
+/// The per-run scratch dirs (`$TMPDIR/cordon-run-<pid>-…`) of the cordon processes `f`
+/// names: none may be left, whichever way the run ended.
+fn assert_no_run_dir_left(pid: u32) {
+    let prefix = format!("cordon-run-{pid}-");
+    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "scratch dirs left behind: {left:?}");
 }
 
 /// Whether runs here get a cgroup (root on this cgroup v1 host; rootless gets none).

@@ -89,7 +89,7 @@ pub fn helper_main() -> i32 {
     };
     let mut enforcement = prepared.enforcement();
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
-    let cgroup = prepared.cgroup;
+    let cgroup = prepared.cgroup.take();
     let mut domains = Domains {
         init_pid,
         reaped: false,
