@@ -91,6 +91,20 @@ for line in sys.stdin:
   done
 fi
 
+# cgroup v2 (this host's controllers are held by v1): the engine's cgroup unit tests and
+# cordon's limits, OOM and removal — with and without namespaces — on Debian's kernel under
+# qemu (software emulation, 35-60 s here; needs apt for qemu-system-x86 and the kernel package).
+if [ "${CORDON_TEST_CGROUP2_VM:-0}" = 1 ] && [ "$(id -u)" -eq 0 ]; then
+  echo "== cgroup v2 in a VM (scripts/cgroup2-vm.sh)"
+  engine=$(cargo test --locked -p cordon-linux --lib --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
+        print(m["executable"])')
+  ./scripts/cgroup2-vm.sh target/debug/cordon "$engine"
+fi
+
 echo "== Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"

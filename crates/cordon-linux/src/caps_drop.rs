@@ -51,3 +51,44 @@ pub fn drop_all() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Drops what a process outside any user namespace of its own can drop: the bounding set
+/// where it still holds CAP_SETPCAP (cordon run as root, before it gives up uid 0), then
+/// every other set; and checks that none is left. Without CAP_SETPCAP neither the bounding
+/// set nor the securebits can change, and need not: with no capability permitted, uid not 0
+/// and `no_new_privs` (set next), no exec can gain one.
+pub fn drop_without_userns() -> Result<(), String> {
+    drop_bounding()?;
+    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
+        caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
+    }
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+        let left = caps::read(None, set).map_err(|e| e.to_string())?;
+        if !left.is_empty() {
+            return Err(format!(
+                "{set:?} capabilities still held after clearing: {left:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Empties the bounding set where CAP_SETPCAP allows it (see `drop_without_userns`); called
+/// by root before it gives up uid 0, which takes CAP_SETPCAP with it.
+pub fn drop_bounding() -> Result<(), String> {
+    for cap in 0..64 {
+        let one = CapabilitySet::from_bits_retain(1 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
+            Err(Errno::INVAL) if cap > 0 => break,
+            Err(Errno::PERM) => break,
+            Err(e) => {
+                return Err(format!(
+                    "dropping capability {cap} from the bounding set: {}",
+                    std::io::Error::from(e)
+                ))
+            }
+        }
+    }
+    Ok(())
+}

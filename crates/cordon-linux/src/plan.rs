@@ -56,6 +56,61 @@ pub struct Plan {
     pub persistent: bool,
     /// The root is an image's layers under a writable layer instead of host binds.
     pub image: Option<ImagePlan>,
+    /// The host refused namespaces: the sandbox runs in the host's own (see [`Plan::degrade`]).
+    pub no_namespaces: bool,
+    /// Landlock rules for a sandbox without a mount namespace: the same grants, on host paths
+    /// (`--ro`/`--rw` sources instead of their destinations), completed by `degrade`.
+    pub host_landlock: FsRules,
+}
+
+/// Where a sandbox without a mount namespace keeps its scratch space: a per-run host
+/// directory (0700, the sandbox's own, removed after the run) in place of the tmpfs mounts.
+pub fn run_dir_parts(run_dir: &Path) -> [PathBuf; 3] {
+    [
+        run_dir.join("tmp"),
+        run_dir.join("home"),
+        run_dir.join("workspace"),
+    ]
+}
+
+impl Plan {
+    /// Turns the plan into one for the host's own namespaces: scratch dirs, HOME and TMPDIR in
+    /// `run_dir`, the working directory on the host (`/workspace…` is the workspace's host
+    /// path), Landlock rules on host paths and refusing TCP but to the proxy.
+    pub fn degrade(&mut self, run_dir: &Path) {
+        let [tmp, home, scratch_ws] = run_dir_parts(run_dir);
+        let workspace = self.workspace.clone().unwrap_or(scratch_ws);
+        self.host_landlock
+            .read_write
+            .extend([tmp.clone(), home.clone(), workspace.clone()]);
+        self.host_landlock.tcp_connect = Some(Vec::new());
+        let inner_home = Path::new(cordon_policy::profile::HOME);
+        let cwd = &self.cwd;
+        self.cwd = if let Ok(rest) = cwd.strip_prefix("/workspace") {
+            workspace.join(rest)
+        } else if let Ok(rest) = cwd.strip_prefix(inner_home) {
+            home.join(rest)
+        } else if let Ok(rest) = cwd.strip_prefix("/tmp") {
+            tmp.join(rest)
+        } else {
+            cwd.clone()
+        };
+        self.set_env("HOME", &home.to_string_lossy());
+        self.set_env("TMPDIR", &tmp.to_string_lossy());
+        self.no_namespaces = true;
+    }
+
+    /// Sets (or replaces) one variable of the payload's environment.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        let prefix = format!("{key}=");
+        self.env
+            .retain(|e| !e.as_bytes().starts_with(prefix.as_bytes()));
+        let mut bytes = prefix.into_bytes();
+        bytes.extend(value.bytes().filter(|b| *b != 0));
+        if let Ok(c) = CString::new(bytes) {
+            self.env.push(c);
+        }
+    }
 }
 
 /// An image root: its layers (host paths, top first) and, as root, detached idmapped copies
@@ -223,6 +278,17 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             .map(|d| PathBuf::from("/dev").join(d))
             .collect(),
         read_exec: Vec::new(),
+        tcp_connect: None,
+    };
+    // No listing of `/` or `/dev` on the host: beneath them is everything (Landlock rules
+    // are hierarchical), and the names of a host's files say much about it.
+    let mut host_ll = FsRules {
+        list_only: Vec::new(),
+        read_only: vec!["/proc".into()],
+        read_write: Vec::new(),
+        files_rw: ll.files_rw.clone(),
+        read_exec: Vec::new(),
+        tcp_connect: None,
     };
     let image = p.root_image.as_ref().map(|img| ImagePlan {
         layers: img.layers.clone(),
@@ -239,6 +305,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         if let Some(e) = host_entry(Path::new(dir), Path::new(dir), false) {
             root.push(e);
             ll.read_exec.push(dir.into());
+            host_ll.read_exec.push(dir.into());
         }
     }
     match p.system {
@@ -247,6 +314,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             if let Some(e) = host_entry(Path::new("/etc"), Path::new("/etc"), false) {
                 root.push(e);
                 ll.read_exec.push("/etc".into());
+                host_ll.read_exec.push("/etc".into());
             }
         }
         SystemView::Minimal => {
@@ -254,6 +322,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
                 if let Some(e) = host_entry(Path::new(f), Path::new(f), false) {
                     root.push(e);
                     ll.read_exec.push(f.into());
+                    host_ll.read_exec.push(f.into());
                 }
             }
         }
@@ -270,8 +339,10 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         });
         if b.writable {
             ll.read_write.push(b.dest.clone());
+            host_ll.read_write.push(b.source.clone());
         } else {
             ll.read_exec.push(b.dest.clone());
+            host_ll.read_exec.push(b.source.clone());
         }
     }
     // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
@@ -325,5 +396,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         network,
         persistent: false,
         image,
+        no_namespaces: false,
+        host_landlock: host_ll,
     })
 }

@@ -271,6 +271,10 @@ pub struct Profile {
     pub network: NetworkPolicy,
     /// Layers without which the run must fail instead of running weaker.
     pub require: Vec<Layer>,
+    /// Where the host refuses namespaces *and* has no Landlock, run anyway (the host's files
+    /// then protected by their permissions only) instead of refusing.
+    #[serde(default)]
+    pub allow_no_landlock: bool,
     pub hostname: String,
     /// The image (reference, digest or a directory's path) whose root replaces the host's
     /// system directories, as the user named it; `root_image` is what it resolved to.
@@ -374,6 +378,7 @@ impl Profile {
             env: Vec::new(),
             network: NetworkPolicy::default(),
             require: Vec::new(),
+            allow_no_landlock: false,
             hostname: "cordon".to_string(),
             image: None,
             root_image: None,
@@ -638,6 +643,7 @@ struct ProfileFile {
     extends: Option<String>,
     hostname: Option<String>,
     require: Option<Vec<String>>,
+    allow_no_landlock: Option<bool>,
     limits: Option<LimitsFile>,
     filesystem: Option<FilesystemFile>,
     env: Option<EnvFile>,
@@ -688,6 +694,9 @@ impl ProfileFile {
             for r in req {
                 p.require.push(Layer::parse(&r)?);
             }
+        }
+        if let Some(a) = self.allow_no_landlock {
+            p.allow_no_landlock = a;
         }
         if let Some(l) = self.limits {
             let pl = &mut p.limits;

@@ -38,6 +38,7 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
     profile.image = req.image.clone();
     // Held until the runner is done: the image's layers must not be pruned under it.
     let _image = svc.attach_image(&mut profile, false).await?;
+    svc.add_required(&mut profile);
     let argv = req.cmd.checked_argv()?;
     crate::types::check_cwd(req.cwd.as_deref())?;
     svc.audit.record(

@@ -69,6 +69,14 @@ fn cordon_main() -> i32 {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
         return serve::oneshot_main().clamp(0, 255);
     }
+    // `cordon __refuse-namespaces PROGRAM ARGS…`: PROGRAM on a host that refuses namespaces
+    // as Docker's default seccomp profile does (what `cordon bench` measures cordon on).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__refuse-namespaces")
+    {
+        return bench::exec_refusing_namespaces(std::env::args_os().skip(2).collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -60,6 +60,10 @@ pub struct SandboxArgs {
     /// mount_ns, ipc_ns, uts_ns, cgroup_ns, seccomp, landlock, cgroup, rlimits.
     #[arg(long, value_name = "LAYER,…", value_delimiter = ',')]
     pub require: Vec<String>,
+    /// Where the host refuses namespaces and has no Landlock either, run anyway (the host's
+    /// files then protected by their permissions only) instead of refusing (exit 125).
+    #[arg(long)]
+    pub allow_no_landlock: bool,
 }
 
 fn bad(flag: &str, msg: impl std::fmt::Display) -> String {
@@ -156,6 +160,9 @@ impl SandboxArgs {
         }
         if let Some(i) = &a.image {
             p.image = Some(i.clone());
+        }
+        if a.allow_no_landlock {
+            p.allow_no_landlock = true;
         }
         p.validate().map_err(|e| e.to_string())?;
         Ok(p)

@@ -145,6 +145,7 @@ impl Service {
         // A front end's own profile (create_with_profile) replaces the built-in.
         let trusted_profile = trusted.is_some();
         let mut profile = trusted.unwrap_or(profile);
+        self.add_required(&mut profile);
         profile
             .validate()
             .map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -51,6 +51,10 @@ pub struct Config {
     pub max_download: u64,
     pub default_exec_timeout: Duration,
     pub max_exec_timeout: Duration,
+    /// Layers every sandbox of this server must have (`cordon serve --require`): added to
+    /// each sandbox's profile, so a host without them refuses each sandbox (and, checked at
+    /// start, the server itself).
+    pub require: Vec<cordon_policy::Layer>,
     /// Where images may be pulled from.
     pub images: ImagesConfig,
     /// What a request naming an image this node's store (`<data_dir>/images`) lacks gets.
@@ -155,6 +159,15 @@ fn unix_ms() -> u64 {
 }
 
 impl Service {
+    /// Adds the server's required layers (see [`Config::require`]) to a sandbox's profile.
+    pub fn add_required(&self, profile: &mut Profile) {
+        for layer in &self.cfg.require {
+            if !profile.require.contains(layer) {
+                profile.require.push(*layer);
+            }
+        }
+    }
+
     pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
         if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
             .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?
