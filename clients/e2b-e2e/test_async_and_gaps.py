@@ -41,9 +41,6 @@ def test_unsupported_features_say_so(sbx):
     from e2b_code_interpreter import Sandbox as CI
 
     with pytest.raises(SandboxException) as e:
-        sbx.pause()
-    assert "pausing" in str(e.value)
-    with pytest.raises(SandboxException) as e:
         sbx.get_metrics()
     assert "metrics" in str(e.value)
     with pytest.raises(Exception) as e:

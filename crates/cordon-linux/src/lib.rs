@@ -20,6 +20,7 @@ pub mod cgroup;
 mod channel;
 pub mod detect;
 mod error;
+pub mod freeze;
 pub mod fsview;
 mod idmap;
 mod landlock_rules;

@@ -102,7 +102,7 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
         "memoryMB": mem,
         "diskSizeMB": disk,
         "metadata": info.metadata,
-        "state": "running",
+        "state": if info.state == "paused" { "paused" } else { "running" },
         "envdVersion": ENVD_VERSION,
     })
 }
@@ -165,9 +165,15 @@ pub(super) async fn connect(
                 .extend(&caller, &id, &seconds(t, "timeout")?)?;
         }
     }
+    // Connecting to a paused sandbox resumes it (E2B answers 201 then).
+    let resumed = e2b.st.service.resume(&caller, &id).await?;
     let door = e2b.door(&caller, &id, None)?;
     Ok((
-        StatusCode::OK,
+        if resumed {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         Json(sandbox_body(&e2b, &id, &door.template, &door.token)),
     )
         .into_response())
@@ -188,13 +194,9 @@ pub(super) async fn pause(
     Path(id): Path<String>,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
-    live_info(&e2b, &caller, &id)?;
-    Err(ApiError::new(
-        501,
-        "unsupported",
-        "pausing a sandbox is not supported by this cordon server yet; it keeps running",
-    )
-    .into())
+    // Memory and files stay; 409 when it is already paused, as E2B answers.
+    e2b.st.service.pause(&caller, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(super) async fn metrics(
@@ -338,12 +340,14 @@ pub(super) async fn list(
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
     let q = list_query(raw.as_deref())?;
-    // Nothing here is ever paused: a filter on paused alone lists nothing.
-    let all = if q.states.is_empty() || q.states.iter().any(|s| s == "running") {
-        e2b.st.service.list(&caller, &q.metadata).sandboxes
-    } else {
-        Vec::new()
-    };
+    let all: Vec<SandboxInfo> = e2b
+        .st
+        .service
+        .list(&caller, &q.metadata)
+        .sandboxes
+        .into_iter()
+        .filter(|s| q.states.is_empty() || q.states.contains(&s.state))
+        .collect();
     let start = match &q.after {
         Some(after) => all
             .iter()

@@ -105,10 +105,12 @@ impl Service {
         if let Ok(l) = self.live.read() {
             for s in l.values() {
                 *m.entry(
-                    if s.sandbox.is_alive() {
-                        "running"
-                    } else {
+                    if !s.sandbox.is_alive() {
                         "failed"
+                    } else if s.sandbox.paused().is_some() {
+                        "paused"
+                    } else {
+                        "running"
                     }
                     .to_string(),
                 )
@@ -259,6 +261,7 @@ impl Service {
                 enforcement: None,
                 limits: None,
                 ended_reason: row.ended_reason,
+                paused_by: None,
             }),
             _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
         }
@@ -305,6 +308,45 @@ impl Service {
         })
         .await;
         let _ = self.registry.mark_ended(&live.id, state, reason);
+    }
+
+    /// Freezes every process of the sandbox; memory and files stay. A paused sandbox still
+    /// counts against the key's quota and its TTL keeps running. Pausing twice is a conflict.
+    pub async fn pause(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        if live.sandbox.paused().is_some() {
+            return Err(ApiError {
+                code: "already_paused",
+                ..ApiError::conflict(format!("sandbox '{id}' is already paused"))
+            });
+        }
+        let sb = live.sandbox.clone();
+        let name = live.id.clone();
+        let method = tokio::task::spawn_blocking(move || sb.pause(&name))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+        self.audit.record(
+            "sandbox.pause",
+            &caller.key_id,
+            Some(id),
+            json!({"method": method.name()}),
+        );
+        Ok(live.info())
+    }
+
+    /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
+    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let sb = live.sandbox.clone();
+        let was = tokio::task::spawn_blocking(move || sb.resume())
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if was {
+            self.audit
+                .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
+        }
+        Ok(was)
     }
 
     pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {

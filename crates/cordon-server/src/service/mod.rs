@@ -77,10 +77,12 @@ impl Live {
         let l = &self.profile.limits;
         SandboxInfo {
             id: self.id.clone(),
-            state: if self.sandbox.is_alive() {
-                "running".into()
-            } else {
+            state: if !self.sandbox.is_alive() {
                 "failed".into()
+            } else if self.sandbox.paused().is_some() {
+                "paused".into()
+            } else {
+                "running".into()
             },
             profile: self.profile.name.clone(),
             created_at: self.created_at,
@@ -95,6 +97,7 @@ impl Live {
                 output_limit_bytes: l.output_limit,
             }),
             ended_reason: self.sandbox.ended(),
+            paused_by: self.sandbox.paused().map(|m| m.name().to_string()),
         }
     }
 }
