@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from e2b.exceptions import SandboxException
 
 
 def test_async_sdks():
@@ -40,9 +39,6 @@ def test_unsupported_features_say_so(sbx):
     from e2b import PtySize
     from e2b_code_interpreter import Sandbox as CI
 
-    with pytest.raises(SandboxException) as e:
-        sbx.get_metrics()
-    assert "metrics" in str(e.value)
     with pytest.raises(Exception) as e:
         sbx.pty.create(PtySize(rows=24, cols=80))
     assert "PTY" in str(e.value)

@@ -76,7 +76,7 @@ fn processes() -> HashMap<i32, (i32, char)> {
 }
 
 /// The init and all its descendants, with their states.
-fn tree(init_pid: i32) -> Vec<(i32, char)> {
+pub(crate) fn tree(init_pid: i32) -> Vec<(i32, char)> {
     let all = processes();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for (pid, (ppid, _)) in &all {

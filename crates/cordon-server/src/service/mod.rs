@@ -14,6 +14,7 @@ pub use exec::{BgCommand, ExecEvent};
 pub use images::{
     image_error, ImageList, ImageView, ImagesConfig, PullEvent, PullRequest, PullResult,
 };
+pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};
@@ -70,6 +71,8 @@ pub struct Live {
     /// until the policy allows something).
     pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
     pub network: Mutex<cordon_policy::network::NetworkPolicy>,
+    /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
+    pub cpu_seen: Mutex<(std::time::Instant, u64)>,
 }
 
 impl Live {
