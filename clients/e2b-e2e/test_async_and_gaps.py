@@ -42,9 +42,6 @@ def test_unsupported_features_say_so(sbx):
     with pytest.raises(Exception) as e:
         sbx.pty.create(PtySize(rows=24, cols=80))
     assert "PTY" in str(e.value)
-    with pytest.raises(Exception) as e:
-        sbx.files.watch_dir("/home/user")
-    assert "watching" in str(e.value)
     ci = CI.connect(sbx.sandbox_id)
     with pytest.raises(Exception) as e:
         ci.run_code("1", envs={"A": "b"})

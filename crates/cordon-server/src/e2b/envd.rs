@@ -812,6 +812,19 @@ struct PathReq {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
+struct WatchReq {
+    path: String,
+    recursive: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct WatcherReq {
+    watcher_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct MoveReq {
     source: String,
     destination: String,
@@ -849,17 +862,17 @@ async fn fs_call(
     k: &Kind,
 ) -> Result<Response, RpcError> {
     let unary = matches!(method, "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove");
-    let watch = matches!(
-        method,
-        "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
-    );
-    if watch {
+    if method == "WatchDir" {
         return Err(RpcError::new(
             "unimplemented",
-            "watching directories is not supported by this cordon server yet",
+            "watching directories as a stream (the async SDKs' watch_dir) is not supported by this cordon server yet; the sync SDKs' watch_dir works",
         ));
     }
-    if !unary {
+    let polled = matches!(
+        method,
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+    );
+    if !unary && !polled {
         return Err(RpcError::new(
             "unimplemented",
             format!("filesystem.Filesystem/{method} is not a method of this server"),
@@ -883,6 +896,37 @@ async fn fs_call(
         let id = id.clone();
         async move { crate::files::with_fs(&svc, &caller, &id, event, &path, op).await }
     };
+    match method {
+        "CreateWatcher" => {
+            let req: WatchReq = decode(&msg)?;
+            let p = sandbox_path(&req.path)?;
+            svc.audit.record(
+                "file.watch",
+                &caller.key_id,
+                Some(&id),
+                json!({"path": p, "recursive": req.recursive}),
+            );
+            let wid = e2b
+                .watchers
+                .create(svc, &caller, &id, p, req.recursive)
+                .await?;
+            return unary_ok(json!({ "watcherId": wid }));
+        }
+        "GetWatcherEvents" => {
+            let req: WatcherReq = decode(&msg)?;
+            let ev = e2b
+                .watchers
+                .events(svc, &caller, &id, &req.watcher_id)
+                .await?;
+            return unary_ok(json!({ "events": ev }));
+        }
+        "RemoveWatcher" => {
+            let req: WatcherReq = decode(&msg)?;
+            e2b.watchers.remove(&caller, &id, &req.watcher_id)?;
+            return unary_ok(json!({}));
+        }
+        _ => {}
+    }
     match method {
         "Stat" => {
             let req: PathReq = decode(&msg)?;
