@@ -63,3 +63,33 @@ def test_watchers_stay_inside(sbx):
         h.stop()
     finally:
         other.kill()
+
+
+def test_async_watch_dir_streams_events():
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    async def until(seen: list, want) -> bool:
+        for _ in range(100):
+            if want in {(e.name, e.type) for e in seen}:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def go():
+        s = await AsyncSandbox.create(timeout=60)
+        try:
+            await s.files.make_dir("/home/user/aw")
+            seen: list = []
+            h = await s.files.watch_dir("/home/user/aw", on_event=seen.append)
+            await s.files.write("/home/user/aw/f.txt", "x")
+            created = await until(seen, ("f.txt", FilesystemEventType.CREATE))
+            await s.commands.run("rm /home/user/aw/f.txt")
+            removed = await until(seen, ("f.txt", FilesystemEventType.REMOVE))
+            await h.stop()
+            return created, removed
+        finally:
+            await s.kill()
+
+    assert asyncio.run(go()) == (True, True)

@@ -854,6 +854,78 @@ pub(super) async fn filesystem(
     answer(&k, r)
 }
 
+/// How often a streamed watch looks at its directory again.
+const WATCH_POLL: Duration = Duration::from_millis(200);
+
+/// The async SDKs' `watch_dir`: a `start` event, then each change as the poller sees it, with
+/// keepalives while nothing happens, until the client leaves or the sandbox ends.
+async fn watch_stream(e2b: &St, h: &HeaderMap, body: Body, k: &Kind) -> Result<Response, RpcError> {
+    if *k != Kind::Stream {
+        return Err(RpcError::new(
+            "invalid_argument",
+            "filesystem.Filesystem/WatchDir is a server-stream call (content type application/connect+json)",
+        ));
+    }
+    let (caller, id) = e2b.sandbox(h)?;
+    check_user(h, None)?;
+    let msg = one_message(body, k).await?;
+    let req: WatchReq = decode(&msg)?;
+    let p = sandbox_path(&req.path)?;
+    let svc = e2b.st.service.clone();
+    svc.audit.record(
+        "file.watch",
+        &caller.key_id,
+        Some(&id),
+        json!({"path": p, "recursive": req.recursive}),
+    );
+    let wid = e2b
+        .watchers
+        .create(&svc, &caller, &id, p, req.recursive)
+        .await?;
+    let keepalive = keepalive_of(h);
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let e2b = e2b.clone();
+    tokio::spawn(async move {
+        let mut last_sent = tokio::time::Instant::now();
+        let mut end = json!({});
+        if tx.send(frame(0, &json!({"start": {}}))).await.is_ok() {
+            loop {
+                tokio::time::sleep(WATCH_POLL).await;
+                if tx.is_closed() {
+                    break;
+                }
+                match e2b.watchers.events(&svc, &caller, &id, &wid).await {
+                    Ok(evs) => {
+                        for ev in evs {
+                            if tx
+                                .send(frame(0, &json!({ "filesystem": ev })))
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                            last_sent = tokio::time::Instant::now();
+                        }
+                    }
+                    Err(e) => {
+                        end = json!({"error": RpcError::from(e).body()});
+                        break;
+                    }
+                }
+                if last_sent.elapsed() >= keepalive {
+                    if tx.send(frame(0, &json!({"keepalive": {}}))).await.is_err() {
+                        break;
+                    }
+                    last_sent = tokio::time::Instant::now();
+                }
+            }
+        }
+        let _ = e2b.watchers.remove(&caller, &id, &wid);
+        let _ = tx.send(frame(FLAG_END, &end)).await;
+    });
+    Ok(stream_response(rx))
+}
+
 async fn fs_call(
     e2b: &St,
     method: &str,
@@ -863,10 +935,7 @@ async fn fs_call(
 ) -> Result<Response, RpcError> {
     let unary = matches!(method, "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove");
     if method == "WatchDir" {
-        return Err(RpcError::new(
-            "unimplemented",
-            "watching directories as a stream (the async SDKs' watch_dir) is not supported by this cordon server yet; the sync SDKs' watch_dir works",
-        ));
+        return watch_stream(e2b, h, body, k).await;
     }
     let polled = matches!(
         method,

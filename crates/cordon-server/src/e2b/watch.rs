@@ -1,5 +1,5 @@
-//! `files.watch_dir` for the sync SDKs (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`):
-//! a poller. Each `GetWatcherEvents` lists the watched directory again (inside the sandbox,
+//! `files.watch_dir`, for the sync SDKs (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`)
+//! and the async ones (the `WatchDir` stream, which polls every 200 ms): a poller. Each `GetWatcherEvents` lists the watched directory again (inside the sandbox,
 //! as its user, like any file call) and answers what changed since the previous look. It needs
 //! no inotify in the sandbox and works the same rootless; what it cannot see is a change undone
 //! between two looks, and a rename shows as a remove and a create.
@@ -175,6 +175,8 @@ impl Watchers {
         wid: &str,
     ) -> Result<Vec<Value>, ApiError> {
         let (path, recursive) = self.find(caller, id, wid)?;
+        // An ended sandbox ends its watchers (rather than reading as an emptied directory).
+        svc.get_live(caller, id)?;
         let now = scan(svc, caller, id, &path, recursive).await;
         let mut w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
         let Some(x) = w.get_mut(wid) else {
