@@ -3,6 +3,9 @@
 //! no cgroup to read.
 
 use std::collections::BTreeSet;
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::{OFlags, ResolveFlags};
 
 /// What a sandbox uses at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,9 +22,9 @@ pub struct Snapshot {
 /// The clock ticks `/proc/<pid>/stat` counts CPU time in (USER_HZ: 100 on every Linux ABI).
 const USER_HZ: u64 = 100;
 
-/// Takes a snapshot of the sandbox whose init is host pid `init_pid`; `scratch` are the paths
-/// (inside the sandbox) of its writable filesystems.
-pub fn take(init_pid: i32, scratch: &[&str]) -> Snapshot {
+/// Takes a snapshot of the sandbox whose init is host pid `init_pid` and whose root directory
+/// is `root`; `scratch` are the paths (inside the sandbox) of its writable filesystems.
+pub fn take(init_pid: i32, root: BorrowedFd<'_>, scratch: &[&str]) -> Snapshot {
     let page = rustix::param::page_size() as u64;
     let mut s = Snapshot::default();
     for (pid, _) in crate::freeze::tree(init_pid) {
@@ -46,12 +49,21 @@ pub fn take(init_pid: i32, scratch: &[&str]) -> Snapshot {
             }
         }
     }
-    // Paths resolve in the sandbox's own mount namespace through its init's root; the same
-    // filesystem under two paths counts once.
+    // Paths resolve inside the sandbox's root (its own mount namespace), never above it and
+    // through no magic link, whatever the sandbox made of them; the same filesystem under two
+    // paths counts once.
     let mut seen = BTreeSet::new();
     for p in scratch {
-        let path = format!("/proc/{init_pid}/root/{}", p.trim_start_matches('/'));
-        if let Ok(v) = rustix::fs::statvfs(path.as_str()) {
+        let Ok(fd) = rustix::fs::openat2(
+            root,
+            p.trim_start_matches('/'),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        ) else {
+            continue;
+        };
+        if let Ok(v) = rustix::fs::fstatvfs(&fd) {
             if !seen.insert((v.f_fsid, v.f_blocks, v.f_files)) {
                 continue;
             }

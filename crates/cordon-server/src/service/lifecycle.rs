@@ -358,14 +358,19 @@ impl Service {
     ) -> Result<SandboxMetrics, ApiError> {
         let live = self.get_live(caller, id)?;
         let l = live.clone();
+        let root = live
+            .sandbox
+            .root_dir()
+            .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
         tokio::task::spawn_blocking(move || {
+            use std::os::fd::AsFd;
             let scratch = [
                 "/tmp",
                 "/workspace",
                 cordon_policy::profile::HOME,
                 "/dev/shm",
             ];
-            let take = || cordon_linux::snapshot::take(l.sandbox.init_pid, &scratch);
+            let take = || cordon_linux::snapshot::take(l.sandbox.init_pid, root.as_fd(), &scratch);
             let (since, before) = l
                 .cpu_seen
                 .lock()
