@@ -220,13 +220,13 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     if argv_vec.is_empty() && !input.persistent_ok {
         return Err(EngineError::Invalid(match &p.root_image {
             Some(img) => format!(
-                "no command given and the image {} has no Entrypoint or Cmd: put one after --, \
+                "no COMMAND given and the image {} has no Entrypoint or Cmd: put one after --, \
                  e.g. cordon run --image {} -- /bin/sh -c 'echo hi'",
                 img.reference, img.reference
             ),
-            None => {
-                "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into()
-            }
+            None => "no COMMAND given: cordon run [OPTIONS] -- COMMAND [ARGS]..., e.g. \
+                 cordon run -- python3 -c 'print(1)'"
+                .into(),
         }));
     }
     let argv = argv_vec

@@ -218,6 +218,8 @@ fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(create, list))
         .routes(routes!(get_one, delete))
         .routes(routes!(extend))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
         .routes(routes!(exec))
         .routes(routes!(list_commands))
         .routes(routes!(get_command))
@@ -621,6 +623,31 @@ async fn extend(
     JsonBody(req): JsonBody<ExtendTtl>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Paused: every process is frozen (`paused_by` says how), memory and files stay; \
+        commands answer 409 until it is resumed. It still counts against the key's quota and its TTL keeps running. \
+        409 `already_paused` when it is paused already")))]
+async fn pause(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(st.service.pause(&c, &id).await?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Running again (a sandbox that was not paused is left as it is)")))]
+async fn resume(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    st.service.resume(&c, &id).await?;
+    Ok(Json(st.service.get(&c, &id)?))
 }
 
 fn wants_stream(h: &HeaderMap) -> bool {

@@ -397,6 +397,7 @@ pub struct LimitsView {
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     Running,
+    Paused,
     Deleted,
     Expired,
     Reaped,
@@ -419,6 +420,10 @@ pub struct SandboxInfo {
     pub limits: Option<LimitsView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
+    /// While paused: how its processes are held, `cgroup-freezer` (the kernel's freezer) or
+    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -296,9 +296,10 @@ class Limits:
 class SandboxInfo:
     """What the server knows about a sandbox.
 
-    ``state`` is ``"running"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or ``"failed"``;
-    ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and ``limits`` are
-    only known while the sandbox runs.
+    ``state`` is ``"running"``, ``"paused"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or
+    ``"failed"``; ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and
+    ``limits`` are only known while the sandbox lives; ``paused_by`` (``"cgroup-freezer"`` or
+    ``"sigstop"``) only while it is paused.
     """
 
     __schema__: ClassVar[Optional[str]] = "SandboxInfo"
@@ -312,6 +313,7 @@ class SandboxInfo:
     enforcement: Optional[Enforcement]
     limits: Optional[Limits] = None
     ended_reason: Optional[str] = None
+    paused_by: Optional[str] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -328,6 +330,7 @@ class SandboxInfo:
             enforcement=Enforcement.from_dict(enf) if isinstance(enf, Mapping) else None,
             limits=Limits.from_dict(lim) if isinstance(lim, Mapping) else None,
             ended_reason=_opt_str(d.get("ended_reason")),
+            paused_by=_opt_str(d.get("paused_by")),
             raw=dict(d),
         )
 

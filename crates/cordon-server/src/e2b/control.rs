@@ -102,7 +102,7 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
         "memoryMB": mem,
         "diskSizeMB": disk,
         "metadata": info.metadata,
-        "state": "running",
+        "state": if info.state == "paused" { "paused" } else { "running" },
         "envdVersion": ENVD_VERSION,
     })
 }
@@ -165,9 +165,15 @@ pub(super) async fn connect(
                 .extend(&caller, &id, &seconds(t, "timeout")?)?;
         }
     }
+    // Connecting to a paused sandbox resumes it (E2B answers 201 then).
+    let resumed = e2b.st.service.resume(&caller, &id).await?;
     let door = e2b.door(&caller, &id, None)?;
     Ok((
-        StatusCode::OK,
+        if resumed {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         Json(sandbox_body(&e2b, &id, &door.template, &door.token)),
     )
         .into_response())
@@ -188,13 +194,9 @@ pub(super) async fn pause(
     Path(id): Path<String>,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
-    live_info(&e2b, &caller, &id)?;
-    Err(ApiError::new(
-        501,
-        "unsupported",
-        "pausing a sandbox is not supported by this cordon server yet; it keeps running",
-    )
-    .into())
+    // Memory and files stay; 409 when it is already paused, as E2B answers.
+    e2b.st.service.pause(&caller, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(super) async fn metrics(
@@ -203,13 +205,22 @@ pub(super) async fn metrics(
     Path(id): Path<String>,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
-    live_info(&e2b, &caller, &id)?;
-    Err(ApiError::new(
-        501,
-        "unsupported",
-        "sandbox metrics are not offered by this cordon server's E2B API yet; see /metrics",
-    )
-    .into())
+    // E2B keeps a history and filters it by start/end; this server samples when asked, so
+    // the answer is the one sample of now (CPU: the use since the previous request).
+    let m = e2b.st.service.sandbox_metrics(&caller, &id).await?;
+    let secs = m.timestamp_ms / 1000;
+    Ok(Json(json!([{
+        "timestamp": rfc3339(secs),
+        "timestampUnix": secs,
+        "cpuCount": m.cpu_count,
+        "cpuUsedPct": m.cpu_used_pct,
+        "memUsed": m.mem_used,
+        "memTotal": m.mem_total,
+        "memCache": 0,
+        "diskUsed": m.disk_used,
+        "diskTotal": m.disk_total,
+    }]))
+    .into_response())
 }
 
 pub(super) async fn info(
@@ -338,12 +349,14 @@ pub(super) async fn list(
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
     let q = list_query(raw.as_deref())?;
-    // Nothing here is ever paused: a filter on paused alone lists nothing.
-    let all = if q.states.is_empty() || q.states.iter().any(|s| s == "running") {
-        e2b.st.service.list(&caller, &q.metadata).sandboxes
-    } else {
-        Vec::new()
-    };
+    let all: Vec<SandboxInfo> = e2b
+        .st
+        .service
+        .list(&caller, &q.metadata)
+        .sandboxes
+        .into_iter()
+        .filter(|s| q.states.is_empty() || q.states.contains(&s.state))
+        .collect();
     let start = match &q.after {
         Some(after) => all
             .iter()

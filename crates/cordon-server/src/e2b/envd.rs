@@ -812,6 +812,19 @@ struct PathReq {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
+struct WatchReq {
+    path: String,
+    recursive: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct WatcherReq {
+    watcher_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct MoveReq {
     source: String,
     destination: String,
@@ -841,6 +854,78 @@ pub(super) async fn filesystem(
     answer(&k, r)
 }
 
+/// How often a streamed watch looks at its directory again.
+const WATCH_POLL: Duration = Duration::from_millis(200);
+
+/// The async SDKs' `watch_dir`: a `start` event, then each change as the poller sees it, with
+/// keepalives while nothing happens, until the client leaves or the sandbox ends.
+async fn watch_stream(e2b: &St, h: &HeaderMap, body: Body, k: &Kind) -> Result<Response, RpcError> {
+    if *k != Kind::Stream {
+        return Err(RpcError::new(
+            "invalid_argument",
+            "filesystem.Filesystem/WatchDir is a server-stream call (content type application/connect+json)",
+        ));
+    }
+    let (caller, id) = e2b.sandbox(h)?;
+    check_user(h, None)?;
+    let msg = one_message(body, k).await?;
+    let req: WatchReq = decode(&msg)?;
+    let p = sandbox_path(&req.path)?;
+    let svc = e2b.st.service.clone();
+    svc.audit.record(
+        "file.watch",
+        &caller.key_id,
+        Some(&id),
+        json!({"path": p, "recursive": req.recursive}),
+    );
+    let wid = e2b
+        .watchers
+        .create(&svc, &caller, &id, p, req.recursive)
+        .await?;
+    let keepalive = keepalive_of(h);
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let e2b = e2b.clone();
+    tokio::spawn(async move {
+        let mut last_sent = tokio::time::Instant::now();
+        let mut end = json!({});
+        if tx.send(frame(0, &json!({"start": {}}))).await.is_ok() {
+            loop {
+                tokio::time::sleep(WATCH_POLL).await;
+                if tx.is_closed() {
+                    break;
+                }
+                match e2b.watchers.events(&svc, &caller, &id, &wid).await {
+                    Ok(evs) => {
+                        for ev in evs {
+                            if tx
+                                .send(frame(0, &json!({ "filesystem": ev })))
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                            last_sent = tokio::time::Instant::now();
+                        }
+                    }
+                    Err(e) => {
+                        end = json!({"error": RpcError::from(e).body()});
+                        break;
+                    }
+                }
+                if last_sent.elapsed() >= keepalive {
+                    if tx.send(frame(0, &json!({"keepalive": {}}))).await.is_err() {
+                        break;
+                    }
+                    last_sent = tokio::time::Instant::now();
+                }
+            }
+        }
+        let _ = e2b.watchers.remove(&caller, &id, &wid);
+        let _ = tx.send(frame(FLAG_END, &end)).await;
+    });
+    Ok(stream_response(rx))
+}
+
 async fn fs_call(
     e2b: &St,
     method: &str,
@@ -849,17 +934,14 @@ async fn fs_call(
     k: &Kind,
 ) -> Result<Response, RpcError> {
     let unary = matches!(method, "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove");
-    let watch = matches!(
-        method,
-        "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
-    );
-    if watch {
-        return Err(RpcError::new(
-            "unimplemented",
-            "watching directories is not supported by this cordon server yet",
-        ));
+    if method == "WatchDir" {
+        return watch_stream(e2b, h, body, k).await;
     }
-    if !unary {
+    let polled = matches!(
+        method,
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+    );
+    if !unary && !polled {
         return Err(RpcError::new(
             "unimplemented",
             format!("filesystem.Filesystem/{method} is not a method of this server"),
@@ -883,6 +965,37 @@ async fn fs_call(
         let id = id.clone();
         async move { crate::files::with_fs(&svc, &caller, &id, event, &path, op).await }
     };
+    match method {
+        "CreateWatcher" => {
+            let req: WatchReq = decode(&msg)?;
+            let p = sandbox_path(&req.path)?;
+            svc.audit.record(
+                "file.watch",
+                &caller.key_id,
+                Some(&id),
+                json!({"path": p, "recursive": req.recursive}),
+            );
+            let wid = e2b
+                .watchers
+                .create(svc, &caller, &id, p, req.recursive)
+                .await?;
+            return unary_ok(json!({ "watcherId": wid }));
+        }
+        "GetWatcherEvents" => {
+            let req: WatcherReq = decode(&msg)?;
+            let ev = e2b
+                .watchers
+                .events(svc, &caller, &id, &req.watcher_id)
+                .await?;
+            return unary_ok(json!({ "events": ev }));
+        }
+        "RemoveWatcher" => {
+            let req: WatcherReq = decode(&msg)?;
+            e2b.watchers.remove(&caller, &id, &req.watcher_id)?;
+            return unary_ok(json!({}));
+        }
+        _ => {}
+    }
     match method {
         "Stat" => {
             let req: PathReq = decode(&msg)?;

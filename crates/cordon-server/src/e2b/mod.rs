@@ -11,6 +11,7 @@
 mod control;
 mod envd;
 mod interp;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,7 @@ struct Door {
 pub(crate) struct E2b {
     st: Arc<AppState>,
     doors: Mutex<HashMap<String, Door>>,
+    watchers: watch::Watchers,
 }
 
 type St = Arc<E2b>;
@@ -87,6 +89,7 @@ pub fn router(st: Arc<AppState>) -> Router {
     let e2b: St = Arc::new(E2b {
         st,
         doors: Mutex::new(HashMap::new()),
+        watchers: Default::default(),
     });
     Router::new()
         // Control plane (API key in `X-API-KEY`).

@@ -140,6 +140,14 @@ pub(crate) async fn spawn_exec(
     ),
     ApiError,
 > {
+    if live.sandbox.paused().is_some() {
+        // Its init is frozen too: the command would wait for the resume, and time out first.
+        return Err(ApiError::new(
+            409,
+            "sandbox_paused",
+            format!("sandbox '{}' is paused; resume it first", live.id),
+        ));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sb = live.sandbox.clone();
     let started = tokio::task::spawn_blocking(move || {

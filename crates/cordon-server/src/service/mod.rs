@@ -14,6 +14,7 @@ pub use exec::{BgCommand, ExecEvent};
 pub use images::{
     image_error, ImageList, ImageView, ImagesConfig, PullEvent, PullRequest, PullResult,
 };
+pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};
@@ -90,6 +91,8 @@ pub struct Live {
     /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
     /// as the sandbox lives.
     pub image: Option<cordon_image::ImageRoot>,
+    /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
+    pub cpu_seen: Mutex<(std::time::Instant, u64)>,
 }
 
 impl Live {
@@ -97,10 +100,12 @@ impl Live {
         let l = &self.profile.limits;
         SandboxInfo {
             id: self.id.clone(),
-            state: if self.sandbox.is_alive() {
-                "running".into()
-            } else {
+            state: if !self.sandbox.is_alive() {
                 "failed".into()
+            } else if self.sandbox.paused().is_some() {
+                "paused".into()
+            } else {
+                "running".into()
             },
             profile: self.profile.name.clone(),
             created_at: self.created_at,
@@ -115,6 +120,7 @@ impl Live {
                 output_limit_bytes: l.output_limit,
             }),
             ended_reason: self.sandbox.ended(),
+            paused_by: self.sandbox.paused().map(|m| m.name().to_string()),
         }
     }
 }
