@@ -67,6 +67,10 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
         lambda: _core.network_body(["pypi.org", "10.0.0.0/8"], {"api.test": "10.1.2.3"}),
         lambda: _core.network_body([], None),
     ),
+    "PullRequest": (
+        lambda: _core.pull_body("127.0.0.1:5000/team/app:1", "linux/arm64/v8"),
+        lambda: _core.pull_body("python:3.12-slim", None),
+    ),
 }
 
 

@@ -395,6 +395,14 @@ def run_body(
     return body
 
 
+def pull_body(reference: str, platform: Optional[str]) -> Dict[str, Any]:
+    """``POST /v1/images/pull``."""
+    body: Dict[str, Any] = {"reference": reference}
+    if platform is not None:
+        body["platform"] = platform
+    return body
+
+
 def signal_body(sig: Union[int, str]) -> Dict[str, Any]:
     """``POST …/commands/{cid}/signal``: a number or a name (``"TERM"``, ``"SIGINT"``)."""
     if isinstance(sig, bool):

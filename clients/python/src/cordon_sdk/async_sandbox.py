@@ -35,10 +35,12 @@ from .models import (
     CommandInfo,
     ContextInfo,
     Entry,
+    ImageInfo,
     MimeBundle,
     NetworkInfo,
     NetworkPolicy,
     Outcome,
+    PullResult,
     SandboxInfo,
 )
 
@@ -682,6 +684,65 @@ class AsyncSandbox:
             return Outcome.from_dict(
                 await http.post_json("/v1/run", body, "outcome", _core.exec_timeout(http.timeout, timeout))
             )
+        finally:
+            await http.close()
+
+    @classmethod
+    async def list_images(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[ImageInfo]:
+        """The images in the server's store (``GET /v1/images``), newest first."""
+        http = _AsyncHttp(base_url, api_key, timeout)
+        try:
+            body = await http.get_json("/v1/images", "image list")
+            return [ImageInfo.from_dict(i) for i in body.get("images") or [] if isinstance(i, Mapping)]
+        finally:
+            await http.close()
+
+    @classmethod
+    async def pull_image(
+        cls,
+        reference: str,
+        *,
+        platform: Optional[str] = None,
+        on_progress: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = 600.0,
+    ) -> PullResult:
+        """Pulls ``reference`` into the server's store (``POST /v1/images/pull``), so that
+        sandboxes can be created from it. ``on_progress`` gets each progress event (a dict with
+        ``event``: ``resolved``, ``layer_cached``, ``layer_start``, ``layer_progress``,
+        ``layer_unpacking``, ``layer_done`` or ``retry``) as the pull goes."""
+        body = _core.pull_body(reference, platform)
+        http = _AsyncHttp(base_url, api_key, timeout)
+        try:
+            if on_progress is None:
+                return PullResult.from_dict(await http.post_json("/v1/images/pull", body, "pull result"))
+            result: Optional[PullResult] = None
+
+            async def handle_event(name: str, payload: Any) -> bool:
+                nonlocal result
+                if name == "progress" and isinstance(payload, Mapping):
+                    await _core.acall(on_progress, payload)
+                elif name == "done":
+                    result = PullResult.from_dict(_core.expect_mapping(payload, "pull result"))
+                    return True
+                elif name == "error":
+                    err = _core.expect_mapping(payload, "pull error")
+                    raise _core.error_for(None, str(err.get("code", "error")), str(err.get("message", "")))
+                return False
+
+            plain = await http.sse("/v1/images/pull", body, http.timeout, handle_event)
+            if plain is not None:
+                return PullResult.from_dict(_core.expect_mapping(plain, "pull result"))
+            if result is None:
+                raise SandboxError("the stream ended before the pull's result", code="stream_ended")
+            return result
         finally:
             await http.close()
 

@@ -30,6 +30,8 @@ __all__ = [
     "ContextInfo",
     "NetworkPolicy",
     "NetworkInfo",
+    "ImageInfo",
+    "PullResult",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -660,3 +662,52 @@ class NetworkInfo:
             events=[NetworkEvent.from_dict(e) for e in _objs(d.get("events"))],
             raw=dict(d),
         )
+
+
+# ---- images ------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageInfo:
+    """An image in the server's store (``GET /v1/images``): the references that name it, its
+    manifest digest, platform, layer count and sizes."""
+
+    __schema__: ClassVar[Optional[str]] = "ImageView"
+
+    names: List[str]
+    digest: str
+    platform: str
+    layers: int
+    size_bytes: int
+    unpacked_bytes: int
+    added: int
+    source: str
+    created: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ImageInfo":
+        return cls(
+            names=_strs(d.get("names")),
+            digest=_str(d.get("digest")),
+            platform=_str(d.get("platform")),
+            layers=_int(d.get("layers")),
+            size_bytes=_int(d.get("size_bytes")),
+            unpacked_bytes=_int(d.get("unpacked_bytes")),
+            added=_int(d.get("added")),
+            source=_str(d.get("source")),
+            created=_opt_str(d.get("created")),
+        )
+
+
+@dataclass
+class PullResult:
+    """What ``POST /v1/images/pull`` did: the normalised reference and the image now stored."""
+
+    __schema__: ClassVar[Optional[str]] = "PullResult"
+
+    reference: str
+    image: ImageInfo
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PullResult":
+        return cls(reference=_str(d.get("reference")), image=ImageInfo.from_dict(_obj(d.get("image"))))
