@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), no_main)]
 #![cfg_attr(test, allow(dead_code))]
 
+mod audit;
 mod bench;
 mod check;
 mod image;
@@ -51,6 +52,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
     Image(image::ImageArgs),
+    /// Check a hash-chained audit log (gateway or serve).
+    Audit(audit::AuditArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -89,6 +92,7 @@ fn cordon_main() -> i32 {
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(*args),
         Command::Image(args) => image::main(args),
+        Command::Audit(args) => audit::main(args),
     };
     code.clamp(0, 255)
 }
