@@ -11,4 +11,5 @@ pub mod policy;
 pub mod rate;
 
 pub use config::{Config, ConfigError};
+pub use jsonschema;
 pub use policy::{Admitted, Policy, Reason, Refusal};

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod datadir;
 pub mod error;
 pub mod files;
+pub mod gateway;
 pub mod http;
 pub mod kernel;
 pub mod keys;

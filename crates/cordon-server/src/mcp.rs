@@ -13,7 +13,7 @@
 //! - every message that cannot be used is answered with the JSON-RPC error it deserves
 //!   ([`framing`]), on stdio and over HTTP.
 
-mod framing;
+pub(crate) mod framing;
 mod order;
 
 use std::collections::{BTreeMap, HashMap};

@@ -11,6 +11,7 @@
 mod audit;
 mod bench;
 mod check;
+mod gateway;
 mod image;
 mod mcp;
 mod run;
@@ -52,6 +53,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
     Image(image::ImageArgs),
+    /// An MCP gateway: allowlist, argument and path checks, rate limits, pinning, approvals
+    /// and a hash-chained audit log in front of tool servers run in sandboxes.
+    Gateway(Box<gateway::GatewayArgs>),
     /// Check a hash-chained audit log (gateway or serve).
     Audit(audit::AuditArgs),
 }
@@ -93,6 +97,7 @@ fn cordon_main() -> i32 {
         Command::Mcp(args) => mcp::main(*args),
         Command::Image(args) => image::main(args),
         Command::Audit(args) => audit::main(args),
+        Command::Gateway(args) => gateway::main(*args),
     };
     code.clamp(0, 255)
 }

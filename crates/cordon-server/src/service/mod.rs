@@ -9,7 +9,7 @@ mod requests;
 
 pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
-pub use exec::{BgCommand, ExecEvent};
+pub use exec::{BgCommand, ExecEvent, PipedProcess};
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};
