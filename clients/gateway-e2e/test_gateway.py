@@ -316,3 +316,75 @@ def test_bad_config_names_the_key(env):
     out = subprocess.run([cordon_bin(), "gateway", "--config", str(env.config)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 125, out
     assert "rules[5].rate" in out.stderr and "N/minute" in out.stderr, out.stderr
+
+
+def _httpx():
+    try:
+        import httpx2 as httpx  # mcp >= 2
+    except ImportError:  # pragma: no cover - mcp 1.x
+        import httpx
+    return httpx
+
+
+def test_http_listen_with_api_keys_and_metrics(env):
+    import urllib.error
+    import urllib.request
+
+    keys = env.root / "keys"
+    out = subprocess.run([cordon_bin(), "keys", "create", "--data-dir", str(keys), "--name", "gw"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    key = out.stdout.strip()
+    proc = subprocess.Popen(
+        [cordon_bin(), "gateway", "--config", str(env.config), "--listen", "127.0.0.1:0",
+         "--keys-dir", str(keys)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        url = line.split("listening on ")[1].strip()
+        base = url.removesuffix("/mcp")
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+
+        def post(headers):
+            req = urllib.request.Request(url, method="POST", data=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                                         headers={"Content-Type": "application/json",
+                                                  "Accept": "application/json, text/event-stream", **headers})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        assert post({})[0] == 401
+        assert post({"Authorization": "Bearer not-a-key"})[0] == 401
+
+        httpx = _httpx()
+        from mcp.client.streamable_http import streamable_http_client
+
+        async def main():
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"},
+                                         timeout=httpx.Timeout(30, read=120)) as client:
+                async with streamable_http_client(url, http_client=client) as (read, write):
+                    async with ClientSession(read, write) as s:
+                        await s.initialize()
+                        tools = {t.name for t in (await s.list_tools()).tools}
+                        assert "files.delete_file" in tools and "mail.read_inbox" not in tools
+                        e = await refused(s, "files.delete_file", {"path": "//system/x"})
+                        assert e.data["reason"] == "path"
+                        r = await s.call_tool("word_count", {"text": "a b"})
+                        assert texts(r).strip() == "2", texts(r)
+
+        run(main)
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert 'cordon_gateway_refused_total{reason="path"} 1' in metrics, metrics
+        assert "cordon_gateway_allowed_total 1" in metrics, metrics
+        assert "cordon_gateway_call_seconds_count 1" in metrics, metrics
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    records = [json.loads(l) for l in env.audit.read_text().splitlines()]
+    calls = [r for r in records if r["event"] == "tools/call"]
+    assert calls and all(r["client"] != "stdio" for r in calls), calls

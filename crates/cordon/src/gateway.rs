@@ -2,6 +2,7 @@
 //! commands a person answers it with (approve, deny, approvals).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -39,6 +40,14 @@ pub struct GatewayArgs {
     /// removed at exit]
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Serve streamable HTTP at http://ADDR/mcp (API keys of `cordon serve`, see --keys-dir)
+    /// instead of stdio; /metrics counts calls, refusals by reason and latency.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// The data directory of `cordon serve` whose API keys --listen accepts.
+    /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
+    #[arg(long)]
+    keys_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -64,7 +73,7 @@ fn load(path: &Path) -> Result<(GatewayConfig, StateDir), String> {
 
 pub fn main(a: GatewayArgs) -> i32 {
     let r = match a.command {
-        None => return run(a.config, a.data_dir),
+        None => return run(a.config, a.data_dir, a.listen, a.keys_dir),
         Some(GatewayCommand::Approve { what }) => approve(&a.config, &what),
         Some(GatewayCommand::Deny { id }) => answer(&a.config, &id, false),
         Some(GatewayCommand::Approvals) => approvals(&a.config),
@@ -161,7 +170,12 @@ fn approvals(config: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn run(config: PathBuf, data_dir: Option<PathBuf>) -> i32 {
+fn run(
+    config: PathBuf,
+    data_dir: Option<PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+    keys_dir: Option<PathBuf>,
+) -> i32 {
     cordon_linux::pin_name_service();
     let (cfg, _) = match load(&config) {
         Ok(x) => x,
@@ -225,7 +239,18 @@ fn run(config: PathBuf, data_dir: Option<PathBuf>) -> i32 {
             },
         )
         .await?;
-        let r = cordon_server::gateway::serve_stdio(gw.clone()).await;
+        let r = match listen {
+            None => cordon_server::gateway::serve_stdio(gw.clone()).await,
+            Some(addr) => {
+                let keys = keys_dir.unwrap_or_else(crate::serve::default_data_dir);
+                let registry = cordon_server::registry::Registry::open(&keys.join("cordon.db"))
+                    .map_err(|e| format!("API keys in {}: {}", keys.display(), e.message))?;
+                cordon_server::gateway::serve_http(gw.clone(), Arc::new(registry), addr, |a| {
+                    println!("cordon gateway listening on http://{a}/mcp");
+                })
+                .await
+            }
+        };
         gw.stop().await;
         service.shutdown_all().await;
         r

@@ -666,3 +666,90 @@ pub async fn serve_stdio(gw: Arc<Gateway>) -> Result<(), String> {
     let _ = running.waiting().await;
     Ok(())
 }
+
+/// Checks `Authorization: Bearer KEY` against `cordon serve`'s keys (the same registry).
+async fn gateway_auth(
+    axum::extract::State(registry): axum::extract::State<Arc<crate::registry::Registry>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let token = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(token) = token else {
+        return crate::ApiError::unauthorized(
+            "missing API key: send 'Authorization: Bearer <key>' (a key of `cordon keys create`)",
+        )
+        .into_response();
+    };
+    match registry.key_by_hash(&crate::keys::hash(token)) {
+        Ok(Some(r)) if !r.revoked => {
+            req.extensions_mut().insert(Caller {
+                key_id: r.id,
+                max_sandboxes: r.max_sandboxes,
+            });
+            next.run(req).await
+        }
+        Ok(_) => crate::ApiError::unauthorized("invalid or revoked API key").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The gateway over streamable HTTP: `/mcp` behind the API keys of `cordon serve`,
+/// `/metrics` and `/healthz` open.
+pub fn http_router(gw: Arc<Gateway>, registry: Arc<crate::registry::Registry>) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let g = gw.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(GatewayMcp::new(g.clone(), false)),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_max_request_body_bytes(crate::mcp::MAX_MESSAGE),
+    );
+    let mcp = axum::Router::new()
+        .fallback_service(mcp)
+        .layer(axum::middleware::from_fn(crate::mcp::guard_json_rpc))
+        .layer(axum::middleware::from_fn_with_state(registry, gateway_auth));
+    let m = gw.clone();
+    axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = m.clone();
+                async move { m.metrics.render() }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+/// Serves the gateway over HTTP until SIGINT/SIGTERM.
+pub async fn serve_http(
+    gw: Arc<Gateway>,
+    registry: Arc<crate::registry::Registry>,
+    listen: std::net::SocketAddr,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ready(addr);
+    axum::serve(listener, http_router(gw, registry))
+        .with_graceful_shutdown(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
