@@ -257,11 +257,16 @@ impl Gateway {
             base: opts.config.base.clone(),
             metrics: GatewayMetrics::default(),
         });
-        for up in gw.upstreams.values() {
-            if let Err(e) = up.ensure(&gw).await {
-                eprintln!("cordon gateway: server {}: {e}", up.name);
+        // All at once: one slow server must not hold the others (or the agent host) up.
+        let starts = gw.upstreams.values().map(|up| {
+            let gw = gw.clone();
+            async move {
+                if let Err(e) = up.ensure(&gw).await {
+                    eprintln!("cordon gateway: server {}: {e}", up.name);
+                }
             }
-        }
+        });
+        futures::future::join_all(starts).await;
         let idle = Arc::downgrade(&gw);
         tokio::spawn(async move {
             loop {

@@ -23,7 +23,9 @@ use super::Gateway;
 
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a starting server may take to answer `initialize` and `tools/list`.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed start, calls and listings do not wait for another attempt this long.
+const RETRY_AFTER_FAILED_START: Duration = Duration::from_secs(30);
 
 /// A sandbox profile from a server's or script tool's settings. Binds that a deny path set
 /// covers are not mounted at all: what the sandbox cannot see, no symlink can reach.
@@ -136,6 +138,8 @@ pub(super) struct Upstream {
     pin: Option<String>,
     call_timeout: Duration,
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// The last failed start: when, and why.
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 impl Upstream {
@@ -173,6 +177,7 @@ impl Upstream {
             pin: cfg.pin.clone(),
             call_timeout,
             conn: Default::default(),
+            failed: Default::default(),
         })
     }
 
@@ -194,8 +199,36 @@ impl Upstream {
         if let Some(old) = slot.take() {
             let _ = gw.service.delete(&gw.caller, &old.sandbox).await;
         }
+        if let Ok(f) = self.failed.lock() {
+            if let Some((at, why)) = f.as_ref() {
+                let left = RETRY_AFTER_FAILED_START.saturating_sub(at.elapsed());
+                if !left.is_zero() {
+                    return Err(format!(
+                        "{why} (next start attempt in {} s)",
+                        left.as_secs() + 1
+                    ));
+                }
+            }
+        }
         let t0 = std::time::Instant::now();
-        let conn = self.start(gw).await?;
+        let conn = match self.start(gw).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Its stderr stays on the operator's console: it may hold anything.
+                let brief = e.split("; its stderr:").next().unwrap_or("");
+                gw.audit.record(
+                    "server.failed",
+                    json!({"server": self.name, "error": brief}),
+                );
+                if let Ok(mut f) = self.failed.lock() {
+                    *f = Some((std::time::Instant::now(), e.clone()));
+                }
+                return Err(e);
+            }
+        };
+        if let Ok(mut f) = self.failed.lock() {
+            *f = None;
+        }
         gw.audit.record(
             "server.started",
             json!({"server": self.name, "sandbox": conn.sandbox, "start_ms": t0.elapsed().as_secs_f64() * 1000.0, "tools": conn.tools.len()}),
