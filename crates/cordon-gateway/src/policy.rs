@@ -586,3 +586,33 @@ deny = true
         );
     }
 }
+
+#[cfg(test)]
+mod readme {
+    use super::*;
+    use std::path::Path;
+
+    /// The README's gateway.toml is a working configuration.
+    #[test]
+    fn readme_example_compiles() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("# gateway.toml\n")
+            .expect("README has the example");
+        let body = &readme[start..];
+        let end = body.find("```").expect("the example's block ends");
+        let cfg = Config::parse(&body[..end], "README.md", Path::new("/")).unwrap();
+        let p = Policy::compile(&cfg).unwrap();
+        assert!(p.allows("mail.send_email").is_ok());
+        assert!(p.allows("mail.read_inbox").is_err());
+        let r = p
+            .check(
+                "c",
+                "files.delete_file",
+                None,
+                &serde_json::json!({"path": "/tmp/../system/x"}),
+            )
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::Path);
+    }
+}

@@ -25,6 +25,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 pub struct StateDir {
     pub dir: PathBuf,
+    /// The pins as last read, with the file's (mtime, size, inode): a call costs a stat, not
+    /// a read and a parse, and `cordon gateway approve` (a rename) is seen at the next call.
+    pins_cache: std::sync::Mutex<Option<(FileStamp, PinFile)>>,
+}
+
+type FileStamp = (std::time::SystemTime, u64, u64);
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
 impl StateDir {
@@ -33,6 +44,7 @@ impl StateDir {
         std::fs::create_dir_all(dir.join("approvals"))?;
         Ok(StateDir {
             dir: dir.to_path_buf(),
+            pins_cache: Default::default(),
         })
     }
 
@@ -41,6 +53,20 @@ impl StateDir {
     }
 
     pub fn load_pins(&self) -> std::io::Result<PinFile> {
+        let now = stamp(&self.pins_path());
+        if let (Some(st), Ok(cache)) = (now, self.pins_cache.lock()) {
+            if let Some((_, p)) = cache.as_ref().filter(|(s, _)| *s == st) {
+                return Ok(p.clone());
+            }
+        }
+        let pins = self.read_pins()?;
+        if let (Some(st), Ok(mut cache)) = (now, self.pins_cache.lock()) {
+            *cache = Some((st, pins.clone()));
+        }
+        Ok(pins)
+    }
+
+    fn read_pins(&self) -> std::io::Result<PinFile> {
         match std::fs::read(self.pins_path()) {
             Ok(b) => serde_json::from_slice(&b).map_err(std::io::Error::other),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PinFile::default()),
