@@ -388,3 +388,42 @@ def test_http_listen_with_api_keys_and_metrics(env):
     records = [json.loads(l) for l in env.audit.read_text().splitlines()]
     calls = [r for r in records if r["event"] == "tools/call"]
     assert calls and all(r["client"] != "stdio" for r in calls), calls
+
+
+def test_remote_url_server_is_checked_but_not_sandboxed(env):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    remote = subprocess.Popen([sys.executable, str(env.srv / "upstream_server.py"), "mail", "http", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the remote server did not start"
+                time.sleep(0.1)
+        env.config.write_text(env.config.read_text() + f"""
+[servers.remote]
+url = "http://127.0.0.1:{port}/mcp"
+
+[[rules]]
+tool = "remote.send_email"
+args = {{ properties = {{ to = {{ pattern = "@company\\\\.com$" }} }} }}
+""")
+
+        async def body(s):
+            tools = {t.name for t in (await s.list_tools()).tools}
+            assert "remote.send_email" in tools and "remote.read_inbox" not in tools, tools
+            e = await refused(s, "remote.send_email", {"to": "x@evil.example"})
+            assert "rules[5]" in e.message, e.message
+            r = await s.call_tool("remote.send_email", {"to": "x@company.com"})
+            assert not is_error(r) and "sent to x@company.com" in texts(r), texts(r)
+
+        run(lambda: session_for(env, body))
+    finally:
+        remote.terminate()
+        remote.wait(timeout=30)

@@ -65,4 +65,8 @@ else:
     def crash() -> str:
         os._exit(3)
 
-server.run()
+if len(sys.argv) > 3 and sys.argv[2] == "http":
+    # A remote server for `url = ...`: streamable HTTP on loopback.
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+else:
+    server.run()

@@ -124,13 +124,16 @@ pub(super) struct Def {
 
 struct Conn {
     client: RunningService<RoleClient, ()>,
-    sandbox: String,
+    /// `None`: a remote `url` server (not sandboxed by cordon).
+    sandbox: Option<String>,
     seen: ServerPin,
     tools: BTreeMap<String, (Tool, Option<Arc<cordon_gateway::jsonschema::Validator>>)>,
 }
 
 pub(super) struct Upstream {
     pub name: String,
+    /// A remote streamable-HTTP server instead of a command.
+    url: Option<String>,
     argv: Vec<String>,
     cwd: Option<String>,
     profile: Profile,
@@ -149,11 +152,17 @@ impl Upstream {
         base: &Path,
         denied: Vec<PathGlob>,
     ) -> Result<Upstream, String> {
-        let Some(argv) = cfg.command.clone() else {
-            return Err(format!(
-                "servers.{name}: url servers (remote streamable HTTP) are not supported by this build yet; run the server with command = [...] inside a sandbox"
-            ));
-        };
+        if let Some(u) = &cfg.url {
+            if u.starts_with("https://") {
+                return Err(format!(
+                    "servers.{name}.url: https is not supported by this build (no TLS client); use http:// on loopback or run the server with command = [...] in a sandbox"
+                ));
+            }
+            eprintln!(
+                "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
+            );
+        }
+        let argv = cfg.command.clone().unwrap_or_default();
         let profile = build_profile(
             cfg.profile.as_deref(),
             &cfg.ro,
@@ -170,7 +179,11 @@ impl Upstream {
         };
         Ok(Upstream {
             name: name.to_string(),
-            runs: runs_digest(&argv, &profile),
+            url: cfg.url.clone(),
+            runs: match &cfg.url {
+                Some(u) => cordon_gateway::pin::digest(&json!({ "url": u })),
+                None => runs_digest(&argv, &profile),
+            },
             argv,
             cwd: cfg.cwd.clone(),
             profile,
@@ -197,7 +210,9 @@ impl Upstream {
             return Ok(());
         }
         if let Some(old) = slot.take() {
-            let _ = gw.service.delete(&gw.caller, &old.sandbox).await;
+            if let Some(id) = &old.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
         }
         if let Ok(f) = self.failed.lock() {
             if let Some((at, why)) = f.as_ref() {
@@ -240,6 +255,18 @@ impl Upstream {
 
     async fn start(&self, gw: &Gateway) -> Result<Conn, String> {
         use rmcp::ServiceExt;
+        if let Some(url) = &self.url {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
+                .await
+                .map_err(|_| format!("{url} did not answer initialize in time"))?
+                .map_err(|e| format!("{url}: initialize failed: {e}"))?;
+            let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
+                .await
+                .map_err(|_| format!("{url} did not answer tools/list in time"))?
+                .map_err(|e| format!("{url}: tools/list failed: {e}"))?;
+            return Ok(self.conn_from(client, None, tools));
+        }
         let info = gw
             .service
             .create_with_profile(
@@ -301,6 +328,15 @@ impl Upstream {
                 return Err(e);
             }
         };
+        Ok(self.conn_from(client, Some(info.id), tools))
+    }
+
+    fn conn_from(
+        &self,
+        client: RunningService<RoleClient, ()>,
+        sandbox: Option<String>,
+        tools: Vec<Tool>,
+    ) -> Conn {
         let mut seen = ServerPin {
             runs: self.runs.clone(),
             tools: BTreeMap::new(),
@@ -324,12 +360,12 @@ impl Upstream {
             }
             defs.insert(t.name.to_string(), (t, v));
         }
-        Ok(Conn {
+        Conn {
             client,
-            sandbox: info.id,
+            sandbox,
             seen,
             tools: defs,
-        })
+        }
     }
 
     /// First sight: recorded. A change: withheld, and written as pending for `approve`.
@@ -498,7 +534,9 @@ impl Upstream {
                 json!({"server": self.name, "sandbox": c.sandbox}),
             );
             c.client.cancellation_token().cancel();
-            let _ = gw.service.delete(&gw.caller, &c.sandbox).await;
+            if let Some(id) = &c.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
         }
         if let Err(e) = self.ensure(gw).await {
             eprintln!("cordon gateway: server {}: restart failed: {e}", self.name);
@@ -508,7 +546,9 @@ impl Upstream {
     pub async fn stop(&self, gw: &Gateway) {
         if let Some(c) = self.conn.lock().await.take() {
             c.client.cancellation_token().cancel();
-            let _ = gw.service.delete(&gw.caller, &c.sandbox).await;
+            if let Some(id) = &c.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
         }
     }
 }
