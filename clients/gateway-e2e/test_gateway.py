@@ -376,12 +376,43 @@ def test_http_listen_with_api_keys_and_metrics(env):
                         r = await s.call_tool("word_count", {"text": "a b"})
                         assert texts(r).strip() == "2", texts(r)
 
+                        # A held call answered over HTTP (GET /approvals, POST /approvals/ID).
+                        def approve_over_http():
+                            deadline = time.monotonic() + 20
+                            while time.monotonic() < deadline:
+                                req = urllib.request.Request(base + "/approvals",
+                                                             headers={"Authorization": f"Bearer {key}"})
+                                with urllib.request.urlopen(req, timeout=10) as resp:
+                                    waiting = json.loads(resp.read())["approvals"]
+                                if waiting:
+                                    a = waiting[0]
+                                    body = json.dumps({"approve": True, "args_digest": a["args_digest"]}).encode()
+                                    req = urllib.request.Request(base + f"/approvals/{a['id']}", data=body, method="POST",
+                                                                 headers={"Authorization": f"Bearer {key}",
+                                                                          "Content-Type": "application/json"})
+                                    with urllib.request.urlopen(req, timeout=10) as resp:
+                                        return json.loads(resp.read())
+                                time.sleep(0.1)
+
+                        answered = {}
+                        async with anyio.create_task_group() as tg:
+                            async def answer():
+                                answered.update(await anyio.to_thread.run_sync(approve_over_http))
+                            tg.start_soon(answer)
+                            r = await s.call_tool("mail.wipe", {"folder": "spam"})
+                        assert answered.get("answer") == "granted", answered
+                        assert "wiped spam" in texts(r), texts(r)
+
         run(main)
         with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
             metrics = r.read().decode()
         assert 'cordon_gateway_refused_total{reason="path"} 1' in metrics, metrics
-        assert "cordon_gateway_allowed_total 1" in metrics, metrics
-        assert "cordon_gateway_call_seconds_count 1" in metrics, metrics
+        assert "cordon_gateway_allowed_total 2" in metrics, metrics
+        assert "cordon_gateway_call_seconds_count 2" in metrics, metrics
+        req = urllib.request.Request(base + "/approvals")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == 401
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -672,6 +672,68 @@ pub async fn serve_stdio(gw: Arc<Gateway>) -> Result<(), String> {
     Ok(())
 }
 
+/// `GET /approvals`: the calls waiting for a person.
+async fn list_approvals(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+) -> axum::Json<Value> {
+    let waiting: Vec<Approval> = gw
+        .state
+        .approvals()
+        .into_iter()
+        .filter(|a| a.answer == Answer::Pending)
+        .collect();
+    axum::Json(json!({ "approvals": waiting }))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalAnswer {
+    approve: bool,
+    /// The argument digest the person saw; a grant binds to it.
+    args_digest: String,
+}
+
+/// `POST /approvals/{id}` `{"approve": bool, "args_digest": "…"}`: answers a held call.
+async fn answer_approval(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<axum::Json<ApprovalAnswer>, axum::extract::rejection::JsonRejection>,
+) -> Result<axum::Json<Value>, crate::ApiError> {
+    let axum::Json(body) = body.map_err(|e| crate::ApiError::bad_request(format!("body: {e}")))?;
+    let mut a = gw
+        .state
+        .load_approval(&id)
+        .ok_or_else(|| crate::ApiError::not_found(format!("no call {id} is waiting")))?;
+    if a.answer != Answer::Pending {
+        return Err(crate::ApiError::conflict(format!(
+            "call {id} is already answered"
+        )));
+    }
+    if now_ms() > a.expires_ms {
+        return Err(crate::ApiError::conflict(format!("call {id} expired")));
+    }
+    if body.approve && body.args_digest != a.args_digest {
+        return Err(crate::ApiError::conflict(
+            "args_digest is not the digest of the held call's arguments",
+        ));
+    }
+    a.answer = if body.approve {
+        Answer::Granted
+    } else {
+        Answer::Refused
+    };
+    a.answered_digest = Some(body.args_digest);
+    gw.state
+        .save_approval(&a)
+        .map_err(|e| crate::ApiError::internal(e.to_string()))?;
+    gw.audit.record(
+        "approval.http",
+        json!({"id": id, "by": caller.map(|c| c.0.key_id), "approve": body.approve}),
+    );
+    Ok(axum::Json(json!({ "id": id, "answer": a.answer })))
+}
+
 /// Checks `Authorization: Bearer KEY` against `cordon serve`'s keys (the same registry).
 async fn gateway_auth(
     axum::extract::State(registry): axum::extract::State<Arc<crate::registry::Registry>>,
@@ -720,9 +782,21 @@ pub fn http_router(gw: Arc<Gateway>, registry: Arc<crate::registry::Registry>) -
     let mcp = axum::Router::new()
         .fallback_service(mcp)
         .layer(axum::middleware::from_fn(crate::mcp::guard_json_rpc))
-        .layer(axum::middleware::from_fn_with_state(registry, gateway_auth));
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            gateway_auth,
+        ));
+    let approvals = axum::Router::new()
+        .route("/approvals", axum::routing::get(list_approvals))
+        .route("/approvals/{id}", axum::routing::post(answer_approval))
+        .with_state(gw.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            gateway_auth,
+        ));
     let m = gw.clone();
     axum::Router::new()
+        .merge(approvals)
         .nest_service("/mcp", mcp)
         .route(
             "/metrics",
