@@ -112,8 +112,8 @@ pub struct RuleConfig {
     pub deny: bool,
     /// A JSON Schema the arguments must also satisfy.
     pub args: Option<Value>,
-    /// A condition across fields (CEL). Not evaluated by this version: a rule with `when` is
-    /// refused at load time rather than silently ignored.
+    /// A condition across fields (CEL) over `args`, `tool` and `client`, e.g.
+    /// `size(args.to) < 5 || args.urgent == true`; false or an error refuses the call.
     pub when: Option<String>,
     /// `N/second|minute|hour|day`, per client.
     pub rate: Option<String>,
@@ -266,9 +266,6 @@ impl Config {
                     "is empty: expected server.tool, a glob like files.*, or a script tool's name",
                 ));
             }
-            if r.when.is_some() {
-                return Err(self.err(format!("{key}.when"), "CEL conditions are not supported by this version of cordon; express the condition in args (JSON Schema: if/then, dependentRequired, pattern)"));
-            }
             if r.deny && (r.args.is_some() || r.rate.is_some() || r.approve || !r.paths.is_empty())
             {
                 return Err(self.err(key, "a deny rule refuses the tool outright; args, rate, approve and paths have no meaning on it"));
@@ -367,8 +364,6 @@ paths = { path = { deny = ["/system/**"] } }
         assert_eq!(e.key, "servers.x.url");
         let e = parse("[servers.\"a.b\"]\ncommand = [\"x\"]\n").unwrap_err();
         assert_eq!(e.key, "servers.a.b");
-        let e = parse("[[rules]]\ntool = \"a.b\"\nwhen = \"args.x > 1\"\n").unwrap_err();
-        assert_eq!(e.key, "rules[0].when");
         let e = parse("[tools.t]\ncommand = [\"x\"]\ninput = { type = \"string\" }\n").unwrap_err();
         assert_eq!(e.key, "tools.t.input");
         let e = parse("[[rules]]\ntool = \"a.b\"\ndeny = true\nrate = \"1/second\"\n").unwrap_err();

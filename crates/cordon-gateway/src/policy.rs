@@ -23,6 +23,8 @@ pub enum Reason {
     Args,
     /// A path argument is outside what a rule's `paths` allow.
     Path,
+    /// A rule's `when` condition is false (or cannot be evaluated).
+    When,
     Rate,
     /// A person refused, or nobody answered in time.
     Approval,
@@ -42,6 +44,7 @@ impl Reason {
             Reason::Schema => "schema",
             Reason::Args => "args",
             Reason::Path => "path",
+            Reason::When => "when",
             Reason::Rate => "rate",
             Reason::Approval => "approval",
             Reason::Pinned => "pinned",
@@ -96,6 +99,7 @@ struct Rule {
     tool: GlobMatcher,
     deny: bool,
     args: Option<jsonschema::Validator>,
+    when: Option<(String, cel::Program)>,
     rate: Option<Limiter>,
     approve: Option<Duration>,
     paths: Vec<PathSet>,
@@ -153,6 +157,18 @@ impl Policy {
                 })?),
                 None => None,
             };
+            let when = match &r.when {
+                Some(text) => Some((
+                    text.clone(),
+                    cel::Program::compile(text).map_err(|e| {
+                        err(
+                            format!("{key}.when"),
+                            format!("is not a CEL expression: {e}"),
+                        )
+                    })?,
+                )),
+                None => None,
+            };
             let rate = match &r.rate {
                 Some(t) => Some(Limiter::new(
                     Rate::parse(t).map_err(|e| err(format!("{key}.rate"), e))?,
@@ -205,6 +221,7 @@ impl Policy {
                 tool,
                 deny: r.deny,
                 args,
+                when,
                 rate,
                 approve,
                 paths,
@@ -290,6 +307,9 @@ impl Policy {
                     ));
                 }
             }
+            if let Some((text, program)) = &r.when {
+                check_when(text, program, &args, tool, client, &r.label)?;
+            }
             for set in &r.paths {
                 let Some(slot) = args.get_mut(&set.arg) else {
                     continue;
@@ -352,6 +372,40 @@ impl Policy {
                 l.forget_idle();
             }
         }
+    }
+}
+
+/// Evaluates a rule's CEL condition; anything but `true` refuses (fail closed).
+fn check_when(
+    text: &str,
+    program: &cel::Program,
+    args: &Value,
+    tool: &str,
+    client: &str,
+    rule: &str,
+) -> Result<(), Refusal> {
+    let refuse = |message: String| Refusal {
+        reason: Reason::When,
+        rule: rule.to_string(),
+        message,
+        retry_after: None,
+    };
+    let mut ctx = cel::Context::default();
+    let value = cel::to_value(args)
+        .map_err(|e| refuse(format!("the arguments cannot be given to `when`: {e}")))?;
+    ctx.add_variable_from_value("args", value);
+    ctx.add_variable_from_value("tool", tool.to_string());
+    ctx.add_variable_from_value("client", client.to_string());
+    match program.execute(&ctx) {
+        Ok(cel::Value::Bool(true)) => Ok(()),
+        Ok(cel::Value::Bool(false)) => Err(refuse(format!("the condition `{text}` is false"))),
+        Ok(other) => Err(refuse(format!(
+            "the condition `{text}` gave {:?}, not true or false",
+            other.type_of()
+        ))),
+        Err(e) => Err(refuse(format!(
+            "the condition `{text}` cannot be evaluated: {e}"
+        ))),
     }
 }
 
@@ -523,6 +577,49 @@ deny = true
             .check("c", "files.delete_file", None, &json!({"path": 7}))
             .unwrap_err();
         assert_eq!(r.reason, Reason::Path);
+    }
+
+    #[test]
+    fn when_conditions_across_fields() {
+        let p = policy("[[rules]]\ntool = \"pay.send\"\nwhen = \"args.amount <= 100 || args.approved_by == 'cfo'\"\n");
+        assert!(p
+            .check("c", "pay.send", None, &json!({"amount": 50}))
+            .is_ok());
+        assert!(p
+            .check(
+                "c",
+                "pay.send",
+                None,
+                &json!({"amount": 500, "approved_by": "cfo"})
+            )
+            .is_ok());
+        let r = p
+            .check(
+                "c",
+                "pay.send",
+                None,
+                &json!({"amount": 500, "approved_by": "intern"}),
+            )
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::When);
+        assert!(
+            r.message.contains("is false") && r.rule.starts_with("rules[0]"),
+            "{r}"
+        );
+        // A field that is missing cannot make the condition true: refused, not let through.
+        let r = p.check("c", "pay.send", None, &json!({})).unwrap_err();
+        assert_eq!(r.reason, Reason::When, "{r}");
+        let e = Policy::compile(
+            &Config::parse(
+                "[[rules]]\ntool = \"a.b\"\nwhen = \"args.x >\"\n",
+                "g.toml",
+                Path::new("/"),
+            )
+            .unwrap(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.key, "rules[0].when");
     }
 
     #[test]
