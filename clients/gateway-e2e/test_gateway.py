@@ -94,6 +94,7 @@ tool = "word_count"
 [[rules]]
 tool = "mail.send_email"
 args = {{ properties = {{ to = {{ type = "string", pattern = "@company\\\\.com$" }} }}, required = ["to"] }}
+when = "!has(args.body) || size(args.body) <= 100"
 
 [[rules]]
 tool = "mail.wipe"
@@ -172,6 +173,9 @@ def test_policy_end_to_end(env):
         assert e.data["reason"] == "args"
         r = await s.call_tool("mail.send_email", {"to": "ann@company.com", "body": "hi"})
         assert not is_error(r) and "sent to ann@company.com" in texts(r), texts(r)
+        # A CEL condition across fields.
+        e = await refused(s, "mail.send_email", {"to": "ann@company.com", "body": "x" * 200})
+        assert e.data["reason"] == "when" and "rules[1]" in e.message, e.message
 
         # The upstream's own inputSchema: a number where it wants a string, a missing field.
         e = await refused(s, "files.delete_file", {"path": 5})
