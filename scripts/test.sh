@@ -112,7 +112,7 @@ venv=$(mktemp -d)/venv
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e clients/e2b-e2e
+"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e
 
 echo "== the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
 "$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10

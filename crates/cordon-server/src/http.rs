@@ -1219,7 +1219,7 @@ async fn pull_image(
     }
     // Refusals that need no registry (a malformed reference, a registry not allowed) come
     // back as the JSON error, before any stream starts.
-    cordon_image::Reference::parse(&req.reference).map_err(crate::service::image_error)?;
+    crate::service::validate_pull(&req)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<PullEvent>(64);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<PullResult, ApiError>>();
     let svc = st.service.clone();

@@ -7,6 +7,7 @@ pub mod datadir;
 pub mod e2b;
 pub mod error;
 pub mod files;
+pub mod gateway;
 pub mod http;
 pub mod kernel;
 pub mod keys;

@@ -8,9 +8,11 @@
 #![cfg_attr(not(test), no_main)]
 #![cfg_attr(test, allow(dead_code))]
 
+mod audit;
 mod bench;
 mod bench_image;
 mod check;
+mod gateway;
 mod image;
 mod mcp;
 mod run;
@@ -52,6 +54,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
     Image(image::ImageArgs),
+    /// An MCP gateway: allowlist, argument and path checks, rate limits, pinning, approvals
+    /// and a hash-chained audit log in front of tool servers run in sandboxes.
+    Gateway(Box<gateway::GatewayArgs>),
+    /// Check a hash-chained audit log (gateway or serve).
+    Audit(audit::AuditArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -98,6 +105,8 @@ fn cordon_main() -> i32 {
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(*args),
         Command::Image(args) => image::main(args),
+        Command::Audit(args) => audit::main(args),
+        Command::Gateway(args) => gateway::main(*args),
     };
     code.clamp(0, 255)
 }

@@ -122,6 +122,12 @@ pub struct DataDir {
     data_dir: Option<PathBuf>,
 }
 
+/// cordon's data directory when none is given: $CORDON_DATA_DIR, /var/lib/cordon as root,
+/// else ~/.local/share/cordon.
+pub(crate) fn default_data_dir() -> PathBuf {
+    DataDir { data_dir: None }.resolve()
+}
+
 impl DataDir {
     pub(crate) fn resolve(&self) -> PathBuf {
         if let Some(d) = &self.data_dir {

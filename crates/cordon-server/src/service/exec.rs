@@ -605,3 +605,73 @@ impl Service {
         Ok(())
     }
 }
+
+/// A long-running process in a sandbox whose stdin and stdout are the caller's to speak a
+/// protocol over (the gateway's upstream MCP servers). Its stderr is kept, capped, for
+/// diagnostics; it lives until it exits, is signalled, or its sandbox is deleted — no timeout.
+pub struct PipedProcess {
+    pub exec_id: u64,
+    pub stdin: tokio::net::unix::pipe::Sender,
+    pub stdout: tokio::net::unix::pipe::Receiver,
+    /// The last bytes it wrote to stderr (up to the profile's output limit).
+    pub stderr: Arc<Mutex<OutputCap>>,
+    /// Its exit, once it happens.
+    pub exit: tokio::sync::oneshot::Receiver<ExitInfo>,
+}
+
+impl Service {
+    /// Starts `argv` in sandbox `id` with its stdin and stdout piped to the caller.
+    pub async fn exec_piped(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        argv: Vec<String>,
+        env: std::collections::BTreeMap<String, String>,
+        cwd: Option<String>,
+    ) -> Result<PipedProcess, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let req = ExecRequest {
+            cmd: Cmd::Argv(argv),
+            cwd,
+            env,
+            stdin: None,
+            timeout: None,
+            background: true,
+        };
+        let (spec, _timeout) = self.exec_parts(&live, &req)?;
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "piped": true}),
+        );
+        let (started, exit) = spawn_exec(&live, spec).await?;
+        let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+        let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
+        let stderr_pipe =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(started.stderr).map_err(io)?;
+        let stderr = Arc::new(Mutex::new(OutputCap::new(live.profile.limits.output_limit)));
+        let keep = stderr.clone();
+        // Drained always: a server that logs to stderr must never block on a full pipe.
+        tokio::spawn(async move {
+            let mut pipe = stderr_pipe;
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut k) = keep.lock() {
+                    k.push(&buf[..n]);
+                }
+            }
+        });
+        Ok(PipedProcess {
+            exec_id: started.id,
+            stdin,
+            stdout,
+            stderr,
+            exit,
+        })
+    }
+}

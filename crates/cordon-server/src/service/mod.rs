@@ -10,9 +10,10 @@ mod requests;
 
 pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
-pub use exec::{BgCommand, ExecEvent};
+pub use exec::{BgCommand, ExecEvent, PipedProcess};
 pub use images::{
-    image_error, ImageList, ImageView, ImagesConfig, PullEvent, PullRequest, PullResult,
+    image_error, validate as validate_pull, ImageList, ImageView, ImagesConfig, PullEvent,
+    PullRequest, PullResult,
 };
 pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};
