@@ -11,12 +11,14 @@ if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
   # docker-registry, umoci, skopeo, busybox-static, apache2-utils (htpasswd): the image tests
   # build images, push them to a loopback registry and pull them (crates/cordon/tests/image.rs).
+  # podman, crun, runc: the benchmark's `podman run --rm` row beside `cordon run --image` (~30 s
+  # of apt; runc because crun refuses a hybrid cgroup v1/v2 host like CI's).
   # jq: the README's curl walk-through (crates/cordon/tests/http_contract.rs).
   # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user: the aarch64 build and its
   # emulated unit tests below (x86_64 hosts).
   cross=(); [ "$(uname -m)" = x86_64 ] && cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
-    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils "${cross[@]}"; do
+    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils podman crun runc "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   # npm: the JavaScript E2B SDKs' end-to-end test installs them (a nodejs from elsewhere may

@@ -74,6 +74,9 @@ pub(crate) struct Prepared {
     workspace_tree: Option<OwnedFd>,
     /// Held until the init has its copies (see `plan.image`).
     layer_trees: Vec<OwnedFd>,
+    /// The children that made the idmappings' user namespaces, reaped once the sandbox is on
+    /// its way (they are gone by then; see `idmap::MappingChild`).
+    mapping_children: Vec<idmap::MappingChild>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
     pub host_uid: u32,
@@ -405,10 +408,12 @@ pub(crate) fn prepare(
     plan.persistent = persistent;
     // A root-owned workspace, as root: idmap it so the sandbox user may write there.
     let mut workspace_tree = None;
+    let mut mapping_children = Vec::new();
     let root_owned_workspace = euid == 0 && host_uid >= ROOT_MODE_UID_BASE;
     if let Some(ws) = profile.workspace.as_ref().filter(|_| root_owned_workspace) {
         match idmap::workspace_tree(ws, host_uid, host_gid) {
-            Ok(tree) => {
+            Ok((tree, child)) => {
+                mapping_children.push(child);
                 plan.workspace_tree = Some(tree.as_raw_fd());
                 workspace_tree = Some(tree);
                 notes.push(
@@ -428,7 +433,7 @@ pub(crate) fn prepare(
     let mut layer_trees = Vec::new();
     if let Some(img) = plan.image.as_mut().filter(|_| euid == 0) {
         let layers: Vec<&std::path::Path> = img.layers.iter().map(|l| l.as_path()).collect();
-        layer_trees =
+        let (trees, child) =
             idmap::layer_trees(&layers, host_uid, host_gid).map_err(|why| EngineError::Setup {
                 step: "mounting the image's layers".into(),
                 message: format!(
@@ -437,11 +442,14 @@ pub(crate) fn prepare(
                 ),
                 errno: None,
             })?;
+        layer_trees = trees;
+        mapping_children.push(child);
         img.layer_trees = layer_trees.iter().map(|t| t.as_raw_fd()).collect();
     }
     Ok(Prepared {
         workspace_tree,
         layer_trees,
+        mapping_children,
         cgroup: None,
         cgroup_plan,
         cgroup_name: "none".to_string(),
@@ -545,6 +553,7 @@ pub(crate) fn spawn_init(
             )
             .map_err(io("starting the sandbox"))
         });
+    prepared.mapping_children.clear();
     // Clearing what dead cordons left behind waits until the sandbox is on its way.
     if let Some(cg) = &prepared.cgroup {
         cgroup::remove_stale(cg.layout());
