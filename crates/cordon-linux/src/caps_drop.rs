@@ -36,20 +36,7 @@ pub fn drop_all() -> Result<(), String> {
             }
         }
     }
-    // Clearing the permitted set also clears the effective one; the kernel keeps the ambient
-    // set inside permitted ∩ inheritable, so with those empty it is empty too.
-    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
-        caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
-    }
-    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-        let left = caps::read(None, set).map_err(|e| e.to_string())?;
-        if !left.is_empty() {
-            return Err(format!(
-                "{set:?} capabilities still held after clearing: {left:?}"
-            ));
-        }
-    }
-    Ok(())
+    clear_sets()
 }
 
 /// Drops what a process outside any user namespace of its own can drop: the bounding set
@@ -59,18 +46,7 @@ pub fn drop_all() -> Result<(), String> {
 /// and `no_new_privs` (set next), no exec can gain one.
 pub fn drop_without_userns() -> Result<(), String> {
     drop_bounding()?;
-    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
-        caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
-    }
-    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-        let left = caps::read(None, set).map_err(|e| e.to_string())?;
-        if !left.is_empty() {
-            return Err(format!(
-                "{set:?} capabilities still held after clearing: {left:?}"
-            ));
-        }
-    }
-    Ok(())
+    clear_sets()
 }
 
 /// Empties the bounding set where CAP_SETPCAP allows it (see `drop_without_userns`); called
@@ -88,6 +64,24 @@ pub fn drop_bounding() -> Result<(), String> {
                     std::io::Error::from(e)
                 ))
             }
+        }
+    }
+    Ok(())
+}
+
+/// Empties the ambient, permitted and inheritable sets (the effective one goes with
+/// permitted; the kernel keeps ambient inside permitted ∩ inheritable) and checks that
+/// nothing is left.
+fn clear_sets() -> Result<(), String> {
+    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
+        caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
+    }
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+        let left = caps::read(None, set).map_err(|e| e.to_string())?;
+        if !left.is_empty() {
+            return Err(format!(
+                "{set:?} capabilities still held after clearing: {left:?}"
+            ));
         }
     }
     Ok(())

@@ -114,23 +114,31 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
 /// with what needs none — a subreaper keeps the tree under it, Landlock fences the host's
 /// filesystem (and TCP but to the proxy), a second seccomp filter the socket families, and
 /// the scratch dirs are a per-run host directory the supervisor made.
-fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
-    if let Err(e) = sys::set_child_subreaper() {
-        fail(&ch, "becoming the sandbox's subreaper", e);
-    }
-    let in_cgroup = match ch.recv::<ToSandbox>() {
+/// Waits for the supervisor's go and joins the cgroup it names (if any); returns whether the
+/// sandbox is in one. Until then nothing runs on the sandbox's behalf; joining while this is
+/// still the only thread, with no child yet, puts everything the sandbox ever runs inside.
+fn wait_for_go(ch: &Channel) -> bool {
+    match ch.recv::<ToSandbox>() {
         Ok(Some((ToSandbox::Go { cgroup }, files))) => {
             if cgroup && files.is_empty() {
-                fail(&ch, "joining the cgroup", "no cgroup files came with go");
+                fail(ch, "joining the cgroup", "no cgroup files came with go");
             }
             if let Err(e) = crate::cgroup::join(&files) {
-                fail(&ch, "joining the cgroup", e);
+                fail(ch, "joining the cgroup", e);
             }
+            // These carry cordon's authority over the cgroup: gone before anything else runs.
             drop(files);
             cgroup
         }
         _ => sys::exit_now(EXIT_SETUP_FAILED),
-    };
+    }
+}
+
+fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
+    if let Err(e) = sys::set_child_subreaper() {
+        fail(&ch, "becoming the sandbox's subreaper", e);
+    }
+    let in_cgroup = wait_for_go(&ch);
     let mut landlock = plan.host_landlock.clone();
     if plan.network {
         // No loopback of our own: the proxy listens on the host's, on a port the kernel
@@ -228,20 +236,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     // The supervisor creates the cgroup while we built the root. Nothing runs on the sandbox's
     // behalf before it says go: then we join the cgroup (still our only thread, no child yet,
     // so everything the sandbox ever runs is born inside) and root a cgroup namespace there.
-    let in_cgroup = match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
-            if cgroup && files.is_empty() {
-                fail(&ch, "joining the cgroup", "no cgroup files came with go");
-            }
-            if let Err(e) = crate::cgroup::join(&files) {
-                fail(&ch, "joining the cgroup", e);
-            }
-            // These carry cordon's authority over the cgroup: gone before anything else runs.
-            drop(files);
-            cgroup
-        }
-        _ => sys::exit_now(EXIT_SETUP_FAILED),
-    };
+    let in_cgroup = wait_for_go(&ch);
     if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
         fail(&ch, "creating the cgroup namespace", e);
     }
