@@ -109,12 +109,20 @@ fi
 
 echo "== Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
 venv=$(mktemp -d)/venv
+# The gateway's upstream servers run in sandboxes (an unprivileged uid, even as root) with the
+# venv bound read-only: its directory must be reachable by others, as a system Python is.
+chmod 755 "$(dirname "$venv")"
 /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e
+# One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
+# environment), which must not meet in one session.
+for suite in "clients/python/tests crates/cordon-server/src/kernels/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
+  # shellcheck disable=SC2086 # the first entry names two directories
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
+done
 
 echo "== the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
 "$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10

@@ -553,6 +553,11 @@ async def test_every_documented_route_is_reached(
         await sb.code.delete_context("bash", "walk")
         await sb.network.set([])
         await sb.network.get()
+        await sb.pause()
+        await sb.resume()
+    await AsyncSandbox.list_images(**conn)
+    with pytest.raises(BadRequestError):
+        await AsyncSandbox.pull_image("Not A Reference!", **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
 
@@ -585,3 +590,16 @@ async def test_pull_list_and_run_from_an_image(conn: Dict[str, Any], registry_im
     assert outcome.image.digest == registry_image.digest
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)
+
+
+async def test_pause_refuses_commands_until_resumed(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        await sb.commands.run("echo 1 > /tmp/n")
+        info = await sb.pause()
+        assert info.state == "paused", info
+        with pytest.raises(SandboxError) as e:
+            await sb.commands.run("true")
+        assert e.value.status == 409, e.value
+        info = await sb.resume()
+        assert info.state == "running", info
+        assert (await sb.commands.run("cat /tmp/n")).stdout == "1\n"

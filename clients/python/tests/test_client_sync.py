@@ -549,6 +549,11 @@ def test_every_documented_route_is_reached(
         sb.code.delete_context("bash", "walk")
         sb.network.set([])
         sb.network.get()
+        sb.pause()
+        sb.resume()
+    Sandbox.list_images(**conn)
+    with pytest.raises(BadRequestError):
+        Sandbox.pull_image("Not A Reference!", **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
 
@@ -581,3 +586,16 @@ def test_pull_list_and_run_from_an_image(conn: Dict[str, Any], registry_image: R
     assert outcome.image.digest == registry_image.digest
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)
+
+
+def test_pause_refuses_commands_until_resumed(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        sb.commands.run("echo 1 > /tmp/n")
+        info = sb.pause()
+        assert info.state == "paused", info
+        with pytest.raises(SandboxError) as e:
+            sb.commands.run("true")
+        assert e.value.status == 409, e.value
+        info = sb.resume()
+        assert info.state == "running", info
+        assert (sb.commands.run("cat /tmp/n")).stdout == "1\n"

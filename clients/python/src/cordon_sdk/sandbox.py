@@ -762,6 +762,19 @@ class Sandbox:
         self._last_info = info
         return info
 
+    def pause(self) -> SandboxInfo:
+        """Freezes every process of the sandbox; memory and files stay. Commands are refused
+        until :meth:`resume`; the sandbox still counts against the key's quota and its TTL runs."""
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/pause", {}, "sandbox"))
+        self._last_info = info
+        return info
+
+    def resume(self) -> SandboxInfo:
+        """Thaws a paused sandbox (one that is not paused is left as it is)."""
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/resume", {}, "sandbox"))
+        self._last_info = info
+        return info
+
     def kill(self) -> bool:
         """Kills the sandbox and everything in it. False if it was already gone."""
         try:
