@@ -138,7 +138,9 @@ fn view(names: Vec<String>, r: &cordon_image::store::ImageRecord) -> ImageView {
 pub fn image_error(e: ImageError) -> ApiError {
     let message = e.to_string();
     match e {
-        ImageError::InvalidReference { .. } => ApiError::bad_request(message),
+        ImageError::InvalidReference { .. } | ImageError::InvalidPlatform(_) => {
+            ApiError::bad_request(message)
+        }
         ImageError::NotFound { .. } => ApiError::not_found(message),
         ImageError::Ambiguous { .. } => ApiError::bad_request(message),
         ImageError::Insecure { .. } => ApiError::new(403, "forbidden", message),
@@ -353,21 +355,7 @@ pub fn validate(req: &PullRequest) -> Result<Reference, ApiError> {
         ));
     }
     if let Some(p) = &req.platform {
-        let part = |s: &str, extra: bool| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || (extra && b == b'_'))
-        };
-        let parts: Vec<&str> = p.split('/').collect();
-        let ok = matches!(parts.len(), 2 | 3)
-            && part(parts[0], false)
-            && part(parts[1], true)
-            && parts.get(2).is_none_or(|v| part(v, false));
-        if !ok {
-            return Err(ApiError::bad_request(
-                "platform: OS/ARCH[/VARIANT] in lower case, e.g. linux/arm64",
-            ));
-        }
+        Platform::parse(p).map_err(image_error)?;
     }
     Reference::parse(&req.reference).map_err(image_error)
 }
