@@ -22,8 +22,12 @@ use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcMes
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// The longest a call waits for a lower-numbered request that has not arrived.
-pub const HOLD: Duration = Duration::from_millis(1000);
+/// The longest a call waits for a lower-numbered request that has not arrived. On a loaded host
+/// a large POST sent first (a `write_file` of a few hundred KB) was seen arriving more than 1 s
+/// after the small one sent right behind it, and the read then ran first; a client whose ids
+/// really have gaps pays this wait once per session (it is then marked sparse), so it is kept
+/// generous.
+pub const HOLD: Duration = Duration::from_millis(3000);
 
 /// Ids further ahead than this are not from one counter: no waiting for them.
 const WINDOW: i64 = 64;
