@@ -483,7 +483,9 @@ fn search_path<T>(
 
 /// `gate`: a pipe whose other end the parent closes once it has reported the command as
 /// started; a failure is reported only after that, so the supervisor never hears of a
-/// command's failure before it hears of the command.
+/// command's failure before it hears of the command. `ctty`: fd 0 is a terminal to take as
+/// the controlling one of the command's new session.
+#[allow(clippy::too_many_arguments)]
 fn exec_command(
     plan: &Plan,
     ch: &Channel,
