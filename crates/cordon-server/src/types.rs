@@ -535,8 +535,10 @@ pub struct ExecRequest {
     pub background: bool,
     /// Run the command on a terminal of this size (a pty of the sandbox's own): its stdout is
     /// the terminal's output (stderr stays empty), stdin is typed into the terminal, and a
-    /// background command can be resized.
-    #[serde(default)]
+    /// background command can be resized. The service layer's option (E2B's PTYs use it); not
+    /// yet part of the HTTP API, whose SDKs and routes would follow with it.
+    #[serde(skip)]
+    #[schema(ignore)]
     pub pty: Option<PtySize>,
     /// A front end's name for the command (E2B's process tag); not part of the HTTP API.
     #[serde(skip)]
@@ -545,7 +547,7 @@ pub struct ExecRequest {
 }
 
 /// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PtySize {
     /// 1 to 1000.
