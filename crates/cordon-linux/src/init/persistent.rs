@@ -414,6 +414,11 @@ fn spawn_command(
     // (which it never gets) is closed below.
     let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = match spec.pty {
         None => (sys::pipe()?, sys::pipe()?, sys::pipe()?),
+        // Without a mount namespace of its own, /dev/ptmx is the host's: its ptys would be
+        // the host's, visible to the host's users. No terminal there.
+        Some(_) if plan.no_namespaces => {
+            return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        }
         Some(size) => {
             let (master, slave) = sys::open_pty(size.rows, size.cols)?;
             let slave2 = slave.try_clone()?;
