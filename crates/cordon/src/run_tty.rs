@@ -112,7 +112,7 @@ pub fn run(profile: &Profile, argv: Vec<String>, cwd: Option<String>) -> anyhow:
 }
 
 /// Copies host stdin → pty and pty → host stdout, follows the host terminal's size, and ends
-/// the command on its timeout or when cordon is told to stop (SIGTERM, SIGHUP).
+/// the command on its timeout or when cordon is told to stop (SIGTERM, SIGHUP, SIGINT, SIGQUIT).
 async fn relay(
     sb: &Sandbox,
     id: u64,
@@ -149,6 +149,10 @@ async fn relay(
     let mut winch = signal(SignalKind::window_change()).context("SIGWINCH")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP")?;
+    // In raw mode ^C reaches the payload as a byte; a SIGINT or SIGQUIT sent to cordon
+    // itself must not end it with the terminal left raw.
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT")?;
+    let mut quit = signal(SignalKind::quit()).context("SIGQUIT")?;
     let mut kept = OutputCap::new(profile.limits.output_limit);
     let deadline = tokio::time::Instant::now() + profile.limits.timeout;
     let mut out = std::io::stdout().lock();
@@ -180,6 +184,8 @@ async fn relay(
             },
             _ = term.recv() => sb.signal(id, KILL),
             _ = hup.recv() => sb.signal(id, KILL),
+            _ = int.recv() => sb.signal(id, KILL),
+            _ = quit.recv() => sb.signal(id, KILL),
             r = &mut exit_rx, if exit.is_none() => {
                 exit = Some(r.unwrap_or_else(|_| ExitInfo {
                     sandbox_ended: Some("the sandbox ended".into()),

@@ -223,3 +223,29 @@ fn without_a_terminal_it_says_what_to_do() {
     assert!(err.contains("--tty needs a terminal on stdin"), "{err}");
     assert!(err.contains("--stdin"), "{err}");
 }
+
+#[test]
+fn cordon_told_to_stop_ends_the_payload_and_restores_the_terminal() {
+    for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
+        let mut t = host_term(24, 80);
+        let before = t.modes();
+        let c = t.spawn(&["--", "sh", "-c", "echo started; exec sleep 30"]);
+        t.read_until("started");
+        assert_ne!(t.modes(), before, "raw during the session");
+        let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, sig).expect("signal cordon");
+        let t0 = Instant::now();
+        let code = wait(c);
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert_eq!(
+            code,
+            128 + libc::SIGKILL,
+            "the payload was killed ({sig:?})"
+        );
+        assert_eq!(
+            t.modes(),
+            before,
+            "the host terminal is as it was ({sig:?})"
+        );
+    }
+}
