@@ -271,3 +271,57 @@ fn host_and_other_sandbox_ptys_are_unreachable() {
     ta.read_until(None);
     assert_eq!(ta.exit().code, Some(0));
 }
+
+/// A sandbox opening pty after pty is held to its devpts instance's cap (64), so it cannot use
+/// up the host's (`/proc/sys/kernel/pty/max`); the host's count is back once it is done.
+#[test]
+fn pty_exhaustion_stops_at_the_sandbox_cap() {
+    let host_before = std::fs::read_to_string("/proc/sys/kernel/pty/nr").expect("pty/nr");
+    let sb = sandbox();
+    let (tx, rx) = mpsc::channel();
+    let started = sb
+        .exec(
+            ExecSpec {
+                argv: vec![
+                    "python3".into(),
+                    "-c".into(),
+                    "
+import os, errno
+fds, err = [], None
+for _ in range(200):
+    try:
+        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        err = errno.errorcode.get(e.errno)
+        break
+print(len(fds), err)
+"
+                    .into(),
+                ],
+                ..ExecSpec::default()
+            },
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
+        .expect("exec");
+    drop(started.stdin);
+    let mut out = String::new();
+    std::fs::File::from(started.stdout)
+        .read_to_string(&mut out)
+        .expect("stdout");
+    let e = rx.recv_timeout(Duration::from_secs(20)).expect("exit");
+    assert_eq!(e.code, Some(0), "{out}");
+    let (n, err) = out.trim().split_once(' ').expect("count and error");
+    assert_eq!(n, "64", "{out}");
+    assert_eq!(err, "ENOSPC", "{out}");
+    drop(sb);
+    // The kernel's count of ptys in use is back (within what other tests hold meanwhile).
+    let after: i64 = std::fs::read_to_string("/proc/sys/kernel/pty/nr")
+        .expect("pty/nr")
+        .trim()
+        .parse()
+        .expect("number");
+    let before: i64 = host_before.trim().parse().expect("number");
+    assert!(after < before + 32, "ptys left behind: {before} -> {after}");
+}
