@@ -35,7 +35,7 @@ pub struct RunArgs {
     /// whose input and output cordon relays to the terminal cordon runs on (raw mode for the
     /// session, restored after; window size followed). The host terminal itself never enters
     /// the sandbox. Needs a terminal on stdin. With --json the Outcome's stdout is the
-    /// terminal's output, capped.
+    /// terminal's output up to --output-limit (the terminal itself shows all of it).
     #[arg(short = 't', long, conflicts_with = "stdin")]
     tty: bool,
     /// Working directory inside the sandbox. [default: the image's WorkingDir, else /workspace]

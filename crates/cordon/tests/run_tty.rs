@@ -249,3 +249,36 @@ fn cordon_told_to_stop_ends_the_payload_and_restores_the_terminal() {
         );
     }
 }
+
+#[test]
+fn the_outcome_keeps_the_terminal_output_under_the_cap() {
+    let mut t = host_term(24, 80);
+    let c = t.spawn(&[
+        "--json",
+        "--output-limit",
+        "1K",
+        "--",
+        "sh",
+        "-c",
+        "head -c 100000 /dev/zero | tr '\\0' x; echo; echo end-of-output",
+    ]);
+    let shown = t.read_until("}\r\n");
+    assert_eq!(wait(c), 0);
+    // The person at the terminal saw all of it; the Outcome keeps what the cap allows.
+    assert!(shown.contains("end-of-output"), "relayed whole");
+    let json = shown
+        .lines()
+        .find(|l| l.contains("\"status\""))
+        .expect("an Outcome line");
+    let o: serde_json::Value =
+        serde_json::from_str(&json[json.find('{').expect("json")..]).expect("Outcome json");
+    assert_eq!(o["stdout_truncated"], true, "{o}");
+    assert!(o["stdout"].as_str().unwrap_or("").len() <= 1024, "{o}");
+    assert!(
+        o["limits_hit"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|h| h == "output")),
+        "{o}"
+    );
+    assert_eq!(o["exit_code"], 0, "{o}");
+}
