@@ -59,9 +59,19 @@ impl HostTerm {
 
     /// What the terminal shows, until `until` appears (or the terminal goes quiet at the end).
     fn read_until(&mut self, until: &str) -> String {
+        let s = self.try_read_until(until, Duration::from_secs(30));
+        assert!(
+            s.contains(until),
+            "{until:?} not seen on the terminal: {s:?}"
+        );
+        s
+    }
+
+    /// What the terminal shows within `wait`, stopping early once `until` appears.
+    fn try_read_until(&mut self, until: &str, wait: Duration) -> String {
         let mut all = Vec::new();
         let mut buf = [0u8; 4096];
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + wait;
         while Instant::now() < deadline && !String::from_utf8_lossy(&all).contains(until) {
             let mut p = [rustix::event::PollFd::new(
                 &self.master,
@@ -83,12 +93,7 @@ impl HostTerm {
                 Ok(n) => all.extend_from_slice(&buf[..n]),
             }
         }
-        let s = String::from_utf8_lossy(&all).into_owned();
-        assert!(
-            s.contains(until),
-            "{until:?} not seen on the terminal: {s:?}"
-        );
-        s
+        String::from_utf8_lossy(&all).into_owned()
     }
 
     fn modes(&self) -> LocalModes {
@@ -158,7 +163,7 @@ fn a_resize_of_the_host_terminal_reaches_the_payload() {
         "--",
         "sh",
         "-c",
-        "stty size; printf 'wait> '; read x; stty size; exit 0",
+        "stty size; printf 'wait> '; while read x; do stty size; done; exit 0",
     ]);
     t.read_until("wait> ");
     // The kernel sends SIGWINCH to cordon (its terminal's foreground), which follows it.
@@ -172,9 +177,20 @@ fn a_resize_of_the_host_terminal_reaches_the_payload() {
         },
     )
     .expect("resize");
-    std::thread::sleep(Duration::from_millis(300));
-    t.master.write_all(b"\r").expect("type");
-    t.read_until("50 132");
+    // The signal and the keystroke race in cordon's relay: ask again until the size shows.
+    let mut seen = String::new();
+    for _ in 0..100 {
+        t.master.write_all(b"\r").expect("type");
+        seen += &t.try_read_until("50 132", Duration::from_millis(200));
+        if seen.contains("50 132") {
+            break;
+        }
+    }
+    assert!(
+        seen.contains("50 132"),
+        "the new size never showed: {seen:?}"
+    );
+    t.master.write_all(&[4]).expect("^D");
     assert_eq!(wait(c), 0);
 }
 
