@@ -132,13 +132,6 @@ pub fn main(a: RunArgs) -> i32 {
 
 /// `cordon run -t`: the payload on a terminal of the sandbox's own (see `run_tty`).
 fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
-    if profile.network.is_enabled() {
-        eprintln!(
-            "cordon: --tty with --allow-net is not supported yet; run without -t \
-             (pass input with --stdin) or without --allow-net"
-        );
-        return exit::CORDON_FAILED;
-    }
     let outcome = match crate::run_tty::run(profile, a.command.clone(), a.cwd.clone()) {
         Ok(o) => o,
         Err(e) => {

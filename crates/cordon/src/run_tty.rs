@@ -10,10 +10,12 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use cordon_linux::persistent::{ExecSpec, ExitInfo, PtySize, Sandbox};
+use cordon_linux::Egress;
 use cordon_policy::{
     classify, EndFacts, ExecFailure, Outcome, OutputCap, ProcessEnd, Profile, Stopped, Usage,
 };
@@ -73,8 +75,30 @@ pub fn run(profile: &Profile, argv: Vec<String>, cwd: Option<String>) -> anyhow:
         bail!("--tty needs a command (cordon run -t -- bash)");
     }
     let exe = std::env::current_exe().context("finding cordon's own executable")?;
-    let sb = Sandbox::create(&exe, profile, &BTreeMap::new(), None)
+    // With a network policy the sandbox's listener comes to the egress proxy, run here.
+    type Slot = Arc<Mutex<Option<Result<Box<dyn Egress>, String>>>>;
+    let egress: Slot = Arc::default();
+    let on_proxy = if profile.network.is_enabled() {
+        let start = crate::run_egress::starter(profile).map_err(|e| anyhow!("--allow-net: {e}"))?;
+        let slot = egress.clone();
+        Some(Box::new(move |listener: std::net::TcpListener| {
+            if let Ok(mut s) = slot.lock() {
+                *s = Some(start(listener));
+            }
+        }) as cordon_linux::persistent::OnProxyListener)
+    } else {
+        None
+    };
+    let sb = Sandbox::create(&exe, profile, &BTreeMap::new(), on_proxy)
         .map_err(|e| anyhow!("cannot create the sandbox: {e}"))?;
+    let proxy = match egress.lock().ok().and_then(|mut s| s.take()) {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => bail!("starting the egress proxy: {e}"),
+        None if profile.network.is_enabled() => {
+            bail!("the sandbox did not hand over its proxy listener")
+        }
+        None => None,
+    };
     let mut env = Vec::new();
     // The terminal's type is what programs need to draw on it; it says nothing secret.
     if let Ok(term) = std::env::var("TERM") {
@@ -108,7 +132,16 @@ pub fn run(profile: &Profile, argv: Vec<String>, cwd: Option<String>) -> anyhow:
     drop(raw);
     let (exit, kept, timed_out) = relayed?;
     sb.shutdown();
-    Ok(outcome(&sb, profile, exit, kept, timed_out, t0.elapsed()))
+    let network = proxy.map(|p| p.finish()).unwrap_or_default();
+    Ok(outcome(
+        &sb,
+        profile,
+        exit,
+        kept,
+        timed_out,
+        t0.elapsed(),
+        network,
+    ))
 }
 
 /// Copies host stdin → pty and pty → host stdout, follows the host terminal's size, and ends
@@ -221,6 +254,7 @@ fn outcome(
     kept: OutputCap,
     timed_out: bool,
     wall: Duration,
+    network: Vec<cordon_policy::NetworkEvent>,
 ) -> Outcome {
     let facts = EndFacts {
         end: match (exit.code, exit.signal) {
@@ -263,7 +297,7 @@ fn outcome(
         OutputCap::new(0).finish(),
         usage,
         sb.enforcement.clone(),
-        Vec::new(),
+        network,
     );
     o.image = profile
         .root_image

@@ -298,3 +298,70 @@ fn the_outcome_keeps_the_terminal_output_under_the_cap() {
     );
     assert_eq!(o["exit_code"], 0, "{o}");
 }
+
+/// With a network policy the payload on its terminal reaches what the policy allows through
+/// cordon's egress proxy, and the Outcome lists each request (loopback upstream only).
+#[test]
+fn network_policy_holds_on_a_terminal_too() {
+    use std::net::TcpListener;
+    let l = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nupstream\n",
+            );
+        }
+    });
+    let mut t = host_term(24, 80);
+    let allowed = format!("allowed.test:{port}");
+    let script = format!(
+        "
+import urllib.request
+for url in ['http://allowed.test:{port}/', 'http://denied.test:{port}/']:
+    try:
+        print('got', urllib.request.urlopen(url, timeout=10).read().decode().strip())
+    except Exception as e:
+        print('refused', url)
+print('done')
+"
+    );
+    let c = t.spawn(&[
+        "--json",
+        "--allow-net",
+        &allowed,
+        "--allow-net",
+        "127.0.0.2:*",
+        "--add-host",
+        "allowed.test:127.0.0.2",
+        "--",
+        "python3",
+        "-c",
+        &script,
+    ]);
+    let shown = t.read_until("}\r\n");
+    assert_eq!(wait(c), 0, "{shown:?}");
+    assert!(shown.contains("got upstream"), "{shown:?}");
+    assert!(shown.contains("refused http://denied.test"), "{shown:?}");
+    let json = shown
+        .lines()
+        .find(|l| l.contains("\"status\""))
+        .expect("an Outcome line");
+    let o: serde_json::Value =
+        serde_json::from_str(&json[json.find('{').expect("json")..]).expect("Outcome json");
+    let net = o["network"].as_array().cloned().unwrap_or_default();
+    assert!(
+        net.iter()
+            .any(|e| e["host"] == "allowed.test" && e["verdict"] == "allow"),
+        "{o}"
+    );
+    assert!(
+        net.iter()
+            .any(|e| e["host"] == "denied.test" && e["verdict"] == "deny"),
+        "{o}"
+    );
+}
