@@ -24,6 +24,29 @@ try {
   await sbx.commands.closeStdin(bg.pid)
   assert.equal((await bg.wait()).stdout, 'piped\n')
 
+  // PTYs: output through onData, typed input, resize seen by `stty size`, connect, kill.
+  let term = ''
+  const dec = new TextDecoder()
+  const until = async (what) => {
+    for (let i = 0; i < 400 && !term.includes(what); i++) await new Promise((r) => setTimeout(r, 50))
+    assert.ok(term.includes(what), `${what} not seen on the terminal: ${term}`)
+  }
+  const enc = new TextEncoder()
+  const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { term += dec.decode(d) }, envs: { P: 'js-pty' } })
+  await sbx.pty.sendInput(pty.pid, enc.encode('echo $P; stty size\n'))
+  await until('24 80')
+  assert.ok(term.includes('js-pty'))
+  await sbx.pty.resize(pty.pid, { cols: 132, rows: 50 })
+  await sbx.pty.sendInput(pty.pid, enc.encode('stty size\n'))
+  await until('50 132')
+  await pty.disconnect()
+  const again = await sbx.pty.connect(pty.pid, { onData: (d) => { term += dec.decode(d) } })
+  await sbx.pty.sendInput(pty.pid, enc.encode('echo joined-$((6*7))\n'))
+  await until('joined-42')
+  assert.equal(await sbx.pty.kill(pty.pid), true)
+  await assert.rejects(again.wait(), (e) => e instanceof CommandExitError && e.exitCode === -1)
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === pty.pid))
+
   // Files.
   await sbx.files.write('/home/user/js.txt', 'written by js')
   assert.equal(await sbx.files.read('/home/user/js.txt'), 'written by js')

@@ -109,6 +109,18 @@ pub struct ExecSpec {
     /// Variables set on top of the sandbox's environment, in order (a later one wins).
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
+    /// Run the command on a terminal of this size: a pty pair of the sandbox's own devpts,
+    /// whose slave is the command's controlling terminal and fds 0-2. The master comes back
+    /// as both the stdin and the stdout fd of `Started` (stderr is then an empty pipe).
+    #[serde(default)]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub rows: u16,
+    pub cols: u16,
 }
 
 /// What the supervisor tells the sandbox side.

@@ -470,13 +470,18 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     Ok(())
 }
 
-/// Inodes /dev's own tmpfs needs: its root, five device binds, four symlinks and `shm`.
-const DEV_INODES: u64 = 16;
+/// Inodes /dev's own tmpfs needs: its root, six device binds, five symlinks, `shm` and `pts`.
+const DEV_INODES: u64 = 20;
+
+/// Most pseudo-terminals one sandbox may hold at once (its devpts instance's `max`).
+const MAX_PTYS: u32 = 64;
 
 fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
     let dev = under_new(Path::new("/dev"));
     tmpfs(&dev, 64 << 10, DEV_INODES, 0o755, MS_NOSUID | MS_NOEXEC)?;
-    for name in ["null", "zero", "full", "random", "urandom"] {
+    // `tty` names whatever terminal the opening process has as its controlling one; inside,
+    // that can only be a pty of the sandbox's own devpts (below), never the host's.
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
         let host = Path::new(OLD).join("dev").join(name);
         bind(
             &host,
@@ -490,6 +495,7 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
     ] {
         std::os::unix::fs::symlink(target, dev.join(name))
             .step(|| format!("symlink /dev/{name}"))?;
@@ -501,6 +507,21 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
         0o1777,
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
     )?;
+    // A devpts instance of the sandbox's own: its ptys are the only ones it can see or open
+    // (the host's, and other sandboxes', live in other instances). No `gid=`: in a user
+    // namespace the tty group may be unmapped; a slave belongs to whoever opened the master.
+    let pts = dev.join("pts");
+    mkdir_p(&pts, 0o755).step(|| "mkdir /dev/pts".into())?;
+    sys::mount(
+        Some(Path::new("devpts")),
+        &pts,
+        Some("devpts"),
+        MS_NOSUID | MS_NOEXEC,
+        Some(&format!(
+            "newinstance,ptmxmode=0666,mode=0620,max={MAX_PTYS}"
+        )),
+    )
+    .step(|| "mount devpts on /dev/pts".into())?;
     // No new device nodes or files in /dev itself.
     sys::mount(
         None,

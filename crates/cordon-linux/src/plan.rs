@@ -282,11 +282,16 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     };
     // No listing of `/` or `/dev` on the host: beneath them is everything (Landlock rules
     // are hierarchical), and the names of a host's files say much about it.
+    let host_files_rw = ll.files_rw.clone();
+    // The sandbox's own terminals (its devpts instance, and `/dev/tty`, which names the
+    // caller's controlling terminal); not in the no-namespace mode, where they are the host's.
+    ll.files_rw
+        .extend(["/dev/tty", "/dev/pts"].map(PathBuf::from));
     let mut host_ll = FsRules {
         list_only: Vec::new(),
         read_only: vec!["/proc".into()],
         read_write: Vec::new(),
-        files_rw: ll.files_rw.clone(),
+        files_rw: host_files_rw,
         read_exec: Vec::new(),
         tcp_connect: None,
     };

@@ -318,6 +318,7 @@ async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ApiError>
         ],
         env,
         cwd: slot.cwd.clone(),
+        pty: None,
     };
     let (started, exit) = crate::service::spawn_exec(live, spec).await?;
     let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));

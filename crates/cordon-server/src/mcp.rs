@@ -571,6 +571,8 @@ impl CordonMcp {
             stdin: None,
             timeout: p.timeout_seconds.map(Amount::Number),
             background: false,
+            pty: None,
+            tag: None,
         };
         let o = match self.state.service.exec(&sb.caller, &sb.id, req, None).await {
             Ok(o) => o,

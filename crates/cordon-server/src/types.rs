@@ -533,6 +533,40 @@ pub struct ExecRequest {
     /// Start and return at once with a `command_id`.
     #[serde(default)]
     pub background: bool,
+    /// Run the command on a terminal of this size (a pty of the sandbox's own): its stdout is
+    /// the terminal's output (stderr stays empty), stdin is typed into the terminal, and a
+    /// background command can be resized. The service layer's option (E2B's PTYs use it); not
+    /// yet part of the HTTP API, whose SDKs and routes would follow with it.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub pty: Option<PtySize>,
+    /// A front end's name for the command (E2B's process tag); not part of the HTTP API.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub tag: Option<String>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    /// 1 to 1000.
+    pub rows: u16,
+    /// 1 to 1000.
+    pub cols: u16,
+}
+
+impl PtySize {
+    /// Checks the size is one a terminal can have.
+    pub fn check(&self) -> Result<(), ApiError> {
+        if !(1..=1000).contains(&self.rows) || !(1..=1000).contains(&self.cols) {
+            return Err(ApiError::bad_request(format!(
+                "pty: rows and cols must each be 1 to 1000 (got {}x{})",
+                self.rows, self.cols
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -17,6 +17,7 @@ mod image;
 mod mcp;
 mod run;
 mod run_egress;
+mod run_tty;
 mod sandbox_args;
 mod serve;
 

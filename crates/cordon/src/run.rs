@@ -19,7 +19,8 @@ use crate::sandbox_args::SandboxArgs;
 With --json, cordon exits 0 whenever it printed an Outcome.\n\n\
 Examples:\n  cordon run -- python3 -c 'import sys; print(sys.version)'\n  \
 cordon run --memory 256M --timeout 10s --json -- node -e 'console.log(1)'\n  \
-cordon run --workspace ./job --env API_URL=http://x -- python3 job.py"
+cordon run --workspace ./job --env API_URL=http://x -- python3 job.py\n  \
+cordon run -t --rw ./src -- bash"
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -30,6 +31,13 @@ pub struct RunArgs {
     /// What the program reads on stdin: a file, or - for cordon's own stdin. Default: empty.
     #[arg(long, value_name = "FILE|-")]
     stdin: Option<String>,
+    /// Give the program a terminal (for shells, REPLs, editors): a pty of the sandbox's own,
+    /// whose input and output cordon relays to the terminal cordon runs on (raw mode for the
+    /// session, restored after; window size followed). The host terminal itself never enters
+    /// the sandbox. Needs a terminal on stdin. With --json the Outcome's stdout is the
+    /// terminal's output up to --output-limit (the terminal itself shows all of it).
+    #[arg(short = 't', long, conflicts_with = "stdin")]
+    tty: bool,
     /// Working directory inside the sandbox. [default: the image's WorkingDir, else /workspace]
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
@@ -57,6 +65,9 @@ pub fn main(a: RunArgs) -> i32 {
             return exit::CORDON_FAILED;
         }
     };
+    if a.tty {
+        return run_tty(&a, &profile);
+    }
     let stdin = match a.stdin.as_deref() {
         None => StdinSource::Empty,
         Some("-") => StdinSource::Inherit,
@@ -117,6 +128,31 @@ pub fn main(a: RunArgs) -> i32 {
             exit::CORDON_FAILED
         }
     }
+}
+
+/// `cordon run -t`: the payload on a terminal of the sandbox's own (see `run_tty`).
+fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
+    let outcome = match crate::run_tty::run(profile, a.command.clone(), a.cwd.clone()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return exit::CORDON_FAILED;
+        }
+    };
+    if a.json {
+        match serde_json::to_string(&outcome) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("cordon: cannot encode the outcome: {e}");
+                return exit::CORDON_FAILED;
+            }
+        }
+        return 0;
+    }
+    for line in notices(&outcome, &profile.limits) {
+        eprintln!("cordon: {line}");
+    }
+    outcome.cli_exit_code()
 }
 
 /// What a person running without `--json` is told on stderr after the program's own output:

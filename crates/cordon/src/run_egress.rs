@@ -16,12 +16,23 @@ impl Egress for Running {
 /// Checks the policy now (so a bad entry fails before anything starts) and returns the
 /// factory the engine calls once the sandbox's listener exists.
 pub fn factory(profile: &Profile) -> Result<EgressFactory, String> {
+    starter(profile).map(|f| Box::new(f) as EgressFactory)
+}
+
+/// What `factory` gives, as a closure that may be called from another thread (a persistent
+/// sandbox's helper hands its listener over from the thread that creates it).
+pub fn starter(
+    profile: &Profile,
+) -> Result<
+    impl FnOnce(std::net::TcpListener) -> Result<Box<dyn Egress>, String> + Send + 'static,
+    String,
+> {
     // Still the only thread: the proxy's lookups come later, from its own.
     cordon_linux::pin_name_service();
     let config = ProxyConfig::from_policy(&profile.network).map_err(|e| e.to_string())?;
-    Ok(Box::new(move |listener| {
+    Ok(move |listener| {
         EgressProxy::start(listener, config)
             .map(|p| Box::new(Running(p)) as Box<dyn Egress>)
             .map_err(|e| e.to_string())
-    }))
+    })
 }

@@ -418,7 +418,8 @@ R["zero"] = open("/dev/zero", "rb").read(4).hex()
 R["urandom"] = len(open("/dev/urandom", "rb").read(16))
 R["full"] = t(lambda: os.write(os.open("/dev/full", os.O_WRONLY), b"x"))
 for n in ["tty", "console", "mem", "kmsg", "sda", "vda", "net/tun", "fuse", "kvm", "ptmx"]:
-    R[n] = t(lambda: os.open("/dev/" + n, os.O_RDONLY))
+    R[n] = t(lambda: os.open("/dev/" + n, os.O_RDONLY | os.O_NOCTTY))
+R["pts"] = sorted(os.listdir("/dev/pts"))
 R["mknod_null"] = t(os.mknod, "/tmp/null", 0o666 | 0o020000, os.makedev(1, 3))
 R["mknod_disk"] = t(os.mknod, "/tmp/disk", 0o666 | 0o060000, os.makedev(8, 0))
 R["shm"] = t(lambda: open("/dev/shm/x", "w").write("x"))
@@ -435,6 +436,7 @@ out()
         .collect();
     let allowed = [
         "null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout", "stderr",
+        "tty", "ptmx", "pts",
     ];
     let extra: Vec<_> = dev.iter().filter(|n| !allowed.contains(n)).collect();
     assert!(extra.is_empty(), "unexpected /dev entries {extra:?}\n{o}");
@@ -446,13 +448,28 @@ out()
         ("mknod_null", libc::EPERM),
         ("mknod_disk", libc::EPERM),
         ("shm", 0),
+        // The sandbox's own devpts: a new pty of its own opens; `/dev/tty` names the
+        // opener's controlling terminal, and a sandbox has none but its own ptys.
+        ("ptmx", 0),
+        ("tty", libc::ENXIO),
     ];
     for n in [
-        "tty", "console", "mem", "kmsg", "sda", "vda", "net/tun", "fuse", "kvm", "ptmx",
+        "console", "mem", "kmsg", "sda", "vda", "net/tun", "fuse", "kvm",
     ] {
         rows.push((n, libc::ENOENT));
     }
     expect_table(&o, &d, &rows);
+    // Only ptys of its own devpts instance, never the host's: the one just opened, if any.
+    let pts: Vec<&str> = d["pts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        pts.iter().all(|p| *p == "ptmx" || *p == "0"),
+        "unexpected /dev/pts entries {pts:?}\n{o}"
+    );
 }
 
 #[test]

@@ -483,7 +483,9 @@ fn search_path<T>(
 
 /// `gate`: a pipe whose other end the parent closes once it has reported the command as
 /// started; a failure is reported only after that, so the supervisor never hears of a
-/// command's failure before it hears of the command.
+/// command's failure before it hears of the command. `ctty`: fd 0 is a terminal to take as
+/// the controlling one of the command's new session.
+#[allow(clippy::too_many_arguments)]
 fn exec_command(
     plan: &Plan,
     ch: &Channel,
@@ -492,6 +494,7 @@ fn exec_command(
     env: &[CString],
     cwd: &Path,
     gate: Option<OwnedFd>,
+    ctty: bool,
 ) -> ! {
     let wait_gate = || {
         if let Some(g) = &gate {
@@ -499,6 +502,20 @@ fn exec_command(
         }
     };
     let _ = sys::setsid();
+    // A command on a pty: its terminal (fd 0, the slave) becomes the new session's controlling
+    // terminal, so that job control, `/dev/tty` and ^C work as in a terminal on the host.
+    if ctty {
+        if let Err(e) = sys::set_controlling_tty(0) {
+            wait_gate();
+            let _ = ch.send(&ToSupervisor::ExecFailed {
+                id,
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+                path: "the command's terminal (TIOCSCTTY)".into(),
+                cwd: false,
+            });
+            sys::exit_now(EXIT_SETUP_FAILED);
+        }
+    }
     // Start the command as a host shell would: Rust's runtime (ours) ignores SIGPIPE, and an
     // ignored signal stays ignored across exec — `yes | head -1` would complain of a broken
     // pipe instead of ending quietly.

@@ -73,7 +73,13 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
             }
             ToSandbox::Exec {
                 id,
-                spec: ExecSpec { argv, env, cwd },
+                spec:
+                    ExecSpec {
+                        argv,
+                        env,
+                        cwd,
+                        pty,
+                    },
                 cgroup,
             } => {
                 let to_c = |s: Vec<u8>| CString::new(s).ok();
@@ -121,6 +127,7 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
                     argv: &argv,
                     envp: &envp,
                     cwd: &cwd,
+                    pty,
                 };
                 match spawn_command(plan, &ch, &spec, files) {
                     Ok(started) => {
@@ -381,6 +388,7 @@ struct CommandSpec<'a> {
     argv: &'a [CString],
     envp: &'a [CString],
     cwd: &'a Path,
+    pty: Option<crate::channel::PtySize>,
 }
 
 /// A command just started: its sub-init and leader, our pipe ends (stdin write, stdout read,
@@ -401,9 +409,26 @@ fn spawn_command(
     cgroup_files: Vec<OwnedFd>,
 ) -> std::io::Result<StartedCommand> {
     let (gate_r, gate_w) = sys::pipe()?;
-    let (in_r, in_w) = sys::pipe()?;
-    let (out_r, out_w) = sys::pipe()?;
-    let (err_r, err_w) = sys::pipe()?;
+    // On a pty the command's fds 0-2 are the slave, and the master goes back as both our
+    // stdin and stdout end; stderr is then an empty pipe, at EOF once the command's end of it
+    // (which it never gets) is closed below.
+    let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = match spec.pty {
+        None => (sys::pipe()?, sys::pipe()?, sys::pipe()?),
+        // Without a mount namespace of its own, /dev/ptmx is the host's: its ptys would be
+        // the host's, visible to the host's users. No terminal there.
+        Some(_) if plan.no_namespaces => {
+            return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        }
+        Some(size) => {
+            let (master, slave) = sys::open_pty(size.rows, size.cols)?;
+            let slave2 = slave.try_clone()?;
+            let slave3 = slave.try_clone()?;
+            let master2 = master.try_clone()?;
+            let (err_r, err_w) = sys::pipe()?;
+            drop(err_w);
+            ((slave, master), (master2, slave2), (err_r, slave3))
+        }
+    };
     let (pid_r, pid_w) = sys::pipe()?;
     // SAFETY: the init is single-threaded.
     match unsafe { sys::fork() }? {
@@ -499,6 +524,7 @@ fn subinit(
                 spec.envp,
                 spec.cwd,
                 Some(gate_r),
+                spec.pty.is_some(),
             )
         }
         Ok(sys::Fork::Parent(pid)) => pid,

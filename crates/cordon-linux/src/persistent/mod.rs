@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{CommandEnd, ToSupervisor};
 
-pub use crate::channel::ExecSpec;
+pub use crate::channel::{ExecSpec, PtySize};
 pub use handle::{ExitInfo, OnProxyListener, Sandbox, Started};
 pub use helper::helper_main;
 

@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::{check_user, rfc3339, sandbox_path, E2bError, St, HOME};
 use crate::error::ApiError;
 use crate::service::{BgCommand, Caller, ExecEvent};
-use crate::types::{Amount, Cmd, ExecRequest};
+use crate::types::{Amount, Cmd, ExecRequest, PtySize};
 
 /// The largest Connect message taken (a request is a command, a path or a chunk of stdin).
 const MAX_MESSAGE: usize = 8 << 20;
@@ -304,7 +304,30 @@ struct ProcessConfig {
 struct StartReq {
     process: ProcessConfig,
     stdin: Option<bool>,
-    pty: Option<Value>,
+    pty: Option<PtyReq>,
+    tag: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PtyReq {
+    size: Option<PtySize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateReq {
+    process: Selector,
+    pty: Option<PtyReq>,
+}
+
+/// A PTY's size from a request: both fields required, as the SDKs always send them.
+fn pty_size(p: &PtyReq) -> Result<PtySize, RpcError> {
+    let size = p
+        .size
+        .ok_or_else(|| RpcError::new("invalid_argument", "pty.size: required"))?;
+    size.check()?;
+    Ok(size)
 }
 
 #[derive(Deserialize, Default)]
@@ -341,22 +364,57 @@ struct SignalReq {
     signal: Value,
 }
 
+/// The process a selector names: by pid, or by tag (the newest running one with that tag,
+/// else the newest that ended).
 fn find(e2b: &St, caller: &Caller, id: &str, sel: &Selector) -> Result<Arc<BgCommand>, RpcError> {
-    let Some(pid) = sel.pid else {
-        return Err(RpcError::new(
-            "not_found",
-            format!(
-                "no process with tag '{}' (select processes by pid)",
-                sel.tag.as_deref().unwrap_or("")
-            ),
-        ));
+    let all = e2b.st.service.background_commands(caller, id)?;
+    match (sel.pid, sel.tag.as_deref()) {
+        (Some(pid), _) => all
+            .into_iter()
+            .find(|c| c.exec_id == pid)
+            .ok_or_else(|| RpcError::new("not_found", format!("process with pid {pid} not found"))),
+        (None, Some(tag)) => {
+            let tagged: Vec<Arc<BgCommand>> = all
+                .into_iter()
+                .filter(|c| c.tag.as_deref() == Some(tag))
+                .collect();
+            tagged
+                .iter()
+                .rev()
+                .find(|c| c.running())
+                .or(tagged.last())
+                .cloned()
+                .ok_or_else(|| {
+                    RpcError::new("not_found", format!("process with tag '{tag}' not found"))
+                })
+        }
+        (None, None) => Err(RpcError::new(
+            "invalid_argument",
+            "process: give a pid or a tag",
+        )),
+    }
+}
+
+/// Input for a process, from either field of `ProcessInput` (a terminal takes stdin too: it
+/// is typed into it).
+fn input_bytes(cmd: &BgCommand, input: Input) -> Result<Vec<u8>, RpcError> {
+    let (field, data) = match (input.pty, input.stdin) {
+        (Some(p), _) => {
+            if !cmd.is_pty() {
+                return Err(RpcError::new(
+                    "failed_precondition",
+                    format!(
+                        "process with pid {} has no PTY (send its input as stdin)",
+                        cmd.exec_id
+                    ),
+                ));
+            }
+            ("input.pty", p)
+        }
+        (None, s) => ("input.stdin", s.unwrap_or_default()),
     };
-    e2b.st
-        .service
-        .background_commands(caller, id)?
-        .into_iter()
-        .find(|c| c.exec_id == pid)
-        .ok_or_else(|| RpcError::new("not_found", format!("process with pid {pid} not found")))
+    B64.decode(data)
+        .map_err(|e| RpcError::new("invalid_argument", format!("{field}: {e}")))
 }
 
 fn timeout_of(h: &HeaderMap) -> Option<Duration> {
@@ -455,6 +513,8 @@ fn follow(
         if !send(json!({"event": {"start": {"pid": cmd.exec_id}}})).await {
             return;
         }
+        // A terminal's output (stdout of a command on a pty) is `data.pty`.
+        let out_name = if cmd.is_pty() { "pty" } else { "stdout" };
         let ended_before = done.borrow().is_some();
         let whole = from_start || ended_before;
         let mut sent = [0usize; 2];
@@ -471,7 +531,7 @@ fn follow(
                 ev = events.recv() => match ev {
                     Ok(ExecEvent::Stdout(d)) => {
                         sent[0] += d.len();
-                        if !send(data_event("stdout", &d)).await { return; }
+                        if !send(data_event(out_name, &d)).await { return; }
                     }
                     Ok(ExecEvent::Stderr(d)) => {
                         sent[1] += d.len();
@@ -502,7 +562,7 @@ fn follow(
         }
         if let Some(o) = outcome {
             if whole {
-                for (i, name) in [(0, "stdout"), (1, "stderr")] {
+                for (i, name) in [(0, out_name), (1, "stderr")] {
                     let all = outcome_bytes(&o, i == 0);
                     if all.len() > sent[i] && !send(data_event(name, &all[sent[i]..])).await {
                         return;
@@ -579,12 +639,7 @@ async fn process_call(
     match method {
         "Start" => {
             let req: StartReq = decode(&msg)?;
-            if req.pty.is_some() {
-                return Err(RpcError::new(
-                    "unimplemented",
-                    "PTY sessions are not supported by this cordon server yet",
-                ));
-            }
+            let pty = req.pty.as_ref().map(pty_size).transpose()?;
             if req.process.cmd.is_empty() {
                 return Err(RpcError::new("invalid_argument", "process.cmd: required"));
             }
@@ -612,6 +667,8 @@ async fn process_call(
                         stdin: None,
                         timeout: Some(Amount::Number(timeout.as_secs_f64())),
                         background: true,
+                        pty,
+                        tag: req.tag.filter(|t| !t.is_empty()),
                     },
                     req.stdin.unwrap_or(false),
                 )
@@ -633,7 +690,7 @@ async fn process_call(
                 .into_iter()
                 .filter(|c| c.running())
                 .map(|c| {
-                    json!({
+                    let mut p = json!({
                         "pid": c.exec_id,
                         "config": {
                             "cmd": c.argv.first().cloned().unwrap_or_default(),
@@ -641,7 +698,11 @@ async fn process_call(
                             "envs": c.env,
                             "cwd": c.cwd,
                         }
-                    })
+                    });
+                    if let (Some(tag), Some(o)) = (&c.tag, p.as_object_mut()) {
+                        o.insert("tag".into(), json!(tag));
+                    }
+                    p
                 })
                 .collect();
             unary_ok(json!({ "processes": procs }))
@@ -649,15 +710,7 @@ async fn process_call(
         "SendInput" => {
             let req: SendInputReq = decode(&msg)?;
             let cmd = find(e2b, &caller, &id, &req.process)?;
-            if req.input.pty.is_some() {
-                return Err(RpcError::new(
-                    "failed_precondition",
-                    "this process has no PTY",
-                ));
-            }
-            let data = B64
-                .decode(req.input.stdin.unwrap_or_default())
-                .map_err(|e| RpcError::new("invalid_argument", format!("input.stdin: {e}")))?;
+            let data = input_bytes(&cmd, req.input)?;
             e2b.st
                 .service
                 .command_input(&caller, &id, &cmd.id, &data, false)
@@ -697,11 +750,22 @@ async fn process_call(
             e2b.st.service.command_signal(&caller, &id, &cmd.id, sig)?;
             unary_ok(json!({}))
         }
-        // "Update" only resizes PTYs, which this server does not make.
-        _ => Err(RpcError::new(
-            "unimplemented",
-            "PTY sessions are not supported by this cordon server yet",
-        )),
+        // "Update": what can change of a running process is its terminal's size.
+        _ => {
+            let req: UpdateReq = decode(&msg)?;
+            let cmd = find(e2b, &caller, &id, &req.process)?;
+            if let Some(p) = &req.pty {
+                let size = pty_size(p)?;
+                e2b.st
+                    .service
+                    .command_resize(&caller, &id, &cmd.id, size)
+                    .map_err(|e| match e.status {
+                        409 => RpcError::new("failed_precondition", e.message),
+                        _ => e.into(),
+                    })?;
+            }
+            unary_ok(json!({}))
+        }
     }
 }
 
@@ -739,9 +803,7 @@ async fn stream_input(
                 let input: Input =
                     serde_json::from_value(data.get("input").cloned().unwrap_or(Value::Null))
                         .unwrap_or_default();
-                let bytes = B64
-                    .decode(input.stdin.unwrap_or_default())
-                    .map_err(|e| RpcError::new("invalid_argument", format!("input.stdin: {e}")))?;
+                let bytes = input_bytes(cmd, input)?;
                 e2b.st
                     .service
                     .command_input(caller, id, &cmd.id, &bytes, false)

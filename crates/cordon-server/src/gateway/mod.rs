@@ -574,6 +574,8 @@ impl Gateway {
             stdin: Some(args.to_string()),
             timeout: s.timeout.clone().map(crate::types::Amount::Text),
             background: false,
+            pty: None,
+            tag: None,
         };
         let o = self
             .service

@@ -41,6 +41,10 @@ pub struct BgCommand {
     /// The command's own environment and working directory, as asked (for listings).
     pub env: std::collections::BTreeMap<String, String>,
     pub cwd: Option<String>,
+    /// A front end's name for it (E2B's process tag).
+    pub tag: Option<String>,
+    /// Its terminal (the pty master), when it runs on one: for resizing.
+    pty: Option<std::os::fd::OwnedFd>,
 }
 
 impl BgCommand {
@@ -53,6 +57,11 @@ impl BgCommand {
         watch::Receiver<Option<Outcome>>,
     ) {
         (self.events.subscribe(), self.done.clone())
+    }
+
+    /// Whether the command runs on a terminal (its stdout is the terminal's output).
+    pub fn is_pty(&self) -> bool {
+        self.pty.is_some()
     }
 
     pub fn running(&self) -> bool {
@@ -177,7 +186,7 @@ async fn run_in(
     timeout: Duration,
     events: Option<mpsc::Sender<ExecEvent>>,
 ) -> Result<Outcome, ApiError> {
-    let (stdin_pipe, output) = split(start(live, spec).await?)?;
+    let (stdin_pipe, output, _pty) = split(start(live, spec).await?)?;
     match stdin {
         Some(data) => {
             let mut w = stdin_pipe;
@@ -203,21 +212,48 @@ struct Output {
 
 /// Splits a started command into the writer of its stdin, which the caller settles before
 /// anything else sees the command (a background command's must be in place before its id is
-/// handed out: a client may write to it at once), and the rest, for `pump`.
-fn split(started: StartedParts) -> Result<(tokio::net::unix::pipe::Sender, Output), ApiError> {
+/// handed out: a client may write to it at once), and the rest, for `pump`. A command on a
+/// pty has the master as both its stdin and stdout end (the same code path from here on:
+/// a pty master reads and writes like a pipe, and ends reading with EIO, which `pump` takes
+/// for the end of the stream); a further copy of it comes back for resizing.
+type Split = (
+    tokio::net::unix::pipe::Sender,
+    Output,
+    Option<std::os::fd::OwnedFd>,
+);
+
+fn split(started: StartedParts) -> Result<Split, ApiError> {
+    use tokio::net::unix::pipe::{Receiver, Sender};
     let (st, exit_rx, t0) = started;
     let started_ms = unix_ms().saturating_sub(t0.elapsed().as_millis() as u64);
     let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
-    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
+    let is_pty = rustix::termios::isatty(&st.stdin);
+    let (stdin, stdout, pty) = if is_pty {
+        let resize = st.stdin.try_clone().map_err(io)?;
+        // The master is a character device, not a FIFO: tokio's checked constructors refuse
+        // it. Non-blocking it must be (one open file, so once is enough for both ends).
+        rustix::io::ioctl_fionbio(&st.stdin, true).map_err(|e| io(e.into()))?;
+        (
+            Sender::from_owned_fd_unchecked(st.stdin).map_err(io)?,
+            Receiver::from_owned_fd_unchecked(st.stdout).map_err(io)?,
+            Some(resize),
+        )
+    } else {
+        (
+            Sender::from_owned_fd(st.stdin).map_err(io)?,
+            Receiver::from_owned_fd(st.stdout).map_err(io)?,
+            None,
+        )
+    };
     let output = Output {
         exec_id: st.id,
-        stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stdout).map_err(io)?,
-        stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?,
+        stdout,
+        stderr: Receiver::from_owned_fd(st.stderr).map_err(io)?,
         exit_rx,
         t0,
         started_ms,
     };
-    Ok((stdin, output))
+    Ok((stdin, output, pty))
 }
 
 /// Drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
@@ -371,11 +407,18 @@ impl Service {
             ),
         };
         at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
+        if let Some(p) = &req.pty {
+            p.check()?;
+        }
         Ok((
             ExecSpec {
                 argv,
                 env: req.env.clone().into_iter().collect(),
                 cwd: req.cwd.clone(),
+                pty: req.pty.map(|p| cordon_linux::persistent::PtySize {
+                    rows: p.rows,
+                    cols: p.cols,
+                }),
             },
             timeout,
         ))
@@ -433,7 +476,10 @@ impl Service {
         let argv = spec.argv.clone();
         let (done_tx, done_rx) = watch::channel(None);
         let cid = format!("cmd-{}", crate::keys::random_hex(6));
-        let (stdin, output) = split(start(&live, spec).await?)?;
+        let (stdin, output, pty) = split(start(&live, spec).await?)?;
+        // A terminal's input is never closed: the command would see no end of file, and
+        // the master is its output too.
+        let keep_stdin = keep_stdin || pty.is_some();
         let limit = live.profile.limits.output_limit;
         let (events, first) = tokio::sync::broadcast::channel(1024);
         let cmd = Arc::new(BgCommand {
@@ -447,6 +493,8 @@ impl Service {
             events,
             env: req.env.clone(),
             cwd: req.cwd.clone(),
+            tag: req.tag.clone(),
+            pty,
         });
         if let Ok(mut c) = live.commands.lock() {
             // Keep the table bounded: forget finished commands beyond 100.
@@ -466,7 +514,7 @@ impl Service {
             "sandbox.exec",
             &caller.key_id,
             Some(id),
-            json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid}),
+            json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid, "pty": req.pty.is_some()}),
         );
         let svc = self.clone();
         let live2 = live.clone();
@@ -586,6 +634,33 @@ impl Service {
         Ok(())
     }
 
+    /// Resizes the terminal of a background command that runs on one (the command gets
+    /// SIGWINCH from its terminal, as on a host).
+    pub fn command_resize(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        size: PtySize,
+    ) -> Result<(), ApiError> {
+        size.check()?;
+        let cmd = self.command(caller, id, cid)?;
+        let Some(pty) = &cmd.pty else {
+            return Err(ApiError::conflict(format!(
+                "command '{cid}' does not run on a terminal (start it with a pty to resize it)"
+            )));
+        };
+        let ws = rustix::termios::Winsize {
+            ws_row: size.rows,
+            ws_col: size.cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(pty, ws)
+            .map_err(|e| ApiError::conflict(format!("resizing the terminal: {e}")))?;
+        Ok(())
+    }
+
     pub fn command_signal(
         &self,
         caller: &Caller,
@@ -637,6 +712,8 @@ impl Service {
             stdin: None,
             timeout: None,
             background: true,
+            pty: None,
+            tag: None,
         };
         let (spec, _timeout) = self.exec_parts(&live, &req)?;
         self.audit.record(
