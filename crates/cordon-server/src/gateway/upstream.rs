@@ -379,6 +379,13 @@ impl Upstream {
                     "pin.mismatch",
                     json!({"server": self.name, "pinned": p, "seen": seen.digest()}),
                 );
+                eprintln!(
+                    "cordon gateway: server {}: its definitions have digest {}, not the pinned {p}; its tools are withheld",
+                    self.name,
+                    seen.digest()
+                );
+            } else {
+                pins.pending.remove(&self.name);
             }
         } else {
             match pins.approved.get(&self.name) {
@@ -470,6 +477,19 @@ impl Upstream {
             });
         };
         if !self.approved(pins, &c.seen).iter().any(|n| n == tool) {
+            if let Some(p) = &self.pin {
+                return Err(Refusal {
+                    reason: Reason::Pinned,
+                    rule: format!("servers.{}.pin", self.name),
+                    message: format!(
+                        "server {} runs definitions with digest {}, not the pinned {p}; change the pin or run `cordon gateway approve {}`",
+                        self.name,
+                        c.seen.digest(),
+                        self.name
+                    ),
+                    retry_after: None,
+                });
+            }
             return Err(Refusal {
                 reason: Reason::Pinned,
                 rule: format!("the pin of server {}", self.name),
