@@ -479,6 +479,150 @@ def test_http_listen_with_api_keys_and_metrics(env):
     assert calls and all(r["client"] != "stdio" for r in calls), calls
 
 
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _wait_port(port: int, proc: subprocess.Popen):
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert proc.poll() is None, "the remote server exited"
+            assert time.monotonic() < deadline, "the remote server did not start"
+            time.sleep(0.1)
+
+
+def _make_certs(d: Path) -> dict:
+    """A throwaway CA, a server certificate for 127.0.0.1 it signed, and one it signed for
+    another name (served on 127.0.0.1: a certificate that does not match)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def pem(path: Path, obj):
+        if isinstance(obj, x509.Certificate):
+            path.write_bytes(obj.public_bytes(serialization.Encoding.PEM))
+        else:
+            path.write_bytes(obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        return str(path)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("cordon test CA")).issuer_name(name("cordon test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    out = {"ca": pem(d / "ca.pem", ca)}
+    for label, san in (("good", x509.IPAddress(ipaddress.ip_address("127.0.0.1"))),
+                       ("wrong", x509.DNSName("other.example"))):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder().subject_name(name(label)).issuer_name(ca.subject)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        out[label] = (pem(d / f"{label}.pem", cert), pem(d / f"{label}.key", key))
+    return out
+
+
+def test_https_url_server_with_its_ca_and_a_mismatched_certificate(env):
+    certs = _make_certs(env.root)
+    good_port, wrong_port = _free_port(), _free_port()
+    servers = [
+        subprocess.Popen([sys.executable, str(env.srv / "upstream_server.py"), "mail", "https", str(port), *certs[label]],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for port, label in ((good_port, "good"), (wrong_port, "wrong"))
+    ]
+    try:
+        for port, proc in zip((good_port, wrong_port), servers):
+            _wait_port(port, proc)
+        env.config.write_text(env.config.read_text() + f"""
+[servers.secure]
+url = "https://127.0.0.1:{good_port}/mcp"
+ca = "ca.pem"
+
+[servers.untrusted]
+url = "https://127.0.0.1:{good_port}/mcp"
+
+[servers.mismatched]
+url = "https://127.0.0.1:{wrong_port}/mcp"
+ca = "{certs['ca']}"
+
+[[rules]]
+tool = "secure.send_email"
+args = {{ properties = {{ to = {{ pattern = "@company\\\\.com$" }} }} }}
+
+[[rules]]
+tool = "untrusted.send_email"
+
+[[rules]]
+tool = "mismatched.send_email"
+""")
+
+        async def body(s):
+            listed = {t.name: t for t in (await s.list_tools()).tools}
+            assert "secure.send_email" in listed and "secure.read_inbox" not in listed, listed
+            assert listed["secure.send_email"].meta == {"cordon/sandboxed": False}, listed["secure.send_email"].meta
+            assert listed["files.delete_file"].meta == {"cordon/sandboxed": True}
+            assert not any(n.startswith(("untrusted.", "mismatched.")) for n in listed), listed
+            e = await refused(s, "secure.send_email", {"to": "x@evil.example"})
+            assert e.data["reason"] == "args", e.message
+            r = await s.call_tool("secure.send_email", {"to": "x@company.com"})
+            assert not is_error(r) and "sent to x@company.com" in texts(r), texts(r)
+            # Not in the system's roots and no ca: the certificate is refused, and said so.
+            e = await refused(s, "untrusted.send_email", {"to": "x@company.com"}, code=UPSTREAM_FAILED)
+            assert "certificate" in e.message and "UnknownIssuer" in e.message, e.message
+            # Signed by the trusted CA, but for another name.
+            e = await refused(s, "mismatched.send_email", {"to": "x@company.com"}, code=UPSTREAM_FAILED)
+            assert "certificate" in e.message and "not valid for name" in e.message, e.message
+            assert "127.0.0.1" in e.message, e.message
+
+        run(lambda: session_for(env, body))
+    finally:
+        for p in servers:
+            p.terminate()
+            p.wait(timeout=30)
+    # The bad certificates are recorded as failed starts.
+    records = [json.loads(l) for l in env.audit.read_text().splitlines()]
+    failed = {r["server"]: r["error"] for r in records if r["event"] == "server.failed"}
+    assert "not valid for name" in failed.get("mismatched", ""), failed
+
+
+def test_bad_ca_file_is_named(env):
+    (env.root / "bad.pem").write_text("not a certificate\n")
+    env.config.write_text(env.config.read_text() + """
+[servers.remote]
+url = "https://127.0.0.1:9/mcp"
+ca = "bad.pem"
+""")
+    out = subprocess.run([cordon_bin(), "gateway", "--config", str(env.config)], capture_output=True, text=True,
+                         timeout=30, stdin=subprocess.DEVNULL)
+    assert out.returncode == 125, out
+    assert "servers.remote.ca" in out.stderr and "bad.pem" in out.stderr and "no PEM certificate" in out.stderr, out.stderr
+
+
 def test_remote_url_server_is_checked_but_not_sandboxed(env):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -68,5 +68,11 @@ else:
 if len(sys.argv) > 3 and sys.argv[2] == "http":
     # A remote server for `url = ...`: streamable HTTP on loopback.
     server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+elif len(sys.argv) > 5 and sys.argv[2] == "https":
+    # The same over TLS: uvicorn with the certificate and key the test made.
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=int(sys.argv[3]),
+                ssl_certfile=sys.argv[4], ssl_keyfile=sys.argv[5], log_level="warning")
 else:
     server.run()

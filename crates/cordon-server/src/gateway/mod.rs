@@ -315,6 +315,11 @@ impl Gateway {
                 if self.policy.allows(&full).is_ok() {
                     let mut t = t.clone();
                     t.name = full.into();
+                    // The agent host can tell a confined tool from a remote one it must trust.
+                    let mut meta = t.meta.take().unwrap_or_default();
+                    meta.0
+                        .insert("cordon/sandboxed".into(), json!(!up.is_remote()));
+                    t.meta = Some(meta);
                     out.push(t);
                 }
             }

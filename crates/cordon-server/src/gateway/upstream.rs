@@ -118,6 +118,60 @@ fn runs_digest(argv: &[String], profile: &Profile) -> String {
     }))
 }
 
+/// The client of `url` servers: rustls (ring) with the system's roots and, for a server with
+/// `ca = "…"`, that file's certificates too. Redirects are not followed: a POST redirected
+/// elsewhere would replay the session to another host.
+fn http_client(ca: Option<&Path>) -> Result<reqwest::Client, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    // A system without a CA bundle still serves `ca` servers and plain http.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(ca) = ca {
+        let certs = CertificateDer::pem_file_iter(ca)
+            .map_err(|e| format!("cannot read {}: {e}", ca.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{} is not a PEM certificate file: {e}", ca.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{} holds no PEM certificate", ca.display()));
+        }
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| format!("{}: a certificate is not usable: {e}", ca.display()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| format!("HTTP client: {}", causes(&e)))
+}
+
+/// An error and its causes, each said once: a refused certificate sits several layers below
+/// the transport's "initialize failed".
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !out.iter().any(|o| o.contains(&text)) {
+            out.push(text);
+        }
+        cur = err.source();
+    }
+    out.join(": ")
+}
+
 pub(super) struct Def {
     pub validator: Option<Arc<cordon_gateway::jsonschema::Validator>>,
 }
@@ -134,6 +188,8 @@ pub(super) struct Upstream {
     pub name: String,
     /// A remote streamable-HTTP server instead of a command.
     url: Option<String>,
+    /// The HTTP(S) client of a `url` server.
+    http: Option<reqwest::Client>,
     argv: Vec<String>,
     cwd: Option<String>,
     profile: Profile,
@@ -152,16 +208,22 @@ impl Upstream {
         base: &Path,
         denied: Vec<PathGlob>,
     ) -> Result<Upstream, String> {
-        if let Some(u) = &cfg.url {
-            if u.starts_with("https://") {
-                return Err(format!(
-                    "servers.{name}.url: https is not supported by this build (no TLS client); use http:// on loopback or run the server with command = [...] in a sandbox"
-                ));
+        let http = match &cfg.url {
+            Some(u) => {
+                eprintln!(
+                    "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
+                );
+                let ca = cfg.ca.as_ref().map(|c| {
+                    if c.is_absolute() {
+                        c.clone()
+                    } else {
+                        base.join(c)
+                    }
+                });
+                Some(http_client(ca.as_deref()).map_err(|e| format!("servers.{name}.ca: {e}"))?)
             }
-            eprintln!(
-                "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
-            );
-        }
+            None => None,
+        };
         let argv = cfg.command.clone().unwrap_or_default();
         let profile = build_profile(
             cfg.profile.as_deref(),
@@ -180,6 +242,7 @@ impl Upstream {
         Ok(Upstream {
             name: name.to_string(),
             url: cfg.url.clone(),
+            http,
             runs: match &cfg.url {
                 Some(u) => cordon_gateway::pin::digest(&json!({ "url": u })),
                 None => runs_digest(&argv, &profile),
@@ -192,6 +255,11 @@ impl Upstream {
             conn: Default::default(),
             failed: Default::default(),
         })
+    }
+
+    /// A `url` server: checked and recorded, but not sandboxed by cordon.
+    pub fn is_remote(&self) -> bool {
+        self.url.is_some()
     }
 
     fn fail(&self, message: String) -> Refusal {
@@ -255,16 +323,37 @@ impl Upstream {
 
     async fn start(&self, gw: &Gateway) -> Result<Conn, String> {
         use rmcp::ServiceExt;
-        if let Some(url) = &self.url {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
-                .await
-                .map_err(|_| format!("{url} did not answer initialize in time"))?
-                .map_err(|e| format!("{url}: initialize failed: {e}"))?;
+        if let (Some(url), Some(http)) = (&self.url, &self.http) {
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                http.clone(),
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.as_str(),
+                ),
+            );
+            let client = match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+                Err(_) => return Err(format!("{url} did not answer initialize in time")),
+                Ok(Err(e)) => {
+                    // The transport's error keeps no source chain: a request of our own says
+                    // why the connection failed (a refused certificate, a refused port).
+                    return Err(match http.get(url.as_str()).send().await {
+                        Err(probe) => {
+                            let why = causes(&probe);
+                            let hint = if why.contains("UnknownIssuer") {
+                                " (no CA of the system's roots or of the server's ca file signed it)"
+                            } else {
+                                ""
+                            };
+                            format!("{url}: cannot connect: {why}{hint}")
+                        }
+                        Ok(_) => format!("{url}: initialize failed: {}", causes(&e)),
+                    });
+                }
+                Ok(Ok(c)) => c,
+            };
             let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                 .await
                 .map_err(|_| format!("{url} did not answer tools/list in time"))?
-                .map_err(|e| format!("{url}: tools/list failed: {e}"))?;
+                .map_err(|e| format!("{url}: tools/list failed: {}", causes(&e)))?;
             return Ok(self.conn_from(client, None, tools));
         }
         let info = gw
