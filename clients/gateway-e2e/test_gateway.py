@@ -250,6 +250,39 @@ def test_policy_end_to_end(env):
     assert any(r["event"] == "pin.recorded" for r in records)
 
 
+def test_audit_records_the_upstream_sandbox_usage(env):
+    async def body(s):
+        for _ in range(2):
+            r = await s.call_tool("files.list_dir", {"path": "/tmp"})
+            assert not is_error(r), texts(r)
+            await anyio.sleep(0.6)  # under the rule's 2/second
+        r = await s.call_tool("files.burn", {"ms": 500})
+        assert not is_error(r), texts(r)
+        r = await s.call_tool("word_count", {"text": "a b c"})
+        assert not is_error(r), texts(r)
+
+    run(lambda: session_for(env, body))
+    out = subprocess.run([cordon_bin(), "audit", "verify", str(env.audit)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = [json.loads(l) for l in env.audit.read_text().splitlines()]
+    calls = [r for r in calls if r["event"] == "tools/call" and r["verdict"] == "allowed"]
+    by_tool = {}
+    for r in calls:
+        by_tool.setdefault(r["tool"], []).append(r["usage"])
+    burn, = by_tool["files.burn"]
+    trivial = by_tool["files.list_dir"][-1]
+    # 500 ms of CPU asked for; the kernel counts in 10 ms ticks.
+    assert 400 <= burn["cpu_ms"] <= 5000, burn
+    assert trivial["cpu_ms"] < 200 and trivial["cpu_ms"] < burn["cpu_ms"], (trivial, burn)
+    for u in (burn, trivial):
+        # A Python MCP server holds megabytes, not bytes and not gigabytes.
+        assert 5 << 20 <= u["rss_bytes"] <= 2 << 30, u
+        assert u["peak_rss_bytes"] >= u["rss_bytes"], u
+        assert isinstance(u["rss_delta_bytes"], int) and u["processes"] >= 1, u
+    wc, = by_tool["word_count"]
+    assert wc["wall_ms"] >= wc["cpu_ms"] >= 0 and wc["peak_memory_bytes"] >= 0, wc
+
+
 def test_rug_pull_is_withheld_until_approved(env):
     async def first(s):
         r = await s.call_tool("mail.send_email", {"to": "a@company.com"})

@@ -61,6 +61,16 @@ else:
     def list_dir(path: str) -> str:
         return json.dumps(sorted(os.listdir(path)))
 
+    @server.tool(description="Keep a CPU busy for a while")
+    def burn(ms: int) -> str:
+        import time
+
+        end = time.process_time() + ms / 1000
+        n = 0
+        while time.process_time() < end:
+            n += 1
+        return f"looped {n} times"
+
     @server.tool(description="Crash the server in the middle of the call")
     def crash() -> str:
         os._exit(3)

@@ -182,6 +182,8 @@ struct Conn {
     sandbox: Option<String>,
     seen: ServerPin,
     tools: BTreeMap<String, (Tool, Option<Arc<cordon_gateway::jsonschema::Validator>>)>,
+    /// The host pids of its sandbox's processes, as last scanned: read around each call.
+    processes: Arc<std::sync::Mutex<Vec<i32>>>,
 }
 
 pub(super) struct Upstream {
@@ -417,7 +419,13 @@ impl Upstream {
                 return Err(e);
             }
         };
-        Ok(self.conn_from(client, Some(info.id), tools))
+        let conn = self.conn_from(client, Some(info.id.clone()), tools);
+        if let Ok(pids) = gw.service.sandbox_processes(&gw.caller, &info.id).await {
+            if let Ok(mut p) = conn.processes.lock() {
+                *p = pids;
+            }
+        }
+        Ok(conn)
     }
 
     fn conn_from(
@@ -454,6 +462,7 @@ impl Upstream {
             sandbox,
             seen,
             tools: defs,
+            processes: Default::default(),
         }
     }
 
@@ -605,20 +614,44 @@ impl Upstream {
 
     /// Forwards one call; a crash or a hang ends the server (it is restarted at the next use)
     /// and this call gets the error.
+    ///
+    /// With the response comes what the server's sandbox used meanwhile (its processes' CPU,
+    /// and the children they reaped; resident memory after the call, its change, and the
+    /// processes' peak) — `None` for a remote server, which cordon cannot see. Concurrent
+    /// calls to one server share its processes: each sees the others' use too.
     pub async fn call(
         &self,
         gw: &Gateway,
         req: CallToolRequestParams,
-    ) -> Result<CallToolResponse, Refusal> {
-        let peer = {
+    ) -> Result<(CallToolResponse, Option<Value>), Refusal> {
+        let (peer, processes) = {
             let slot = self.conn.lock().await;
             let c = slot
                 .as_ref()
                 .ok_or_else(|| self.fail("the server is not running".into()))?;
-            c.client.peer().clone()
+            (
+                c.client.peer().clone(),
+                c.sandbox.as_ref().map(|_| c.processes.clone()),
+            )
         };
+        let pids = processes
+            .as_ref()
+            .and_then(|p| p.lock().ok().map(|g| g.clone()));
+        let before = pids.as_deref().map(|p| gw.service.process_usage(p));
         match tokio::time::timeout(self.call_timeout, peer.call_tool_once(req)).await {
-            Ok(Ok(r)) => Ok(r),
+            Ok(Ok(r)) => {
+                let usage = pids.as_deref().zip(before).map(|(pids, before)| {
+                    let after = gw.service.process_usage(pids);
+                    json!({
+                        "cpu_ms": after.cpu_ns.saturating_sub(before.cpu_ns) / 1_000_000,
+                        "rss_bytes": after.rss_bytes,
+                        "rss_delta_bytes": after.rss_bytes as i64 - before.rss_bytes as i64,
+                        "peak_rss_bytes": after.peak_rss_bytes,
+                        "processes": pids.len(),
+                    })
+                });
+                Ok((r, usage))
+            }
             Ok(Err(e)) => {
                 self.restart(gw).await;
                 Err(self.fail(format!(
@@ -631,6 +664,26 @@ impl Upstream {
                     "the server did not answer within {} s; it was restarted",
                     self.call_timeout.as_secs()
                 )))
+            }
+        }
+    }
+
+    /// Rescans the sandbox's processes (the server may have started some).
+    pub async fn refresh_processes(&self, gw: &Gateway) {
+        let (id, slot) = {
+            let slot = self.conn.lock().await;
+            match slot.as_ref() {
+                Some(Conn {
+                    sandbox: Some(id),
+                    processes,
+                    ..
+                }) => (id.clone(), processes.clone()),
+                _ => return,
+            }
+        };
+        if let Ok(pids) = gw.service.sandbox_processes(&gw.caller, &id).await {
+            if let Ok(mut p) = slot.lock() {
+                *p = pids;
             }
         }
     }
