@@ -283,6 +283,71 @@ def test_audit_records_the_upstream_sandbox_usage(env):
     assert wc["wall_ms"] >= wc["cpu_ms"] >= 0 and wc["peak_memory_bytes"] >= 0, wc
 
 
+def test_denied_paths_inside_a_bind_are_hidden_and_fenced(env):
+    """One rule, enforced twice: the whole data directory is bound read-write, and the rule
+    denies its `system` subtree and one file of `public`. The server reaches for them by ways
+    the argument check cannot see — a symlink it plants, a hard link, /proc/self/root, `..`
+    behind a symlink in the bind — and the kernel (a mount over each, Landlock granting the
+    bind minus them) refuses every one; the host's files are checked from outside."""
+    data = env.root / "data"
+    secret = env.public / "secret.txt"
+    secret.write_text("public's secret")
+    text = env.config.read_text()
+    text = text.replace(f'rw = ["{env.public}", "{env.system}"]', f'rw = ["{data}"]')
+    text = text.replace(f'deny = ["/system/**", "{env.system}/**"]',
+                        f'deny = ["/system/**", "{env.system}/**", "{secret}"]')
+    assert f'rw = ["{data}"]' in text and str(secret) in text
+    env.config.write_text(text)
+    precious = env.system / "precious.txt"
+
+    async def body(s):
+        async def fails(tool, args):
+            r = await s.call_tool(tool, args)
+            assert is_error(r), (tool, args, texts(r))
+            assert "keep me" not in texts(r) and "public's secret" not in texts(r), texts(r)
+            return texts(r)
+
+        # What the rule allows still works on the bind.
+        r = await s.call_tool("files.read_file", {"path": str(env.public / "scratch.txt")})
+        assert not is_error(r) and texts(r) == "delete me", texts(r)
+        r = await s.call_tool("files.write_file", {"path": str(env.public / "new.txt"), "text": "hi"})
+        assert not is_error(r), texts(r)
+        assert (env.public / "new.txt").read_text() == "hi"
+        # The argument check refuses the plain spellings.
+        for p in (str(precious), str(secret), f"{env.public}/../system/precious.txt"):
+            e = await refused(s, "files.read_file", {"path": p})
+            assert e.data["reason"] == "path", e.message
+
+        # A symlink the server plants itself, to the denied directory and to the denied file.
+        r = await s.call_tool("files.plant_symlink", {"link": "/tmp/sys", "target": str(env.system)})
+        assert not is_error(r), texts(r)
+        await fails("files.read_file", {"path": "/tmp/sys/precious.txt"})
+        await fails("files.delete_file", {"path": "/tmp/sys/precious.txt"})
+        await fails("files.write_file", {"path": "/tmp/sys/new.txt", "text": "x"})
+        r = await s.call_tool("files.plant_symlink", {"link": "/tmp/sec", "target": str(secret)})
+        assert not is_error(r), texts(r)
+        await fails("files.read_file", {"path": "/tmp/sec"})
+        await fails("files.write_file", {"path": "/tmp/sec", "text": "overwritten"})
+        # `..` behind a symlink inside the bind.
+        r = await s.call_tool("files.plant_symlink", {"link": str(env.public / "up"), "target": ".."})
+        assert not is_error(r), texts(r)
+        await fails("files.read_file", {"path": f"{env.public}/up/system/precious.txt"})
+        # /proc/self/root: the same tree again, under a path the matcher never saw.
+        await fails("files.read_file", {"path": f"/proc/self/root{precious}"})
+        await fails("files.read_file", {"path": f"/proc/self/root{secret}"})
+        # A hard link to the denied files, made where the server may write.
+        await fails("files.hard_link", {"source": str(precious), "link": str(env.public / "hl")})
+        await fails("files.hard_link", {"source": str(secret), "link": str(env.public / "hl2")})
+        # The denied directory as the sandbox sees it: nothing listable.
+        await fails("files.list_dir", {"path": f"/proc/self/root{env.system}"})
+
+    run(lambda: session_for(env, body))
+    assert precious.read_text() == "keep me"
+    assert secret.read_text() == "public's secret"
+    assert sorted(p.name for p in env.system.iterdir()) == ["precious.txt"]
+    assert not (env.public / "hl").exists() and not (env.public / "hl2").exists()
+
+
 def test_rug_pull_is_withheld_until_approved(env):
     async def first(s):
         r = await s.call_tool("mail.send_email", {"to": "a@company.com"})

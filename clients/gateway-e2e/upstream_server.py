@@ -47,6 +47,17 @@ else:
         os.symlink(target, link)
         return f"{link} -> {target}"
 
+    @server.tool(description="Make a hard link")
+    def hard_link(source: str, link: str) -> str:
+        os.link(source, link)
+        return f"{link} = {source}"
+
+    @server.tool(description="Write a text file")
+    def write_file(path: str, text: str) -> str:
+        with open(path, "w") as f:
+            f.write(text)
+        return f"wrote {path}"
+
     @server.tool(description="Read a text file")
     def read_file(path: str) -> str:
         with open(path) as f:

@@ -61,10 +61,19 @@ pub(super) fn build_profile(
                 continue;
             }
             for g in denied {
+                // A denied subtree inside the bind: hidden (mounted over, and left out of the
+                // bind's Landlock grant) — one rule, enforced by the gateway and the kernel.
+                if let Some(sub) = g.subtree().filter(|s| is_within(s, &dest) && *s != dest) {
+                    let h = PathBuf::from(&sub);
+                    if !p.hide.contains(&h) {
+                        p.hide.push(h);
+                    }
+                    continue;
+                }
                 let prefix = g.fixed_prefix();
                 if is_within(&prefix, &dest) && prefix != "/" {
                     eprintln!(
-                        "cordon gateway: warning: {spec} is mounted and contains {prefix}, which a path rule denies ({}): only the gateway's argument check guards it",
+                        "cordon gateway: warning: {spec} is mounted and contains paths a path rule denies ({}), which is not one subtree: only the gateway's argument check guards them",
                         g.text()
                     );
                 }
