@@ -49,15 +49,21 @@ fn carve(dest: &Path, src: &Path, hidden: &[PathBuf]) -> Vec<(PathBuf, PathBuf)>
             if hidden.contains(&r) {
                 continue;
             }
+            let Ok(t) = e.file_type() else { continue };
+            // A symlink gets no rule: Landlock would open it and grant what it points to,
+            // which may be the hidden path itself. Access through it is checked at its target.
+            if t.is_symlink() {
+                continue;
+            }
             let on_the_way = hidden.iter().any(|h| h.starts_with(&r));
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            let is_dir = t.is_dir();
             if on_the_way && is_dir {
                 todo.push(r);
             } else if !on_the_way {
                 out.push((dest.join(&r), src.join(&r)));
             }
-            // A symlink or file on the way to a hidden path gets no rule: what it leads to
-            // is not the bind's.
+            // A file on the way to a hidden path (the path names something below it that
+            // cannot exist) gets no rule either.
         }
     }
     out
@@ -568,6 +574,153 @@ mod tests {
                 ("/data/public/secret.txt".into(), false)
             ]
         );
+    }
+
+    const CHILD: &str = "CORDON_TEST_CARVE_CHILD";
+
+    /// Landlock alone (no mount over the hidden paths, no mount namespace: what a sandbox
+    /// without namespaces gets): the plan's host rules for a bind with a hidden directory and
+    /// a hidden file, applied to this process, which then reaches for them by their paths, a
+    /// symlink, `..`, `/proc/self/root` and a hard link. Unprivileged: works rootless too.
+    #[test]
+    fn landlock_alone_fences_the_hidden_paths() {
+        if crate::detect::landlock_abi() == 0 {
+            eprintln!("Landlock is not enabled in this kernel; nothing to attack");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("cordon-carve-ll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("system")).unwrap();
+        std::fs::create_dir_all(dir.join("public")).unwrap();
+        std::fs::write(dir.join("system/precious"), "keep me").unwrap();
+        std::fs::write(dir.join("public/secret"), "keep me too").unwrap();
+        std::fs::write(dir.join("public/ok"), "fine").unwrap();
+        std::os::unix::fs::symlink(dir.join("system"), dir.join("public/link")).unwrap();
+        std::os::unix::fs::symlink("secret", dir.join("public/link2")).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "plan::tests::carve_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, &dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let host_ok = std::fs::read_to_string(dir.join("system/precious")).ok();
+        let host_ok2 = std::fs::read_to_string(dir.join("public/secret")).ok();
+        let planted = dir.join("system/planted").exists() || dir.join("public/hl").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let verdict = |what: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("VERDICT {what}: ")))
+                .unwrap_or_else(|| panic!("no verdict for {what:?} in:\n{text}"))
+                .to_string()
+        };
+        for attack in [
+            "read hidden file",
+            "read hidden dir's file",
+            "list hidden dir",
+            "plant in hidden dir",
+            "overwrite hidden file",
+            "through a symlink to the dir",
+            "through a symlink to the file",
+            "dot-dot",
+            "proc self root",
+            "hard link",
+            "plant in the bind's own dir",
+        ] {
+            assert_ne!(verdict(attack), "allowed", "{attack}:\n{text}");
+        }
+        for control in ["read a sibling", "write in the sibling dir"] {
+            assert_eq!(verdict(control), "allowed", "{control}");
+        }
+        assert_eq!(host_ok.as_deref(), Some("keep me"));
+        assert_eq!(host_ok2.as_deref(), Some("keep me too"));
+        assert!(!planted);
+    }
+
+    #[test]
+    fn carve_child() {
+        let Some(dir) = std::env::var_os(CHILD).map(PathBuf::from) else {
+            return;
+        };
+        let mut p = Profile::builtin("default").unwrap();
+        p.binds.push(Bind {
+            source: dir.clone(),
+            dest: "/data".into(),
+            writable: true,
+        });
+        p.hide = vec!["/data/system".into(), "/data/public/secret".into()];
+        let plan = build(PlanInput {
+            profile: &p,
+            argv: &["true".to_string()],
+            cwd: None,
+            extra_env: &BTreeMap::new(),
+            host_uid: 1000,
+            host_gid: 1000,
+            drop_root: false,
+            kernel_landlock_abi: crate::detect::landlock_abi(),
+            persistent_ok: false,
+        })
+        .unwrap();
+        let applied =
+            crate::landlock_rules::apply(&plan.host_landlock, plan.kernel_landlock_abi).unwrap();
+        assert!(applied.abi > 0, "Landlock was not enforced");
+        let d = |r: &str| dir.join(r);
+        let report = |what: &str, r: std::io::Result<()>| match r {
+            Ok(()) => println!("\nVERDICT {what}: allowed"),
+            Err(e) => println!("\nVERDICT {what}: {:?}", e.kind()),
+        };
+        let read = |p: PathBuf| std::fs::read(p).map(|_| ());
+        report("read hidden file", read(d("public/secret")));
+        report("read hidden dir's file", read(d("system/precious")));
+        report(
+            "list hidden dir",
+            std::fs::read_dir(d("system")).map(|_| ()),
+        );
+        report(
+            "plant in hidden dir",
+            std::fs::write(d("system/planted"), "x"),
+        );
+        report(
+            "overwrite hidden file",
+            std::fs::write(d("public/secret"), "x"),
+        );
+        report(
+            "through a symlink to the dir",
+            read(d("public/link/precious")),
+        );
+        report("through a symlink to the file", read(d("public/link2")));
+        report("dot-dot", read(d("public/../system/precious")));
+        report(
+            "proc self root",
+            read(PathBuf::from(format!(
+                "/proc/self/root{}",
+                d("system/precious").display()
+            ))),
+        );
+        report(
+            "hard link",
+            std::fs::hard_link(d("public/secret"), d("public/hl")),
+        );
+        report(
+            "plant in the bind's own dir",
+            std::fs::write(d("planted"), "x"),
+        );
+        report("read a sibling", read(d("public/ok")));
+        report(
+            "write in the sibling dir",
+            std::fs::write(d("public/ok"), "still fine"),
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
     }
 
     #[test]
