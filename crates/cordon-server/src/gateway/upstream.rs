@@ -26,6 +26,8 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed start, calls and listings do not wait for another attempt this long.
 const RETRY_AFTER_FAILED_START: Duration = Duration::from_secs(30);
+/// How often, at most, a server's sandbox processes are rescanned after calls.
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// A sandbox profile from a server's or script tool's settings. Binds that a deny path set
 /// covers are not mounted at all: what the sandbox cannot see, no symlink can reach.
@@ -208,6 +210,8 @@ pub(super) struct Upstream {
     pin: Option<String>,
     call_timeout: Duration,
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// When the sandbox's processes were last scanned.
+    scanned: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last failed start: when, and why.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
@@ -264,6 +268,7 @@ impl Upstream {
             pin: cfg.pin.clone(),
             call_timeout,
             conn: Default::default(),
+            scanned: Default::default(),
             failed: Default::default(),
         })
     }
@@ -646,11 +651,11 @@ impl Upstream {
         let pids = processes
             .as_ref()
             .and_then(|p| p.lock().ok().map(|g| g.clone()));
-        let before = pids.as_deref().map(|p| gw.service.process_usage(p));
+        let before = pids.as_deref().map(|p| gw.service.process_usage(p, false));
         match tokio::time::timeout(self.call_timeout, peer.call_tool_once(req)).await {
             Ok(Ok(r)) => {
                 let usage = pids.as_deref().zip(before).map(|(pids, before)| {
-                    let after = gw.service.process_usage(pids);
+                    let after = gw.service.process_usage(pids, true);
                     json!({
                         "cpu_ms": after.cpu_ns.saturating_sub(before.cpu_ns) / 1_000_000,
                         "rss_bytes": after.rss_bytes,
@@ -677,8 +682,15 @@ impl Upstream {
         }
     }
 
-    /// Rescans the sandbox's processes (the server may have started some).
+    /// Rescans the sandbox's processes (the server may have started some), at most once per
+    /// [`RESCAN_EVERY`]: a scan reads every process of the host, and calls come faster.
     pub async fn refresh_processes(&self, gw: &Gateway) {
+        if let Ok(mut last) = self.scanned.lock() {
+            if last.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
         let (id, slot) = {
             let slot = self.conn.lock().await;
             match slot.as_ref() {

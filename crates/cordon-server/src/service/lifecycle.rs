@@ -420,8 +420,8 @@ impl Service {
 
     /// What the processes [`Service::sandbox_processes`] named have used so far: a few small
     /// `/proc` reads per process, cheap enough around every call.
-    pub fn process_usage(&self, pids: &[i32]) -> cordon_linux::snapshot::ProcessUsage {
-        cordon_linux::snapshot::usage(pids)
+    pub fn process_usage(&self, pids: &[i32], peak: bool) -> cordon_linux::snapshot::ProcessUsage {
+        cordon_linux::snapshot::usage(pids, peak)
     }
 
     /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
