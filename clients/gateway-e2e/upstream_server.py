@@ -47,6 +47,17 @@ else:
         os.symlink(target, link)
         return f"{link} -> {target}"
 
+    @server.tool(description="Make a hard link")
+    def hard_link(source: str, link: str) -> str:
+        os.link(source, link)
+        return f"{link} = {source}"
+
+    @server.tool(description="Write a text file")
+    def write_file(path: str, text: str) -> str:
+        with open(path, "w") as f:
+            f.write(text)
+        return f"wrote {path}"
+
     @server.tool(description="Read a text file")
     def read_file(path: str) -> str:
         with open(path) as f:
@@ -61,6 +72,16 @@ else:
     def list_dir(path: str) -> str:
         return json.dumps(sorted(os.listdir(path)))
 
+    @server.tool(description="Keep a CPU busy for a while")
+    def burn(ms: int) -> str:
+        import time
+
+        end = time.process_time() + ms / 1000
+        n = 0
+        while time.process_time() < end:
+            n += 1
+        return f"looped {n} times"
+
     @server.tool(description="Crash the server in the middle of the call")
     def crash() -> str:
         os._exit(3)
@@ -68,5 +89,11 @@ else:
 if len(sys.argv) > 3 and sys.argv[2] == "http":
     # A remote server for `url = ...`: streamable HTTP on loopback.
     server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+elif len(sys.argv) > 5 and sys.argv[2] == "https":
+    # The same over TLS: uvicorn with the certificate and key the test made.
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=int(sys.argv[3]),
+                ssl_certfile=sys.argv[4], ssl_keyfile=sys.argv[5], log_level="warning")
 else:
     server.run()

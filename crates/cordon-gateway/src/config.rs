@@ -57,6 +57,10 @@ pub struct GatewaySection {
 pub struct ServerConfig {
     pub command: Option<Vec<String>>,
     pub url: Option<String>,
+    /// For an `https://` url: a PEM file of certificates trusted besides the system's roots
+    /// (e.g. a private CA, or the server's own self-signed certificate). Relative to the
+    /// config file.
+    pub ca: Option<PathBuf>,
     /// A built-in profile name or a profile file (relative to the config file).
     pub profile: Option<String>,
     #[serde(default)]
@@ -229,6 +233,9 @@ impl Config {
                         format!("'{u}' is not an http:// or https:// URL"),
                     ))
                 }
+                (_, _) if s.ca.is_some() && !s.url.as_deref().is_some_and(|u| u.starts_with("https://")) => {
+                    return Err(self.err(format!("{key}.ca"), "applies to an https:// url only (it names the certificates that url's server may present)"))
+                }
                 (None, Some(_)) if s.profile.is_some() || !s.ro.is_empty() || !s.rw.is_empty() => {
                     return Err(self.err(key, "profile, ro and rw apply to a command run in a sandbox; a url server runs elsewhere and is not sandboxed by cordon"))
                 }
@@ -362,6 +369,16 @@ paths = { path = { deny = ["/system/**"] } }
         assert!(e.message.contains("command"), "{e}");
         let e = parse("[servers.x]\nurl = \"ftp://a\"\n").unwrap_err();
         assert_eq!(e.key, "servers.x.url");
+        let e = parse("[servers.x]\ncommand = [\"x\"]\nca = \"ca.pem\"\n").unwrap_err();
+        assert_eq!(e.key, "servers.x.ca");
+        let e =
+            parse("[servers.x]\nurl = \"http://127.0.0.1:1/mcp\"\nca = \"ca.pem\"\n").unwrap_err();
+        assert_eq!(e.key, "servers.x.ca");
+        let c = parse("[servers.x]\nurl = \"https://127.0.0.1:1/mcp\"\nca = \"ca.pem\"\n").unwrap();
+        assert_eq!(
+            c.resolve(c.servers["x"].ca.as_deref().unwrap()),
+            Path::new("/etc/cordon/ca.pem")
+        );
         let e = parse("[servers.\"a.b\"]\ncommand = [\"x\"]\n").unwrap_err();
         assert_eq!(e.key, "servers.a.b");
         let e = parse("[tools.t]\ncommand = [\"x\"]\ninput = { type = \"string\" }\n").unwrap_err();

@@ -109,6 +109,16 @@ impl PathGlob {
         self.matcher.is_match(normal) || self.base.as_deref() == Some(normal)
     }
 
+    /// The one path whose whole subtree this glob covers, if it is such a glob: a literal
+    /// path (`/data/secret.txt`) or a literal directory and everything below (`/system/**`).
+    /// That path can be hidden from a sandbox outright; other globs (`/data/*.key`) cannot.
+    pub fn subtree(&self) -> Option<String> {
+        let normal = normalise_glob(&self.text);
+        let lit = normal.strip_suffix("/**").unwrap_or(&normal);
+        let lit = if lit.is_empty() { "/" } else { lit };
+        (!lit.contains(['*', '?', '[', '{', '\\'])).then(|| lit.to_string())
+    }
+
     /// The fixed directory this glob starts with (up to the first wildcard): what a sandbox
     /// can leave unmounted for a deny glob.
     pub fn fixed_prefix(&self) -> String {
@@ -195,6 +205,19 @@ mod tests {
             "/system"
         );
         assert!(PathGlob::new("system/**").is_err());
+        assert_eq!(
+            PathGlob::new("/data//system/**")
+                .unwrap()
+                .subtree()
+                .as_deref(),
+            Some("/data/system")
+        );
+        assert_eq!(
+            PathGlob::new("/data/a.txt").unwrap().subtree().as_deref(),
+            Some("/data/a.txt")
+        );
+        assert_eq!(PathGlob::new("/data/*.key").unwrap().subtree(), None);
+        assert_eq!(PathGlob::new("/data/**/x").unwrap().subtree(), None);
     }
 
     #[test]

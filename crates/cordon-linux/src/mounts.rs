@@ -253,6 +253,7 @@ fn root_inodes(plan: &Plan) -> u64 {
         .map(|e| match e {
             RootEntry::Bind { dest, .. } => depth(dest),
             RootEntry::Symlink { link, .. } => depth(link),
+            RootEntry::Hide { dest, .. } => depth(dest),
         })
         .sum();
     64 + entries
@@ -431,6 +432,23 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 let point = if *is_dir { Point::Dir } else { Point::File };
                 bind(&under_old(src), &under_new(dest), point, flags)?;
             }
+            // Over what a bind brought in: nothing to read, list, write or execute there.
+            RootEntry::Hide { dest, is_dir: true } => tmpfs(
+                &under_new(dest),
+                4096,
+                1,
+                0,
+                MS_RDONLY | MS_NOSUID | MS_NODEV | libc::MS_NOEXEC,
+            )?,
+            RootEntry::Hide {
+                dest,
+                is_dir: false,
+            } => bind(
+                &under_old(Path::new("/dev/null")),
+                &under_new(dest),
+                Point::Exists,
+                MS_RDONLY | MS_NOSUID | MS_NODEV | libc::MS_NOEXEC,
+            )?,
             RootEntry::Symlink { target, link } => {
                 let l = under_new(link);
                 if let Some(parent) = l.parent().filter(|p| *p != Path::new(NEW)) {

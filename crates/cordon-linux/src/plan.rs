@@ -27,6 +27,61 @@ pub enum RootEntry {
     },
     /// A symlink, as the host has it (merged-/usr systems: /bin -> usr/bin).
     Symlink { target: PathBuf, link: PathBuf },
+    /// A path below a bind that the sandbox must not reach (a profile's `hide`): an empty
+    /// read-only directory, or `/dev/null` without device access for a file, mounted over it.
+    Hide { dest: PathBuf, is_dir: bool },
+}
+
+/// What a bind with hidden paths below it is granted instead of its whole tree: every entry
+/// at each level from the bind down to a hidden path, except the ones leading to it — as
+/// (destination, host source) pairs. The bind's own directory and each directory on the way
+/// get no rule, so nothing can be created in them, and a hidden path that does not exist yet
+/// cannot be made either. Read at sandbox start: an entry made later is not granted.
+fn carve(dest: &Path, src: &Path, hidden: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(src.join(&rel)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let r = rel.join(e.file_name());
+            if hidden.contains(&r) {
+                continue;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            // A symlink gets no rule: Landlock would open it and grant what it points to,
+            // which may be the hidden path itself. Access through it is checked at its target.
+            if t.is_symlink() {
+                continue;
+            }
+            let on_the_way = hidden.iter().any(|h| h.starts_with(&r));
+            let is_dir = t.is_dir();
+            if on_the_way && is_dir {
+                todo.push(r);
+            } else if !on_the_way {
+                out.push((dest.join(&r), src.join(&r)));
+            }
+            // A file on the way to a hidden path (the path names something below it that
+            // cannot exist) gets no rule either.
+        }
+    }
+    out
+}
+
+/// Whether `rel` below `base` is a directory, if it exists and is reached without a symlink on
+/// the way: a mount over it then lands where the bind shows it, not where a link points (on
+/// the host, before the pivot).
+fn no_symlink_below(base: &Path, rel: &Path) -> Option<bool> {
+    let mut cur = base.to_path_buf();
+    for c in rel.components() {
+        cur.push(c);
+        let m = std::fs::symlink_metadata(&cur).ok()?;
+        if m.file_type().is_symlink() {
+            return None;
+        }
+    }
+    std::fs::symlink_metadata(&cur).ok().map(|m| m.is_dir())
 }
 
 #[derive(Debug, Clone)]
@@ -350,6 +405,34 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             host_ll.read_exec.push(b.source.clone());
         }
     }
+    // Hidden paths below binds: mounted over, and the bind's Landlock grant replaced by its
+    // tree minus them — a symlink, a hard link or a path nobody foresaw still meets both.
+    for c in p.hidden_in() {
+        let Some(b) = p.binds.get(c.bind) else {
+            continue;
+        };
+        let (rules, host_rules) = if b.writable {
+            (&mut ll.read_write, &mut host_ll.read_write)
+        } else {
+            (&mut ll.read_exec, &mut host_ll.read_exec)
+        };
+        rules.retain(|d| *d != b.dest);
+        host_rules.retain(|d| *d != b.source);
+        for (dest, src) in carve(&b.dest, &b.source, &c.hidden) {
+            rules.push(dest);
+            host_rules.push(src);
+        }
+        for h in &c.hidden {
+            // A hidden path that does not exist gets no mount (nothing to cover, and its
+            // parent has no Landlock rule to create it with); one behind a symlink neither.
+            if let Some(is_dir) = no_symlink_below(&b.source, h) {
+                root.push(RootEntry::Hide {
+                    dest: b.dest.join(h),
+                    is_dir,
+                });
+            }
+        }
+    }
     // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
     // there it is the same directory, unless a bind of the profile's own claims the name.
     if !p.binds.iter().any(|b| b.dest.starts_with("/home/user")) {
@@ -404,4 +487,251 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         no_namespaces: false,
         host_landlock: host_ll,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_policy::profile::Bind;
+
+    /// A bind with a hidden subtree and a hidden file: its Landlock grant is the tree minus
+    /// them (on the sandbox's paths and, for a sandbox without namespaces, the host's), and
+    /// each existing one gets a mount over it.
+    #[test]
+    fn hidden_paths_are_carved_out_of_the_bind() {
+        let dir = std::env::temp_dir().join(format!("cordon-carve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for d in ["system/deep", "public/sub", "other"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        for f in ["system/x", "public/secret.txt", "public/ok.txt", "top.txt"] {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        let mut p = Profile::builtin("default").unwrap();
+        p.binds.push(Bind {
+            source: dir.clone(),
+            dest: "/data".into(),
+            writable: true,
+        });
+        p.hide = vec![
+            "/data/system".into(),
+            "/data/public/secret.txt".into(),
+            "/data/missing".into(),
+        ];
+        p.validate().unwrap();
+        let plan = build(PlanInput {
+            profile: &p,
+            argv: &["true".to_string()],
+            cwd: None,
+            extra_env: &BTreeMap::new(),
+            host_uid: 1000,
+            host_gid: 1000,
+            drop_root: false,
+            kernel_landlock_abi: 6,
+            persistent_ok: false,
+        })
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut rw: Vec<_> = plan
+            .landlock
+            .read_write
+            .iter()
+            .filter(|d| d.starts_with("/data"))
+            .cloned()
+            .collect();
+        rw.sort();
+        let want: Vec<PathBuf> = [
+            "/data/other",
+            "/data/public/ok.txt",
+            "/data/public/sub",
+            "/data/top.txt",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(rw, want);
+        let mut host: Vec<_> = plan
+            .host_landlock
+            .read_write
+            .iter()
+            .filter(|d| d.starts_with(&dir))
+            .cloned()
+            .collect();
+        host.sort();
+        assert_eq!(
+            host,
+            want.iter()
+                .map(|w| dir.join(w.strip_prefix("/data").unwrap()))
+                .collect::<Vec<_>>()
+        );
+        let hides: Vec<_> = plan
+            .root
+            .iter()
+            .filter_map(|e| match e {
+                RootEntry::Hide { dest, is_dir } => Some((dest.clone(), *is_dir)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            hides,
+            vec![
+                ("/data/system".into(), true),
+                ("/data/public/secret.txt".into(), false)
+            ]
+        );
+    }
+
+    const CHILD: &str = "CORDON_TEST_CARVE_CHILD";
+
+    /// Landlock alone (no mount over the hidden paths, no mount namespace: what a sandbox
+    /// without namespaces gets): the plan's host rules for a bind with a hidden directory and
+    /// a hidden file, applied to this process, which then reaches for them by their paths, a
+    /// symlink, `..`, `/proc/self/root` and a hard link. Unprivileged: works rootless too.
+    #[test]
+    fn landlock_alone_fences_the_hidden_paths() {
+        if crate::detect::landlock_abi() == 0 {
+            eprintln!("Landlock is not enabled in this kernel; nothing to attack");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("cordon-carve-ll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("system")).unwrap();
+        std::fs::create_dir_all(dir.join("public")).unwrap();
+        std::fs::write(dir.join("system/precious"), "keep me").unwrap();
+        std::fs::write(dir.join("public/secret"), "keep me too").unwrap();
+        std::fs::write(dir.join("public/ok"), "fine").unwrap();
+        std::os::unix::fs::symlink(dir.join("system"), dir.join("public/link")).unwrap();
+        std::os::unix::fs::symlink("secret", dir.join("public/link2")).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "plan::tests::carve_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, &dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let host_ok = std::fs::read_to_string(dir.join("system/precious")).ok();
+        let host_ok2 = std::fs::read_to_string(dir.join("public/secret")).ok();
+        let planted = dir.join("system/planted").exists() || dir.join("public/hl").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let verdict = |what: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("VERDICT {what}: ")))
+                .unwrap_or_else(|| panic!("no verdict for {what:?} in:\n{text}"))
+                .to_string()
+        };
+        for attack in [
+            "read hidden file",
+            "read hidden dir's file",
+            "list hidden dir",
+            "plant in hidden dir",
+            "overwrite hidden file",
+            "through a symlink to the dir",
+            "through a symlink to the file",
+            "dot-dot",
+            "proc self root",
+            "hard link",
+            "plant in the bind's own dir",
+        ] {
+            assert_ne!(verdict(attack), "allowed", "{attack}:\n{text}");
+        }
+        for control in ["read a sibling", "write in the sibling dir"] {
+            assert_eq!(verdict(control), "allowed", "{control}");
+        }
+        assert_eq!(host_ok.as_deref(), Some("keep me"));
+        assert_eq!(host_ok2.as_deref(), Some("keep me too"));
+        assert!(!planted);
+    }
+
+    #[test]
+    fn carve_child() {
+        let Some(dir) = std::env::var_os(CHILD).map(PathBuf::from) else {
+            return;
+        };
+        let mut p = Profile::builtin("default").unwrap();
+        p.binds.push(Bind {
+            source: dir.clone(),
+            dest: "/data".into(),
+            writable: true,
+        });
+        p.hide = vec!["/data/system".into(), "/data/public/secret".into()];
+        let plan = build(PlanInput {
+            profile: &p,
+            argv: &["true".to_string()],
+            cwd: None,
+            extra_env: &BTreeMap::new(),
+            host_uid: 1000,
+            host_gid: 1000,
+            drop_root: false,
+            kernel_landlock_abi: crate::detect::landlock_abi(),
+            persistent_ok: false,
+        })
+        .unwrap();
+        let applied =
+            crate::landlock_rules::apply(&plan.host_landlock, plan.kernel_landlock_abi).unwrap();
+        assert!(applied.abi > 0, "Landlock was not enforced");
+        let d = |r: &str| dir.join(r);
+        let report = |what: &str, r: std::io::Result<()>| match r {
+            Ok(()) => println!("\nVERDICT {what}: allowed"),
+            Err(e) => println!("\nVERDICT {what}: {:?}", e.kind()),
+        };
+        let read = |p: PathBuf| std::fs::read(p).map(|_| ());
+        report("read hidden file", read(d("public/secret")));
+        report("read hidden dir's file", read(d("system/precious")));
+        report(
+            "list hidden dir",
+            std::fs::read_dir(d("system")).map(|_| ()),
+        );
+        report(
+            "plant in hidden dir",
+            std::fs::write(d("system/planted"), "x"),
+        );
+        report(
+            "overwrite hidden file",
+            std::fs::write(d("public/secret"), "x"),
+        );
+        report(
+            "through a symlink to the dir",
+            read(d("public/link/precious")),
+        );
+        report("through a symlink to the file", read(d("public/link2")));
+        report("dot-dot", read(d("public/../system/precious")));
+        report(
+            "proc self root",
+            read(PathBuf::from(format!(
+                "/proc/self/root{}",
+                d("system/precious").display()
+            ))),
+        );
+        report(
+            "hard link",
+            std::fs::hard_link(d("public/secret"), d("public/hl")),
+        );
+        report(
+            "plant in the bind's own dir",
+            std::fs::write(d("planted"), "x"),
+        );
+        report("read a sibling", read(d("public/ok")));
+        report(
+            "write in the sibling dir",
+            std::fs::write(d("public/ok"), "still fine"),
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+
+    #[test]
+    fn a_hidden_path_outside_every_bind_is_refused() {
+        let mut p = Profile::builtin("default").unwrap();
+        p.hide = vec!["/etc/shadow".into()];
+        assert!(p.validate().unwrap_err().to_string().contains("hide"));
+    }
 }

@@ -73,3 +73,102 @@ pub fn take(init_pid: i32, root: BorrowedFd<'_>, scratch: &[&str]) -> Snapshot {
     }
     s
 }
+
+/// The host pids of a sandbox's processes now: its init and every descendant.
+pub fn processes(init_pid: i32) -> Vec<i32> {
+    crate::freeze::tree(init_pid)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// What a known set of processes used so far: cheap enough to read around every call (a few
+/// `/proc` files per process, no scan of `/proc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessUsage {
+    /// User + system CPU of the processes, and of the children they reaped (`cutime` and
+    /// `cstime`: a tool's subprocess that ended during the call still counts), in nanoseconds;
+    /// the kernel counts in 10 ms ticks.
+    pub cpu_ns: u64,
+    /// Resident memory of the processes together.
+    pub rss_bytes: u64,
+    /// Their resident high-water marks (`VmHWM`) together: the peak since each started.
+    pub peak_rss_bytes: u64,
+}
+
+/// `peak`: also read the high-water marks (`/proc/<pid>/status`, the largest of the files);
+/// a sample taken before a call does not need them.
+pub fn usage(pids: &[i32], peak: bool) -> ProcessUsage {
+    let page = rustix::param::page_size() as u64;
+    let mut u = ProcessUsage::default();
+    for pid in pids {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            if let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) {
+                // After the name: state(0) ppid … utime(11) stime(12) cutime(13) cstime(14).
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                let ticks: u64 = [11, 12, 13, 14]
+                    .iter()
+                    .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
+                    .sum();
+                u.cpu_ns += ticks * (1_000_000_000 / USER_HZ);
+            }
+        }
+        if let Ok(statm) = std::fs::read_to_string(format!("/proc/{pid}/statm")) {
+            if let Some(rss) = statm
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                u.rss_bytes += rss * page;
+            }
+        }
+        if !peak {
+            continue;
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kb) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                u.peak_rss_bytes += kb * 1024;
+            }
+        }
+    }
+    u
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    /// A child that burns CPU and holds memory shows both, read from outside.
+    #[test]
+    fn a_busy_process_shows_cpu_and_memory() {
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nt = time.time()\nwhile time.time() - t < 0.5: pass\nprint('done', flush=True)\ntime.sleep(30)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let u = usage(&processes(pid), true);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(u.cpu_ns >= 300_000_000, "{u:?}");
+        assert!(u.rss_bytes >= 60 << 20, "{u:?}");
+        assert!(u.peak_rss_bytes >= u.rss_bytes, "{u:?}");
+        assert_eq!(
+            usage(&[pid], true),
+            ProcessUsage::default(),
+            "a reaped process uses nothing"
+        );
+    }
+}

@@ -284,6 +284,22 @@ pub struct Profile {
     /// engine; the caller keeps the store's hold on its layers until the sandbox is gone.
     #[serde(default)]
     pub root_image: Option<RootImage>,
+    /// Paths inside the sandbox, each below a bind's destination, that it must not reach
+    /// although the bind covers them (a gateway rule's denied subtree): the engine mounts an
+    /// empty read-only directory (or `/dev/null`, for a file) over each, and grants Landlock
+    /// access to the bind minus it (the siblings at each level down to it). See
+    /// [`Profile::hidden_in`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<PathBuf>,
+}
+
+/// One bind with hidden paths below it: Landlock must grant its destination minus these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carve {
+    /// The bind's index in [`Profile::binds`].
+    pub bind: usize,
+    /// The hidden paths, relative to the bind's destination (never empty).
+    pub hidden: Vec<PathBuf>,
 }
 
 /// Most layers overlayfs stacks.
@@ -382,6 +398,7 @@ impl Profile {
             hostname: "cordon".to_string(),
             image: None,
             root_image: None,
+            hide: Vec::new(),
         };
         match name {
             "default" => Ok(base),
@@ -448,6 +465,32 @@ impl Profile {
     }
 
     /// Checks every value; the engine relies on a validated profile.
+    /// The binds that have hidden paths below them (a hidden path counts for the innermost
+    /// bind holding it: a deeper bind is a mount of its own, granted by its own rule).
+    pub fn hidden_in(&self) -> Vec<Carve> {
+        let mut out: Vec<Carve> = Vec::new();
+        for h in &self.hide {
+            let holder = self
+                .binds
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| h.starts_with(&b.dest) && *h != b.dest)
+                .max_by_key(|(_, b)| b.dest.components().count());
+            let Some((i, b)) = holder else { continue };
+            let Ok(rel) = h.strip_prefix(&b.dest) else {
+                continue;
+            };
+            match out.iter_mut().find(|c| c.bind == i) {
+                Some(c) => c.hidden.push(rel.to_path_buf()),
+                None => out.push(Carve {
+                    bind: i,
+                    hidden: vec![rel.to_path_buf()],
+                }),
+            }
+        }
+        out
+    }
+
     pub fn validate(&self) -> Result<(), ProfileError> {
         let l = &self.limits;
         if l.memory < (8 << 20) {
@@ -497,6 +540,22 @@ impl Profile {
         }
         if let Some(ws) = &self.workspace {
             check_abs_clean(ws, "--workspace")?;
+        }
+        for h in &self.hide {
+            check_abs_clean(h, "hide")?;
+            if !self
+                .binds
+                .iter()
+                .any(|b| h.starts_with(&b.dest) && *h != b.dest)
+            {
+                return Err(ProfileError::invalid(
+                    "hide",
+                    format!(
+                        "{} is not below a bind's destination (only what a bind brings in can be hidden; leave out a bind that should not be seen at all)",
+                        h.display()
+                    ),
+                ));
+            }
         }
         for e in &self.env {
             e.validate()?;

@@ -61,6 +61,8 @@ enum GatewayCommand {
     Deny { id: String },
     /// List the calls waiting for a person, and servers with changed definitions.
     Approvals,
+    /// Each server's approved and pending definition digests: what `pin = "sha256:…"` takes.
+    Pins,
 }
 
 fn load(path: &Path) -> Result<(GatewayConfig, StateDir), String> {
@@ -77,6 +79,7 @@ pub fn main(a: GatewayArgs) -> i32 {
         Some(GatewayCommand::Approve { what }) => approve(&a.config, &what),
         Some(GatewayCommand::Deny { id }) => answer(&a.config, &id, false),
         Some(GatewayCommand::Approvals) => approvals(&a.config),
+        Some(GatewayCommand::Pins) => pins(&a.config),
     };
     match r {
         Ok(()) => 0,
@@ -166,6 +169,28 @@ fn approvals(config: &Path) -> Result<(), String> {
             "server {server}: changed definitions waiting (digest {}): cordon gateway approve {server}",
             p.digest()
         );
+    }
+    Ok(())
+}
+
+fn pins(config: &Path) -> Result<(), String> {
+    let (cfg, state) = load(config)?;
+    let pins = state.load_pins().map_err(|e| e.to_string())?;
+    for (name, server) in &cfg.servers {
+        let approved = pins.approved.get(name).map(|p| p.digest());
+        let pending = pins.pending.get(name).map(|p| p.digest());
+        if approved.is_none() && pending.is_none() {
+            println!("{name}\tnot seen yet (its digest is recorded at its first start)");
+        }
+        if let Some(d) = approved {
+            println!("{name}\tapproved\t{d}");
+        }
+        if let Some(d) = pending {
+            println!("{name}\tpending\t{d}");
+        }
+        if let Some(p) = &server.pin {
+            println!("{name}\tpinned in the config\t{p}");
+        }
     }
     Ok(())
 }

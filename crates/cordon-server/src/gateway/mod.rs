@@ -315,6 +315,11 @@ impl Gateway {
                 if self.policy.allows(&full).is_ok() {
                     let mut t = t.clone();
                     t.name = full.into();
+                    // The agent host can tell a confined tool from a remote one it must trust.
+                    let mut meta = t.meta.take().unwrap_or_default();
+                    meta.0
+                        .insert("cordon/sandboxed".into(), json!(!up.is_remote()));
+                    t.meta = Some(meta);
                     out.push(t);
                 }
             }
@@ -358,12 +363,15 @@ impl Gateway {
             "duration_ms": t0.elapsed().as_secs_f64() * 1000.0,
         });
         let out = match result {
-            Ok((admitted, resp, bytes)) => {
+            Ok((admitted, resp, bytes, usage)) => {
                 self.metrics.allowed.fetch_add(1, Ordering::Relaxed);
                 self.metrics.observe(t0.elapsed());
                 rec["verdict"] = "allowed".into();
                 rec["rules"] = json!(admitted.rules);
                 rec["result_bytes"] = bytes.into();
+                if let Some(u) = usage {
+                    rec["usage"] = u;
+                }
                 if admitted.log_args {
                     rec["args"] = masked(&admitted.arguments);
                 }
@@ -396,7 +404,15 @@ impl Gateway {
         name: &str,
         args: &Value,
         mut req: CallToolRequestParams,
-    ) -> Result<(cordon_gateway::Admitted, CallToolResponse, usize), Refusal> {
+    ) -> Result<
+        (
+            cordon_gateway::Admitted,
+            CallToolResponse,
+            usize,
+            Option<Value>,
+        ),
+        Refusal,
+    > {
         let unknown = || Refusal {
             reason: Reason::Unknown,
             rule: "the gateway".into(),
@@ -417,9 +433,15 @@ impl Gateway {
                     .check(client, name, self.script_validators.get(name), args)?;
             self.approval(client, name, &admitted).await?;
             // Boxed: the exec future is large, and so would be every future that holds it.
-            let result = Box::pin(self.run_script(name, script, &admitted.arguments)).await?;
+            let (result, usage) =
+                Box::pin(self.run_script(name, script, &admitted.arguments)).await?;
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
-            return Ok((admitted, CallToolResponse::Complete(result), bytes));
+            return Ok((
+                admitted,
+                CallToolResponse::Complete(result),
+                bytes,
+                Some(usage),
+            ));
         }
         let (server, tool) = name.split_once('.').ok_or_else(unknown)?;
         let up = self.upstreams.get(server).ok_or_else(unknown)?;
@@ -434,12 +456,21 @@ impl Gateway {
             Value::Object(m) => Some(m.clone()),
             _ => None,
         };
-        let resp = up.call(self, req).await?;
+        let (resp, usage) = up.call(self, req).await?;
         let bytes = match &resp {
             CallToolResponse::Complete(r) => serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0),
             _ => 0,
         };
-        Ok((admitted, resp, bytes))
+        // The process set is refreshed off the call's path (a scan of /proc): the next call
+        // sees processes this one started.
+        let gw = self.clone();
+        let server = server.to_string();
+        tokio::spawn(async move {
+            if let Some(up) = gw.upstreams.get(&server) {
+                up.refresh_processes(&gw).await;
+            }
+        });
+        Ok((admitted, resp, bytes, usage))
     }
 
     /// Holds a call until a person answers it, when a rule asks for approval.
@@ -525,7 +556,7 @@ impl Gateway {
         name: &str,
         s: &ScriptTool,
         args: &Value,
-    ) -> Result<CallToolResult, Refusal> {
+    ) -> Result<(CallToolResult, Value), Refusal> {
         let fail = |message: String| Refusal {
             reason: Reason::Upstream,
             rule: format!("tools.{name}"),
@@ -598,11 +629,20 @@ impl Gateway {
             );
         }
         let content = vec![ContentBlock::text(text)];
-        Ok(if ok {
-            CallToolResult::success(content)
-        } else {
-            CallToolResult::error(content)
-        })
+        // A one-shot run: the engine's own account of it (its cgroup where there is one).
+        let usage = json!({
+            "cpu_ms": o.usage.cpu_user_ms + o.usage.cpu_system_ms,
+            "wall_ms": o.usage.wall_ms,
+            "peak_memory_bytes": o.usage.peak_memory_bytes,
+        });
+        Ok((
+            if ok {
+                CallToolResult::success(content)
+            } else {
+                CallToolResult::error(content)
+            },
+            usage,
+        ))
     }
 }
 

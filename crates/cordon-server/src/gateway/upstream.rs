@@ -26,6 +26,8 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed start, calls and listings do not wait for another attempt this long.
 const RETRY_AFTER_FAILED_START: Duration = Duration::from_secs(30);
+/// How often, at most, a server's sandbox processes are rescanned after calls.
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// A sandbox profile from a server's or script tool's settings. Binds that a deny path set
 /// covers are not mounted at all: what the sandbox cannot see, no symlink can reach.
@@ -61,10 +63,19 @@ pub(super) fn build_profile(
                 continue;
             }
             for g in denied {
+                // A denied subtree inside the bind: hidden (mounted over, and left out of the
+                // bind's Landlock grant) — one rule, enforced by the gateway and the kernel.
+                if let Some(sub) = g.subtree().filter(|s| is_within(s, &dest) && *s != dest) {
+                    let h = PathBuf::from(&sub);
+                    if !p.hide.contains(&h) {
+                        p.hide.push(h);
+                    }
+                    continue;
+                }
                 let prefix = g.fixed_prefix();
                 if is_within(&prefix, &dest) && prefix != "/" {
                     eprintln!(
-                        "cordon gateway: warning: {spec} is mounted and contains {prefix}, which a path rule denies ({}): only the gateway's argument check guards it",
+                        "cordon gateway: warning: {spec} is mounted and contains paths a path rule denies ({}), which is not one subtree: only the gateway's argument check guards them",
                         g.text()
                     );
                 }
@@ -118,6 +129,60 @@ fn runs_digest(argv: &[String], profile: &Profile) -> String {
     }))
 }
 
+/// The client of `url` servers: rustls (ring) with the system's roots and, for a server with
+/// `ca = "…"`, that file's certificates too. Redirects are not followed: a POST redirected
+/// elsewhere would replay the session to another host.
+fn http_client(ca: Option<&Path>) -> Result<reqwest::Client, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    // A system without a CA bundle still serves `ca` servers and plain http.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(ca) = ca {
+        let certs = CertificateDer::pem_file_iter(ca)
+            .map_err(|e| format!("cannot read {}: {e}", ca.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{} is not a PEM certificate file: {e}", ca.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{} holds no PEM certificate", ca.display()));
+        }
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| format!("{}: a certificate is not usable: {e}", ca.display()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| format!("HTTP client: {}", causes(&e)))
+}
+
+/// An error and its causes, each said once: a refused certificate sits several layers below
+/// the transport's "initialize failed".
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !out.iter().any(|o| o.contains(&text)) {
+            out.push(text);
+        }
+        cur = err.source();
+    }
+    out.join(": ")
+}
+
 pub(super) struct Def {
     pub validator: Option<Arc<cordon_gateway::jsonschema::Validator>>,
 }
@@ -128,12 +193,16 @@ struct Conn {
     sandbox: Option<String>,
     seen: ServerPin,
     tools: BTreeMap<String, (Tool, Option<Arc<cordon_gateway::jsonschema::Validator>>)>,
+    /// The host pids of its sandbox's processes, as last scanned: read around each call.
+    processes: Arc<std::sync::Mutex<Vec<i32>>>,
 }
 
 pub(super) struct Upstream {
     pub name: String,
     /// A remote streamable-HTTP server instead of a command.
     url: Option<String>,
+    /// The HTTP(S) client of a `url` server.
+    http: Option<reqwest::Client>,
     argv: Vec<String>,
     cwd: Option<String>,
     profile: Profile,
@@ -141,6 +210,8 @@ pub(super) struct Upstream {
     pin: Option<String>,
     call_timeout: Duration,
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// When the sandbox's processes were last scanned.
+    scanned: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last failed start: when, and why.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
@@ -152,16 +223,22 @@ impl Upstream {
         base: &Path,
         denied: Vec<PathGlob>,
     ) -> Result<Upstream, String> {
-        if let Some(u) = &cfg.url {
-            if u.starts_with("https://") {
-                return Err(format!(
-                    "servers.{name}.url: https is not supported by this build (no TLS client); use http:// on loopback or run the server with command = [...] in a sandbox"
-                ));
+        let http = match &cfg.url {
+            Some(u) => {
+                eprintln!(
+                    "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
+                );
+                let ca = cfg.ca.as_ref().map(|c| {
+                    if c.is_absolute() {
+                        c.clone()
+                    } else {
+                        base.join(c)
+                    }
+                });
+                Some(http_client(ca.as_deref()).map_err(|e| format!("servers.{name}.ca: {e}"))?)
             }
-            eprintln!(
-                "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
-            );
-        }
+            None => None,
+        };
         let argv = cfg.command.clone().unwrap_or_default();
         let profile = build_profile(
             cfg.profile.as_deref(),
@@ -180,6 +257,7 @@ impl Upstream {
         Ok(Upstream {
             name: name.to_string(),
             url: cfg.url.clone(),
+            http,
             runs: match &cfg.url {
                 Some(u) => cordon_gateway::pin::digest(&json!({ "url": u })),
                 None => runs_digest(&argv, &profile),
@@ -190,8 +268,14 @@ impl Upstream {
             pin: cfg.pin.clone(),
             call_timeout,
             conn: Default::default(),
+            scanned: Default::default(),
             failed: Default::default(),
         })
+    }
+
+    /// A `url` server: checked and recorded, but not sandboxed by cordon.
+    pub fn is_remote(&self) -> bool {
+        self.url.is_some()
     }
 
     fn fail(&self, message: String) -> Refusal {
@@ -255,16 +339,37 @@ impl Upstream {
 
     async fn start(&self, gw: &Gateway) -> Result<Conn, String> {
         use rmcp::ServiceExt;
-        if let Some(url) = &self.url {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
-                .await
-                .map_err(|_| format!("{url} did not answer initialize in time"))?
-                .map_err(|e| format!("{url}: initialize failed: {e}"))?;
+        if let (Some(url), Some(http)) = (&self.url, &self.http) {
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                http.clone(),
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.as_str(),
+                ),
+            );
+            let client = match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+                Err(_) => return Err(format!("{url} did not answer initialize in time")),
+                Ok(Err(e)) => {
+                    // The transport's error keeps no source chain: a request of our own says
+                    // why the connection failed (a refused certificate, a refused port).
+                    return Err(match http.get(url.as_str()).send().await {
+                        Err(probe) => {
+                            let why = causes(&probe);
+                            let hint = if why.contains("UnknownIssuer") {
+                                " (no CA of the system's roots or of the server's ca file signed it)"
+                            } else {
+                                ""
+                            };
+                            format!("{url}: cannot connect: {why}{hint}")
+                        }
+                        Ok(_) => format!("{url}: initialize failed: {}", causes(&e)),
+                    });
+                }
+                Ok(Ok(c)) => c,
+            };
             let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                 .await
                 .map_err(|_| format!("{url} did not answer tools/list in time"))?
-                .map_err(|e| format!("{url}: tools/list failed: {e}"))?;
+                .map_err(|e| format!("{url}: tools/list failed: {}", causes(&e)))?;
             return Ok(self.conn_from(client, None, tools));
         }
         let info = gw
@@ -328,7 +433,13 @@ impl Upstream {
                 return Err(e);
             }
         };
-        Ok(self.conn_from(client, Some(info.id), tools))
+        let conn = self.conn_from(client, Some(info.id.clone()), tools);
+        if let Ok(pids) = gw.service.sandbox_processes(&gw.caller, &info.id).await {
+            if let Ok(mut p) = conn.processes.lock() {
+                *p = pids;
+            }
+        }
+        Ok(conn)
     }
 
     fn conn_from(
@@ -365,6 +476,7 @@ impl Upstream {
             sandbox,
             seen,
             tools: defs,
+            processes: Default::default(),
         }
     }
 
@@ -379,6 +491,13 @@ impl Upstream {
                     "pin.mismatch",
                     json!({"server": self.name, "pinned": p, "seen": seen.digest()}),
                 );
+                eprintln!(
+                    "cordon gateway: server {}: its definitions have digest {}, not the pinned {p}; its tools are withheld",
+                    self.name,
+                    seen.digest()
+                );
+            } else {
+                pins.pending.remove(&self.name);
             }
         } else {
             match pins.approved.get(&self.name) {
@@ -470,6 +589,19 @@ impl Upstream {
             });
         };
         if !self.approved(pins, &c.seen).iter().any(|n| n == tool) {
+            if let Some(p) = &self.pin {
+                return Err(Refusal {
+                    reason: Reason::Pinned,
+                    rule: format!("servers.{}.pin", self.name),
+                    message: format!(
+                        "server {} runs definitions with digest {}, not the pinned {p}; change the pin or run `cordon gateway approve {}`",
+                        self.name,
+                        c.seen.digest(),
+                        self.name
+                    ),
+                    retry_after: None,
+                });
+            }
             return Err(Refusal {
                 reason: Reason::Pinned,
                 rule: format!("the pin of server {}", self.name),
@@ -496,20 +628,44 @@ impl Upstream {
 
     /// Forwards one call; a crash or a hang ends the server (it is restarted at the next use)
     /// and this call gets the error.
+    ///
+    /// With the response comes what the server's sandbox used meanwhile (its processes' CPU,
+    /// and the children they reaped; resident memory after the call, its change, and the
+    /// processes' peak) — `None` for a remote server, which cordon cannot see. Concurrent
+    /// calls to one server share its processes: each sees the others' use too.
     pub async fn call(
         &self,
         gw: &Gateway,
         req: CallToolRequestParams,
-    ) -> Result<CallToolResponse, Refusal> {
-        let peer = {
+    ) -> Result<(CallToolResponse, Option<Value>), Refusal> {
+        let (peer, processes) = {
             let slot = self.conn.lock().await;
             let c = slot
                 .as_ref()
                 .ok_or_else(|| self.fail("the server is not running".into()))?;
-            c.client.peer().clone()
+            (
+                c.client.peer().clone(),
+                c.sandbox.as_ref().map(|_| c.processes.clone()),
+            )
         };
+        let pids = processes
+            .as_ref()
+            .and_then(|p| p.lock().ok().map(|g| g.clone()));
+        let before = pids.as_deref().map(|p| gw.service.process_usage(p, false));
         match tokio::time::timeout(self.call_timeout, peer.call_tool_once(req)).await {
-            Ok(Ok(r)) => Ok(r),
+            Ok(Ok(r)) => {
+                let usage = pids.as_deref().zip(before).map(|(pids, before)| {
+                    let after = gw.service.process_usage(pids, true);
+                    json!({
+                        "cpu_ms": after.cpu_ns.saturating_sub(before.cpu_ns) / 1_000_000,
+                        "rss_bytes": after.rss_bytes,
+                        "rss_delta_bytes": after.rss_bytes as i64 - before.rss_bytes as i64,
+                        "peak_rss_bytes": after.peak_rss_bytes,
+                        "processes": pids.len(),
+                    })
+                });
+                Ok((r, usage))
+            }
             Ok(Err(e)) => {
                 self.restart(gw).await;
                 Err(self.fail(format!(
@@ -522,6 +678,33 @@ impl Upstream {
                     "the server did not answer within {} s; it was restarted",
                     self.call_timeout.as_secs()
                 )))
+            }
+        }
+    }
+
+    /// Rescans the sandbox's processes (the server may have started some), at most once per
+    /// [`RESCAN_EVERY`]: a scan reads every process of the host, and calls come faster.
+    pub async fn refresh_processes(&self, gw: &Gateway) {
+        if let Ok(mut last) = self.scanned.lock() {
+            if last.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let (id, slot) = {
+            let slot = self.conn.lock().await;
+            match slot.as_ref() {
+                Some(Conn {
+                    sandbox: Some(id),
+                    processes,
+                    ..
+                }) => (id.clone(), processes.clone()),
+                _ => return,
+            }
+        };
+        if let Ok(pids) = gw.service.sandbox_processes(&gw.caller, &id).await {
+            if let Ok(mut p) = slot.lock() {
+                *p = pids;
             }
         }
     }

@@ -408,6 +408,22 @@ impl Service {
         .map_err(|e| ApiError::internal(e.to_string()))
     }
 
+    /// The host pids of the sandbox's processes now (a scan of `/proc`): what
+    /// [`cordon_linux::snapshot::usage`] then reads cheaply around each gateway call.
+    pub async fn sandbox_processes(&self, caller: &Caller, id: &str) -> Result<Vec<i32>, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let init = live.sandbox.init_pid;
+        tokio::task::spawn_blocking(move || cordon_linux::snapshot::processes(init))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    /// What the processes [`Service::sandbox_processes`] named have used so far: a few small
+    /// `/proc` reads per process, cheap enough around every call.
+    pub fn process_usage(&self, pids: &[i32], peak: bool) -> cordon_linux::snapshot::ProcessUsage {
+        cordon_linux::snapshot::usage(pids, peak)
+    }
+
     /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
     pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ApiError> {
         let live = self.get_live(caller, id)?;
