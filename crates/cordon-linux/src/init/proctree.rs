@@ -53,6 +53,40 @@ pub(crate) fn scan() -> HashMap<libc::pid_t, Proc> {
     out
 }
 
+/// The processes of `procs` that are `root` or below it; a process whose line of parents
+/// does not reach `root` (the host's, where there is no pid namespace) is dropped.
+pub(crate) fn below(
+    procs: HashMap<libc::pid_t, Proc>,
+    root: libc::pid_t,
+) -> HashMap<libc::pid_t, Proc> {
+    let mut ours: HashMap<libc::pid_t, bool> = HashMap::new();
+    ours.insert(root, true);
+    for &pid in procs.keys() {
+        let mut chain = Vec::new();
+        let mut at = pid;
+        // Bounded by the table's size: a scan mixes moments, and may show a parent loop.
+        let found = loop {
+            if let Some(o) = ours.get(&at) {
+                break *o;
+            }
+            match procs.get(&at) {
+                Some(p) if chain.len() <= procs.len() => {
+                    chain.push(at);
+                    at = p.ppid;
+                }
+                _ => break false,
+            }
+        };
+        for c in chain {
+            ours.insert(c, found);
+        }
+    }
+    procs
+        .into_iter()
+        .filter(|(pid, _)| ours.get(pid).copied().unwrap_or(false))
+        .collect()
+}
+
 /// The calling thread's children (the init is single-threaded, so all of its children),
 /// zombies included. Where the kernel has no `children` file (CONFIG_PROC_CHILDREN), every
 /// process's parent is looked up instead.
@@ -155,6 +189,28 @@ mod tests {
         assert_eq!(by.get(&Some(10)), Some(&5));
         assert_eq!(by.get(&Some(20)), Some(&2));
         assert_eq!(by.get(&None), Some(&2));
+    }
+
+    #[test]
+    fn only_the_tree_below_the_init_is_ours() {
+        let p = |ppid| Proc { ppid, tasks: 1 };
+        // The host's pid 1 with a host daemon (2) and our init (50), its sub-init and a
+        // command; a host process (60) whose parent is gone.
+        let procs: HashMap<libc::pid_t, Proc> = [
+            (1, p(0)),
+            (2, p(1)),
+            (50, p(1)),
+            (51, p(50)),
+            (52, p(51)),
+            (60, p(99)),
+        ]
+        .into_iter()
+        .collect();
+        let mut ours: Vec<libc::pid_t> = below(procs.clone(), 50).into_keys().collect();
+        ours.sort();
+        assert_eq!(ours, vec![50, 51, 52]);
+        // In a pid namespace the init is 1 and everything is below it.
+        assert_eq!(below(procs, 1).len(), 5);
     }
 
     #[test]
