@@ -412,3 +412,86 @@ fn require_still_refuses() {
         assert!(f.stderr.contains("user_ns"), "{name}: {}", f.stderr);
     }
 }
+
+/// One MCP JSON-RPC request over streamable HTTP; the answer with the request's id, from a
+/// JSON body or an event stream.
+fn mcp(s: &Server, session: Option<&str>, id: u64, method: &str, params: Value) -> (Value, String) {
+    let mut r = s
+        .req("POST", "/mcp")
+        .set("Accept", "application/json, text/event-stream");
+    if let Some(sid) = session {
+        r = r.set("Mcp-Session-Id", sid);
+    }
+    let resp = r
+        .send_json(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        .expect("mcp request");
+    let sid = resp
+        .header("Mcp-Session-Id")
+        .unwrap_or_default()
+        .to_string();
+    let body = resp.into_string().unwrap_or_default();
+    let answer = body
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {method}: {body}"));
+    (answer, sid)
+}
+
+/// Code cells keep their state, and an MCP session's tools work, without namespaces.
+#[test]
+fn code_cells_and_mcp_sessions_work() {
+    for (name, layout) in hosts() {
+        let s = start(&layout, &[]);
+        let (id, _) = create(&s, json!({}));
+        let code = |c: &str| {
+            let (st, v) = s.call(
+                "POST",
+                &format!("/v1/sandboxes/{id}/code"),
+                Some(json!({"code": c, "language": "python"})),
+            );
+            assert_eq!(st, 200, "{name}: {v}");
+            v
+        };
+        code("x = 20");
+        let v = code("x + 22");
+        assert_eq!(v["results"][0]["text/plain"], "42", "{name}: {v}");
+
+        let (init, sid) = mcp(
+            &s,
+            None,
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        );
+        assert!(init["result"].is_object(), "{name}: {init}");
+        assert!(!sid.is_empty(), "{name}: no session id");
+        let _ = s
+            .req("POST", "/mcp")
+            .set("Accept", "application/json, text/event-stream")
+            .set("Mcp-Session-Id", &sid)
+            .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let (w, _) = mcp(
+            &s,
+            Some(&sid),
+            2,
+            "tools/call",
+            json!({"name": "write_file", "arguments": {"path": "m.txt", "content": "via-mcp"}}),
+        );
+        assert_eq!(w["result"]["isError"], false, "{name}: {w}");
+        let (r, _) = mcp(
+            &s,
+            Some(&sid),
+            3,
+            "tools/call",
+            json!({"name": "run_command", "arguments": {"command": "cat m.txt"}}),
+        );
+        let text = r["result"].to_string();
+        assert!(text.contains("via-mcp"), "{name}: {r}");
+        assert!(
+            text.contains("\"user_ns\":false"),
+            "{name}: the session's enforcement: {r}"
+        );
+    }
+}
