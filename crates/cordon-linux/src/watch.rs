@@ -232,3 +232,40 @@ fn dir_usage(root: &OwnedFd) -> Option<u64> {
     }
     Some(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file's blocks count once however many links it has; a symlink to a large file
+    /// outside is not followed; growing past the limit is seen, and not seen again until the
+    /// usage grows once more.
+    #[test]
+    fn the_disk_watch_counts_what_the_tree_holds() {
+        let base = std::env::temp_dir().join(format!("cordon-diskwatch-{}", std::process::id()));
+        let dir = base.join("run");
+        std::fs::create_dir_all(dir.join("a/b")).expect("dirs");
+        let outside = base.join("outside");
+        std::fs::write(&outside, vec![1u8; 4 << 20]).expect("outside file");
+        std::os::unix::fs::symlink(&outside, dir.join("link")).expect("symlink");
+        std::fs::write(dir.join("a/b/f"), vec![1u8; 1 << 20]).expect("file");
+        std::fs::hard_link(dir.join("a/b/f"), dir.join("a/g")).expect("hard link");
+        let root = rustix::fs::open(
+            &dir,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open");
+        let used = dir_usage(&root).expect("walked");
+        assert!(
+            (1 << 20..2 << 20).contains(&used),
+            "1 MiB linked twice, a symlink to 4 MiB: {used}"
+        );
+        let mut w = DiskWatch::open(&dir, 1 << 19).expect("watch");
+        assert!(w.grew_over(true), "over the limit, and grown from nothing");
+        assert!(!w.grew_over(true), "over, but not growing");
+        std::fs::write(dir.join("h"), vec![1u8; 1 << 20]).expect("more");
+        assert!(w.grew_over(true), "grown again");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
