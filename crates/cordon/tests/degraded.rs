@@ -401,7 +401,7 @@ out()",
         }
         // A timeout with a daemonized grandchild in its own session.
         let marker = unique("degraded-daemon");
-        let o = layout
+        let run = layout
             .cordon()
             .args([
                 "run",
@@ -412,11 +412,18 @@ out()",
                 "sh",
                 "-c",
                 &format!(
-                    "setsid sh -c 'exec sleep 60 {marker}' </dev/null >/dev/null 2>&1 & exec sleep 60"
+                    "setsid sh -c 'exec python3 -c \"import time; time.sleep(60)\" {marker}' \
+                     </dev/null >/dev/null 2>&1 & exec sleep 60"
                 ),
             ])
-            .run()
-            .outcome();
+            .spawn();
+        // The daemon runs (GNU sleep would refuse the marker as an argument), then the
+        // timeout must end it with the rest.
+        assert!(
+            wait_for_process(&marker, "python3", Duration::from_secs(5)).is_some(),
+            "{name}: the daemon never started"
+        );
+        let o = run.wait().outcome();
         assert_eq!(o.status(), "timeout", "{name}: {o}");
         assert_degraded(&o);
         assert_no_process_with(&marker, Duration::from_secs(3));
