@@ -25,7 +25,12 @@ work=$(mktemp -d /tmp/cordon-cgroup2-vm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-apt-get download -q "$kernel_pkg" busybox-static cpio >/dev/null 2>&1
+# A mirror's hiccup is not a failure of cordon's: try again before giving up.
+for try in 1 2 3; do
+  apt-get download -q "$kernel_pkg" busybox-static cpio >/dev/null 2>&1 && break
+  [ "$try" = 3 ] && { echo "cgroup2-vm: apt-get download $kernel_pkg busybox-static cpio failed 3 times" >&2; exit 1; }
+  sleep 5
+done
 for d in *.deb; do dpkg-deb -x "$d" x; done
 vmlinuz=$(ls x/boot/vmlinuz-*)
 
@@ -77,9 +82,19 @@ chmod +x r/init r/stage2
 (cd r && find . | "$work/x/bin/cpio" -o -H newc 2>/dev/null | gzip -1) >initrd.gz
 # The console goes to a file, not to our stdio: with -nographic, qemu takes over the
 # caller's stdin and stdout (a caller writing to a file lost everything printed after it).
-timeout 600 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -display none -monitor none \
-  -serial file:vm.log -no-reboot -kernel "$vmlinuz" -initrd initrd.gz \
-  -append "console=ttyS0 panic=-1 quiet" </dev/null >qemu.log 2>&1 || true
+# A boot under software emulation can stall (a lost interrupt, a slow host): a run that did
+# not reach the end of stage 2 is tried again, up to three times, each bounded.
+for try in 1 2 3; do
+  rm -f vm.log
+  timeout 300 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -display none -monitor none \
+    -serial file:vm.log -no-reboot -kernel "$vmlinuz" -initrd initrd.gz \
+    -append "console=ttyS0 panic=-1 quiet" </dev/null >qemu.log 2>&1 || true
+  grep -q '^== end' vm.log 2>/dev/null && break
+  echo "cgroup2-vm: attempt $try: the VM did not finish; its console ended with:" >&2
+  tail -n 5 vm.log >&2 2>/dev/null || true
+  tail -n 5 qemu.log >&2 || true
+done
+[ -f vm.log ] || : >vm.log
 log=$(tr -d '\r' <vm.log)
 echo "$log" | sed -n '/^== kernel/,/^== end/p'
 

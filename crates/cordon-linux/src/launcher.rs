@@ -105,8 +105,8 @@ impl Prepared {
     }
 
     /// The host refused the namespaces (`why`): go on without them where the caller allows
-    /// it — no namespace layer required, Landlock there or explicitly waived, a one-shot run —
-    /// with a per-run scratch directory owned by the sandbox's uid.
+    /// it — no namespace layer required, Landlock there or explicitly waived, no image — with
+    /// a per-run scratch directory owned by the sandbox's uid.
     fn degrade(&mut self, why: &std::io::Error) -> Result<(), EngineError> {
         let refused = format!("{why}; this host refuses user namespaces (see `cordon check`)");
         let ns: Vec<&str> = self
@@ -119,16 +119,6 @@ impl Prepared {
             return Err(EngineError::Required {
                 missing: ns.join(","),
                 hint: refused,
-            });
-        }
-        if self.plan.persistent {
-            return Err(EngineError::Setup {
-                step: "creating namespaces (clone)".into(),
-                message: format!(
-                    "{refused}; persistent sandboxes need namespaces (one-shot runs go on \
-                     without them)"
-                ),
-                errno: why.raw_os_error(),
             });
         }
         if self.plan.image.is_some() {
@@ -229,9 +219,13 @@ pub fn degraded_notes(landlock_abi: u32, network: bool) -> Vec<String> {
         "no pid namespace: the host's processes are visible in /proc (their command lines \
          too); signals to them are refused only by Landlock's scoping (ABI 6+)"
             .to_string(),
-        "no mount namespace: the host's filesystem is fenced by Landlock alone; /tmp and \
-         HOME are a per-run host directory (TMPDIR, HOME), not size-capped by --disk (each \
-         file is, by RLIMIT_FSIZE); no /dev/shm; --ro/--rw paths are seen at their host path"
+        "no mount namespace: the host's filesystem is fenced by Landlock alone; /tmp, HOME \
+         and the scratch /workspace are a per-run host directory (TMPDIR, HOME and the working \
+         directory point there; a command's cwd and the files API translate those names, a \
+         program that names /workspace itself does not find it); --disk is watched, not \
+         capped: the directory's usage is looked at every 100 ms or more, and what runs while \
+         it grows past the limit is killed (limits_hit: disk); each file is capped by \
+         RLIMIT_FSIZE; no /dev/shm; --ro/--rw paths are seen at their host path"
             .to_string(),
         "no network namespace: sockets other than AF_UNIX are refused by seccomp; connecting \
          to the host's AF_UNIX sockets by path is refused (connect) only without a network \
@@ -269,9 +263,9 @@ pub fn degraded_notes(landlock_abi: u32, network: bool) -> Vec<String> {
     notes
 }
 
-/// A fresh per-run directory with `tmp`, `home` and `workspace` in it, 0700, owned by the
-/// sandbox's uid (made by root, handed over). Its name is not guessable ahead: a name taken
-/// by someone else fails rather than being reused.
+/// A fresh per-run directory with `tmp`, `home/sandbox` (and `home/user`, a link to it) and
+/// `workspace` in it, 0700, owned by the sandbox's uid (made by root, handed over). Its name
+/// is not guessable ahead: a name taken by someone else fails rather than being reused.
 fn make_run_dir(uid: u32, gid: u32, chown: bool) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -287,12 +281,22 @@ fn make_run_dir(uid: u32, gid: u32, chown: bool) -> std::io::Result<PathBuf> {
     b.mode(0o700);
     b.create(&dir)?;
     let made = (|| {
-        for d in plan::run_dir_parts(&dir) {
+        let parts = plan::run_dir_parts(&dir);
+        let parents = parts
+            .iter()
+            .filter_map(|p| p.parent())
+            .filter(|p| *p != dir);
+        for d in parents.map(|p| p.to_path_buf()).chain(parts.clone()) {
             b.create(&d)?;
             if chown {
                 std::os::unix::fs::chown(&d, Some(uid), Some(gid))?;
             }
         }
+        // The home's other name, as in a sandbox's own root.
+        std::os::unix::fs::symlink(
+            "sandbox",
+            dir.join(plan::HOME_ALIAS.trim_start_matches('/')),
+        )?;
         if chown {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
         }

@@ -15,6 +15,9 @@ pub const INNER_ID: u32 = 1000;
 /// Port of the egress proxy on the sandbox's loopback.
 pub const PROXY_PORT: u16 = 3128;
 
+/// The home's other name (E2B's), a symlink in the sandbox's root (see `build`).
+pub(crate) const HOME_ALIAS: &str = "/home/user";
+
 /// One piece of the new root, in the order it is built.
 #[derive(Debug, Clone)]
 pub enum RootEntry {
@@ -116,14 +119,19 @@ pub struct Plan {
     /// Landlock rules for a sandbox without a mount namespace: the same grants, on host paths
     /// (`--ro`/`--rw` sources instead of their destinations), completed by `degrade`.
     pub host_landlock: FsRules,
+    /// Without namespaces: the per-run host directory that stands in for the scratch mounts
+    /// (see [`run_dir_parts`]).
+    pub run_dir: Option<PathBuf>,
 }
 
 /// Where a sandbox without a mount namespace keeps its scratch space: a per-run host
 /// directory (0700, the sandbox's own, removed after the run) in place of the tmpfs mounts.
+/// They sit where the sandbox would see them (`tmp`, `home/sandbox`, `workspace`), so that
+/// the run directory can serve as the sandbox's root for the files API.
 pub fn run_dir_parts(run_dir: &Path) -> [PathBuf; 3] {
     [
         run_dir.join("tmp"),
-        run_dir.join("home"),
+        run_dir.join(cordon_policy::profile::HOME.trim_start_matches('/')),
         run_dir.join("workspace"),
     ]
 }
@@ -133,26 +141,46 @@ impl Plan {
     /// `run_dir`, the working directory on the host (`/workspace…` is the workspace's host
     /// path), Landlock rules on host paths and refusing TCP but to the proxy.
     pub fn degrade(&mut self, run_dir: &Path) {
-        let [tmp, home, scratch_ws] = run_dir_parts(run_dir);
-        let workspace = self.workspace.clone().unwrap_or(scratch_ws);
+        self.run_dir = Some(run_dir.to_path_buf());
+        let [tmp, home, _] = run_dir_parts(run_dir);
+        let workspace = self.host_workspace(run_dir);
         self.host_landlock
             .read_write
-            .extend([tmp.clone(), home.clone(), workspace.clone()]);
+            .extend([tmp.clone(), home.clone(), workspace]);
         self.host_landlock.tcp_connect = Some(Vec::new());
-        let inner_home = Path::new(cordon_policy::profile::HOME);
-        let cwd = &self.cwd;
-        self.cwd = if let Ok(rest) = cwd.strip_prefix("/workspace") {
-            workspace.join(rest)
-        } else if let Ok(rest) = cwd.strip_prefix(inner_home) {
-            home.join(rest)
-        } else if let Ok(rest) = cwd.strip_prefix("/tmp") {
-            tmp.join(rest)
-        } else {
-            cwd.clone()
-        };
+        self.cwd = self.host_path(&self.cwd);
         self.set_env("HOME", &home.to_string_lossy());
         self.set_env("TMPDIR", &tmp.to_string_lossy());
         self.no_namespaces = true;
+    }
+
+    /// The workspace's host directory without namespaces: the caller's, or the run dir's.
+    fn host_workspace(&self, run_dir: &Path) -> PathBuf {
+        let [_, _, scratch_ws] = run_dir_parts(run_dir);
+        self.workspace.clone().unwrap_or(scratch_ws)
+    }
+
+    /// Where a sandbox path (`/workspace…`, the home, `/tmp…`) is on the host when the sandbox
+    /// has no mount namespace; any other path is the host's own (what the sandbox sees), and
+    /// so is every path of a sandbox with its namespaces.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        let Some(run_dir) = &self.run_dir else {
+            return path.to_path_buf();
+        };
+        let [tmp, home, _] = run_dir_parts(run_dir);
+        let inner_home = Path::new(cordon_policy::profile::HOME);
+        if let Ok(rest) = path.strip_prefix("/workspace") {
+            self.host_workspace(run_dir).join(rest)
+        } else if let Some(rest) = [inner_home, Path::new(HOME_ALIAS)]
+            .iter()
+            .find_map(|h| path.strip_prefix(h).ok())
+        {
+            home.join(rest)
+        } else if let Ok(rest) = path.strip_prefix("/tmp") {
+            tmp.join(rest)
+        } else {
+            path.to_path_buf()
+        }
     }
 
     /// Sets (or replaces) one variable of the payload's environment.
@@ -435,10 +463,10 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     }
     // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
     // there it is the same directory, unless a bind of the profile's own claims the name.
-    if !p.binds.iter().any(|b| b.dest.starts_with("/home/user")) {
+    if !p.binds.iter().any(|b| b.dest.starts_with(HOME_ALIAS)) {
         root.push(RootEntry::Symlink {
             target: "sandbox".into(),
-            link: "/home/user".into(),
+            link: HOME_ALIAS.into(),
         });
     }
     if let Some(ws) = &p.workspace {
@@ -486,6 +514,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         image,
         no_namespaces: false,
         host_landlock: host_ll,
+        run_dir: None,
     })
 }
 

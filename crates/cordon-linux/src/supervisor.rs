@@ -21,7 +21,7 @@ use crate::init::Stdio;
 use crate::launcher::{apply_confined, prepare, spawn_init};
 use crate::output::{Capture, Echo};
 use crate::sys;
-use crate::watch::Watch;
+use crate::watch::{DiskWatch, Watch};
 
 /// What the payload reads on stdin.
 pub enum StdinSource {
@@ -102,6 +102,15 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
             stderr: stderr_w,
         },
     )?;
+    let mut disk = prepared.run_dir.as_ref().and_then(|dir| {
+        DiskWatch::open(dir, profile.limits.disk)
+            .map_err(|e| {
+                prepared
+                    .notes
+                    .push(format!("--disk is not watched: the scratch directory: {e}"))
+            })
+            .ok()
+    });
     let enforcement = prepared.enforcement();
     let mut sup = Supervision::new(
         req.output,
@@ -112,6 +121,7 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     );
     if prepared.degraded() {
         sup.degraded = Some(prepared.plan.network);
+        sup.disk = disk.take().map(|w| (w, false));
     }
     let stdin_thread = feed_stdin(req.stdin, stdin_w);
     let mut outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
@@ -164,6 +174,9 @@ enum Ended {
     Interrupted(i32),
     /// Setting up failed after the init was started (the reason is in `setup_error`).
     Setup,
+    /// Without a tmpfs, the scratch directory grew past `--disk` (see `DiskWatch`): the
+    /// payload is killed, and the Outcome says so in `limits_hit`.
+    Disk,
 }
 
 /// How long the init has, once told to stop, to kill and reap everything and report. Past
@@ -190,6 +203,8 @@ struct Supervision {
     /// The sandbox has no namespaces (`Some(has a network policy)`): no pid namespace ends
     /// the tree with its init, we (a subreaper) do.
     degraded: Option<bool>,
+    /// No tmpfs: the run directory's usage against `--disk`, and whether it grew past it.
+    disk: Option<(DiskWatch, bool)>,
 }
 
 impl Supervision {
@@ -221,6 +236,7 @@ impl Supervision {
             watch: Watch::none(),
             watched_at: None,
             degraded: None,
+            disk: None,
         }
     }
 
@@ -252,20 +268,7 @@ impl Supervision {
                 _ => return,
             }
         }
-        let me = sys::getpid();
-        for _ in 0..100_000 {
-            let found = sys::kill_descendants(me);
-            let mut reaped = false;
-            while let Ok(Some(_)) = sys::wait4(-1, true) {
-                reaped = true;
-            }
-            if found == 0 && !reaped {
-                return;
-            }
-            if !reaped {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
+        sys::end_descendants();
     }
 
     /// Ends the run for `why`. The init is asked to do it (it kills and reaps everything, so
@@ -298,6 +301,9 @@ impl Supervision {
         {
             self.watched_at = Some(now);
             self.watch.sample();
+            if let Some((w, over)) = &mut self.disk {
+                *over |= w.grew_over(force);
+            }
             if let Some(cg) = &mut self.cgroup {
                 cg.sample();
             }
@@ -353,6 +359,9 @@ impl Supervision {
                 self.kill();
             }
             self.look(false);
+            if self.killed.is_none() && self.disk.as_ref().is_some_and(|(_, over)| *over) {
+                self.end(Ended::Disk, chan.as_ref());
+            }
             if self.init_exit.is_none() {
                 if let Ok(Some((_, exit))) = sys::wait4(self.init, true) {
                     self.init_exit = Some((Instant::now(), exit));
@@ -551,11 +560,13 @@ impl Supervision {
                 Some(ToSupervisor::Signaled { signal }) => Some(ProcessEnd::Signaled(*signal)),
                 _ => None,
             },
-            stopped: self.killed.as_ref().map(|k| match k {
-                Ended::Timeout => Stopped::Timeout,
-                Ended::CpuTime => Stopped::CpuTime,
-                Ended::Setup => Stopped::Setup,
-                Ended::Interrupted(sig) => Stopped::Interrupted(*sig),
+            stopped: self.killed.as_ref().and_then(|k| match k {
+                Ended::Timeout => Some(Stopped::Timeout),
+                Ended::CpuTime => Some(Stopped::CpuTime),
+                Ended::Setup => Some(Stopped::Setup),
+                Ended::Interrupted(sig) => Some(Stopped::Interrupted(*sig)),
+                // The payload's own end (killed) stands, with the disk limit named.
+                Ended::Disk => None,
             }),
             setup_error,
             exec_failure: exec_failed.map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
@@ -563,7 +574,7 @@ impl Supervision {
             oom_kills: self.cgroup.as_ref().map_or(0, |c| c.oom_kills()),
             pids_refused,
             output_truncated: self.stdout.truncated() || self.stderr.truncated(),
-            disk_full: seen.disk_full,
+            disk_full: seen.disk_full || self.disk.as_ref().is_some_and(|(_, over)| *over),
             inodes_exhausted: seen.inodes_exhausted,
         };
         let ending = classify(&facts);

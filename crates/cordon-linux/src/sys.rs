@@ -1196,6 +1196,27 @@ pub fn kill_descendants(root: libc::pid_t) -> usize {
     below.len()
 }
 
+/// Kills and reaps every process below the calling process, a subreaper whose other children
+/// are all gone, until none is left: a tree without a pid namespace to end it all at once
+/// (each kill hands the victim's children to us for the next round, and a fork bomb runs out
+/// of processes that have not been killed yet).
+pub fn end_descendants() {
+    let me = getpid();
+    for _ in 0..100_000 {
+        let found = kill_descendants(me);
+        let mut reaped = false;
+        while let Ok(Some(_)) = wait4(-1, true) {
+            reaped = true;
+        }
+        if found == 0 && !reaped {
+            return;
+        }
+        if !reaped {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) run under real uid `uid`.
 pub fn tasks_of_uid(uid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -40,9 +40,10 @@ pub struct ServeArgs {
     /// Largest file upload (and download).
     #[arg(long, default_value = "100M")]
     max_upload: String,
-    /// Start even where the host refuses namespaces: one-shot runs (`/v1/run`) then go on
-    /// without them, each Outcome's `enforcement` saying what is missing; persistent
-    /// sandboxes are refused. Without this flag the server refuses to start there (exit 125).
+    /// Start even where the host refuses namespaces: one-shot runs and persistent sandboxes
+    /// then go on without them (Landlock, seccomp, rlimits, a cgroup where one is writable),
+    /// each Outcome's and each sandbox's `enforcement` saying what is missing. Without this
+    /// flag the server refuses to start there (exit 125).
     #[arg(long)]
     allow_degraded: bool,
     /// Layers every sandbox must have (as `cordon run --require`): the server refuses to
@@ -96,8 +97,8 @@ fn host_accepts(
         "no_namespaces" => Err(
             "this host refuses namespaces: sandboxes would run without them (Landlock, seccomp and \
              rlimits only; see `cordon check`). Start with --allow-degraded to accept that (every \
-             Outcome's enforcement then says what is missing; persistent sandboxes are refused), \
-             or give cordon namespaces"
+             Outcome's and sandbox's enforcement then says what is missing), or give cordon \
+             namespaces"
                 .to_string(),
         ),
         _ => Err(

@@ -218,6 +218,9 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
     if let Err(e) = ch.send_with_fds(&confined, &[]) {
         fail(&ch, "reporting the confinement", e);
     }
+    if plan.persistent {
+        persistent::serve_loop(plan, ch, in_cgroup);
+    }
     let payload = start_payload(plan, &ch);
     one_shot::wait(&ch, payload, true)
 }

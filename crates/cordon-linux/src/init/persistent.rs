@@ -98,10 +98,14 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
                         to_c(k)
                     })
                     .collect();
-                let cwd = std::path::PathBuf::from(std::ffi::OsString::from_vec(
-                    cwd.unwrap_or_else(|| plan.cwd.display().to_string())
-                        .into_bytes(),
-                ));
+                // Without a mount namespace, `/workspace` and the other scratch paths a caller
+                // names are the run directory's (`plan.cwd` already is).
+                let cwd = match cwd {
+                    Some(c) => {
+                        plan.host_path(Path::new(&std::ffi::OsString::from_vec(c.into_bytes())))
+                    }
+                    None => plan.cwd.clone(),
+                };
                 let exec_failed = |errno: i32, path: &str| {
                     let _ = ch.send(&ToSupervisor::ExecFailed {
                         id,
@@ -215,10 +219,11 @@ impl Commands {
     /// command whose sub-init is gone; what it left behind (now the init's children) is its.
     fn sample(&mut self, ending: Option<&mut Command>) {
         self.last_sample = Some(Instant::now());
-        let procs = proctree::scan();
+        // Without a pid namespace /proc shows the host's processes too: only ours count.
+        let procs = proctree::below(proctree::scan(), sys::getpid());
         let total: u64 = procs.values().map(|p| p.tasks).sum();
         let roots: std::collections::HashSet<libc::pid_t> = self.running.keys().copied().collect();
-        let by_root = proctree::tasks_by_root(&procs, &roots, 1);
+        let by_root = proctree::tasks_by_root(&procs, &roots, sys::getpid());
         let mut counted: Vec<(&mut Command, u64)> = self
             .running
             .iter_mut()

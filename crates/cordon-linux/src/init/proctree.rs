@@ -53,6 +53,63 @@ pub(crate) fn scan() -> HashMap<libc::pid_t, Proc> {
     out
 }
 
+/// The processes of `procs` that are `root` or below it; a process whose line of parents
+/// does not reach `root` (the host's, where there is no pid namespace) is dropped.
+pub(crate) fn below(
+    procs: HashMap<libc::pid_t, Proc>,
+    root: libc::pid_t,
+) -> HashMap<libc::pid_t, Proc> {
+    let mut ours = HashMap::new();
+    let keep: HashSet<libc::pid_t> = procs
+        .keys()
+        .copied()
+        .filter(|&pid| {
+            walk_up(
+                &procs,
+                &mut ours,
+                pid,
+                |at| (at == root).then_some(true),
+                false,
+            )
+        })
+        .collect();
+    procs
+        .into_iter()
+        .filter(|(pid, _)| keep.contains(pid))
+        .collect()
+}
+
+/// Follows `pid`'s line of parents until `stop` answers for one of them (or for `pid`), or a
+/// process already placed in `memo`; a parent missing from `procs` gives `lost`. Every
+/// process walked through is placed in `memo` with the answer. The walk is bounded by the
+/// table's size: a scan mixes moments, and may show a parent that vanished, or a loop.
+fn walk_up<T: Copy>(
+    procs: &HashMap<libc::pid_t, Proc>,
+    memo: &mut HashMap<libc::pid_t, T>,
+    pid: libc::pid_t,
+    stop: impl Fn(libc::pid_t) -> Option<T>,
+    lost: T,
+) -> T {
+    let mut chain = Vec::new();
+    let mut at = pid;
+    let found = loop {
+        if let Some(t) = stop(at).or_else(|| memo.get(&at).copied()) {
+            break t;
+        }
+        match procs.get(&at) {
+            Some(p) if chain.len() <= procs.len() => {
+                chain.push(at);
+                at = p.ppid;
+            }
+            _ => break lost,
+        }
+    };
+    for c in chain {
+        memo.insert(c, found);
+    }
+    found
+}
+
 /// The calling thread's children (the init is single-threaded, so all of its children),
 /// zombies included. Where the kernel has no `children` file (CONFIG_PROC_CHILDREN), every
 /// process's parent is looked up instead.
@@ -86,28 +143,16 @@ pub(crate) fn tasks_by_root(
         if pid == skip || roots.contains(&pid) {
             continue;
         }
-        // Walk up until a root, the init, or a process already placed; the walk is bounded
-        // by the table's size (a parent that vanished mid-scan ends it).
-        let mut chain = vec![pid];
-        let mut at = p.ppid;
-        let found = loop {
+        // The nearest root above; the init, or a parent gone missing, ends the walk.
+        let stop = |at| {
             if roots.contains(&at) {
-                break Some(at);
-            }
-            if let Some(o) = owner.get(&at) {
-                break *o;
-            }
-            match procs.get(&at) {
-                Some(parent) if at != skip && chain.len() <= procs.len() => {
-                    chain.push(at);
-                    at = parent.ppid;
-                }
-                _ => break None,
+                Some(Some(at))
+            } else {
+                (at == skip).then_some(None)
             }
         };
-        for c in chain {
-            owner.insert(c, found);
-        }
+        let found = walk_up(procs, &mut owner, p.ppid, stop, None);
+        owner.insert(pid, found);
         *out.entry(found).or_insert(0) += p.tasks;
     }
     out
@@ -155,6 +200,28 @@ mod tests {
         assert_eq!(by.get(&Some(10)), Some(&5));
         assert_eq!(by.get(&Some(20)), Some(&2));
         assert_eq!(by.get(&None), Some(&2));
+    }
+
+    #[test]
+    fn only_the_tree_below_the_init_is_ours() {
+        let p = |ppid| Proc { ppid, tasks: 1 };
+        // The host's pid 1 with a host daemon (2) and our init (50), its sub-init and a
+        // command; a host process (60) whose parent is gone.
+        let procs: HashMap<libc::pid_t, Proc> = [
+            (1, p(0)),
+            (2, p(1)),
+            (50, p(1)),
+            (51, p(50)),
+            (52, p(51)),
+            (60, p(99)),
+        ]
+        .into_iter()
+        .collect();
+        let mut ours: Vec<libc::pid_t> = below(procs.clone(), 50).into_keys().collect();
+        ours.sort();
+        assert_eq!(ours, vec![50, 51, 52]);
+        // In a pid namespace the init is 1 and everything is below it.
+        assert_eq!(below(procs, 1).len(), 5);
     }
 
     #[test]

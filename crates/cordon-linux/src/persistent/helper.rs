@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD, SETUP_TIMEOUT};
@@ -98,7 +99,23 @@ pub fn helper_main() -> i32 {
         command_pids: u64::from(profile.limits.pids) + 1,
         cpu_time: profile.limits.cpu_time,
         scratch: Vec::new(),
+        degraded: prepared.degraded(),
+        disk: None,
     };
+    if let Some(dir) = &prepared.run_dir {
+        match crate::watch::DiskWatch::open(dir, profile.limits.disk) {
+            Ok(w) => domains.disk = Some(w),
+            Err(e) => {
+                domains.kill();
+                return failed(
+                    &control,
+                    format!("watching the scratch directory: {e}"),
+                    None,
+                );
+            }
+        }
+    }
+    let degraded = prepared.degraded().then_some(prepared.plan.network);
 
     // Setup: wait for the init's root and its confinement report.
     let mut root_fd: Option<OwnedFd> = None;
@@ -144,7 +161,7 @@ pub fn helper_main() -> i32 {
                 if let ToSupervisor::Confined { watch, .. } = &msg {
                     domains.scratch = scratch_fds(watch, fds);
                 }
-                apply_confined(&mut enforcement, &msg, None);
+                apply_confined(&mut enforcement, &msg, degraded);
                 confined = true;
             }
             Ok(Some((
@@ -168,6 +185,17 @@ pub fn helper_main() -> i32 {
                 return failed(&control, "the sandbox died during setup".into(), None);
             }
         }
+    }
+    // Without a mount namespace the sandbox's own files are its run directory's (`/tmp`, the
+    // home, `/workspace` below it, as `Plan::host_path` places them): that is the root the
+    // files API resolves in. Opened here, not taken from the init.
+    if let Some(dir) = &prepared.run_dir {
+        root_fd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .ok()
+            .map(OwnedFd::from);
     }
     let Some(root_fd) = root_fd else {
         domains.kill();
@@ -261,6 +289,9 @@ pub fn helper_main() -> i32 {
         }
     };
     domains.kill();
+    // Nothing of the sandbox runs any more: its run directory (no namespaces) goes before
+    // the server hears that the sandbox ended.
+    prepared.cleanup();
     let _ = control.send(&FromHelper::Ended { reason });
     0
 }
@@ -279,6 +310,10 @@ struct Domains {
     /// The sandbox's scratch tmpfs (`/tmp`, a workspace tmpfs, `/dev/shm`), opened by the
     /// init: looked at while commands run, for whether one filled up.
     scratch: Vec<OwnedFd>,
+    /// No pid namespace: the init's death leaves its tree to us, the subreaper, to end.
+    degraded: bool,
+    /// No tmpfs: the scratch directory's usage against `--disk` (see `DiskWatch`).
+    disk: Option<crate::watch::DiskWatch>,
 }
 
 /// The scratch filesystems among the descriptors the init handed over with `Confined`, each
@@ -309,12 +344,15 @@ fn scratch_full(scratch: &[OwnedFd]) -> (bool, bool) {
 }
 
 impl Domains {
-    /// Kills the sandbox: the init's death takes its pid namespace along; then the cgroups
-    /// go, the commands' before the sandbox's.
+    /// Kills the sandbox: the init's death takes its pid namespace along (without one, we
+    /// end what it left); then the cgroups go, the commands' before the sandbox's.
     fn kill(&mut self) {
         if !std::mem::replace(&mut self.reaped, true) {
             let _ = sys::kill(self.init_pid, libc::SIGKILL);
             let _ = sys::wait4(self.init_pid, false);
+        }
+        if self.degraded {
+            sys::end_descendants();
         }
         for (_, mut c) in self.commands.drain() {
             if let Some(cg) = c.cgroup.as_mut() {
@@ -382,9 +420,17 @@ impl Domains {
     fn tick(&mut self, chan: &Channel) {
         if !self.commands.is_empty() {
             let (disk, inodes) = scratch_full(&self.scratch);
-            for c in self.commands.values_mut() {
-                c.disk_full |= disk;
+            // Without a tmpfs to fill, what runs while the usage grows past the limit ends.
+            let over = self.disk.as_mut().is_some_and(|w| w.grew_over(false));
+            for (id, c) in self.commands.iter_mut() {
+                c.disk_full |= disk || over;
                 c.inodes_exhausted |= inodes;
+                if over {
+                    let _ = chan.send(&ToSandbox::Signal {
+                        id: *id,
+                        signal: libc::SIGKILL,
+                    });
+                }
             }
         }
         for (id, c) in self.commands.iter_mut() {
@@ -474,7 +520,10 @@ impl Domains {
                 };
                 c.sampled = (c.sampled.0.max(peak_pids), c.sampled.1.max(pids_at_limit));
                 let (disk, inodes) = scratch_full(&self.scratch);
-                c.disk_full |= disk;
+                // A short command may have grown the scratch directory past the limit
+                // between two looks.
+                let over = self.disk.as_mut().is_some_and(|w| w.grew_over(true));
+                c.disk_full |= disk || over;
                 c.inodes_exhausted |= inodes;
                 let usage = c.usage();
                 if let Some(cg) = c.cgroup.as_mut() {

@@ -113,6 +113,30 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
+/// The refusing hosts this user can reproduce, by name: Docker's seccomp profile, and
+/// rootless, a user namespace whose `user.max_user_namespaces` is 0. (As root, a user
+/// namespace with the sysctl at 0 makes cordon uid 0 of a namespace mapping only uid 0, where
+/// it cannot become an unprivileged uid: that host refuses outright; see degraded.rs.)
+pub fn refusing() -> Vec<(&'static str, HostLayout)> {
+    let mut v = vec![(
+        "docker seccomp",
+        HostLayout {
+            docker_seccomp: true,
+            ..HostLayout::default()
+        },
+    )];
+    if !super::is_root() {
+        v.push((
+            "max_user_namespaces=0",
+            HostLayout {
+                max_user_namespaces: Some(0),
+                ..HostLayout::default()
+            },
+        ));
+    }
+    v
+}
+
 impl HostLayout {
     /// Docker's layout of /etc: its own `hostname`, `hosts` and `resolv.conf` bound over the
     /// host's (those the host has: a bind needs something to cover).

@@ -465,17 +465,7 @@ impl Outcome {
     /// Every layer the contract promises on this host is reported as enforced.
     pub fn assert_fully_confined(&self) -> &Self {
         let e = self.enforcement();
-        for k in [
-            "user_ns",
-            "pid_ns",
-            "net_ns",
-            "mount_ns",
-            "ipc_ns",
-            "uts_ns",
-            "cgroup_ns",
-            "seccomp",
-            "rlimits",
-        ] {
+        for k in NAMESPACES.iter().chain(&["seccomp", "rlimits"]) {
             assert_eq!(e[k], Value::Bool(true), "enforcement.{k} not true:\n{self}");
         }
         if let Some(uid) = e["host_uid"].as_u64() {
@@ -484,6 +474,57 @@ impl Outcome {
         self
     }
 }
+
+/// The namespace layers of `enforcement`.
+pub const NAMESPACES: [&str; 7] = [
+    "user_ns",
+    "pid_ns",
+    "net_ns",
+    "mount_ns",
+    "ipc_ns",
+    "uts_ns",
+    "cgroup_ns",
+];
+
+/// An `enforcement` without namespaces (a host that refused them): every namespace reported
+/// missing, the other layers held, never host root, a note for each gap. `what` names the
+/// run in failure messages.
+pub fn assert_no_namespaces(e: &Value, what: &dyn std::fmt::Display) {
+    for k in NAMESPACES {
+        assert_eq!(
+            e[k],
+            Value::Bool(false),
+            "enforcement.{k} must be false:\n{what}"
+        );
+    }
+    assert_eq!(e["seccomp"], Value::Bool(true), "{what}");
+    assert_eq!(e["rlimits"], Value::Bool(true), "{what}");
+    assert!(e["landlock_abi"].as_u64().unwrap_or(0) > 0, "{what}");
+    assert_ne!(e["host_uid"].as_u64(), Some(0), "never host root:\n{what}");
+    let notes = e["notes"].to_string();
+    for want in [
+        "refused namespaces",
+        "no pid namespace: the host's processes are visible in /proc",
+        "no mount namespace",
+        "--disk is watched, not capped",
+        "no network namespace",
+        "no ipc or uts namespace: System V IPC and POSIX message queues are refused",
+    ] {
+        assert!(notes.contains(want), "note {want:?} missing:\n{what}");
+    }
+}
+
+/// A Python fork bomb for the suites' script runners: forks up to 200 sleepers, sets
+/// `R['refused']` to the errno of the first refused fork and `R['forked']` to how many it got.
+pub const FORK_BOMB_PY: &str = "n = 0
+for i in range(200):
+    try:
+        if os.fork() == 0:
+            import time; time.sleep(30); os._exit(0)
+        n += 1
+    except OSError as e:
+        R['refused'] = e.errno; break
+R['forked'] = n";
 
 /// `cordon run --json ARGS…` → its Outcome.
 pub fn run_json(args: &[&str]) -> Outcome {

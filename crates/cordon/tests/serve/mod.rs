@@ -68,10 +68,22 @@ impl Server {
             }
             None => Command::new(env!("CARGO_BIN_EXE_cordon")),
         };
-        let mut child = cmd
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
-            .args(extra)
+            .args(extra);
+        Server::spawn(cmd, data_dir)
+    }
+
+    /// A server started by `cmd` (cordon, or a launcher that execs it, with `serve` and its
+    /// flags given), on `data_dir`, removed on drop.
+    pub fn start_command(cmd: Command, data_dir: PathBuf) -> Server {
+        let mut s = Server::spawn(cmd, data_dir);
+        s.scratch = true;
+        s
+    }
+
+    fn spawn(mut cmd: Command, data_dir: PathBuf) -> Server {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
