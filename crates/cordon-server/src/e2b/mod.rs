@@ -10,6 +10,7 @@
 
 mod control;
 mod envd;
+mod gzip;
 mod interp;
 mod watch;
 
