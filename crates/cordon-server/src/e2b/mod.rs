@@ -256,6 +256,19 @@ impl E2b {
                 "invalid access token for this sandbox",
             ));
         }
+        // The token acts for the key that made the sandbox: a revoked key's tokens stop
+        // working, and their requests spend from that key's rate limit.
+        if !self.st.open {
+            match self.st.service.registry.key_by_id(&door.caller.key_id)? {
+                Some(rec) if !rec.revoked => crate::http::rate_limit(&self.st, &rec)?,
+                _ => {
+                    self.st.service.metrics.deny("bad_key");
+                    return Err(ApiError::unauthorized(
+                        "the API key this sandbox belongs to was revoked",
+                    ));
+                }
+            }
+        }
         // A sandbox that ended since: its door closes with it.
         if self.st.service.get_live(&door.caller, id).is_err() {
             self.forget(id);
