@@ -318,6 +318,8 @@ pub fn openapi() -> OpenApi {
             }
         }
     }
+    // The E2B door keeps its own authentication and error shape: added after the above.
+    crate::e2b::openapi::document(&mut doc);
     doc
 }
 

@@ -12,6 +12,7 @@ mod control;
 mod envd;
 mod gzip;
 mod interp;
+pub(crate) mod openapi;
 mod watch;
 
 use std::collections::HashMap;
