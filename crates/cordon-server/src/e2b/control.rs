@@ -279,8 +279,11 @@ pub(super) async fn pause(
     State(e2b): State<St>,
     h: HeaderMap,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
+    // The SDK sends `{}`; anything but JSON is a malformed request.
+    let _: Option<Value> = parse(&body)?;
     // Memory and files stay; 409 when it is already paused, as E2B answers.
     e2b.st.service.pause(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

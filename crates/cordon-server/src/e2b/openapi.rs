@@ -46,8 +46,8 @@ const OPS: &[Op] = &[
     Op { method: "post", path: "/sandboxes/{id}/resume", summary: "Resume a paused sandbox", auth: Auth::Key, body: JSON, ok: &[(200, "Running", JSON), (201, "Resumed", JSON)] },
     Op { method: "get", path: "/sandboxes/{id}/metrics", summary: "CPU, memory and disk use now", auth: Auth::Key, body: None, ok: &[(200, "One sample", JSON)] },
     Op { method: "get", path: "/health", summary: "envd's health check", auth: Auth::None, body: None, ok: &[(204, "Up", None)] },
-    Op { method: "post", path: "/process.Process/{method}", summary: "envd's process RPCs (Connect protocol: Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal, Update)", auth: Auth::Token, body: Some("application/connect+json"), ok: &[(200, "The RPC's answer (unary: JSON; streams: Connect envelopes)", Some("application/connect+json"))] },
-    Op { method: "post", path: "/filesystem.Filesystem/{method}", summary: "envd's file system RPCs (Connect protocol: Stat, ListDir, MakeDir, Move, Remove, WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher)", auth: Auth::Token, body: Some("application/connect+json"), ok: &[(200, "The RPC's answer (unary: JSON; streams: Connect envelopes)", Some("application/connect+json"))] },
+    Op { method: "post", path: "/process.Process/{method}", summary: "envd's process RPCs (Connect protocol: Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal, Update)", auth: Auth::Token, body: JSON, ok: &[(200, "The RPC's answer (unary calls: JSON; the streaming ones take and give `application/connect+json` envelopes)", JSON)] },
+    Op { method: "post", path: "/filesystem.Filesystem/{method}", summary: "envd's file system RPCs (Connect protocol: Stat, ListDir, MakeDir, Move, Remove, WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher)", auth: Auth::Token, body: JSON, ok: &[(200, "The RPC's answer (unary calls: JSON; the streaming ones take and give `application/connect+json` envelopes)", JSON)] },
     Op { method: "get", path: "/files", summary: "Download a file (gzip when `Accept-Encoding` asks)", auth: Auth::Token, body: None, ok: &[(200, "The file's bytes", Some("application/octet-stream"))] },
     Op { method: "post", path: "/files", summary: "Upload files (multipart, or octet-stream with `?path=`; `Content-Encoding: gzip` accepted)", auth: Auth::Token, body: Some("application/octet-stream"), ok: &[(200, "What was written", JSON)] },
     Op { method: "post", path: "/execute", summary: "Run a code cell; newline-delimited JSON events", auth: Auth::Token, body: JSON, ok: &[(200, "The cell's events", Some("application/x-ndjson"))] },
@@ -107,8 +107,10 @@ fn error_body() -> Value {
 
 /// E2B's bodies as loosely as its spec types them: JSON objects or arrays, streams and files
 /// as bytes.
-fn body_schema(content_type: &str) -> Value {
-    if content_type == "application/json" {
+fn body_schema(content_type: &str, request: bool) -> Value {
+    if content_type == "application/json" && request {
+        json!({"type": "object"})
+    } else if content_type == "application/json" {
         json!({"type": ["object", "array"]})
     } else {
         json!({"type": "string", "format": "binary"})
@@ -137,7 +139,7 @@ fn operation(op: &Op) -> Value {
     for (status, desc, ct) in op.ok {
         let mut r = json!({"description": desc});
         if let Some(ct) = ct {
-            r["content"] = json!({*ct: {"schema": body_schema(ct)}});
+            r["content"] = json!({*ct: {"schema": body_schema(ct, false)}});
         }
         responses.insert(status.to_string(), r);
     }
@@ -164,7 +166,16 @@ fn operation(op: &Op) -> Value {
         },
     });
     if let Some(ct) = op.body {
-        v["requestBody"] = json!({"required": false, "content": {ct: {"schema": body_schema(ct)}}});
+        let schema = if op.path.ends_with("/timeout") {
+            // The one body with a required field: seconds from now (at most the server's
+            // --max-ttl, 24 h by default).
+            json!({"type": "object", "required": ["timeout"],
+                "properties": {"timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400}}})
+        } else {
+            body_schema(ct, true)
+        };
+        let required = op.path.ends_with("/timeout");
+        v["requestBody"] = json!({"required": required, "content": {ct: {"schema": schema}}});
     }
     v
 }
