@@ -116,3 +116,22 @@ def test_server_default_egress_for_internet_access(tmp_path, site):
         assert "denyOut" in str(e.value)
     finally:
         srv.stop()
+
+
+def test_update_network_replaces_the_allowlist(site):
+    """`update_network` while the sandbox runs: the proxy's allowlist is replaced at once."""
+    s = Sandbox.create(timeout=60, allow_internet_access=False)
+    try:
+        r = s.commands.run(_fetch(site) + "; echo rc=$?")
+        assert "rc=0" not in r.stdout
+        s.update_network({"allow_out": [f"127.0.0.1:{site}"], "deny_out": ["0.0.0.0/0"]})
+        assert s.commands.run(_fetch(site)).stdout == "hello from the host"
+        assert Sandbox.get_info(s.sandbox_id).allow_internet_access is True
+        s.update_network({"allow_internet_access": False})
+        r = s.commands.run(_fetch(site) + "; echo rc=$?")
+        assert "rc=0" not in r.stdout
+        with pytest.raises(SandboxException) as e:
+            s.update_network({"allow_out": ["0.0.0.0/0"]})
+        assert "allowOut" in str(e.value)
+    finally:
+        s.kill()

@@ -111,6 +111,16 @@ fn egress(
     Ok(policy.allow)
 }
 
+/// `PUT /sandboxes/{id}/network` (`update_network`): E2B's network object with its
+/// `allow_internet_access`, replacing what was there.
+#[derive(Debug, Deserialize, Default)]
+struct NetworkUpdate {
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    #[serde(flatten)]
+    network: E2bNetwork,
+}
+
 #[derive(Debug, Deserialize, Default)]
 struct Timeout {
     timeout: Option<f64>,
@@ -287,6 +297,31 @@ pub(super) async fn pause(
     // Memory and files stay; 409 when it is already paused, as E2B answers.
     e2b.st.service.pause(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Replaces a running sandbox's egress allowlist, mapped as at create.
+pub(super) async fn update_network(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, E2bError> {
+    let caller = e2b.caller(&h)?;
+    let req: NetworkUpdate = parse(&body)?;
+    let allow = egress(
+        req.allow_internet_access,
+        Some(req.network),
+        &e2b.st.service.cfg.e2b_allow_net,
+    )?;
+    e2b.st.service.set_network(
+        &caller,
+        &id,
+        cordon_policy::network::NetworkPolicy {
+            allow,
+            ..Default::default()
+        },
+    )?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn metrics(

@@ -22,7 +22,7 @@ use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use serde_json::json;
 
@@ -105,6 +105,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
         .route("/sandboxes/{id}/metrics", get(control::metrics))
+        .route("/sandboxes/{id}/network", put(control::update_network))
         // envd (access token).
         .route("/health", get(envd::health))
         .route("/process.Process/{method}", post(envd::process))

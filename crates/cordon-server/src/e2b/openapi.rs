@@ -44,6 +44,7 @@ const OPS: &[Op] = &[
     Op { method: "post", path: "/sandboxes/{id}/refreshes", summary: "Keep a sandbox alive longer", auth: Auth::Key, body: JSON, ok: &[(204, "Refreshed", None)] },
     Op { method: "post", path: "/sandboxes/{id}/pause", summary: "Pause (freeze every process, keep memory and files)", auth: Auth::Key, body: JSON, ok: &[(204, "Paused", None)] },
     Op { method: "post", path: "/sandboxes/{id}/resume", summary: "Resume a paused sandbox", auth: Auth::Key, body: JSON, ok: &[(200, "Running", JSON), (201, "Resumed", JSON)] },
+    Op { method: "put", path: "/sandboxes/{id}/network", summary: "Replace the egress allowlist (`update_network`)", auth: Auth::Key, body: JSON, ok: &[(204, "Replaced", None)] },
     Op { method: "get", path: "/sandboxes/{id}/metrics", summary: "CPU, memory and disk use now", auth: Auth::Key, body: None, ok: &[(200, "One sample", JSON)] },
     Op { method: "get", path: "/health", summary: "envd's health check", auth: Auth::None, body: None, ok: &[(204, "Up", None)] },
     Op { method: "post", path: "/process.Process/{method}", summary: "envd's process RPCs (Connect protocol: Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal, Update)", auth: Auth::Token, body: JSON, ok: &[(200, "The RPC's answer (unary calls: JSON; the streaming ones take and give `application/connect+json` envelopes)", JSON)] },
