@@ -293,7 +293,7 @@ pub(super) async fn pause(
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
     // The SDK sends `{}`; anything but JSON is a malformed request.
-    let _: Option<Value> = parse(&body)?;
+    let _: serde_json::Map<String, Value> = parse(&body)?;
     // Memory and files stay; 409 when it is already paused, as E2B answers.
     e2b.st.service.pause(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
