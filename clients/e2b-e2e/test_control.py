@@ -170,3 +170,17 @@ def test_rate_limit_covers_control_plane_and_envd(server):
     finally:
         # The sandbox outlives its key: end it with the server's own key.
         Sandbox.kill(s.sandbox_id)
+
+
+def test_auto_pause_is_refused_and_lifecycle_says_kill(server):
+    """A timeout here kills the sandbox: asking for pause-on-timeout is refused up front (not
+    accepted and then lost), and the info says what happens."""
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(timeout=30, lifecycle={"on_timeout": "pause"})
+    assert "autoPause" in str(e.value)
+    s = Sandbox.create(timeout=30)
+    try:
+        info = s.get_info()
+        assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "kill", info.lifecycle
+    finally:
+        s.kill()

@@ -32,7 +32,10 @@ struct NewSandbox {
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
     network: Option<E2bNetwork>,
-    // Other fields E2B knows (autoPause, mcp, …) are read and left alone.
+    /// Pause rather than kill when the timeout runs out: not offered here, so refused rather
+    /// than left to lose the sandbox's state.
+    auto_pause: Option<bool>,
+    // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
 }
 
 /// E2B's `network` object. Only what maps onto cordon's egress allowlist is taken; what
@@ -208,6 +211,12 @@ pub(super) async fn create(
         .unwrap_or_else(|| DEFAULT_TEMPLATE.into());
     let profile = profile_of(&template)?;
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
+    if req.auto_pause == Some(true) {
+        return Err(ApiError::bad_request(
+            "autoPause (lifecycle on_timeout='pause') is not supported: this server kills a sandbox when its timeout runs out; extend it with set_timeout, or pause() it before",
+        )
+        .into());
+    }
     let allow = egress(
         req.allow_internet_access,
         req.network,
@@ -368,6 +377,10 @@ pub(super) async fn info(
             .map(|n| n.policy.allow)
             .unwrap_or_default();
         o.insert("allowInternetAccess".into(), json!(!allow.is_empty()));
+        o.insert(
+            "lifecycle".into(),
+            json!({"autoResume": false, "onTimeout": "kill"}),
+        );
         o.insert(
             "network".into(),
             json!({"allowOut": allow, "denyOut": ["0.0.0.0/0"]}),
