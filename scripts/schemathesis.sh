@@ -35,7 +35,7 @@ done
 # examples) in the working directory, which would make runs depend on earlier ones.
 cd "$work"
 timeout 600 "$st" --config-file "$here/schemathesis.toml" run "$url/openapi.json" \
-  --header "Authorization: Bearer $key" \
+  --header "Authorization: Bearer $key" --header "X-API-KEY: $key" \
   --phases examples,coverage,fuzzing,stateful \
   --max-examples 25 --workers 2 --seed "${SCHEMATHESIS_SEED:-20261124}" \
   --request-timeout 60

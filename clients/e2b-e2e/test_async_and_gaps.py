@@ -1,11 +1,8 @@
-"""The async flavour of the SDKs, and what this server does not offer yet answering with an
-error that says so (never a hang or a pretend success)."""
+"""The async flavour of the SDKs."""
 
 from __future__ import annotations
 
 import asyncio
-
-import pytest
 
 
 def test_async_sdks():
@@ -34,15 +31,3 @@ def test_async_sdks():
 
     asyncio.run(go())
 
-
-def test_unsupported_features_say_so(sbx):
-    from e2b_code_interpreter import Sandbox as CI
-
-    # (PTYs are served now: test_pty.py.)
-    ci = CI.connect(sbx.sandbox_id)
-    with pytest.raises(Exception) as e:
-        ci.run_code("1", envs={"A": "b"})
-    assert "env_vars" in str(e.value)
-    # None of it hurt the sandbox.
-    assert sbx.is_running()
-    assert sbx.commands.run("echo fine").stdout == "fine\n"

@@ -123,3 +123,64 @@ def test_a_killed_sandbox_says_so():
         s.commands.run("echo never")
     with pytest.raises(SandboxNotRunningException):
         s.files.read("/home/user/x")
+
+
+def test_rate_limit_covers_control_plane_and_envd(server):
+    """E2B calls spend from the owning key's rate limit like native ones: control-plane calls
+    with the key, envd and interpreter calls with the sandbox's token. Over it, the SDK raises
+    its RateLimitException; the other keys are untouched; revoking the key closes the door."""
+    from e2b import RateLimitException
+    from e2b_code_interpreter import Sandbox as CI
+
+    def key_ids() -> set:
+        return {line.split("\t")[0] for line in server.cordon("keys", "list").splitlines() if line.strip()}
+
+    before = key_ids()
+    key = server.new_key(rps=3)
+    (key_id,) = key_ids() - before
+    s = CI.create(timeout=120, api_key=key)
+    try:
+        # envd (Connect RPC and plain HTTP) and the interpreter: a burst runs out.
+        with pytest.raises(RateLimitException):
+            for _ in range(30):
+                s.commands.list()
+        time.sleep(1.5)
+        with pytest.raises(RateLimitException):
+            for _ in range(30):
+                s.files.exists("/home/user")
+        time.sleep(1.5)
+        # (the interpreter SDK maps only 404 and 502 to its own types: a 429 is a
+        # SandboxException that names it)
+        with pytest.raises(SandboxException, match="429.*rate limit"):
+            for _ in range(30):
+                s.run_code("1")
+        time.sleep(1.5)
+        # The control plane, with the SDK's retries off (with them on it waits Retry-After).
+        with pytest.raises(RateLimitException):
+            for _ in range(30):
+                Sandbox.list(api_key=key, retries=0).next_items()
+        # Another key is not slowed by it, and the sandbox works again a second later.
+        assert Sandbox.list().next_items() is not None
+        time.sleep(1.5)
+        assert s.commands.run("echo again").stdout == "again\n"
+        # A revoked key's sandbox tokens stop working too.
+        server.cordon("keys", "revoke", key_id)
+        with pytest.raises(AuthenticationException):
+            s.commands.run("echo no")
+    finally:
+        # The sandbox outlives its key: end it with the server's own key.
+        Sandbox.kill(s.sandbox_id)
+
+
+def test_auto_pause_is_refused_and_lifecycle_says_kill(server):
+    """A timeout here kills the sandbox: asking for pause-on-timeout is refused up front (not
+    accepted and then lost), and the info says what happens."""
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(timeout=30, lifecycle={"on_timeout": "pause"})
+    assert "autoPause" in str(e.value)
+    s = Sandbox.create(timeout=30)
+    try:
+        info = s.get_info()
+        assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "kill", info.lifecycle
+    finally:
+        s.kill()

@@ -70,3 +70,46 @@ def test_other_languages(ci):
     js = ci.create_code_context(language="javascript")
     ex = ci.run_code("let z = 20; z + 22", context=js)
     assert ex.text == "42", ex
+
+
+def test_run_code_envs_hold_for_one_cell(ci, server):
+    """`run_code(envs=…)`: the variables exist for that cell (and what it starts) only, in every
+    language, and their values never reach the server's log or audit trail."""
+    secret = "cell-secret-7d2e9a"
+    home = ci.run_code("import os; os.environ['HOME']").text
+    ex = ci.run_code(
+        "import os, subprocess\n"
+        "print(os.environ['CELL_VAR'], subprocess.run(['sh', '-c', 'echo $CELL_VAR'], capture_output=True, text=True).stdout.strip())\n"
+        "os.environ.get('HOME')",
+        envs={"CELL_VAR": secret, "HOME": "/elsewhere"},
+    )
+    assert ex.error is None, ex.error
+    assert ex.logs.stdout == [f"{secret} {secret}\n"]
+    assert ex.text == "'/elsewhere'"
+    # The next cell of the same context sees neither, and HOME is back.
+    ex = ci.run_code("import os; (os.environ.get('CELL_VAR'), os.environ.get('HOME'))")
+    assert ex.text == f"(None, {home})", ex.text
+
+    js = ci.create_code_context(language="js")
+    ex = ci.run_code("process.env.CELL_VAR + '|' + require('child_process').execSync('echo $CELL_VAR').toString().trim()", context=js, envs={"CELL_VAR": "js-val"})
+    assert ex.error is None, ex.error
+    assert ex.text == "'js-val|js-val'"
+    assert ci.run_code("String(process.env.CELL_VAR)", context=js).text == "'undefined'"
+
+    sh = ci.create_code_context(language="bash")
+    ci.run_code("CELL_VAR=before", context=sh)
+    ex = ci.run_code("echo \"$CELL_VAR\"; bash -c 'echo \"child:$CELL_VAR\"'", context=sh, envs={"CELL_VAR": "it's $(not run)"})
+    assert ex.error is None, ex.error
+    assert "".join(ex.logs.stdout) == "it's $(not run)\nchild:it's $(not run)\n"
+    ex = ci.run_code("echo \"$CELL_VAR\"", context=sh)
+    assert "".join(ex.logs.stdout) == "before\n"
+
+    # A name that is not a variable name is the request's fault, with the SDK's error.
+    with pytest.raises(Exception) as e:
+        ci.run_code("1", envs={"A=B": "x"})
+    assert "not a variable name" in str(e.value)
+    # The value went nowhere on the host side.
+    assert secret not in server.log.read_text(errors="replace")
+    for f in server.data_dir.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f

@@ -210,3 +210,24 @@ def test_quiet_streams_get_keepalives_and_clients_may_leave(server, sbx):
             first = next(s.iter_bytes())
     pid = json.loads(first[5:])["event"]["start"]["pid"]
     assert sbx.commands.connect(pid).wait().exit_code == 0
+
+
+def test_gzip_bomb_and_odd_encodings_are_refused(server, sbx):
+    """A small gzip body that unpacks past the server's upload limit (100 MiB here) is cut off
+    at the limit with a 413; broken gzip is a 400; an encoding the server does not speak a
+    415. Nothing is written, and the sandbox and server go on."""
+    import gzip as gz
+
+    bomb = gz.compress(b"\0" * (160 << 20), compresslevel=9)
+    assert len(bomb) < 1 << 20
+    h = {**_headers(sbx), "Content-Type": "application/octet-stream"}
+    with httpx.Client(timeout=60) as c:
+        r = c.post(f"{server.url}/files", params={"path": "/home/user/bomb"}, headers={**h, "Content-Encoding": "gzip"}, content=bomb)
+        assert r.status_code == 413 and r.json()["code"] == 413, r.text
+        r = c.post(f"{server.url}/files", params={"path": "/home/user/bad"}, headers={**h, "Content-Encoding": "gzip"}, content=b"\x1f\x8bnot really")
+        assert r.status_code == 400 and "gzip" in r.json()["message"], r.text
+        r = c.post(f"{server.url}/files", params={"path": "/home/user/br"}, headers={**h, "Content-Encoding": "br"}, content=b"x")
+        assert r.status_code == 415 and "br" in r.json()["message"], r.text
+    assert not sbx.files.exists("/home/user/bomb")
+    assert not sbx.files.exists("/home/user/bad")
+    assert sbx.commands.run("echo ok").stdout == "ok\n"

@@ -53,6 +53,11 @@ try {
   assert.equal(await sbx.files.exists('/home/user/js.txt'), true)
   const entries = await sbx.files.list('/home/user')
   assert.ok(entries.some((e) => e.name === 'js.txt'))
+  // gzip both ways (the SDK's `gzip` option).
+  const big = 'packed by js '.repeat(2000)
+  await sbx.files.write('/home/user/gz.txt', big, { gzip: true })
+  assert.equal(await sbx.files.read('/home/user/gz.txt', { gzip: true }), big)
+  assert.equal((await sbx.commands.run('wc -c < gz.txt')).stdout.trim(), String(big.length))
   await sbx.files.remove('/home/user/js.txt')
   assert.equal(await sbx.files.exists('/home/user/js.txt'), false)
 
@@ -64,6 +69,12 @@ try {
   assert.equal(err.error?.name, 'ValueError')
   const ctx = await sbx.createCodeContext({ language: 'javascript' })
   assert.equal((await sbx.runCode('1 + 2', { context: ctx })).text, '3')
+  // Per-cell variables: there for that cell only.
+  const withEnv = await sbx.runCode('import os; os.environ["CELL_ONLY"]', { envs: { CELL_ONLY: 'js-cell' } })
+  assert.equal(withEnv.text, "'js-cell'")
+  assert.equal((await sbx.runCode('import os; os.environ.get("CELL_ONLY")')).text, undefined)
+  const jsEnv = await sbx.runCode('process.env.CELL_ONLY', { context: ctx, envs: { CELL_ONLY: 'in-node' } })
+  assert.equal(jsEnv.text, "'in-node'")
 
   // Isolation holds through this door too.
   const leak = await sbx.commands.run(`env; cat /etc/shadow 2>&1 || true`)
@@ -73,4 +84,12 @@ try {
   await sbx.kill()
 }
 assert.equal(await Base.kill(sbx.sandboxId), false)
+
+// No internet access: the info says so (this server gives E2B sandboxes none by default).
+const offline = await Base.create({ timeoutMs: 60_000, allowInternetAccess: false })
+try {
+  assert.equal((await offline.getInfo()).allowInternetAccess, false)
+} finally {
+  await offline.kill()
+}
 console.log('e2b js sdk: ok')

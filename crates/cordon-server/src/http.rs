@@ -59,7 +59,7 @@ impl AppState {
     }
 
     /// Token bucket per key: `rps` requests per second, bursts up to `rps`.
-    fn allow(&self, key: &str, rps: u32) -> bool {
+    pub(crate) fn allow(&self, key: &str, rps: u32) -> bool {
         let Ok(mut m) = self.limiter.lock() else {
             return true;
         };
@@ -187,6 +187,16 @@ pub(crate) fn authenticate(
             return Err(ApiError::unauthorized("invalid or revoked API key"));
         }
     };
+    rate_limit(st, &rec)?;
+    Ok(Caller {
+        key_id: rec.id,
+        max_sandboxes: rec.max_sandboxes,
+    })
+}
+
+/// Counts one request against `rec`'s rate limit: every request made on a key's behalf (with
+/// the key itself, or with a token of one of its sandboxes) spends from the same budget.
+pub(crate) fn rate_limit(st: &AppState, rec: &crate::registry::KeyRecord) -> Result<(), ApiError> {
     if !st.allow(&rec.id, rec.requests_per_second) {
         st.service.metrics.deny("rate_limit");
         return Err(ApiError::too_many(
@@ -197,10 +207,7 @@ pub(crate) fn authenticate(
             1,
         ));
     }
-    Ok(Caller {
-        key_id: rec.id,
-        max_sandboxes: rec.max_sandboxes,
-    })
+    Ok(())
 }
 
 /// Routes anyone may call: no key, no rate limit.
@@ -311,6 +318,8 @@ pub fn openapi() -> OpenApi {
             }
         }
     }
+    // The E2B door keeps its own authentication and error shape: added after the above.
+    crate::e2b::openapi::document(&mut doc);
     doc
 }
 

@@ -58,6 +58,11 @@ pub struct CodeRequest {
     /// Per-cell limit, e.g. `"30s"`.
     #[schema(value_type = Option<crate::types::DurationSchema>)]
     pub timeout: Option<crate::types::Amount>,
+    /// Environment variables for this cell only (its code and what it starts see them; the
+    /// context's later cells do not).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = Option<crate::types::EnvSchema>)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 fn default_language() -> String {
@@ -403,6 +408,7 @@ pub async fn run_cell(
     live: &Arc<Live>,
     slot: &Arc<Slot>,
     code: &str,
+    env: &std::collections::BTreeMap<String, String>,
     timeout: Duration,
     events: Option<mpsc::Sender<CellEvent>>,
 ) -> Result<CodeResult, ApiError> {
@@ -420,8 +426,11 @@ pub async fn run_cell(
     };
     let id = k.next_id;
     k.next_id += 1;
-    let mut req =
-        serde_json::to_vec(&json!({"id": id, "op": "execute", "code": code})).unwrap_or_default();
+    let mut op = json!({"id": id, "op": "execute", "code": code});
+    if !env.is_empty() {
+        op["env"] = json!(env);
+    }
+    let mut req = serde_json::to_vec(&op).unwrap_or_default();
     req.push(b'\n');
     let mut result = CodeResult {
         state_lost,

@@ -493,6 +493,7 @@ impl CordonMcp {
             code: p.code,
             context: p.context,
             timeout: p.timeout_seconds.map(Amount::Number),
+            env: Default::default(),
         };
         let r = match self
             .state

@@ -99,6 +99,17 @@ impl Registry {
             .optional()?)
     }
 
+    pub fn key_by_id(&self, id: &str) -> Result<Option<KeyRecord>, ApiError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE id = ?1",
+                params![id],
+                key_row,
+            )
+            .optional()?)
+    }
+
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ApiError> {
         let conn = self.conn()?;
         let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;

@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// pulled from its registry first (missing).
     #[arg(long, value_enum, default_value = "never")]
     image_pull: ImagePullArg,
+    /// Where E2B sandboxes that ask for internet access (the SDK's `allow_internet_access`,
+    /// on by default) may connect, as `--allow-net` entries (e.g. pypi.org,
+    /// files.pythonhosted.org); repeat or separate with commas. cordon's egress is an
+    /// allowlist: without this flag such sandboxes get no network, and their info says so.
+    #[arg(long = "e2b-allow-net", value_name = "ENTRY,…", value_delimiter = ',')]
+    e2b_allow_net: Vec<String>,
 }
 
 /// Whether this host gives sandboxes what the server's configuration accepts: every required
@@ -277,6 +283,14 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         image_pull: match a.image_pull {
             ImagePullArg::Never => cordon_server::ImagePull::Never,
             ImagePullArg::Missing => cordon_server::ImagePull::Missing,
+        },
+        e2b_allow_net: {
+            let p = cordon_policy::network::NetworkPolicy {
+                allow: a.e2b_allow_net.clone(),
+                ..Default::default()
+            };
+            p.validate().map_err(|e| format!("--e2b-allow-net: {e}"))?;
+            p.allow
         },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -611,6 +611,13 @@ fn every_route_the_router_serves_is_documented() {
         ("/v1/sandboxes/{id}/code", &["post"]),
         ("/v1/sandboxes/{id}/files", &["get", "put", "delete"]),
         ("/v1/run", &["post"]),
+        // The E2B door, under its own tag.
+        ("/v2/sandboxes", &["get", "post"]),
+        ("/sandboxes/{id}", &["get", "delete"]),
+        ("/process.Process/{method}", &["post"]),
+        ("/files", &["get", "post"]),
+        ("/execute", &["post"]),
+        ("/contexts/{id}/restart", &["post"]),
     ] {
         for m in methods {
             assert!(
@@ -706,10 +713,16 @@ fn every_route_the_router_serves_is_documented() {
                 let r = &responses
                     .get(status)
                     .unwrap_or_else(|| panic!("{method} {path} does not document {status}"));
+                // The E2B door answers E2B's error shape.
+                let e2b = op["tags"] == json!(["e2b"]);
                 if path != "/mcp" || status != "400" {
                     assert_eq!(
                         r["content"]["application/json"]["schema"]["$ref"],
-                        "#/components/schemas/ErrorBody",
+                        if e2b {
+                            "#/components/schemas/E2bError"
+                        } else {
+                            "#/components/schemas/ErrorBody"
+                        },
                         "{method} {path} {status}"
                     );
                 }

@@ -29,8 +29,99 @@ struct NewSandbox {
     #[serde(default)]
     env_vars: Option<BTreeMap<String, String>>,
     timeout: Option<f64>,
-    // Other fields E2B knows (autoPause, network, allow_internet_access, mcp, …) are read
-    // and left alone: a cordon sandbox has no network unless its profile allows it.
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<E2bNetwork>,
+    /// Pause rather than kill when the timeout runs out: not offered here, so refused rather
+    /// than left to lose the sandbox's state.
+    auto_pause: Option<bool>,
+    // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
+}
+
+/// E2B's `network` object. Only what maps onto cordon's egress allowlist is taken; what
+/// cannot hold here is refused by name rather than dropped.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct E2bNetwork {
+    allow_out: Option<Vec<String>>,
+    deny_out: Option<Vec<String>>,
+    egress_proxy: Option<Value>,
+    rules: Option<Value>,
+    // dnsServers (the proxy resolves names itself), allowPublicTraffic and maskRequestHost
+    // (no sandbox here has a public URL) change nothing in a cordon sandbox.
+}
+
+fn all_traffic(entry: &str) -> bool {
+    matches!(entry.trim(), "0.0.0.0/0" | "::/0")
+}
+
+/// The egress allowlist an E2B create asks for, in cordon's terms: internet access (E2B's
+/// default) is the server's `--e2b-allow-net` list, `allowOut` adds to it, and
+/// `allow_internet_access: false` or a `denyOut` of all traffic leaves only `allowOut`.
+/// Everything else is refused, so a deny list over a non-empty allowlist (which cordon's
+/// allowlist cannot express) is a 400.
+fn egress(
+    allow_internet: Option<bool>,
+    net: Option<E2bNetwork>,
+    server_default: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let net = net.unwrap_or_default();
+    if net.egress_proxy.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad_request(
+            "network.egressProxy: not supported by this server (its egress goes through cordon's own proxy)",
+        ));
+    }
+    if net
+        .rules
+        .as_ref()
+        .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+    {
+        return Err(ApiError::bad_request(
+            "network.rules: request transforms are not supported by this server",
+        ));
+    }
+    let allow = net.allow_out.unwrap_or_default();
+    let deny = net.deny_out.unwrap_or_default();
+    if allow.iter().any(|e| all_traffic(e)) {
+        return Err(ApiError::bad_request(
+            "network.allowOut: all traffic cannot be allowed here (cordon's egress is an allowlist): list the hosts or networks",
+        ));
+    }
+    let internet = allow_internet.unwrap_or(true) && !deny.iter().any(|e| all_traffic(e));
+    let mut list: Vec<String> = if internet {
+        server_default.to_vec()
+    } else {
+        Vec::new()
+    };
+    let partial_deny = deny.iter().any(|e| !all_traffic(e));
+    if partial_deny && !list.is_empty() {
+        return Err(ApiError::bad_request(
+            "network.denyOut: a deny list is not expressible here (cordon's egress is an allowlist): deny all traffic (0.0.0.0/0) and list what may be reached in allowOut",
+        ));
+    }
+    for e in allow {
+        if !list.contains(&e) {
+            list.push(e);
+        }
+    }
+    let policy = cordon_policy::network::NetworkPolicy {
+        allow: list,
+        ..Default::default()
+    };
+    policy
+        .validate()
+        .map_err(|e| ApiError::bad_request(format!("network.allowOut: {e}")))?;
+    Ok(policy.allow)
+}
+
+/// `PUT /sandboxes/{id}/network` (`update_network`): E2B's network object with its
+/// `allow_internet_access`, replacing what was there.
+#[derive(Debug, Deserialize, Default)]
+struct NetworkUpdate {
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    #[serde(flatten)]
+    network: E2bNetwork,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -120,6 +211,17 @@ pub(super) async fn create(
         .unwrap_or_else(|| DEFAULT_TEMPLATE.into());
     let profile = profile_of(&template)?;
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
+    if req.auto_pause == Some(true) {
+        return Err(ApiError::bad_request(
+            "autoPause (lifecycle on_timeout='pause') is not supported: this server kills a sandbox when its timeout runs out; extend it with set_timeout, or pause() it before",
+        )
+        .into());
+    }
+    let allow = egress(
+        req.allow_internet_access,
+        req.network,
+        &e2b.st.service.cfg.e2b_allow_net,
+    )?;
     let info = e2b
         .st
         .service
@@ -130,6 +232,10 @@ pub(super) async fn create(
                 ttl: Some(ttl),
                 env: req.env_vars.unwrap_or_default(),
                 metadata: req.metadata.unwrap_or_default(),
+                network: (!allow.is_empty()).then(|| cordon_policy::network::NetworkPolicy {
+                    allow,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         )
@@ -192,11 +298,39 @@ pub(super) async fn pause(
     State(e2b): State<St>,
     h: HeaderMap,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
+    // The SDK sends `{}`; anything but JSON is a malformed request.
+    let _: serde_json::Map<String, Value> = parse(&body)?;
     // Memory and files stay; 409 when it is already paused, as E2B answers.
     e2b.st.service.pause(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Replaces a running sandbox's egress allowlist, mapped as at create.
+pub(super) async fn update_network(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, E2bError> {
+    let caller = e2b.caller(&h)?;
+    let req: NetworkUpdate = parse(&body)?;
+    let allow = egress(
+        req.allow_internet_access,
+        Some(req.network),
+        &e2b.st.service.cfg.e2b_allow_net,
+    )?;
+    e2b.st.service.set_network(
+        &caller,
+        &id,
+        cordon_policy::network::NetworkPolicy {
+            allow,
+            ..Default::default()
+        },
+    )?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn metrics(
@@ -235,7 +369,22 @@ pub(super) async fn info(
     if let Some(o) = v.as_object_mut() {
         o.insert("envdAccessToken".into(), json!(door.token));
         o.insert("domain".into(), Value::Null);
-        o.insert("allowInternetAccess".into(), json!(false));
+        // What holds, not what was asked: the proxy's allowlist, everything else refused.
+        let allow = e2b
+            .st
+            .service
+            .network(&caller, &id)
+            .map(|n| n.policy.allow)
+            .unwrap_or_default();
+        o.insert("allowInternetAccess".into(), json!(!allow.is_empty()));
+        o.insert(
+            "lifecycle".into(),
+            json!({"autoResume": false, "onTimeout": "kill"}),
+        );
+        o.insert(
+            "network".into(),
+            json!({"allowOut": allow, "denyOut": ["0.0.0.0/0"]}),
+        );
     }
     Ok(Json(v))
 }
@@ -408,6 +557,40 @@ mod tests {
         assert_eq!(q.after.as_deref(), Some("n-1"));
         assert!(list_query(Some("limit=0")).is_err());
         assert!(list_query(Some("state=dead")).is_err());
+    }
+
+    #[test]
+    fn e2b_network_maps_onto_the_allowlist_or_is_refused() {
+        let net = |v: Value| serde_json::from_value::<E2bNetwork>(v).ok();
+        let dflt = vec!["pypi.org".to_string()];
+        assert_eq!(egress(None, None, &dflt).ok(), Some(dflt.clone()));
+        assert_eq!(egress(Some(false), None, &dflt).ok(), Some(vec![]));
+        assert_eq!(egress(None, None, &[]).ok(), Some(vec![]));
+        let only = net(json!({"allowOut": ["127.0.0.2"], "denyOut": ["0.0.0.0/0"]}));
+        assert_eq!(
+            egress(None, only, &dflt).ok(),
+            Some(vec!["127.0.0.2".to_string()])
+        );
+        let more = net(json!({"allowOut": ["example.test"]}));
+        assert_eq!(egress(None, more, &dflt).ok().map(|v| v.len()), Some(2));
+        for bad in [
+            json!({"allowOut": ["0.0.0.0/0"]}),
+            json!({"denyOut": ["10.0.0.0/8"]}),
+            json!({"allowOut": ["not a host"]}),
+            json!({"egressProxy": {"address": "p:1080"}}),
+            json!({"rules": {"a.test": []}}),
+        ] {
+            assert_eq!(
+                egress(None, net(bad.clone()), &dflt)
+                    .err()
+                    .map(|e| e.status),
+                Some(400),
+                "{bad}"
+            );
+        }
+        // A deny list over nothing allowed holds trivially.
+        let deny = net(json!({"denyOut": ["10.0.0.0/8"]}));
+        assert_eq!(egress(None, deny, &[]).ok(), Some(vec![]));
     }
 
     #[test]

@@ -1190,8 +1190,25 @@ pub(super) async fn download(
             .ok_or_else(|| ApiError::bad_request("path: required"))?,
     )?;
     let data = crate::files::read(&e2b.st.service, &caller, &id, &path).await?;
+    if super::gzip::accepts_gzip(&h) {
+        let packed = tokio::task::spawn_blocking(move || super::gzip::gzip(&data))
+            .await
+            .map_err(|_| ApiError::internal("gzip task"))??;
+        return Ok((
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (header::CONTENT_ENCODING, "gzip"),
+                (header::VARY, "accept-encoding"),
+            ],
+            Body::from(packed),
+        )
+            .into_response());
+    }
     Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (header::VARY, "accept-encoding"),
+        ],
         Body::from(data),
     )
         .into_response())
@@ -1210,17 +1227,6 @@ pub(super) async fn upload(
     let h = req.headers().clone();
     let (caller, id) = e2b.sandbox(&h)?;
     check_user(&h, q.username.as_deref())?;
-    if h.get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
-    {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "compressed uploads are not accepted: upload without gzip",
-        )
-        .into());
-    }
     let ct = h
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -1233,6 +1239,21 @@ pub(super) async fn upload(
             "too_large",
             format!("uploads are limited to {max} bytes"),
         )
+    };
+    let req = if super::gzip::upload_is_gzip(&h)? {
+        // The body limit held for the packed bytes; the unpacked ones get the same cap.
+        let (mut parts, body) = req.into_parts();
+        let packed = axum::body::to_bytes(body, max)
+            .await
+            .map_err(|_| too_large())?;
+        let unpacked = tokio::task::spawn_blocking(move || super::gzip::gunzip(&packed, max))
+            .await
+            .map_err(|_| ApiError::internal("gunzip task"))??;
+        parts.headers.remove(header::CONTENT_ENCODING);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Request::from_parts(parts, Body::from(unpacked))
+    } else {
+        req
     };
     let mut out = Vec::new();
     if ct.starts_with("multipart/form-data") {

@@ -128,12 +128,9 @@ pub(super) async fn execute(
     let code = req
         .code
         .ok_or_else(|| ApiError::bad_request("code: required"))?;
-    if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(ApiError::bad_request(
-            "env_vars per execution are not supported by this server: give them as envs when creating the sandbox",
-        )
-        .into());
-    }
+    // A bad name is the request's fault: say so before the stream starts.
+    let env = req.env_vars.unwrap_or_default();
+    crate::types::check_env(&env)?;
     let (language, context) = match (req.context_id, req.language) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request("give context_id or language, not both").into())
@@ -165,6 +162,7 @@ pub(super) async fn execute(
                 code,
                 context: Some(context),
                 timeout: Some(crate::types::Amount::Number(max.as_secs_f64())),
+                env,
             },
             Some(tx),
             Some(HOME),

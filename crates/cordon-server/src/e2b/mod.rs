@@ -10,7 +10,9 @@
 
 mod control;
 mod envd;
+mod gzip;
 mod interp;
+pub(crate) mod openapi;
 mod watch;
 
 use std::collections::HashMap;
@@ -20,7 +22,7 @@ use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use serde_json::json;
 
@@ -103,6 +105,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
         .route("/sandboxes/{id}/metrics", get(control::metrics))
+        .route("/sandboxes/{id}/network", put(control::update_network))
         // envd (access token).
         .route("/health", get(envd::health))
         .route("/process.Process/{method}", post(envd::process))
@@ -254,6 +257,19 @@ impl E2b {
             return Err(ApiError::unauthorized(
                 "invalid access token for this sandbox",
             ));
+        }
+        // The token acts for the key that made the sandbox: a revoked key's tokens stop
+        // working, and their requests spend from that key's rate limit.
+        if !self.st.open {
+            match self.st.service.registry.key_by_id(&door.caller.key_id)? {
+                Some(rec) if !rec.revoked => crate::http::rate_limit(&self.st, &rec)?,
+                _ => {
+                    self.st.service.metrics.deny("bad_key");
+                    return Err(ApiError::unauthorized(
+                        "the API key this sandbox belongs to was revoked",
+                    ));
+                }
+            }
         }
         // A sandbox that ended since: its door closes with it.
         if self.st.service.get_live(&door.caller, id).is_err() {

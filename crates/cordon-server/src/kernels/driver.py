@@ -13,7 +13,11 @@ are pipes that the driver reads itself, so nothing user code prints (even protoc
 text), closes (sys.stdout.close(), os.close(1)) or redirects can reach or corrupt the
 protocol, and output of subprocesses is captured too.
 
-  in:   {"id": 7, "op": "execute", "code": "..."}      {"op": "shutdown"}   (EOF = shutdown)
+  in:   {"id": 7, "op": "execute", "code": "...", "env"?: {"NAME": "value"}}
+        {"op": "shutdown"}   (EOF = shutdown)
+        `env` holds for that cell only: python sets os.environ around the cell, node
+        process.env, bash runs the cell as `NAME=value source <cell>` (exported to the cell and
+        what it starts, the earlier values back afterwards).
   out:  {"type": "ready", "language": "python", "version": "3.11.2", "pid": 12}   (first line)
         {"id": 7, "type": "stream", "name": "stdout"|"stderr", "text": "..."}      (in order)
         {"id": 7, "type": "result", "is_main_result": true|false,
@@ -643,7 +647,7 @@ class PythonKernel:
                 self.emit_result(value, True)
                 _check_pending()
 
-    def run(self, rid, code, count):
+    def run(self, rid, code, count, env=None):
         status = "ok"
         fname = "<cell-%d>" % count
         linecache.cache[fname] = (len(code), None, _source_lines(code), fname)
@@ -735,8 +739,8 @@ class NodeKernel:
     def version(self):
         return self._version
 
-    def run(self, rid, code, count):
-        msg = json.dumps({"id": rid, "op": "execute", "code": code, "count": count})
+    def run(self, rid, code, count, env=None):
+        msg = json.dumps({"id": rid, "op": "execute", "code": code, "count": count, "env": env or {}})
         try:
             self.req.write(msg.encode("utf-8", "surrogatepass") + b"\n")
         except OSError:
@@ -831,7 +835,7 @@ class BashKernel:
         except OSError:
             raise ChildDied("bash")
 
-    def run(self, rid, code, count):
+    def run(self, rid, code, count, env=None):
         import tempfile
 
         # One file per cell, removed after it (bash says ".../cordon-cell-3-xxxx: line 2: ...").
@@ -841,7 +845,10 @@ class BashKernel:
                 f.write(code)
                 if code and not code.endswith("\n"):
                     f.write("\n")
-            self._send(self.run_cmd.replace("{file}", shlex.quote(path)))
+            # Assignments before `source` hold for the sourced file only and are exported.
+            names = [k for k in (env or {}) if k.isascii() and k.isidentifier()]
+            prefix = "".join("%s=%s " % (k, shlex.quote(env[k])) for k in names)
+            self._send(self.run_cmd.replace("source {file}", prefix + "source " + shlex.quote(path)))
             line = _readline(self.status)
         finally:
             try:
@@ -978,14 +985,29 @@ def main():
         S.pending = False
         pump.begin(rid)
         S.busy = lang != "python"  # the Python kernel marks exactly its user-code sections
+        env = req.get("env") or {}
+        if not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            env = {}
+        saved = None
+        if lang == "python" and env:
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
         try:
-            status = KERNEL.run(rid, req["code"], count)
+            status = KERNEL.run(rid, req["code"], count, env)
         except ChildDied:
             why, rc = KERNEL.describe_death()
             pump.sync(5.0)
             out.send({"id": rid, "type": "stream", "name": "stderr",
                       "text": "[cordon] %s; the context's state is lost\n" % why})
             os._exit(rc)
+        finally:
+            if saved is not None:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         S.busy = False
         pump.end()
         out.send({"id": rid, "type": "done", "status": status, "execution_count": count})

@@ -535,6 +535,15 @@
     const filename = `<cell-${req.count || cells}>`;
     let status = 'ok';
     let compiling = true;
+    // The cell's own variables: in process.env for it (and what it starts), the earlier
+    // values back after it.
+    const env = req.env && typeof req.env === 'object' ? req.env : {};
+    const saved = new Map();
+    for (const [k, v] of Object.entries(env)) {
+      if (typeof v !== 'string') continue;
+      saved.set(k, Object.prototype.hasOwnProperty.call(process.env, k) ? process.env[k] : undefined);
+      process.env[k] = v;
+    }
     try {
       const { script, wrapped } = compile(String(req.code), filename);
       compiling = false;
@@ -549,6 +558,11 @@
     } catch (e) {
       status = 'error';
       send(errorFrame(id, e, compiling));
+    } finally {
+      for (const [k, v] of saved) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
     }
     await flushStream(process.stdout);
     await flushStream(process.stderr);

@@ -42,6 +42,7 @@ impl Service {
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(&req.language)?;
         let context = req.context.clone().unwrap_or_else(|| "default".into());
+        crate::types::check_env(&req.env)?;
         let timeout = match &req.timeout {
             Some(t) => duration(t, "timeout")?,
             None => live.profile.limits.timeout,
@@ -55,7 +56,7 @@ impl Service {
             json!({"language": language, "context": context, "bytes": req.code.len()}),
         );
         let t0 = Instant::now();
-        let r = crate::kernel::run_cell(&live, &slot, &req.code, timeout, events).await;
+        let r = crate::kernel::run_cell(&live, &slot, &req.code, &req.env, timeout, events).await;
         self.metrics
             .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
         r

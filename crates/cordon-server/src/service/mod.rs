@@ -61,6 +61,10 @@ pub struct Config {
     pub images: ImagesConfig,
     /// What a request naming an image this node's store (`<data_dir>/images`) lacks gets.
     pub image_pull: ImagePull,
+    /// The egress allowlist an E2B sandbox gets when its create asks for internet access
+    /// (`allow_internet_access`, true by default in E2B's SDKs) without naming hosts
+    /// (`cordon serve --e2b-allow-net`); empty: no network.
+    pub e2b_allow_net: Vec<String>,
 }
 
 /// What `cordon serve` does with a request for an image its store does not have.

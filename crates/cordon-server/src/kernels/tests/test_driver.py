@@ -707,3 +707,30 @@ def test_bash_exit_ends_the_driver(sh):
     assert c.done is None and c.stdout == "bye\n"
     assert "bash exited with status 4" in c.stderr
     assert sh.proc.wait(10) == 4
+
+
+def _run_with_env(k, code, env):
+    k.next_id += 1
+    k.send({"id": k.next_id, "op": "execute", "code": code, "env": env})
+    return k.collect(k.next_id)
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript", "bash"])
+def test_cell_env_holds_for_that_cell_only(kernel_factory, lang):
+    """`env` on an execute request: the cell and what it starts see the variables; the next
+    cell sees the earlier values again (an existing variable restored, a new one gone)."""
+    if lang == "javascript" and shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    k = kernel_factory(lang, env={"KEPT": "outer"})
+    show = {
+        "python": "import os, subprocess\nprint(os.environ.get('KEPT'), os.environ.get('NEW'), subprocess.run(['sh', '-c', 'echo $NEW'], capture_output=True, text=True).stdout.strip())",
+        "javascript": "console.log(process.env.KEPT, String(process.env.NEW), require('child_process').execSync('echo $NEW').toString().trim())",
+        "bash": "echo \"$KEPT ${NEW-None} $(sh -c 'echo $NEW')\"",
+    }[lang]
+    c = _run_with_env(k, show, {"KEPT": "inner", "NEW": "a 'quoted' $(value)"})
+    assert c.status == "ok", c.msgs
+    assert c.stdout == "inner a 'quoted' $(value) a 'quoted' $(value)\n", c.stdout
+    after = k.execute(show)
+    assert after.status == "ok", after.msgs
+    none = "undefined" if lang == "javascript" else "None"
+    assert after.stdout.split()[:2] == ["outer", none], after.stdout
