@@ -59,7 +59,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "MkdirRequest": (lambda: _core.mkdir_body("/workspace/d", False), lambda: _core.mkdir_body("d", True)),
     "MoveRequest": (lambda: _core.move_body("a", "b"), lambda: _core.move_body("a", "b")),
     "CodeRequest": (
-        lambda: _core.code_body("1 + 1", "python", "ctx", "5s"),
+        lambda: _core.code_body("1 + 1", "python", "ctx", "5s", {"A": "b"}),
         lambda: _core.code_body("1", "python", None, None),
     ),
     "NewContext": (lambda: _core.context_body("bash", "ctx"), lambda: _core.context_body("python", "default")),

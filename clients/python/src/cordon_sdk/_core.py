@@ -432,7 +432,13 @@ def move_body(src: str, dst: str) -> Dict[str, Any]:
     return {"from": src, "to": dst}
 
 
-def code_body(code: str, language: str, context: Optional[str], timeout: Optional[Duration]) -> Dict[str, Any]:
+def code_body(
+    code: str,
+    language: str,
+    context: Optional[str],
+    timeout: Optional[Duration],
+    env: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
     """``POST /v1/sandboxes/{id}/code``."""
     if not isinstance(code, str):
         raise TypeError(f"code: expected a string, got {type(code).__name__}")
@@ -441,6 +447,8 @@ def code_body(code: str, language: str, context: Optional[str], timeout: Optiona
         body["context"] = context
     if timeout is not None:
         body["timeout"] = duration_json(timeout, "timeout")
+    if env:
+        body["env"] = _str_map(env, "env")
     return body
 
 

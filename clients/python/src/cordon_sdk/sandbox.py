@@ -424,6 +424,7 @@ class Code:
         language: str = "python",
         context: Optional[str] = None,
         timeout: Optional[Duration] = None,
+        env: Optional[Mapping[str, Any]] = None,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         on_result: Optional[ResultCallback] = None,
@@ -436,9 +437,10 @@ class Code:
         as ``image/png``: ``result.results[0].png``). With any ``on_*`` callback the cell is
         streamed: output text, each result and the error reach the callbacks as they happen.
         ``timeout`` limits the cell (Python is interrupted and keeps its state); the
-        sandbox's default applies without it.
+        sandbox's default applies without it. ``env`` sets environment variables for this
+        cell only: the next cell sees the context's environment as it was.
         """
-        body = _core.code_body(code, language, context, timeout)
+        body = _core.code_body(code, language, context, timeout, env)
         http_timeout = _core.exec_timeout(self._sb._http.timeout, timeout)
         path = self._sb._path + "/code"
         if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
