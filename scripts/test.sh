@@ -9,7 +9,9 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
-  for p in bubblewrap curl nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas; do
+  # clang, lld, wasi-libc, libclang-rt-dev-wasm32: the wasm suites build their modules from C.
+  for p in bubblewrap curl nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas \
+      clang lld wasi-libc libclang-rt-dev-wasm32; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then

@@ -136,6 +136,9 @@ impl GuestEnd {
                 oom_kills: 1,
                 ..facts
             }),
+            GuestEnd::Trap(msg) if msg.starts_with("wasm trap") => {
+                error_ending(facts, msg.clone(), TRAP_EXIT)
+            }
             GuestEnd::Trap(msg) => error_ending(facts, format!("wasm trap: {msg}"), TRAP_EXIT),
             GuestEnd::Invalid(msg) => error_ending(facts, msg.clone(), INVALID_EXIT),
             GuestEnd::Setup(msg) => error_ending(

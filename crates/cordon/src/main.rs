@@ -13,6 +13,7 @@ mod check;
 mod mcp;
 mod run;
 mod run_egress;
+mod run_wasm;
 mod sandbox_args;
 mod serve;
 
@@ -61,6 +62,10 @@ fn cordon_main() -> i32 {
     // anything can start a thread: it forks the sandbox.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
         return cordon_linux::persistent::helper_main().clamp(0, 255);
+    }
+    // The wasm runtime inside a sandbox (cordon_wasm::confined).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__wasm") {
+        return run_wasm::inner_main().clamp(0, 255);
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
         return serve::oneshot_main().clamp(0, 255);

@@ -10,7 +10,7 @@ use cordon_policy::outcome::exit;
 use cordon_policy::units::{format_duration, format_size};
 use cordon_policy::{LimitHit, Limits, Outcome};
 
-use crate::sandbox_args::SandboxArgs;
+use crate::sandbox_args::{BackendArgs, SandboxArgs};
 
 #[derive(Args, Debug)]
 #[command(
@@ -24,6 +24,8 @@ cordon run --workspace ./job --env API_URL=http://x -- python3 job.py"
 pub struct RunArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print one JSON Outcome on stdout instead of streaming the program's output.
     #[arg(long)]
     json: bool,
@@ -70,9 +72,29 @@ pub fn main(a: RunArgs) -> i32 {
         None
     };
     let limits = profile.limits.clone();
+    // A WebAssembly module runs in the wasm runtime, itself the payload of this process
+    // sandbox (see cordon_wasm::confined).
+    let wasm = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
+        Ok(Some(module)) => match crate::run_wasm::prepare(&profile, &module, &a.command) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return exit::CORDON_FAILED;
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return exit::CORDON_FAILED;
+        }
+    };
+    let (profile, argv) = match &wasm {
+        Some(w) => (w.profile.clone(), w.argv.clone()),
+        None => (profile, a.command.clone()),
+    };
     let req = RunRequest {
         profile,
-        argv: a.command.clone(),
+        argv,
         cwd: a.cwd.clone(),
         env: BTreeMap::new(),
         stdin,
@@ -83,7 +105,15 @@ pub fn main(a: RunArgs) -> i32 {
         },
         egress,
     };
-    match cordon_linux::run(req) {
+    let ran = cordon_linux::run(req).map(|o| match wasm {
+        Some(w) => w.finish(o),
+        None => {
+            let mut o = o;
+            o.enforcement.backend = Some(cordon_policy::Backend::Process);
+            o
+        }
+    });
+    match ran {
         Ok(outcome) => {
             if a.json {
                 match serde_json::to_string(&outcome) {

@@ -154,3 +154,20 @@ impl SandboxArgs {
         Ok(p)
     }
 }
+
+/// What runs the command: `cordon run`'s `--backend`.
+#[derive(Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// auto: a WebAssembly module (recognised by its first bytes, \0asm) runs in the wasm
+    /// runtime, anything else as a process; process or wasm to choose. The wasm runtime itself
+    /// runs inside the process sandbox's layers.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Process,
+    Wasm,
+}

@@ -1,0 +1,99 @@
+//! `cordon run` of a WebAssembly module: which backend, and the wiring of cordon-wasm's
+//! confined run around the process engine.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use cordon_policy::Profile;
+use cordon_wasm::cache::{self, Cache};
+use cordon_wasm::confined::{self, Prepared};
+
+use crate::sandbox_args::BackendChoice;
+
+/// The host file `cmd` names, if it is one: relative to the current directory, else to the
+/// workspace (where the process backend would look for `./tool` inside the sandbox).
+fn host_file(cmd: &str, profile: &Profile) -> Option<PathBuf> {
+    let p = Path::new(cmd);
+    if p.is_file() {
+        return Some(p.to_path_buf());
+    }
+    if p.is_relative() {
+        if let Some(ws) = &profile.workspace {
+            let q = ws.join(p);
+            if q.is_file() {
+                return Some(q);
+            }
+        }
+    }
+    None
+}
+
+fn starts_like_wasm(path: &Path) -> bool {
+    let mut head = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && cordon_wasm::is_wasm(&head)
+}
+
+/// The module to run in the wasm backend, or `None` for a process run.
+pub fn module_for(
+    choice: BackendChoice,
+    command: &[String],
+    profile: &Profile,
+) -> Result<Option<PathBuf>, String> {
+    let Some(cmd) = command.first() else {
+        return Ok(None);
+    };
+    match choice {
+        BackendChoice::Process => Ok(None),
+        BackendChoice::Auto => Ok(host_file(cmd, profile).filter(|p| starts_like_wasm(p))),
+        BackendChoice::Wasm => {
+            let path = host_file(cmd, profile).ok_or_else(|| {
+                format!("--backend wasm: {cmd}: no such file (give the module's path on this host)")
+            })?;
+            if !starts_like_wasm(&path) {
+                return Err(format!(
+                    "--backend wasm: {cmd} is not a WebAssembly module (it does not start with \\0asm)"
+                ));
+            }
+            Ok(Some(path))
+        }
+    }
+}
+
+/// Prepares the confined run of `module`; the caller runs `prepared.profile` and
+/// `prepared.argv` with the process engine and hands the Outcome to `prepared.finish`.
+pub fn prepare(profile: &Profile, module: &Path, command: &[String]) -> Result<Prepared, String> {
+    if profile.network.is_enabled() {
+        return Err(
+            "--allow-net: a WebAssembly module has no network (WASI sockets are refused), so \
+             an egress allowlist cannot apply; run it without --allow-net"
+                .into(),
+        );
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find cordon's own binary to run the wasm runtime: {e}"))?;
+    let cache = match cache::default_dir().map(|d| Cache::open(&d)) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("cordon: {e}; compiling without a cache");
+            None
+        }
+        None => None,
+    };
+    let argv0 = command.first().map(String::as_str).unwrap_or_default();
+    let args = command.get(1..).unwrap_or_default();
+    confined::prepare(profile, module, argv0, args, &exe, cache).map_err(|e| e.to_string())
+}
+
+/// `cordon __wasm SPEC`: the runtime inside the sandbox.
+pub fn inner_main() -> i32 {
+    match std::env::args().nth(2) {
+        Some(spec) => confined::inner_main(&spec),
+        None => {
+            eprintln!("cordon: __wasm needs its spec");
+            cordon_policy::outcome::exit::CORDON_FAILED
+        }
+    }
+}
