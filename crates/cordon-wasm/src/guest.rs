@@ -566,7 +566,7 @@ async fn run_module(
     }
     let instance = match linker.instantiate_async(&mut *store, module).await {
         Ok(i) => i,
-        Err(e) => return failed(e, "cannot instantiate the module"),
+        Err(e) => return failed(e, "cannot instantiate the module", true),
     };
     let start = match instance.get_typed_func::<(), ()>(&mut *store, "_start") {
         Ok(f) => f,
@@ -580,7 +580,7 @@ async fn run_module(
     };
     match start.call_async(&mut *store, ()).await {
         Ok(()) => GuestEnd::Exited(0),
-        Err(e) => failed(e, "the module failed"),
+        Err(e) => failed(e, "the module failed", false),
     }
 }
 
@@ -601,17 +601,19 @@ async fn run_component(
     .await
     {
         Ok(c) => c,
-        Err(e) => return failed(e, "cannot instantiate the component"),
+        Err(e) => return failed(e, "cannot instantiate the component", true),
     };
     match command.wasi_cli_run().call_run(&mut *store).await {
         Ok(Ok(())) => GuestEnd::Exited(0),
         Ok(Err(())) => GuestEnd::Exited(1),
-        Err(e) => failed(e, "the component failed"),
+        Err(e) => failed(e, "the component failed", false),
     }
 }
 
-/// What an error out of instantiation or the guest's code means.
-fn failed(e: wasmtime::Error, context: &str) -> GuestEnd {
+/// What an error out of instantiation or the guest's code means. Past the limits, exits and
+/// traps, an error while instantiating is the binary's fault (an import the host does not
+/// provide, no `wasi:cli/run` export): it cannot be run.
+fn failed(e: wasmtime::Error, context: &str, instantiating: bool) -> GuestEnd {
     if let Some(exit) = e.downcast_ref::<I32Exit>() {
         return GuestEnd::Exited(exit.0);
     }
@@ -631,7 +633,7 @@ fn failed(e: wasmtime::Error, context: &str) -> GuestEnd {
         return GuestEnd::Trap(format!("{trap}{place}"));
     }
     let message = chain(&e);
-    if message.contains("unknown import") || message.contains("matching implementation") {
+    if instantiating {
         return GuestEnd::Invalid(format!("{context}: {message}"));
     }
     GuestEnd::Trap(format!("{context}: {message}"))

@@ -11,6 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use common::*;
 
@@ -476,4 +477,140 @@ fn both_backends_give_the_same_outcome_fields() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The runtime process, seen from the host while it runs a guest: `(pid, status text)`.
+fn find_runtime(marker: &str) -> Option<(u32, String)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_runtime = args.get(1) == Some(&&b"__wasm"[..])
+            && args
+                .get(2)
+                .is_some_and(|spec| String::from_utf8_lossy(spec).contains(marker));
+        if is_runtime {
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            return Some((pid, status));
+        }
+    }
+    None
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+        .unwrap_or("?")
+}
+
+/// Checked from outside while a guest spins: wasmtime and its compiler run as the payload of
+/// a process sandbox, with every layer of one: seccomp, no_new_privs, no capabilities, an
+/// unprivileged identity, its own namespaces.
+#[test]
+fn the_runtime_itself_runs_confined() {
+    let marker = unique("confined");
+    let running = Cmd::cordon()
+        .env(
+            "CORDON_WASM_CACHE",
+            built().cache.to_str().unwrap_or_default(),
+        )
+        .args(["run", "--json", "--timeout", "4s", "--"])
+        .arg(&built().wasm)
+        .args(["spin", &marker])
+        .spawn();
+    let t = std::time::Instant::now();
+    let found = loop {
+        if let Some(f) = find_runtime(&marker) {
+            break f;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "no runtime process with {marker} in its spec"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (pid, status) = found;
+    assert_eq!(status_field(&status, "Seccomp:"), "2", "{status}");
+    assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
+    assert_eq!(
+        status_field(&status, "CapEff:"),
+        "0000000000000000",
+        "{status}"
+    );
+    let uid: u32 = status_field(&status, "Uid:")
+        .split_whitespace()
+        .next()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(0);
+    assert_ne!(uid, 0, "the runtime runs as host root: {status}");
+    if is_root() {
+        assert!(uid >= 2_000_000_000, "{status}");
+    }
+    for ns in ["user", "pid", "mnt", "net", "ipc"] {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
+        match (theirs, ours) {
+            (Ok(t), Ok(o)) => assert_ne!(t, o, "the runtime shares the host's {ns} namespace"),
+            // Not even allowed to look: it is not ours to inspect, which is the point.
+            (Err(e), _) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+            (t, o) => panic!("{ns}: {t:?} / {o:?}"),
+        }
+    }
+    let o = running.wait().outcome();
+    assert_eq!(o.status(), "timeout", "{o}");
+}
+
+/// Code compiled inside a sandbox is cached by the supervisor (tagged with its key) and used
+/// by the next run; a tampered entry is not used, and is replaced.
+#[test]
+fn compiled_code_is_cached_and_checked() {
+    let cache = HostDir::new("wasm-cache");
+    let go = |args: &[&str]| {
+        Cmd::cordon()
+            .env("CORDON_WASM_CACHE", cache.str())
+            .args(["run", "--json", "--"])
+            .arg(&built().wasm)
+            .args(args.iter().copied())
+            .run()
+            .outcome()
+    };
+    let entries = || -> Vec<PathBuf> {
+        std::fs::read_dir(&cache.path)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cold = go(&["hello", "cold"]);
+    assert_eq!(cold.stdout(), "hello from wasm [cold]\n", "{cold}");
+    let stored = entries();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let warm = go(&["hello", "warm"]);
+    assert_eq!(warm.stdout(), "hello from wasm [warm]\n", "{warm}");
+    assert!(
+        warm.usage("cpu_user_ms") < cold.usage("cpu_user_ms"),
+        "the warm run compiled again: cold {cold}\nwarm {warm}"
+    );
+    let mut bytes = std::fs::read(&stored[0]).unwrap_or_default();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 32] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&stored[0], &bytes).unwrap_or_default();
+    let o = go(&["hello", "tampered"]);
+    assert_eq!(o.stdout(), "hello from wasm [tampered]\n", "{o}");
+    assert_ne!(
+        std::fs::read(&stored[0]).unwrap_or_default(),
+        bytes,
+        "the tampered entry was kept"
+    );
 }
