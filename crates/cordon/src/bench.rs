@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Skip the `cordon serve` part (persistent sandboxes and code cells over HTTP).
     #[arg(long)]
     no_serve: bool,
+    /// Skip the WebAssembly part (a cached module against native code and a process sandbox).
+    #[arg(long)]
+    no_wasm: bool,
 }
 
 struct Variant {
@@ -30,8 +33,8 @@ struct Variant {
 /// One cold start, timed twice: until the command exits (what a caller waits for) and until
 /// every process it started is gone (bubblewrap exits before its sandbox's pid 1 has torn the
 /// namespaces down; cordon waits for that, so that nothing of the sandbox outlives it).
-struct Sample {
-    exited: Duration,
+pub(crate) struct Sample {
+    pub exited: Duration,
     gone: Duration,
     /// User + system CPU of the whole tree.
     cpu: Duration,
@@ -80,7 +83,7 @@ fn bwrap_argv(cmd: &[&str]) -> Vec<String> {
     v
 }
 
-fn time_once(argv: &[String]) -> Result<Sample, String> {
+pub(crate) fn time_once(argv: &[String]) -> Result<Sample, String> {
     let start = Instant::now();
     let child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -111,16 +114,16 @@ fn median(v: &mut [Duration]) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
+pub(crate) fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
     let mut v: Vec<Duration> = samples.iter().map(f).collect();
     median(&mut v)
 }
 
-fn ratio(a: Duration, b: Duration) -> f64 {
+pub(crate) fn ratio(a: Duration, b: Duration) -> f64 {
     ms(a) / ms(b).max(1e-9)
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -255,6 +258,15 @@ pub fn main(a: BenchArgs) -> i32 {
                     ratio(cordon.gone, b.gone),
                     ratio(cordon.cpu, b.cpu)
                 );
+            }
+        }
+    }
+    if !a.no_wasm {
+        match crate::bench_wasm::bench(&me, a.iterations, a.json) {
+            Ok(v) => report.push(v),
+            Err(e) => {
+                eprintln!("cordon bench: wasm part: {e}");
+                return 125;
             }
         }
     }

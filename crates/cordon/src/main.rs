@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod bench;
+mod bench_wasm;
 mod check;
 mod mcp;
 mod run;
