@@ -125,6 +125,9 @@ pub struct RunRequest {
     pub cwd: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub network: Option<NetworkPolicy>,
+    /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
+    /// one-shot sandbox, with `cmd` as its argv (`cmd[0]` names it).
+    pub wasm: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -87,6 +87,42 @@ pub fn prepare(profile: &Profile, module: &Path, command: &[String]) -> Result<P
     confined::prepare(profile, module, argv0, args, &exe, cache).map_err(|e| e.to_string())
 }
 
+/// Prepares the confined run of a module handed over as base64 (the server's one-shot runs):
+/// the bytes go to a private temporary file that `prepare` reads (and copies) before it
+/// returns.
+pub fn prepare_bytes(profile: &Profile, b64: &str, argv: &[String]) -> Result<Prepared, String> {
+    use base64::Engine;
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| format!("wasm: not base64: {e}"))?;
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-wasm-upload-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("module.wasm");
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&bytes));
+    let prepared = written
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|()| prepare(profile, &path, argv));
+    let _ = std::fs::remove_dir_all(&dir);
+    prepared
+}
+
 /// `cordon __wasm SPEC`: the runtime inside the sandbox.
 pub fn inner_main() -> i32 {
     match std::env::args().nth(2) {

@@ -239,9 +239,26 @@ pub fn oneshot_main() -> i32 {
     } else {
         None
     };
+    // A module from the request: written where only this runner reads it, then run like
+    // `cordon run -- MODULE` (the runtime inside the sandbox).
+    let mut wasm = None;
+    let (profile, argv) = match &req.wasm {
+        Some(b64) => match crate::run_wasm::prepare_bytes(&req.profile, b64, &req.argv) {
+            Ok(w) => {
+                let pa = (w.profile.clone(), w.argv.clone());
+                wasm = Some(w);
+                pa
+            }
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return 125;
+            }
+        },
+        None => (req.profile, req.argv),
+    };
     let run = cordon_linux::RunRequest {
-        profile: req.profile,
-        argv: req.argv,
+        profile,
+        argv,
         cwd: req.cwd,
         env: req.env,
         stdin: match req.stdin {
@@ -251,7 +268,11 @@ pub fn oneshot_main() -> i32 {
         output: cordon_linux::OutputMode::Capture,
         egress,
     };
-    match cordon_linux::run(run) {
+    let ran = cordon_linux::run(run).map(|o| match wasm {
+        Some(w) => w.finish(o),
+        None => o,
+    });
+    match ran {
         Ok(o) => match serde_json::to_string(&o) {
             Ok(s) => {
                 println!("{s}");
