@@ -343,32 +343,88 @@ impl Prepared {
 /// the guest's exit code (or the CLI's code for how it ended otherwise).
 pub fn inner_main(spec: &str) -> i32 {
     let started = Instant::now();
-    let end = match serde_json::from_str::<Spec>(spec) {
-        Ok(spec) => run_inner(spec, started),
+    let (end, compiled) = match serde_json::from_str::<Spec>(spec) {
+        Ok(spec) => {
+            let _watchdog = Watchdog::start(started + spec.limits.timeout);
+            run_inner(spec, started)
+        }
         Err(e) => (
             GuestEnd::Setup(format!("the wasm runtime got a bad spec: {e}")),
             0,
         ),
     };
-    let (end, compiled) = end;
-    let report = Report { end, compiled };
+    report_once(&Report { end, compiled })
+}
+
+/// Whether the report was written (by the guest's end or by the watchdog): only the first
+/// writes it.
+static REPORTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Writes the report unless it was written already, and returns the exit code to leave with.
+fn report_once(report: &Report) -> i32 {
+    let mut done = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        // The watchdog reported a timeout and is ending the process.
+        drop(done);
+        loop {
+            std::thread::park();
+        }
+    }
+    *done = true;
     let code = match &report.end {
         GuestEnd::Exited(c) => *c,
         other => other.ending(false).exit_code.unwrap_or(125),
     };
-    match serde_json::to_vec(&report) {
-        Ok(json) => {
-            if let Err(e) = std::fs::write(Path::new(DIR).join(REPORT), json) {
-                eprintln!("cordon: the wasm runtime cannot write its report: {e}");
-                return cordon_policy::outcome::exit::CORDON_FAILED;
-            }
-        }
-        Err(e) => {
-            eprintln!("cordon: the wasm runtime cannot encode its report: {e}");
-            return cordon_policy::outcome::exit::CORDON_FAILED;
-        }
+    let written = serde_json::to_vec(report)
+        .map_err(|e| e.to_string())
+        .and_then(|json| {
+            std::fs::write(Path::new(DIR).join(REPORT), json).map_err(|e| e.to_string())
+        });
+    if let Err(e) = written {
+        eprintln!("cordon: the wasm runtime cannot write its report: {e}");
+        return cordon_policy::outcome::exit::CORDON_FAILED;
     }
     code
+}
+
+/// A guest blocked in a host call (a read from a pipe that never ends) sees no epoch: past
+/// its deadline (and a little more, for a guest about to notice by itself), the watchdog
+/// reports the timeout and ends the runtime, instead of the process sandbox's backstop
+/// [`GRACE`] later.
+struct Watchdog {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+}
+
+/// How long past the deadline a guest may take to stop by itself.
+const WATCHDOG_SLACK: Duration = Duration::from_millis(200);
+
+impl Watchdog {
+    fn start(deadline: Instant) -> Watchdog {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("cordon-wasm-watchdog".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let wait = deadline.saturating_duration_since(Instant::now()) + WATCHDOG_SLACK;
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(wait) {
+                    let code = report_once(&Report {
+                        end: GuestEnd::Timeout,
+                        compiled: 0,
+                    });
+                    std::process::exit(code);
+                }
+            });
+        Watchdog {
+            // Without a watchdog thread, the process sandbox's backstop still holds.
+            stop: spawned.ok().map(|_| tx),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+    }
 }
 
 fn run_inner(spec: Spec, started: Instant) -> (GuestEnd, u64) {

@@ -614,3 +614,34 @@ fn compiled_code_is_cached_and_checked() {
         "the tampered entry was kept"
     );
 }
+
+/// A module blocked in a read that never returns sees no epoch; the runtime's watchdog still
+/// ends it at its timeout (not at the process sandbox's backstop, 2 s later).
+#[test]
+fn a_module_blocked_on_stdin_times_out_on_time() {
+    let d = HostDir::new("wasm-fifo");
+    let fifo = d.join("stdin");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    // A writer that never writes, so that reading never ends.
+    let _writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .expect("open the fifo");
+    let o = tool(
+        &[
+            "--stdin",
+            fifo.to_str().unwrap_or_default(),
+            "--timeout",
+            "1s",
+        ],
+        &["stdin"],
+    );
+    assert_eq!(o.status(), "timeout", "{o}");
+    assert_eq!(o.limits_hit(), ["wall_time"], "{o}");
+    assert!(
+        o.usage("wall_ms") < 2500,
+        "the backstop ended it, not the runtime: {o}"
+    );
+}
