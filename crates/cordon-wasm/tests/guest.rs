@@ -17,6 +17,14 @@ fn profile() -> Profile {
     p
 }
 
+/// One compiled-code cache for the suite: each module compiles once, not once per test (the
+/// cache itself is tested on a directory of its own below).
+fn shared_cache() -> Cache {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| scratch("shared-cache"));
+    Cache::open(dir).unwrap()
+}
+
 fn req(p: &Profile, module: Vec<u8>, args: &[&str]) -> WasmRequest {
     WasmRequest {
         profile: p.clone(),
@@ -27,7 +35,7 @@ fn req(p: &Profile, module: Vec<u8>, args: &[&str]) -> WasmRequest {
             .collect(),
         stdin: GuestStdin::Empty,
         echo: false,
-        cache: None,
+        cache: Some(shared_cache()),
     }
 }
 
