@@ -379,8 +379,12 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries.
-pub const MAX_FDS: usize = 4;
+/// Most fds one message carries. `Confined` carries one per watched scratch tmpfs (/tmp,
+/// /dev/shm, the home directory, a tmpfs /workspace) and, without a cgroup, the sandbox's
+/// /proc: five. At 4, a rootless init's `Confined` was refused ("too many fds") and never
+/// sent, so a rootless run reported no layer, watched nothing, and a persistent sandbox never
+/// finished its setup.
+pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
 pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
