@@ -54,6 +54,29 @@ install -d "$dir"
 [ "$bin" -ef "$dest" ] || install -m 0755 "$bin" "$dest"
 echo "== installed $dest"
 
+# Where AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later), cordon needs
+# its profile (packaging/apparmor/cordon), which lets cordon — and nothing else — create them.
+# Only root can load it, and it must name a path only root can write.
+restrict=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+if [ "$(cat "$restrict" 2>/dev/null)" = 1 ]; then
+  profile=$(<packaging/apparmor/cordon)
+  if [ "$(id -u)" -eq 0 ] && command -v apparmor_parser >/dev/null; then
+    case "$dest" in
+      /usr/local/bin/cordon | /usr/bin/cordon) ;;
+      *) profile=${profile//'/{usr/local/bin,usr/bin}/cordon'/\"$dest\"} ;;
+    esac
+    printf '%s\n' "$profile" >/etc/apparmor.d/cordon
+    chmod 0644 /etc/apparmor.d/cordon
+    apparmor_parser -r /etc/apparmor.d/cordon
+    echo "== AppArmor: /etc/apparmor.d/cordon loaded (lets $dest create user namespaces)"
+  else
+    echo "AppArmor restricts unprivileged user namespaces here ($restrict = 1): cordon needs its profile." >&2
+    echo "Install cordon as root (sudo ./scripts/install.sh), which loads it, or load it yourself:" >&2
+    echo "  sudo install -m 0644 $PWD/packaging/apparmor/cordon /etc/apparmor.d/cordon && sudo apparmor_parser -r /etc/apparmor.d/cordon" >&2
+    echo "(it applies to /usr/local/bin/cordon and /usr/bin/cordon; a path you can write, such as $dest, would hand user namespaces to anything put there)" >&2
+  fi
+fi
+
 echo "== cordon check"
 "$dest" check
 echo "== a sandboxed run (default profile: no network, read-only system, 512M, 30s)"

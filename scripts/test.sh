@@ -9,9 +9,16 @@ repo=$PWD
 
 if [ "$(id -u)" -eq 0 ]; then
   pkgs=()
+  # docker-registry, umoci, skopeo, busybox-static, apache2-utils (htpasswd): the image tests
+  # build images, push them to a loopback registry and pull them (crates/cordon/tests/image.rs).
   # clang, lld, wasi-libc, libclang-rt-dev-wasm32: the wasm suites build their modules from C.
-  for p in bubblewrap curl nodejs python3-venv python3-pip python3-numpy python3-matplotlib python3-pandas \
-      clang lld wasi-libc libclang-rt-dev-wasm32; do
+  # jq: the README's curl walk-through (crates/cordon/tests/http_contract.rs).
+  # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user: the aarch64 build and its
+  # emulated unit tests below (x86_64 hosts).
+  cross=(); [ "$(uname -m)" = x86_64 ] && cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+  for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
+    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils \
+    clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then
@@ -28,9 +35,35 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 command -v cargo-machete >/dev/null || cargo install --locked --quiet cargo-machete --version 0.9.2
 cargo machete
 
+aarch64_target() {
+  rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
+    || rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1
+}
+if [ "$(uname -m)" = x86_64 ] && command -v aarch64-linux-gnu-gcc >/dev/null && aarch64_target; then
+  # aarch64: the whole workspace (tests included) must build and pass clippy with that
+  # target's syscall numbers, and the seccomp filter's unit tests run under qemu-aarch64 user
+  # emulation (its verdicts against seccompiler's aarch64 program, its numbers against the
+  # kernel's asm-generic table). qemu-user emulates no namespaces, seccomp or Landlock, so no
+  # sandbox runs here: the README says what has and has not run on aarch64.
+  echo "== aarch64: build, clippy, and the seccomp tables under emulation"
+  export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+  cargo clippy --locked --target aarch64-unknown-linux-gnu --workspace --all-targets -- -D warnings
+  cargo test --locked --target aarch64-unknown-linux-gnu -p cordon-linux --lib -- seccomp:: detect::tests mounts::tests
+  cargo test --locked --target aarch64-unknown-linux-gnu -p cordon-policy
+else
+  # Then only the x86_64 tables are checked against the kernel's numbers (the unit tests
+  # above); the aarch64 ones wait for a machine with the cross target.
+  echo "== aarch64: skipped (no aarch64 Rust target or cross compiler can be had on this machine)"
+fi
+
 echo "== Rust tests (as $(id -un))"
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace -- --test-threads=4
+# The filesystem attack suite again with cordon inside a container's layout (Docker's
+# /etc/hostname, /etc/hosts, /etc/resolv.conf bound over the host's: see tests/common/hosts.rs).
+CORDON_TEST_HOST=container cargo test --locked -p cordon --test fs -- --test-threads=4
 
 if [ "$(id -u)" -eq 0 ]; then
   # The same integration suites, run by an unprivileged account (rootless mode).
@@ -49,16 +82,25 @@ for line in sys.stdin:
     echo "-- $(basename "$b")"
     (cd /tmp && runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp TMPDIR=/tmp "$b" --test-threads=4)
   done
+  for b in $bins; do
+    case "$(basename "$b")" in fs-*) ;; *) continue ;; esac
+    echo "-- $(basename "$b") in a container's layout"
+    (cd /tmp && runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
+      CORDON_TEST_HOST=container "$b" --test-threads=4)
+  done
 fi
 
 echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
 venv=$(mktemp -d)/venv
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
+
+echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
+scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 
 echo "== the release binary, as installed (statically linked on glibc hosts)"
 bin=$(./scripts/build-release.sh)

@@ -22,6 +22,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +36,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "clients"))
+import payloads  # noqa: E402  (clients/payloads.py: the programs every door is tested with)
 TOOLS = {"run_code", "run_command", "run_wasm", "read_file", "write_file", "list_files", "reset_sandbox"}
 CALL_TIMEOUT = 120  # seconds for one whole test's MCP conversation
 
@@ -777,3 +780,51 @@ def test_stdio_profile_file_workspace_network_and_limits():
     finally:
         up.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The four shared payloads (clients/payloads.json) through `run_command`: the same ending as
+# through `cordon run` and HTTP `exec` (crates/cordon/tests/exec_limits.rs), the limits given to
+# `cordon mcp` with `cordon run`'s flags.
+
+
+def split_output(text: str) -> tuple[str, str]:
+    """stdout and stderr out of run_command's text ("...stdout:\nOUT[\n[truncated]]\nstderr:\nERR")."""
+    _, _, rest = text.partition("stdout:\n")
+    out, sep, err = rest.rpartition("\nstderr:\n")
+    assert sep, f"no stderr section in {text[:500]!r}"
+    cut = "\n[truncated]"
+    return out.removesuffix(cut), err.removesuffix(cut)
+
+
+@pytest.mark.parametrize("key", payloads.KEYS)
+def test_stdio_run_command_ends_each_payload_as_every_door_does(key: str):
+    data_dir = tempfile.mkdtemp(prefix="cordon-mcp-limits-")
+    tag = payloads.marker(key)
+
+    async def main():
+        params = StdioServerParameters(
+            command=cordon_bin(), args=["mcp", "--data-dir", data_dir, *payloads.cli_flags(key)]
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r = await call(session, "run_command", command=payloads.shell(key, tag))
+                # Checked while the session (and its sandbox) still lives: the command's end
+                # took everything it started.
+                payloads.assert_none_left(tag)
+                facts = _a(r, "structured_content", "structuredContent")
+                assert OUTCOME_FACTS <= set(facts), set(facts) ^ OUTCOME_FACTS
+                out, err = split_output(texts(r))
+                payloads.check_ending(key, facts, out, err)
+                ok = (facts["status"], facts["exit_code"]) == ("exited", 0)
+                assert is_error(r) == (not ok), texts(r)[:500]
+                # The text a model reads names each limit hit, and only those.
+                lines = texts(r).splitlines()
+                said = [line.split(" ")[2] for line in lines if line.startswith("limit hit: ")]
+                assert said == facts["limits_hit"], texts(r)[:500]
+
+    try:
+        run(main)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -11,6 +11,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -23,6 +24,9 @@ import pytest
 from cordon_sdk import Sandbox
 
 REPO = Path(__file__).resolve().parents[3]
+# clients/payloads.py: the programs every door (CLI, HTTP, MCP, SDK) is tested with.
+sys.path.insert(0, str(REPO / "clients"))
+import payloads  # noqa: E402,F401
 SERVING = re.compile(r"cordon serving on (http://\S+)")
 API_KEY = re.compile(r"API key \(([^,]+), shown once\): (\S+)")
 START_TIMEOUT = 30.0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import re
 import struct
@@ -27,7 +28,7 @@ from cordon_sdk import (
     SandboxError,
 )
 
-from .conftest import Server
+from .conftest import Server, payloads
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -164,6 +165,48 @@ def test_background_command_waited_on_and_signalled(conn: Dict[str, Any]) -> Non
         assert (o3.status, o3.signal) == ("signaled", 9)
         with pytest.raises(NotFoundError):
             sb.commands.connect("nope")
+
+
+# ---- limits: the four shared payloads ------------------------------------------------------
+# clients/payloads.json holds the programs the CLI, HTTP exec and MCP tests run too; each, in a
+# sandbox created with its limits, ends through the SDK as through every other door
+# (clients/payloads.py has the expectations, those of crates/cordon/tests/exec_limits.rs).
+
+
+@pytest.mark.parametrize("key", payloads.KEYS)
+def test_each_payload_ends_as_through_every_door(conn: Dict[str, Any], key: str) -> None:
+    p = payloads.PAYLOADS[key]
+    tag = payloads.marker(key)
+    with Sandbox.create(
+        memory=p.get("memory"), pids=p.get("pids"), output_limit=p.get("output_limit"), **conn
+    ) as sb:
+        o = sb.commands.run(payloads.argv(key, tag), timeout=p.get("timeout"))
+        # Checked while the sandbox lives: the command's end took everything it started.
+        payloads.assert_none_left(tag)
+        if key == "output_flood":
+            # A code cell says the same, in the same words.
+            cell = sb.code.run(p["script"])
+            assert (cell.status, cell.limits_hit, cell.stdout_truncated) == ("exited", ["output"], True), cell
+            assert cell.stdout == "y" * (10 << 10) and cell.ok, cell
+    payloads.check_ending(key, o.raw, o.stdout, o.stderr)
+    # The typed Outcome says what the JSON says.
+    raw = o.raw
+    assert (o.status, o.exit_code, o.signal, o.limits_hit) == (
+        raw["status"], raw.get("exit_code"), raw.get("signal"), raw["limits_hit"]
+    )
+    assert (o.stdout_truncated, o.stderr_truncated) == (raw["stdout_truncated"], raw["stderr_truncated"])
+    assert o.enforcement.cgroup == raw["enforcement"]["cgroup"]
+    assert dataclasses.asdict(o.usage) == {k: raw["usage"][k] for k in dataclasses.asdict(o.usage)}
+    assert o.ok == (key in ("pids_bomb", "output_flood"))
+
+
+def test_cpu_time_and_output_limit_given_at_create(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(cpu_time="1s", output_limit=1024, **conn) as sb:
+        info = sb.info()
+        assert info.limits is not None and info.limits.output_limit_bytes == 1024
+        o = sb.commands.run(["python3", "-c", payloads.PAYLOADS["cpu_spin"]["script"]], timeout="20s")
+        assert (o.status, o.limits_hit) == ("cpu_time", ["cpu_time"]), o
+        assert 800 <= o.usage.cpu_user_ms + o.usage.cpu_system_ms < 5000, o
 
 
 # ---- files ---------------------------------------------------------------------------------

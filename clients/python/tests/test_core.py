@@ -121,6 +121,8 @@ def test_bodies() -> None:
         "env": {"A": "1"}, "metadata": {"k": "v"}, "network": {"allow": ["pypi.org"]},
     }
     assert _core.create_body(None, None, None, None, None, None, None, None, None) == {}
+    b = _core.create_body(None, None, None, None, None, None, None, None, None, output_limit="10K", cpu_time=1.5)
+    assert b == {"output_limit": "10K", "cpu_time": 1.5}
     e = _core.exec_body(["ls", "-l"], "/tmp", None, b"in", 5, False)
     assert e == {"cmd": ["ls", "-l"], "cwd": "/tmp", "stdin": "in", "timeout": 5}
     with pytest.raises(ValueError):

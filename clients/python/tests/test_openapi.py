@@ -37,7 +37,9 @@ MODELS: List[Type[Any]] = [
 # Request schema -> (a body with every option given, a body with none).
 REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[str, Any]]]] = {
     "CreateSandbox": (
-        lambda: _core.create_body("default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"]),
+        lambda: _core.create_body(
+            "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s"
+        ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),
     "ExecRequest": (
@@ -45,7 +47,9 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
         lambda: _core.exec_body("true", None, None, None, None, False),
     ),
     "RunRequest": (
-        lambda: _core.run_body(["true"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"]),
+        lambda: _core.run_body(
+            ["m.wasm"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"], b"\0asm"
+        ),
         lambda: _core.run_body("true", None, None, None, None, None, None, None, None, None, None),
     ),
     "ExtendTtl": (lambda: _core.ttl_body("5m"), lambda: _core.ttl_body(60)),

@@ -1,45 +1,39 @@
 //! Dropping every capability, in every set, for good.
 
 use caps::CapSet;
-
-// securebits (linux/securebits.h): no root magic on exec, no fixups on setuid, and locked.
-const SECBIT_NOROOT: u64 = 1 << 0;
-const SECBIT_NOROOT_LOCKED: u64 = 1 << 1;
-const SECBIT_NO_SETUID_FIXUP: u64 = 1 << 2;
-const SECBIT_NO_SETUID_FIXUP_LOCKED: u64 = 1 << 3;
-const SECBIT_KEEP_CAPS_LOCKED: u64 = 1 << 5;
-const SECBIT_NO_CAP_AMBIENT_RAISE: u64 = 1 << 6;
-const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: u64 = 1 << 7;
+use rustix::io::Errno;
+use rustix::thread::{CapabilitiesSecureBits as Sec, CapabilitySet};
 
 /// Clears bounding, ambient, inheritable, effective and permitted sets; locks securebits so
 /// that no later exec (of a root-owned or file-capability binary) can regain any.
 pub fn drop_all() -> Result<(), String> {
-    let bits = SECBIT_NOROOT
-        | SECBIT_NOROOT_LOCKED
-        | SECBIT_NO_SETUID_FIXUP
-        | SECBIT_NO_SETUID_FIXUP_LOCKED
-        | SECBIT_KEEP_CAPS_LOCKED
-        | SECBIT_NO_CAP_AMBIENT_RAISE
-        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    // SAFETY: PR_SET_SECUREBITS takes a bit mask; needs CAP_SETPCAP, which we still hold.
-    let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) };
-    if ret != 0 {
-        return Err(format!("securebits: {}", std::io::Error::last_os_error()));
-    }
+    // No root magic on exec, no fixups on setuid, and locked. Needs CAP_SETPCAP, which we
+    // still hold.
+    let bits = Sec::NO_ROOT
+        | Sec::NO_ROOT_LOCKED
+        | Sec::NO_SETUID_FIXUP
+        | Sec::NO_SETUID_FIXUP_LOCKED
+        | Sec::KEEP_CAPS_LOCKED
+        | Sec::NO_CAP_AMBIENT_RAISE
+        | Sec::NO_CAP_AMBIENT_RAISE_LOCKED;
+    rustix::thread::set_capabilities_secure_bits(bits)
+        .map_err(|e| format!("securebits: {}", std::io::Error::from(e)))?;
     // Bounding first: dropping from it needs CAP_SETPCAP in the effective set. Every index the
     // kernel has, until it says EINVAL past its last one, so a capability newer than this code
     // goes too. (`caps::clear` asks about each capability before dropping it, and only those
     // the crate knows: twice the system calls, on every sandbox start.)
     for cap in 0..64 {
-        // SAFETY: PR_CAPBSET_DROP takes a capability number and touches no memory of ours.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
-                break;
+        // By number, not by rustix's names: the kernel may know capabilities rustix does not.
+        let one = CapabilitySet::from_bits_retain(1 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
+            Err(Errno::INVAL) if cap > 0 => break,
+            Err(e) => {
+                return Err(format!(
+                    "dropping capability {cap} from the bounding set: {}",
+                    std::io::Error::from(e)
+                ))
             }
-            return Err(format!(
-                "dropping capability {cap} from the bounding set: {e}"
-            ));
         }
     }
     // Clearing the permitted set also clears the effective one; the kernel keeps the ambient

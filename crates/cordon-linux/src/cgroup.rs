@@ -290,6 +290,9 @@ pub struct Cgroup {
     peak_pids: u64,
     /// Whether the kernel keeps `pids.peak` (Linux 6.1+); if not, `sample` stands in.
     kernel_peak_pids: bool,
+    /// v2 with command cgroups below (see `nest_for_commands`): the leaf the init joins,
+    /// since a v2 cgroup that hands controllers to children may hold no process itself.
+    init_leaf: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -311,6 +314,7 @@ impl Cgroup {
             ctl: ControllerDirs::default(),
             peak_pids: 0,
             kernel_peak_pids: false,
+            init_leaf: None,
         };
         let result = cg.create_inner(name, limits);
         if let Err(e) = result {
@@ -403,6 +407,80 @@ impl Cgroup {
         &self.layout
     }
 
+    /// Readies a persistent sandbox's cgroup to hold one child cgroup per command (see
+    /// `command`); before anything joins it. v1 needs nothing. v2: the init gets a leaf of its
+    /// own, the controllers are handed down, and an OOM kill takes one command's processes
+    /// (`memory.oom.group` moves to the commands), not the whole sandbox.
+    pub fn nest_for_commands(&mut self) -> io::Result<()> {
+        let Layout::V2 { .. } = self.layout else {
+            return Ok(());
+        };
+        let Some(d) = self.dirs.first().cloned() else {
+            return Ok(());
+        };
+        let leaf = d.join("init");
+        make_dir(&leaf)?;
+        self.dirs.push(leaf.clone());
+        self.init_leaf = Some(leaf);
+        // The CPU quota stays on the sandbox's cgroup, for all of it together.
+        write(&d.join("cgroup.subtree_control"), "+memory +pids")?;
+        let _ = write(&d.join("memory.oom.group"), "0");
+        Ok(())
+    }
+
+    /// A child cgroup for one command of a persistent sandbox: `name` under each of this
+    /// cgroup's memory, pids (and, if kept, cpuacct) directories. It inherits every limit
+    /// from this one; `pids` caps the command's own processes too, so that it is the cgroup
+    /// found over its limit when the command forks too much. Its counters are the command's.
+    pub fn command(&self, name: &str, pids: u64) -> io::Result<Cgroup> {
+        let mut cg = Cgroup {
+            layout: self.layout.clone(),
+            dirs: Vec::new(),
+            ctl: ControllerDirs::default(),
+            peak_pids: 0,
+            kernel_peak_pids: false,
+            init_leaf: None,
+        };
+        let result = cg.command_inner(self, name, pids);
+        if let Err(e) = result {
+            cg.remove();
+            return Err(e);
+        }
+        Ok(cg)
+    }
+
+    fn command_inner(&mut self, parent: &Cgroup, name: &str, pids: u64) -> io::Result<()> {
+        let dirs = &mut self.dirs;
+        let mut child = |parent_dir: &Option<PathBuf>| -> io::Result<Option<PathBuf>> {
+            let Some(pd) = parent_dir else {
+                return Ok(None);
+            };
+            let d = pd.join(name);
+            if !dirs.contains(&d) {
+                make_dir(&d)?;
+                dirs.push(d.clone());
+            }
+            Ok(Some(d))
+        };
+        let memory = child(&parent.ctl.memory)?;
+        let pids_dir = child(&parent.ctl.pids)?;
+        let cpuacct = child(&parent.ctl.cpuacct)?;
+        self.ctl.memory = memory;
+        self.ctl.pids = pids_dir;
+        self.ctl.cpuacct = cpuacct;
+        if self.version() == Version::V2 {
+            self.ctl.cpu = self.ctl.memory.clone();
+            if let Some(d) = &self.ctl.memory {
+                let _ = write(&d.join("memory.oom.group"), "1");
+            }
+        }
+        if let Some(p) = &self.ctl.pids {
+            write(&p.join("pids.max"), &pids.to_string())?;
+            self.kernel_peak_pids = p.join("pids.peak").exists();
+        }
+        Ok(())
+    }
+
     pub fn version(&self) -> Version {
         self.layout.version()
     }
@@ -416,8 +494,11 @@ impl Cgroup {
             Layout::V1 { .. } => "tasks",
             Layout::V2 { .. } => "cgroup.procs",
         };
-        self.dirs
-            .iter()
+        let dirs = match &self.init_leaf {
+            Some(leaf) => std::slice::from_ref(leaf),
+            None => &self.dirs[..],
+        };
+        dirs.iter()
             .map(|d| {
                 let path = d.join(file);
                 fs::OpenOptions::new()
@@ -461,6 +542,11 @@ impl Cgroup {
         if let Some(n) = self.read_u64("pids.current") {
             self.peak_pids = self.peak_pids.max(n);
         }
+    }
+
+    /// Whether the kernel keeps the pids peak itself (else `sample` must be called often).
+    pub fn keeps_peak_pids(&self) -> bool {
+        self.kernel_peak_pids
     }
 
     pub fn peak_pids(&self) -> u64 {
@@ -682,6 +768,58 @@ mod tests {
             }
         };
         assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+    }
+
+    /// A command's cgroup counts what its processes do: a fork refused by the limit (the
+    /// command's own, or the sandbox's) shows in the command's counters; then the command's
+    /// cgroup goes, and the sandbox's after it.
+    #[test]
+    fn a_command_cgroup_counts_its_own_refused_forks() {
+        let Some(layout) = writable_layout() else {
+            return;
+        };
+        let name = format!("{}-nested", std::process::id());
+        let mut sandbox = Cgroup::create(&layout, &name, &limits()).unwrap();
+        sandbox.nest_for_commands().unwrap();
+        let mut cmd = sandbox.command("cmd-1", 4).unwrap();
+        let files = cmd.join_files().unwrap();
+        let (done_r, done_w) = sys::pipe().unwrap();
+        // SAFETY: the child makes raw syscalls only (write, fork, read, _exit).
+        let child = match unsafe { sys::fork() }.unwrap() {
+            sys::Fork::Child => {
+                drop(done_r);
+                if join(&files).is_err() {
+                    sys::exit_now(2);
+                }
+                // Fork until refused; the forked children wait for the parent's end.
+                let mut n = 0u8;
+                loop {
+                    // SAFETY: as above.
+                    match unsafe { sys::fork() } {
+                        Ok(sys::Fork::Child) => {
+                            let _ = sys::read_byte(0);
+                            sys::exit_now(0);
+                        }
+                        Ok(sys::Fork::Parent(_)) => n += 1,
+                        Err(_) => break,
+                    }
+                }
+                let _ = sys::write_all(done_w.as_raw_fd(), &[n]);
+                sys::exit_now(0)
+            }
+            sys::Fork::Parent(pid) => pid,
+        };
+        drop((files, done_w));
+        let forked = sys::read_byte(done_r.as_raw_fd()).expect("the child's report");
+        // The command's limit of 4: the child and three of its own.
+        assert_eq!(forked, 3);
+        assert!(cmd.pids_refused() > 0, "no refusal counted");
+        assert_eq!(cmd.peak_pids(), 4);
+        cmd.kill_all();
+        let _ = sys::wait4(child, false);
+        cmd.remove();
+        sandbox.remove();
+        assert!(sandbox.dirs.iter().all(|d| !d.exists()));
     }
 
     #[test]

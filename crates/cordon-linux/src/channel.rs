@@ -43,8 +43,13 @@ pub enum ToSupervisor {
         #[serde(default)]
         cwd: bool,
     },
-    /// Setup failed before the payload ran.
-    SetupFailed { step: String, message: String },
+    /// Setup failed before the payload ran; `errno` when the step failed on a syscall.
+    SetupFailed {
+        step: String,
+        message: String,
+        #[serde(default)]
+        errno: Option<i32>,
+    },
     /// The payload exited with this code.
     Exited { code: i32 },
     /// The payload was killed by this signal.
@@ -52,15 +57,35 @@ pub enum ToSupervisor {
     /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
     /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
     Started { id: u64, pid: i32 },
-    /// Persistent sandbox: command `id` ended.
+    /// Persistent sandbox: command `id` ended, and with it everything it started.
     ExecExit {
         id: u64,
-        code: Option<i32>,
-        signal: Option<i32>,
-        cpu_user_us: u64,
-        cpu_system_us: u64,
-        max_rss_kb: u64,
+        end: CommandEnd,
+        /// Without a cgroup: what the init's samples saw (see [`ToSupervisor::CommandUsage`]).
+        #[serde(default)]
+        peak_pids: u64,
+        #[serde(default)]
+        pids_at_limit: u64,
     },
+    /// Persistent sandbox without a cgroup: what the init's samples of `/proc` saw of command
+    /// `id` so far — its most tasks at once, and how many samples found the sandbox at its
+    /// process limit (`RLIMIT_NPROC`: every fork refused) while the command was the largest.
+    CommandUsage {
+        id: u64,
+        peak_pids: u64,
+        pids_at_limit: u64,
+    },
+}
+
+/// How a command of a persistent sandbox ended, as the init reaped it; the helper passes it
+/// on unchanged. CPU and peak RSS cover every process of the command, killed ones included.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CommandEnd {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
 }
 
 /// A descriptor the init hands over with `Confined`, through which the supervisor watches the
@@ -75,6 +100,17 @@ pub enum Watched {
     Proc,
 }
 
+/// One command to run in a persistent sandbox: what the server asks for (`persistent::Sandbox::
+/// exec`), and what travels on, unchanged, server → helper → init. The init adds it to the
+/// profile's environment and resolves `cwd` against the profile's working directory.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    /// Variables set on top of the sandbox's environment, in order (a later one wins).
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+}
+
 /// What the supervisor tells the sandbox side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSandbox {
@@ -84,15 +120,18 @@ pub enum ToSandbox {
     /// its cgroup (`cgroup::join`); without one, per-process rlimits must stand in for the
     /// memory and pid limits.
     Go { cgroup: bool },
-    /// Persistent sandbox: start a command.
+    /// Persistent sandbox: start a command. With `cgroup: true` the message carries the
+    /// files through which the command's sub-init joins the command's own cgroup.
     Exec {
         id: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: Option<String>,
+        spec: ExecSpec,
+        #[serde(default)]
+        cgroup: bool,
     },
-    /// Persistent sandbox: signal command `id`'s process group.
+    /// Persistent sandbox: signal command `id`'s process group (SIGKILL: its whole tree).
     Signal { id: u64, signal: i32 },
+    /// Persistent sandbox without a cgroup: sample now and report command `id`'s usage.
+    Sample { id: u64 },
     /// End the sandbox: kill everything in it, reap it all (so its CPU time is counted), report
     /// the payload's end if it came, and exit.
     Stop,
@@ -114,11 +153,7 @@ impl Channel {
     /// The channel's poll state right now (`revents`; 0 when poll fails). POLLHUP — the other
     /// end closed, its process gone — is reported whatever `events` asks for.
     pub fn poll_now(&self, events: libc::c_short) -> libc::c_short {
-        let mut p = [libc::pollfd {
-            fd: self.raw(),
-            events,
-            revents: 0,
-        }];
+        let mut p = [sys::pollfd(self.raw(), events)];
         match sys::poll(&mut p, 0) {
             Ok(n) if n > 0 => p[0].revents,
             _ => 0,
@@ -166,5 +201,41 @@ impl Channel {
             )
         })?;
         Ok(Some((msg, fds)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rootless, the init hands over four scratch filesystems and /proc with `Confined`.
+    #[test]
+    fn confined_carries_every_watched_fd() {
+        let (a, b) = sys::seqpacket_pair().expect("socket pair");
+        let (tx, rx) = (Channel::new(a), Channel::new(b));
+        let watch = vec![
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Scratch,
+            Watched::Proc,
+        ];
+        let files: Vec<OwnedFd> = watch
+            .iter()
+            .map(|_| std::fs::File::open("/dev/null").expect("/dev/null").into())
+            .collect();
+        let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+        let msg = ToSupervisor::Confined {
+            landlock_abi: 0,
+            landlock_partial: false,
+            seccomp: true,
+            rlimits: true,
+            notes: Vec::new(),
+            watch: watch.clone(),
+        };
+        tx.send_with_fds(&msg, &raw).expect("send");
+        let (got, fds) = rx.recv::<ToSupervisor>().expect("recv").expect("a message");
+        assert!(matches!(got, ToSupervisor::Confined { watch: w, .. } if w == watch));
+        assert_eq!(fds.len(), 5);
     }
 }

@@ -53,10 +53,15 @@
 use std::ffi::{CStr, CString};
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::ptr::NonNull;
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Stat};
+use rustix::fs::{Gid, Uid};
+use rustix::io::Errno;
+use rustix::rand::GetRandomFlags;
+
+use crate::sys;
 
 /// The sandbox's working directory: relative paths start here.
 pub const WORKSPACE: &str = "/workspace";
@@ -83,8 +88,8 @@ const RETRIES: usize = 64;
 const COPY_CHUNK: usize = 64 << 10;
 const TEMP_PREFIX: &str = ".cordon-upload-";
 
-/// Why a file operation failed. [`FsError::http_status`] and [`FsError::code`] give the HTTP
-/// mapping; messages name sandbox paths only, never host paths.
+/// Why a file operation failed. [`FsError::code`] is a stable machine-readable name (front
+/// ends map it to their own statuses); messages name sandbox paths only, never host paths.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     #[error("{path}: no such file or directory")]
@@ -126,27 +131,6 @@ pub enum FsError {
 }
 
 impl FsError {
-    /// The HTTP status a server answers with.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            FsError::NotFound { .. } => 404,
-            FsError::PermissionDenied { .. }
-            | FsError::ReadOnly { .. }
-            | FsError::Escapes { .. } => 403,
-            FsError::NotADirectory { .. }
-            | FsError::IsADirectory { .. }
-            | FsError::AlreadyExists { .. }
-            | FsError::NotEmpty { .. }
-            | FsError::Busy { .. }
-            | FsError::CrossDevice { .. } => 409,
-            FsError::NotAFile { .. } | FsError::InvalidPath { .. } => 400,
-            FsError::NoSpace { .. } => 507,
-            FsError::TooLarge { .. } => 413,
-            FsError::Unsupported { .. } => 501,
-            FsError::Io { .. } => 500,
-        }
-    }
-
     /// A stable machine-readable code for the JSON error body.
     pub fn code(&self) -> &'static str {
         match self {
@@ -294,18 +278,12 @@ impl SandboxFs {
                 reason: "the sandbox root path contains a NUL byte",
             }
         })?;
-        // SAFETY: `c` is a valid NUL-terminated string; open returns a new descriptor or -1.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(FsError::from_io(io::Error::last_os_error(), "/"));
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let root = unsafe { OwnedFd::from_raw_fd(fd) };
+        let root = rustix::fs::open(
+            c.as_c_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::from_io(e.into(), "/"))?;
         SandboxFs::from_root_fd(root, owner)
     }
 
@@ -418,7 +396,7 @@ impl SandboxFs {
                 });
             }
             let child = join_shown(&p.shown, &String::from_utf8_lossy(name.to_bytes()));
-            match entry_at(dir.fd(), &name, &child) {
+            match dir.fd().and_then(|fd| entry_at(fd, &name, &child)) {
                 Ok(entry) => out.push(entry),
                 // Removed since readdir saw it.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -593,11 +571,11 @@ impl SandboxFs {
     fn adopt(&self, fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
         let st = fstat(fd)?;
         if (st.st_uid, st.st_gid) != self.owner {
-            // SAFETY: `fd` is a valid open descriptor; fchown only reads its arguments.
-            cvt(unsafe { libc::fchown(fd.as_raw_fd(), self.owner.0, self.owner.1) })?;
+            let (uid, gid) = self.owner;
+            rustix::fs::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
         }
-        // SAFETY: as above; explicit mode so the server's umask does not matter.
-        cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
+        // An explicit mode, so the server's umask does not matter.
+        rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))?;
         Ok(())
     }
 
@@ -851,12 +829,7 @@ const PSEUDO_FS: &[u32] = &[
 ];
 
 fn check_fs(fd: BorrowedFd<'_>, shown: &str) -> Result<(), FsError> {
-    let mut st = MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `fd` is a valid descriptor and `st` a writable statfs of the right type.
-    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })
-        .map_err(|e| FsError::from_io(e, shown))?;
-    // SAFETY: fstatfs succeeded and filled the struct.
-    let st = unsafe { st.assume_init() };
+    let st = rustix::fs::fstatfs(fd).map_err(|e| FsError::from_io(e.into(), shown))?;
     // The magic is a 32-bit value stored in a word whose width and sign vary by architecture.
     #[allow(clippy::unnecessary_cast)]
     let magic = st.f_type as u32;
@@ -869,14 +842,6 @@ fn check_fs(fd: BorrowedFd<'_>, shown: &str) -> Result<(), FsError> {
     Ok(())
 }
 
-fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
 /// `openat2(2)`, retried while the kernel answers EAGAIN (a rename or mount raced a `..`
 /// under RESOLVE_IN_ROOT) or EINTR.
 fn openat2(
@@ -885,31 +850,13 @@ fn openat2(
     flags: libc::c_int,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
-    // SAFETY: open_how is plain old data; all zeroes is a valid (empty) value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = 0;
-    how.resolve = resolve;
+    let flags = OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::from_bits_retain(resolve);
     for _ in 0..RETRIES {
-        // SAFETY: `path` is NUL-terminated and `how` is a valid open_how whose exact size is
-        // passed; both outlive the call, which returns a new descriptor or -1.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if ret >= 0 {
-            // SAFETY: a non-negative result is a descriptor just opened for us alone.
-            return Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) });
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EAGAIN | libc::EINTR) => continue,
-            _ => return Err(err),
+        match rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::AGAIN | Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
@@ -922,41 +869,42 @@ fn openat_raw(
     flags: libc::c_int,
     mode: libc::c_uint,
 ) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated and outlives the call; openat returns a new fd or -1.
-    let fd = cvt(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            mode,
-        )
-    })?;
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
 }
 
-fn fstatat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<libc::stat> {
-    let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `name` is NUL-terminated and `st` is a writable stat of the right type.
-    cvt(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) })?;
-    // SAFETY: fstatat succeeded and filled the struct.
-    Ok(unsafe { st.assume_init() })
+fn fstatat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<Stat> {
+    Ok(rustix::fs::statat(
+        dir,
+        name,
+        AtFlags::from_bits_retain(flags as u32),
+    )?)
 }
 
-fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
     fstatat(fd, c"", libc::AT_EMPTY_PATH)
 }
 
+/// Never follows a final symlink.
 fn mkdirat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated; mkdirat never follows a final symlink.
-    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o700) }).map(drop)
+    Ok(rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))?)
 }
 
+/// Removes the name itself, never a link's target.
 fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated; unlinkat removes the name itself, never a link target.
-    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    Ok(rustix::fs::unlinkat(
+        dir,
+        name,
+        AtFlags::from_bits_retain(flags as u32),
+    )?)
 }
 
+/// Moves names, following no final link.
 fn renameat2(
     from_dir: BorrowedFd<'_>,
     from: &CStr,
@@ -964,58 +912,30 @@ fn renameat2(
     to: &CStr,
     flags: libc::c_uint,
 ) -> io::Result<()> {
-    // SAFETY: both names are NUL-terminated; renameat2 moves names, following no final link.
-    cvt(unsafe {
-        libc::renameat2(
-            from_dir.as_raw_fd(),
-            from.as_ptr(),
-            to_dir.as_raw_fd(),
-            to.as_ptr(),
-            flags,
-        )
-    })
-    .map(drop)
+    let flags = RenameFlags::from_bits_retain(flags);
+    Ok(rustix::fs::renameat_with(
+        from_dir, from, to_dir, to, flags,
+    )?)
 }
 
 fn readlinkat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: `name` is NUL-terminated and `buf` is writable for its whole length.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_char,
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
+    Ok(rustix::fs::readlinkat(dir, name, Vec::new())?.into_bytes())
 }
 
 fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL on a valid descriptor take and return plain ints.
-    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    // SAFETY: as above.
-    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) }).map(drop)
+    let fl = rustix::fs::fcntl_getfl(fd)?;
+    Ok(rustix::fs::fcntl_setfl(fd, fl - OFlags::NONBLOCK)?)
 }
 
 /// Closes a written file and reports the error `drop` would swallow (some file systems report
 /// a full disk only there).
 fn close_checked(file: File) -> io::Result<()> {
-    let fd = file.into_raw_fd();
-    // SAFETY: `fd` came from into_raw_fd, so it is open and owned by nothing else; after
-    // close it is gone whatever the result (Linux never leaves it open on EINTR).
-    cvt(unsafe { libc::close(fd) }).map(drop)
+    sys::close_checked(file.into())
 }
 
 fn random_suffix() -> u64 {
     let mut buf = [0u8; 8];
-    // SAFETY: `buf` is writable for 8 bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), libc::GRND_NONBLOCK) };
-    if n == 8 {
+    if let Ok(8) = rustix::rand::getrandom(&mut buf, GetRandomFlags::NONBLOCK) {
         return u64::from_ne_bytes(buf);
     }
     // O_EXCL keeps a predictable name safe; it only costs retries.
@@ -1195,7 +1115,8 @@ fn empty_dir(fd: OwnedFd, shown: &str, depth: usize, budget: &mut u64) -> Result
             }
             *budget -= 1;
             let child = join_shown(shown, &String::from_utf8_lossy(name.to_bytes()));
-            match remove_entry(dir.fd(), name, &child, true, depth, budget) {
+            let fd = dir.fd().map_err(|e| FsError::from_io(e, shown))?;
+            match remove_entry(fd, name, &child, true, depth, budget) {
                 Ok(()) | Err(FsError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -1204,66 +1125,40 @@ fn empty_dir(fd: OwnedFd, shown: &str, depth: usize, budget: &mut u64) -> Result
     }
 }
 
-/// A directory stream over a descriptor (`fdopendir`), yielding names other than `.`/`..`.
+/// A directory stream over a descriptor, yielding names other than `.`/`..`.
 struct Dir {
-    ptr: NonNull<libc::DIR>,
+    stream: rustix::fs::Dir,
 }
 
 impl Dir {
     fn new(fd: OwnedFd) -> io::Result<Dir> {
-        let raw = fd.into_raw_fd();
-        // SAFETY: `raw` is an open directory descriptor; on success the stream owns it.
-        let ptr = unsafe { libc::fdopendir(raw) };
-        match NonNull::new(ptr) {
-            Some(ptr) => Ok(Dir { ptr }),
-            None => {
-                let e = io::Error::last_os_error();
-                // SAFETY: fdopendir failed, so `raw` is still ours to close.
-                unsafe { libc::close(raw) };
-                Err(e)
-            }
-        }
+        Ok(Dir {
+            stream: rustix::fs::Dir::new(fd)?,
+        })
     }
 
-    fn fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the stream is open, so dirfd returns its descriptor, which lives as long as
-        // the stream (borrowed from `self`).
-        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.ptr.as_ptr())) }
+    /// The stream's descriptor, for calls that do not move its position (`*at` calls).
+    fn fd(&self) -> io::Result<BorrowedFd<'_>> {
+        Ok(self.stream.fd()?)
     }
 
     fn next_name(&mut self) -> Option<io::Result<CString>> {
         loop {
-            // SAFETY: errno is thread-local; clearing it tells end-of-stream from an error.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: the stream is open and used by this thread only (Dir is not Send).
-            let ent = unsafe { libc::readdir(self.ptr.as_ptr()) };
-            if ent.is_null() {
-                let e = io::Error::last_os_error();
-                return match e.raw_os_error() {
-                    Some(0) | None => None,
-                    Some(_) => Some(Err(e)),
-                };
+            match self.stream.read()? {
+                Err(e) => return Some(Err(e.into())),
+                Ok(ent) => {
+                    let name = ent.file_name();
+                    if name == c"." || name == c".." {
+                        continue;
+                    }
+                    return Some(Ok(name.to_owned()));
+                }
             }
-            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it stays
-            // valid until the next readdir, and is copied out before that.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
-            if name == c"." || name == c".." {
-                continue;
-            }
-            return Some(Ok(name.to_owned()));
         }
     }
 
     fn rewind(&mut self) {
-        // SAFETY: the stream is open.
-        unsafe { libc::rewinddir(self.ptr.as_ptr()) }
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        // SAFETY: the stream is open and closed exactly once here (with its descriptor).
-        unsafe { libc::closedir(self.ptr.as_ptr()) };
+        self.stream.rewind()
     }
 }
 
@@ -1272,28 +1167,24 @@ impl Drop for Dir {
 /// act inside the sandbox with root's rights — and could not even create files there, since
 /// host uid 0 has no mapping in the sandbox's user namespace (EOVERFLOW).
 ///
-/// Raw syscalls on purpose: glibc's setresuid/setgroups change every thread of the process;
-/// the kernel's change only the calling one, which is what is wanted here.
+/// The kernel's calls on purpose (rustix's `thread` ones): glibc's setresuid/setgroups change
+/// every thread of the process; the kernel's change only the calling one, which is wanted here.
 pub fn as_sandbox_user<T: Send>(
     owner: (u32, u32),
     f: impl FnOnce() -> T + Send,
 ) -> Result<T, FsError> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 || owner.0 == 0 {
+    if sys::geteuid() != 0 || owner.0 == 0 {
         return Ok(f());
     }
     std::thread::scope(|scope| {
         let handle = scope.spawn(move || {
-            // SAFETY: per-thread credential changes with plain integer arguments; this thread
-            // ends when `f` returns, so nothing else ever runs with these credentials.
-            let ok = unsafe {
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
-                    && libc::syscall(libc::SYS_setresgid, owner.1, owner.1, owner.1) == 0
-                    && libc::syscall(libc::SYS_setresuid, owner.0, owner.0, owner.0) == 0
-            };
-            if !ok {
-                return Err(FsError::from_io(io::Error::last_os_error(), "/"));
-            }
+            // This thread ends when `f` returns, so nothing else ever runs with these
+            // credentials.
+            let (uid, gid) = (Uid::from_raw(owner.0), Gid::from_raw(owner.1));
+            rustix::thread::set_thread_groups(&[])
+                .and_then(|_| rustix::thread::set_thread_res_gid(gid, gid, gid))
+                .and_then(|_| rustix::thread::set_thread_res_uid(uid, uid, uid))
+                .map_err(|e| FsError::from_io(e.into(), "/"))?;
             Ok(f())
         });
         handle.join().unwrap_or_else(|_| {

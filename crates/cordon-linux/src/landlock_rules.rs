@@ -88,9 +88,8 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
 #[cfg(test)]
 mod alone {
     use std::collections::BTreeMap;
-    use std::ffi::CString;
     use std::io::{ErrorKind, Write};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::OwnedFd;
     use std::path::Path;
     use std::process::Command;
 
@@ -117,35 +116,22 @@ mod alone {
 
     /// openat(2) relative to `dir`, no flags beyond `flags | O_CLOEXEC`.
     fn open_at(dir: &OwnedFd, path: &str, flags: i32) -> std::io::Result<OwnedFd> {
-        let c = CString::new(path).map_err(std::io::Error::other)?;
-        // SAFETY: valid fd and NUL-terminated path; a non-negative result is a new fd we own.
-        let fd =
-            unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: just returned by the kernel.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        let flags = rustix::fs::OFlags::from_bits_retain(flags as u32);
+        let mode = rustix::fs::Mode::from_raw_mode(0o644);
+        Ok(rustix::fs::openat(
+            dir,
+            path,
+            flags | rustix::fs::OFlags::CLOEXEC,
+            mode,
+        )?)
     }
 
+    /// Reads the first entry of `dir`: whether listing it is allowed.
     fn list(dir: OwnedFd) -> std::io::Result<()> {
-        // SAFETY: fdopendir takes ownership of a valid directory fd.
-        let d = unsafe { libc::fdopendir(dir.as_raw_fd()) };
-        if d.is_null() {
-            return Err(std::io::Error::last_os_error());
-        }
-        std::mem::forget(dir);
-        // SAFETY: d is a valid DIR*; errno is reset to tell the end from an error.
-        unsafe {
-            *libc::__errno_location() = 0;
-            let entry = libc::readdir(d);
-            let errno = *libc::__errno_location();
-            libc::closedir(d);
-            if entry.is_null() && errno != 0 {
-                Err(std::io::Error::from_raw_os_error(errno))
-            } else {
-                Ok(())
-            }
+        let mut d = rustix::fs::Dir::new(dir)?;
+        match d.next() {
+            Some(Err(e)) => Err(e.into()),
+            _ => Ok(()),
         }
     }
 
@@ -171,9 +157,7 @@ mod alone {
         crate::mounts::build_root(&plan).expect("build the sandbox root");
         // The root really is the sandbox's now: the secret is not in it.
         assert!(!Path::new(&secret_dir).exists());
-        // SAFETY: prctl with constant arguments.
-        let nnp = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-        assert_eq!(nnp, 0);
+        crate::sys::set_no_new_privs().expect("no_new_privs");
         super::apply(&plan.landlock, plan.kernel_landlock_abi).expect("landlock");
 
         println!(); // the harness's "test … " prefix ends the line before ours
@@ -238,8 +222,7 @@ mod alone {
             eprintln!("Landlock is not enabled in this kernel; nothing to attack");
             return;
         }
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if crate::sys::geteuid() != 0 {
             eprintln!("needs root (builds a root in a mount namespace without a user namespace)");
             return;
         }

@@ -2,8 +2,9 @@
 //!
 //! A run goes through three processes, each with one job:
 //! - the **supervisor** (the caller's process): creates the cgroup and the pipes, clones the
-//!   init into fresh namespaces and writes its id maps, pumps output under byte caps, enforces
-//!   time limits and turns what happened into an `Outcome`;
+//!   init into fresh namespaces and writes its id maps (`launcher`, shared with persistent
+//!   sandboxes), pumps output under byte caps, enforces time limits and turns what happened
+//!   into an `Outcome` (`supervisor`);
 //! - the **init** (PID 1 of the new pid namespace, the supervisor's child): takes on the
 //!   sandbox's one unprivileged identity, builds the new root, confines itself with every
 //!   layer, spawns the payload, reaps orphans and reports the payload's end. When it exits, the
@@ -22,12 +23,14 @@ mod error;
 pub mod fsview;
 mod idmap;
 mod landlock_rules;
+mod launcher;
 mod mounts;
 mod output;
 pub mod persistent;
 mod plan;
+
+mod init;
 pub mod reaping;
-mod sandbox;
 pub mod seccomp;
 mod supervisor;
 mod sys;
@@ -35,7 +38,7 @@ mod watch;
 
 /// Kept here for callers that knew it from the engine; it lives with the classifier now.
 pub use cordon_policy::ending::exec_failure_message;
-pub use detect::{HostReport, Support};
+pub use detect::{Environment, Fix, HostReport, Obstacle, Support};
 pub use error::EngineError;
 pub use supervisor::{run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource};
 pub use sys::{pin_name_service, process_start};

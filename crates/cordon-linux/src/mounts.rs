@@ -139,8 +139,26 @@ fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(
         }
         Point::Exists => {}
     }
-    sys::mount(Some(src), dest, None, libc::MS_BIND, None)
-        .step(|| format!("bind {} to {}", src.display(), dest.display()))?;
+    match sys::mount(Some(src), dest, None, libc::MS_BIND, None) {
+        Ok(()) => {}
+        // A directory with mounts beneath it that the kernel locked when it copied them into
+        // this user namespace (a container's /etc/hostname, /etc/hosts, /etc/resolv.conf)
+        // cannot be bound alone — that would uncover what they cover — only with them.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && matches!(point, Point::Dir) => {
+            return bind_tree(src, dest, extra);
+        }
+        Err(error) => {
+            return Err(MountError {
+                step: format!("bind {} to {}", src.display(), dest.display()),
+                error,
+            })
+        }
+    }
+    remount(dest, extra)
+}
+
+/// Remounts the bind at `dest` with `extra` flags, keeping those the kernel locked on it.
+fn remount(dest: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
     let keep = locked_flags(dest).step(|| format!("statvfs {}", dest.display()))?;
     sys::mount(
         None,
@@ -150,6 +168,78 @@ fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(
         None,
     )
     .step(|| format!("remount {}", dest.display()))
+}
+
+/// Binds `src` with every mount beneath it, then gives the whole tree the `extra` flags
+/// (read-only, nosuid, nodev) in one recursive `mount_setattr`, or mount by mount where the
+/// kernel predates it (before 5.12). Landlock needs nothing more: its rules are on `dest`, and
+/// it walks up through mount points.
+fn bind_tree(src: &Path, dest: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
+    sys::mount(Some(src), dest, None, libc::MS_BIND | libc::MS_REC, None).step(|| {
+        format!(
+            "bind {} with the mounts beneath it to {}",
+            src.display(),
+            dest.display()
+        )
+    })?;
+    match sys::mount_setattr_recursive(dest, sys::mount_attr_from_ms(extra)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let table = fs::read_to_string(MOUNTINFO).step(|| format!("read {MOUNTINFO}"))?;
+            for point in mounts_at_or_under(&table, dest) {
+                remount(&point, extra)?;
+            }
+            Ok(())
+        }
+        Err(error) => Err(MountError {
+            step: format!(
+                "make {} and the mounts beneath it read-only",
+                dest.display()
+            ),
+            error,
+        }),
+    }
+}
+
+/// This process's mounts, seen from the staging root the binds are made in (the host's /proc
+/// is still there, under /oldroot).
+const MOUNTINFO: &str = "/oldroot/proc/self/mountinfo";
+
+/// Mount points in a `mountinfo` table that are `dir` or beneath it, in the table's order.
+fn mounts_at_or_under(table: &str, dir: &Path) -> Vec<PathBuf> {
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_mountinfo(field)))
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// mountinfo writes space, tab, newline and backslash in a path as `\040`, `\011`, `\012`
+/// and `\134`.
+fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .map(|d| d.iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0')))
+            .and_then(|v| u8::try_from(v).ok());
+        match octal {
+            Some(v) => {
+                out.push(v);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out)
 }
 
 /// Inodes the new root's tmpfs needs: every directory leading to a mount point or symlink the
@@ -343,7 +433,16 @@ fn build_proc() -> Result<(), MountError> {
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
         None,
     )
-    .step(|| "mount /proc".into())?;
+    .map_err(|error| MountError {
+        step: if error.raw_os_error() == Some(libc::EPERM) {
+            "mount /proc (the kernel refuses a sandbox its own /proc while parts of the host's \
+             are covered or read-only, as container runtimes mask them: see `cordon check`)"
+                .into()
+        } else {
+            "mount /proc".into()
+        },
+        error,
+    })?;
     // Kernel knobs stay read-only even if a write permission check were ever to pass.
     for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
         let p = proc_.join(sub);
@@ -358,4 +457,43 @@ fn build_proc() -> Result<(), MountError> {
     }
     let _ = fs::set_permissions(&proc_, fs::Permissions::from_mode(0o555));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_points_under_a_directory_are_found_and_unescaped() {
+        let table = "\
+22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:5 / /newroot/etc rw - ext4 /dev/vda rw
+41 40 0:5 /h /newroot/etc/hostname rw - ext4 /dev/vda rw
+42 40 0:33 / /newroot/etc/with\\040space\\134x rw - tmpfs tmpfs rw
+43 22 0:34 / /newroot/etcetera rw - tmpfs tmpfs rw
+44 22 0:35 / /newroot/usr rw - tmpfs tmpfs rw
+45 40 0:36 / /newroot/etc/bad\\09 rw - tmpfs tmpfs rw
+";
+        let found = mounts_at_or_under(table, Path::new("/newroot/etc"));
+        assert_eq!(
+            found,
+            [
+                "/newroot/etc",
+                "/newroot/etc/hostname",
+                "/newroot/etc/with space\\x",
+                "/newroot/etc/bad\\09",
+            ]
+            .map(PathBuf::from)
+        );
+    }
+
+    #[test]
+    fn ms_flags_become_mount_attrs() {
+        assert_eq!(
+            sys::mount_attr_from_ms(MS_RDONLY | MS_NOSUID | MS_NODEV),
+            0x1 | 0x2 | 0x4
+        );
+        assert_eq!(sys::mount_attr_from_ms(MS_NOSUID | MS_NOEXEC), 0x2 | 0x8);
+        assert_eq!(sys::mount_attr_from_ms(0), 0);
+    }
 }

@@ -10,11 +10,7 @@ use crate::sys;
 /// Makes the calling process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER),
 /// so that a tree's last process is waited for here instead of by the host's init.
 pub fn become_subreaper() -> io::Result<()> {
-    // SAFETY: PR_SET_CHILD_SUBREAPER takes a flag and touches no memory of ours.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    sys::set_child_subreaper()
 }
 
 /// How one child ended, and the CPU (user + system) it and the children it reaped used.

@@ -2,8 +2,14 @@
 //! and checks on the arguments of a few others.
 //!
 //! Details a plain deny-list misses, handled here:
-//! - x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch, so a deny-list keyed
-//!   on syscall numbers alone would let them through; they are refused before any rule runs.
+//! - The numbers and the architecture check come from the target ([`arch`]): x86_64 and
+//!   aarch64 number their syscalls differently, and aarch64 has none of the legacy calls
+//!   (`open`, `creat`, `chmod`, `mknod`, `iopl`…) whose `*at` forms the filter checks instead.
+//!   A syscall made under another architecture's numbering (i386's `int 0x80`, AArch32) kills
+//!   the process: its numbers would mean other calls.
+//! - On x86_64, x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch, so a
+//!   deny-list keyed on syscall numbers alone would let them through; they are refused before
+//!   any rule runs.
 //! - `clone3` passes its flags in memory BPF cannot read; it gets `ENOSYS` so libc falls back
 //!   to `clone`, whose flags the filter inspects. `openat2` likewise (its mode, which the filter
 //!   checks for set-id bits in `open`/`openat`, is in memory too).
@@ -64,15 +70,59 @@ pub const DENIED: &[(&str, i64)] = &[
     ("adjtimex", libc::SYS_adjtimex),
     ("lookup_dcookie", libc::SYS_lookup_dcookie),
     ("vhangup", libc::SYS_vhangup),
-    ("uselib", libc::SYS_uselib),
     ("syslog", libc::SYS_syslog),
-    ("iopl", libc::SYS_iopl),
-    ("ioperm", libc::SYS_ioperm),
     ("sethostname", libc::SYS_sethostname),
     ("setdomainname", libc::SYS_setdomainname),
     ("fanotify_init", libc::SYS_fanotify_init),
-    ("_sysctl", libc::SYS__sysctl),
 ];
+
+/// What differs between the architectures cordon builds for: the audit arch the kernel reports
+/// in `seccomp_data.arch`, whether x32 numbers must be refused, and the syscalls that exist on
+/// one architecture only (aarch64 has only the `*at` forms, which the common tables cover).
+#[cfg(target_arch = "x86_64")]
+pub mod arch {
+    /// `AUDIT_ARCH_X86_64` (`EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`).
+    pub const AUDIT_ARCH: u32 = 0xC000_003E;
+    /// x32 numbers (`nr | 0x40000000`) arrive under `AUDIT_ARCH_X86_64`.
+    pub const X32: bool = true;
+    /// Denied syscalls of the legacy x86_64 table.
+    pub const DENIED: &[(&str, i64)] = &[
+        ("uselib", libc::SYS_uselib),
+        ("iopl", libc::SYS_iopl),
+        ("ioperm", libc::SYS_ioperm),
+        ("_sysctl", libc::SYS__sysctl),
+    ];
+    pub const SYS_FCHMODAT2: i64 = libc::SYS_fchmodat2;
+    /// Legacy calls that set a mode, and which argument holds it.
+    pub const SET_ID_MODE_ARG: &[(&str, i64, u32)] = &[
+        ("chmod", libc::SYS_chmod, 1),
+        ("creat", libc::SYS_creat, 1),
+        ("mknod", libc::SYS_mknod, 1),
+    ];
+    /// Legacy calls that set a mode when creating: (name, number, flags argument, mode
+    /// argument).
+    pub const SET_ID_CREATE_ARGS: &[(&str, i64, u32, u32)] = &[("open", libc::SYS_open, 1, 2)];
+}
+
+/// aarch64: the asm-generic table, without the legacy calls x86_64 keeps.
+#[cfg(target_arch = "aarch64")]
+pub mod arch {
+    /// `AUDIT_ARCH_AARCH64` (`EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`).
+    pub const AUDIT_ARCH: u32 = 0xC000_00B7;
+    pub const X32: bool = false;
+    pub const DENIED: &[(&str, i64)] = &[];
+    /// Numbers from 424 on are the same on every architecture; libc 0.2 names this one only
+    /// for some targets.
+    pub const SYS_FCHMODAT2: i64 = 452;
+    pub const SET_ID_MODE_ARG: &[(&str, i64, u32)] = &[];
+    pub const SET_ID_CREATE_ARGS: &[(&str, i64, u32, u32)] = &[];
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "cordon's seccomp filter names the syscalls of x86_64 and aarch64 only: add this \
+     architecture's audit arch and legacy calls to `seccomp::arch`"
+);
 
 /// `clone` flags that create namespaces.
 const CLONE_NEW_FLAGS: &[u32] = &[
@@ -113,14 +163,9 @@ const PERSONALITY_OK: &[u32] = &[0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
 pub enum SeccompError {
     #[error("installing the seccomp filter: {0}")]
     Install(#[from] seccompiler::Error),
-    #[error("this architecture is not supported by cordon's seccomp filter")]
-    Arch,
     #[error("building the seccomp filter: jump {from} -> {to} is out of range")]
     JumpRange { from: usize, to: usize },
 }
-
-/// `AUDIT_ARCH_X86_64`: the only architecture whose syscall table this filter names.
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 
 /// Offsets into `struct seccomp_data { int nr; u32 arch; u64 ip; u64 args[6]; }`.
 const DATA_NR: u32 = 0;
@@ -180,47 +225,84 @@ fn rules() -> BTreeMap<u32, Rule> {
         // Syscall numbers are small non-negative constants.
         rules.insert(nr as u32, rule);
     };
-    for (_, nr) in DENIED {
-        add(*nr, Rule::Deny);
+    for (_, nr) in denied() {
+        add(nr, Rule::Deny);
     }
     let mut check = |nr: i64, c| add(nr, Rule::Check(c));
-    check(libc::SYS_clone3, Check::NotImplemented);
-    check(libc::SYS_openat2, Check::NotImplemented);
-    check(libc::SYS_clone, Check::CloneNewFlags);
-    check(libc::SYS_ioctl, Check::TerminalInjection);
-    check(libc::SYS_socket, Check::SocketKind);
-    check(libc::SYS_socketpair, Check::SocketKind);
-    check(libc::SYS_personality, Check::Personality);
-    for (nr, mode) in SET_ID_MODE_ARG {
-        check(*nr, Check::SetIdMode { mode: *mode });
+    for (_, nr, c) in CHECKED {
+        check(*nr, *c);
     }
-    for (nr, flags, mode) in SET_ID_CREATE_ARGS {
-        check(
-            *nr,
-            Check::SetIdCreate {
-                flags: *flags,
-                mode: *mode,
-            },
-        );
+    for (nr, mode) in set_id_mode_arg() {
+        check(nr, Check::SetIdMode { mode });
+    }
+    for (nr, flags, mode) in set_id_create_args() {
+        check(nr, Check::SetIdCreate { flags, mode });
     }
     rules
+}
+
+/// Every syscall refused outright on this architecture: the common ones and its own.
+pub fn denied() -> impl Iterator<Item = (&'static str, i64)> {
+    DENIED.iter().chain(arch::DENIED).copied()
 }
 
 // No setuid/setgid files: a --workspace is a host directory, and a set-id file planted there
 // (owned by the workspace's owner — root, for an idmapped one) would hand that owner's
 // privileges to whoever on the host runs it.
-/// Syscalls that set a mode, and which argument holds it.
-const SET_ID_MODE_ARG: &[(i64, u32)] = &[
-    (libc::SYS_chmod, 1),
-    (libc::SYS_fchmod, 1),
-    (libc::SYS_fchmodat, 2),
-    (libc::SYS_fchmodat2, 2),
-    (libc::SYS_creat, 1),
-    (libc::SYS_mknod, 1),
-    (libc::SYS_mknodat, 2),
+/// Syscalls that set a mode, and which argument holds it (with [`arch::SET_ID_MODE_ARG`]).
+const SET_ID_MODE_ARG: &[(&str, i64, u32)] = &[
+    ("fchmod", libc::SYS_fchmod, 1),
+    ("fchmodat", libc::SYS_fchmodat, 2),
+    ("fchmodat2", arch::SYS_FCHMODAT2, 2),
+    ("mknodat", libc::SYS_mknodat, 2),
 ];
-/// Syscalls that set a mode only when creating: (number, flags argument, mode argument).
-const SET_ID_CREATE_ARGS: &[(i64, u32, u32)] = &[(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)];
+/// Syscalls that set a mode only when creating: (name, number, flags argument, mode argument)
+/// (with [`arch::SET_ID_CREATE_ARGS`]).
+const SET_ID_CREATE_ARGS: &[(&str, i64, u32, u32)] = &[("openat", libc::SYS_openat, 2, 3)];
+
+fn set_id_mode_arg() -> impl Iterator<Item = (i64, u32)> {
+    SET_ID_MODE_ARG
+        .iter()
+        .chain(arch::SET_ID_MODE_ARG)
+        .map(|(_, nr, mode)| (*nr, *mode))
+}
+
+fn set_id_create_args() -> impl Iterator<Item = (i64, u32, u32)> {
+    SET_ID_CREATE_ARGS
+        .iter()
+        .chain(arch::SET_ID_CREATE_ARGS)
+        .map(|(_, nr, flags, mode)| (*nr, *flags, *mode))
+}
+
+/// The syscalls the filter checks by their arguments or answers `ENOSYS`, by name.
+const CHECKED: &[(&str, i64, Check)] = &[
+    ("clone3", libc::SYS_clone3, Check::NotImplemented),
+    ("openat2", libc::SYS_openat2, Check::NotImplemented),
+    ("clone", libc::SYS_clone, Check::CloneNewFlags),
+    ("ioctl", libc::SYS_ioctl, Check::TerminalInjection),
+    ("socket", libc::SYS_socket, Check::SocketKind),
+    ("socketpair", libc::SYS_socketpair, Check::SocketKind),
+    ("personality", libc::SYS_personality, Check::Personality),
+];
+
+/// Every syscall the filter has a rule for, by name (what `tests` compares with the kernel's
+/// own headers).
+pub fn named() -> impl Iterator<Item = (&'static str, i64)> {
+    denied()
+        .chain(CHECKED.iter().map(|(n, nr, _)| (*n, *nr)))
+        .chain(
+            SET_ID_MODE_ARG
+                .iter()
+                .chain(arch::SET_ID_MODE_ARG)
+                .map(|(n, nr, _)| (*n, *nr)),
+        )
+        .chain(
+            SET_ID_CREATE_ARGS
+                .iter()
+                .chain(arch::SET_ID_CREATE_ARGS)
+                .map(|(n, nr, _, _)| (*n, *nr)),
+        )
+}
 
 /// The main filter: `EPERM` for denied syscalls and dangerous argument combinations.
 ///
@@ -232,24 +314,25 @@ const SET_ID_CREATE_ARGS: &[(i64, u32, u32)] = &[(libc::SYS_open, 1, 2), (libc::
 /// decided in ~15). `tests::same_verdicts_as_seccompiler` holds the two to the same answer
 /// for every syscall number over a spread of arguments.
 pub fn main_filter() -> Result<BpfProgram, SeccompError> {
-    if !cfg!(target_arch = "x86_64") {
-        return Err(SeccompError::Arch);
-    }
     let sorted: Vec<(u32, Rule)> = rules().into_iter().collect();
     let mut asm = Asm::default();
     let arch_ok = asm.label();
-    let x32 = asm.label();
     asm.ld(DATA_ARCH);
-    asm.jeq(AUDIT_ARCH_X86_64, Jump::To(arch_ok), Jump::Next);
+    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
     asm.ret(RET_KILL);
     asm.bind(arch_ok);
     asm.ld(DATA_NR);
-    // x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch: a filter keyed on
-    // numbers alone would let them through.
-    asm.jge(X32_SYSCALL_BIT, Jump::To(x32), Jump::Next);
-    search(&sorted, &mut asm);
-    asm.bind(x32);
-    asm.ret(RET_EPERM);
+    if arch::X32 {
+        // x32 syscall numbers (`nr | 0x40000000`) share the x86_64 audit arch: a filter keyed
+        // on numbers alone would let them through.
+        let x32 = asm.label();
+        asm.jge(X32_SYSCALL_BIT, Jump::To(x32), Jump::Next);
+        search(&sorted, &mut asm);
+        asm.bind(x32);
+        asm.ret(RET_EPERM);
+    } else {
+        search(&sorted, &mut asm);
+    }
     asm.finish()
 }
 
@@ -476,6 +559,13 @@ mod tests {
 
     type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+    /// The 32-bit architecture the same CPU also runs (i386 beside x86_64, AArch32 beside
+    /// aarch64): its numbers mean other syscalls, so the filter must kill it.
+    #[cfg(target_arch = "x86_64")]
+    const FOREIGN_ARCH: u32 = 0x4000_0003; // AUDIT_ARCH_I386
+    #[cfg(target_arch = "aarch64")]
+    const FOREIGN_ARCH: u32 = 0x4000_0028; // AUDIT_ARCH_ARM
+
     fn rule(conds: Vec<Cond>) -> AnyResult<SeccompRule> {
         Ok(SeccompRule::new(conds)?)
     }
@@ -487,8 +577,8 @@ mod tests {
     fn reference() -> AnyResult<BpfProgram> {
         let w = u64::from;
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        for (_, nr) in DENIED {
-            rules.insert(*nr, Vec::new());
+        for (_, nr) in denied() {
+            rules.insert(nr, Vec::new());
         }
         let clone_rules = CLONE_NEW_FLAGS
             .iter()
@@ -534,14 +624,14 @@ mod tests {
         // The argument positions are shared with the filter (fs.rs attacks each syscall
         // through the real kernel, so a wrong position shows there).
         let arg = |i: u32| u8::try_from(i).expect("argument index");
-        for (nr, mode_arg) in SET_ID_MODE_ARG {
-            rules.insert(*nr, set_id(arg(*mode_arg), None)?);
+        for (nr, mode_arg) in set_id_mode_arg() {
+            rules.insert(nr, set_id(arg(mode_arg), None)?);
         }
-        for (nr, flags_arg, mode_arg) in SET_ID_CREATE_ARGS {
-            let (f, m) = (arg(*flags_arg), arg(*mode_arg));
+        for (nr, flags_arg, mode_arg) in set_id_create_args() {
+            let (f, m) = (arg(flags_arg), arg(mode_arg));
             let mut r = set_id(m, Some((f, libc::O_CREAT as u64)))?;
             r.extend(set_id(m, Some((f, w(O_TMPFILE_BIT))))?);
-            rules.insert(*nr, r);
+            rules.insert(nr, r);
         }
         let arch: TargetArch = std::env::consts::ARCH.try_into()?;
         let filter = SeccompFilter::new(
@@ -564,8 +654,11 @@ mod tests {
                 (r[i].code, r[i].jt, r[i].jf, r[i].k)
             );
         }
-        assert_eq!(p[3].code, BPF_LD_W_ABS);
-        assert_eq!(p[4].k, X32_SYSCALL_BIT);
+        assert_eq!((p[3].code, p[3].k), (BPF_LD_W_ABS, DATA_NR));
+        assert_eq!(p[1].k, arch::AUDIT_ARCH);
+        if arch::X32 {
+            assert_eq!((p[4].code, p[4].k), (BPF_JMP_JGE_K, X32_SYSCALL_BIT));
+        }
         // The point of assembling it here: a fraction of seccompiler's length.
         assert!(
             p.len() * 3 < r.len(),
@@ -682,11 +775,11 @@ mod tests {
         ]);
         let mut checked = 0;
         for nr in numbers {
-            for a in [arch, 0x4000_0003 /* AUDIT_ARCH_I386 */] {
+            for a in [arch, FOREIGN_ARCH] {
                 for args in &arg_sets {
                     let expected = if a != arch {
                         run(&chain, nr, a, *args).0
-                    } else if nr >= X32_SYSCALL_BIT {
+                    } else if arch::X32 && nr >= X32_SYSCALL_BIT {
                         RET_EPERM
                     } else if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 {
                         RET_ENOSYS
@@ -771,6 +864,139 @@ mod tests {
         assert!(
             checked <= 32,
             "a checked syscall takes {checked} instructions"
+        );
+    }
+
+    /// The kernel's own syscall table for this architecture (Debian's linux-libc-dev): the
+    /// x86_64 one, or asm-generic's, which aarch64 uses and every host's headers carry.
+    #[cfg(target_arch = "x86_64")]
+    const UNISTD_H: &[&str] = &[
+        "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
+        "/usr/include/asm/unistd_64.h",
+    ];
+    #[cfg(target_arch = "aarch64")]
+    const UNISTD_H: &[&str] = &["/usr/include/asm-generic/unistd.h"];
+    #[cfg(target_arch = "x86_64")]
+    const AUDIT_NAMES: (&str, &str) = ("AUDIT_ARCH_X86_64", "AUDIT_ARCH_I386");
+    #[cfg(target_arch = "aarch64")]
+    const AUDIT_NAMES: (&str, &str) = ("AUDIT_ARCH_AARCH64", "AUDIT_ARCH_ARM");
+
+    /// `#define NAME VALUE` lines: name -> the value's text.
+    fn defines(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("#define")?.split_whitespace();
+                let name = w.next()?;
+                let value: String = w.take_while(|t| !t.starts_with("/*")).collect();
+                Some((name.to_string(), value))
+            })
+            .collect()
+    }
+
+    /// A number, or a macro naming one (one level, as `__NR_fcntl __NR3264_fcntl`), or an
+    /// `|` of such in parentheses (as `AUDIT_ARCH_*`).
+    fn value(defs: &BTreeMap<String, String>, text: &str, depth: u32) -> Option<u64> {
+        let text = text.trim().trim_start_matches('(').trim_end_matches(')');
+        if text.contains('|') {
+            return text
+                .split('|')
+                .map(|t| value(defs, t, depth))
+                .try_fold(0, |acc, v| Some(acc | v?));
+        }
+        if let Some(hex) = text.strip_prefix("0x") {
+            return u64::from_str_radix(hex, 16).ok();
+        }
+        if let Ok(n) = text.parse() {
+            return Some(n);
+        }
+        if depth < 3 {
+            return value(defs, defs.get(text)?, depth + 1);
+        }
+        None
+    }
+
+    fn syscall_numbers(text: &str) -> BTreeMap<String, u64> {
+        let defs = defines(text);
+        defs.iter()
+            .filter_map(|(name, v)| {
+                let sys = name.strip_prefix("__NR_")?;
+                Some((sys.to_string(), value(&defs, v, 0)?))
+            })
+            .filter(|(name, _)| name != "syscalls" && name != "arch_specific_syscall")
+            .collect()
+    }
+
+    /// The numbers the filter is built from (the libc crate's, and the few written here) and
+    /// its architecture check are the kernel's, read from the kernel's headers. Under
+    /// `qemu-aarch64` (scripts/test.sh) this holds the aarch64 tables to the asm-generic
+    /// numbering; natively, the x86_64 ones to unistd_64.h.
+    #[test]
+    fn numbers_and_arch_match_the_kernel_headers() {
+        let Some(text) = UNISTD_H
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+        else {
+            eprintln!("skipped: no kernel headers at {UNISTD_H:?} (Debian: linux-libc-dev)");
+            return;
+        };
+        let table = syscall_numbers(&text);
+        let newest = table.values().copied().max().unwrap_or(0);
+        assert!(
+            newest > 400,
+            "{UNISTD_H:?} parsed to {} numbers",
+            table.len()
+        );
+        let (mut matched, mut newer) = (0, Vec::new());
+        for (name, nr) in named() {
+            let nr = u64::try_from(nr).unwrap();
+            match table.get(name) {
+                Some(h) => {
+                    assert_eq!(*h, nr, "{name}: the headers say {h}, the filter uses {nr}");
+                    matched += 1;
+                }
+                None => {
+                    // Newer than these headers (fchmodat2 is 6.6, Debian 12's headers 6.1):
+                    // numbers from 424 on are shared by every architecture (checked below).
+                    assert!(
+                        nr > newest && nr >= 424,
+                        "{name} ({nr}) is not in the headers, and not newer than them"
+                    );
+                    newer.push(name);
+                }
+            }
+        }
+        assert!(matched >= 55, "only {matched} names matched");
+        eprintln!("{matched} numbers match the headers; newer than them: {newer:?}");
+
+        // Numbers from 424 on are the same in the x86_64 and the asm-generic tables (what
+        // lets aarch64's fchmodat2 be written as 452), where both headers are at hand.
+        let x86 = std::fs::read_to_string("/usr/include/x86_64-linux-gnu/asm/unistd_64.h");
+        let generic = std::fs::read_to_string("/usr/include/asm-generic/unistd.h");
+        if let (Ok(x86), Ok(generic)) = (x86, generic) {
+            let (x86, generic) = (syscall_numbers(&x86), syscall_numbers(&generic));
+            let mut shared = 0;
+            for (name, nr) in x86.iter().filter(|(_, nr)| **nr >= 424) {
+                assert_eq!(generic.get(name), Some(nr), "{name}");
+                shared += 1;
+            }
+            assert!(shared >= 20, "{shared}");
+        }
+
+        let mut defs = BTreeMap::new();
+        for header in ["/usr/include/linux/audit.h", "/usr/include/linux/elf-em.h"] {
+            defs.extend(defines(&std::fs::read_to_string(header).unwrap()));
+        }
+        let audit = |name: &str| value(&defs, &defs[name], 0).unwrap();
+        assert_eq!(audit(AUDIT_NAMES.0), u64::from(arch::AUDIT_ARCH));
+        assert_eq!(audit(AUDIT_NAMES.1), u64::from(FOREIGN_ARCH));
+        let p = main_filter().unwrap();
+        assert_eq!(
+            run(&p, libc::SYS_getpid as u32, FOREIGN_ARCH, [0; 6]).0,
+            RET_KILL
+        );
+        assert_eq!(
+            run(&p, libc::SYS_getpid as u32, arch::AUDIT_ARCH, [0; 6]).0,
+            RET_ALLOW
         );
     }
 }

@@ -1,10 +1,10 @@
-//! The supervisor: forks the sandbox, pumps its output under byte caps, enforces time
-//! limits, kills the whole tree on every ending, and reports an `Outcome`.
+//! The one-shot supervisor: starts a sandbox through the launcher, pumps its output under
+//! byte caps, enforces time limits, kills the whole tree on every ending, and reports an
+//! `Outcome`.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -14,15 +14,14 @@ use cordon_policy::{
     Profile, Stopped, Usage,
 };
 
-use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::cgroup::Cgroup;
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
-use crate::idmap;
+use crate::init::Stdio;
+use crate::launcher::{apply_confined, prepare, spawn_init};
 use crate::output::{Capture, Echo};
-use crate::plan::{self, PlanInput};
-use crate::sandbox::{self, Stdio};
+use crate::sys;
 use crate::watch::Watch;
-use crate::{detect, sys};
 
 /// What the payload reads on stdin.
 pub enum StdinSource {
@@ -70,14 +69,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// SIGINT/SIGTERM/SIGHUP to cordon end the sandbox cleanly instead of orphaning its cgroup.
 fn install_signal_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to atomics, which is async-signal-safe; the
-        // sigaction struct is fully initialised.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
+        unsafe { sys::set_signal_handler(sig, on_signal) };
     }
 }
 
@@ -86,353 +79,6 @@ pub fn interrupted_by() -> Option<i32> {
     INTERRUPTED
         .load(Ordering::SeqCst)
         .then(|| INTERRUPT_SIGNAL.load(Ordering::SeqCst) as i32)
-}
-
-/// First host uid used for sandboxes when cordon runs as root; the supervisor's pid is added,
-/// so concurrent sandboxes never share a uid and none is an account on the host.
-const ROOT_MODE_UID_BASE: u32 = 2_000_000_000;
-
-/// The layers that can be known missing before anything starts (a required cgroup is checked
-/// when it is created).
-fn check_required(profile: &Profile, abi: u32, seccomp: bool) -> Result<(), EngineError> {
-    let mut missing = Vec::new();
-    let mut hints = Vec::new();
-    for layer in &profile.require {
-        let ok = match layer {
-            Layer::Landlock => abi > 0,
-            Layer::Seccomp => seccomp,
-            // Namespaces and rlimits are always set up; failing to is a setup error.
-            _ => true,
-        };
-        if !ok {
-            missing.push(layer.name());
-            hints.push(match layer {
-                Layer::Landlock => {
-                    "the kernel has no Landlock (boot with lsm=...,landlock)".to_string()
-                }
-                Layer::Seccomp => "the kernel has no seccomp filter support".to_string(),
-                _ => String::new(),
-            });
-        }
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(EngineError::Required {
-            missing: missing.join(","),
-            hint: hints.join("; "),
-        })
-    }
-}
-
-/// The cgroup a sandbox is to get; found and created by `spawn_init` while the init sets up.
-pub(crate) struct CgroupPlan {
-    name: String,
-    limits: CgroupLimits,
-    required: bool,
-}
-
-/// Everything decided before the fork: cgroup, host identity, the plan.
-pub(crate) struct Prepared {
-    /// The sandbox's cgroup once `spawn_init` has created it.
-    pub cgroup: Option<Cgroup>,
-    cgroup_plan: Option<CgroupPlan>,
-    /// Held until the init has its copy (see `plan.workspace_tree`).
-    workspace_tree: Option<OwnedFd>,
-    pub cgroup_name: String,
-    pub plan: plan::Plan,
-    pub host_uid: u32,
-    pub notes: Vec<String>,
-}
-
-impl Prepared {
-    pub fn enforcement(&self) -> Enforcement {
-        Enforcement {
-            cgroup: self.cgroup_name.clone(),
-            rlimits: true,
-            landlock_abi: 0,
-            host_uid: Some(self.host_uid),
-            notes: self.notes.clone(),
-            ..Enforcement::default()
-        }
-    }
-
-    /// Finds where this host keeps cgroups and creates the planned one. Without one the
-    /// sandbox runs on rlimits, and says so — unless the caller required a cgroup. (Done while
-    /// the init builds its root, not before the clone: reading mountinfo and
-    /// /proc/self/cgroup costs a fresh process ~0.1 ms.)
-    fn create_cgroup(&mut self) -> Result<(), EngineError> {
-        let Some(cp) = self.cgroup_plan.take() else {
-            return Ok(());
-        };
-        let made = cgroup::detect().and_then(|layout| {
-            if let Some(why) = cgroup::cannot_create(&layout) {
-                return Err(why);
-            }
-            Cgroup::create(&layout, &cp.name, &cp.limits)
-                .map(|c| (layout.version(), c))
-                .map_err(|e| e.to_string())
-        });
-        match made {
-            Ok((version, c)) => {
-                self.cgroup_name = version.name().to_string();
-                self.cgroup = Some(c);
-                Ok(())
-            }
-            Err(e) if cp.required => Err(EngineError::Required {
-                missing: Layer::Cgroup.name().to_string(),
-                hint: format!("no usable cgroup: {e}"),
-            }),
-            Err(e) => {
-                self.notes.push(no_cgroup_note(&e));
-                Ok(())
-            }
-        }
-    }
-}
-
-fn no_cgroup_note(why: &str) -> String {
-    format!("no cgroup ({why}): memory and pids limited per process by rlimits only")
-}
-
-/// A unique name per sandbox of this process (one-shot runs use one; a helper uses one).
-fn cgroup_name(pid: libc::pid_t) -> String {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    format!("{pid}-{}", SEQ.fetch_add(1, Ordering::SeqCst))
-}
-
-pub(crate) fn prepare(
-    profile: &Profile,
-    argv: &[String],
-    cwd: Option<&str>,
-    env: &BTreeMap<String, String>,
-    persistent: bool,
-) -> Result<Prepared, EngineError> {
-    profile
-        .validate()
-        .map_err(|e| EngineError::Invalid(e.to_string()))?;
-    let pid = sys::getpid();
-    let euid = sys::geteuid();
-    let abi = detect::landlock_abi();
-
-    // The cgroup: without one, rlimits stand in (and say so). Whether this host offers one
-    // is found out, and the cgroup created, once the init is cloned, in parallel with the
-    // init's setup (see `create_cgroup`, which also enforces a required cgroup).
-    let mut notes = Vec::new();
-    let cgroup_plan = Some(CgroupPlan {
-        name: cgroup_name(pid),
-        limits: CgroupLimits {
-            memory: profile.limits.memory,
-            // The init is ours, not the payload's.
-            pids: u64::from(profile.limits.pids) + 1,
-            cpus: profile.limits.cpus,
-            cpu_time: profile.limits.cpu_time.is_some(),
-        },
-        required: profile.require.contains(&Layer::Cgroup),
-    });
-    check_required(profile, abi, true)?;
-
-    // Host identity of the sandbox: never host root.
-    let unique = ROOT_MODE_UID_BASE + pid as u32;
-    let (host_uid, host_gid, drop_root) = if euid == 0 {
-        match profile.workspace.as_ref().map(std::fs::metadata) {
-            // Run as the workspace's owner, so its files stay theirs and it is writable.
-            Some(Ok(m)) if m.uid() != 0 => (m.uid(), m.gid(), true),
-            _ => (unique, unique, true),
-        }
-    } else {
-        (euid, sys::getegid(), false)
-    };
-    let mut plan = plan::build(PlanInput {
-        profile,
-        argv,
-        cwd,
-        extra_env: env,
-        host_uid,
-        host_gid,
-        drop_root,
-        kernel_landlock_abi: abi,
-        persistent_ok: persistent,
-    })?;
-    plan.persistent = persistent;
-    // A root-owned workspace, as root: idmap it so the sandbox user may write there.
-    let mut workspace_tree = None;
-    let root_owned_workspace = euid == 0 && host_uid >= ROOT_MODE_UID_BASE;
-    if let Some(ws) = profile.workspace.as_ref().filter(|_| root_owned_workspace) {
-        match idmap::workspace_tree(ws, host_uid, host_gid) {
-            Ok(tree) => {
-                plan.workspace_tree = Some(tree.as_raw_fd());
-                workspace_tree = Some(tree);
-                notes.push(
-                    "the workspace is owned by root and mounted idmapped: root's files there are \
-                     the sandbox user's, and what it creates belongs to root on the host"
-                        .to_string(),
-                );
-            }
-            Err(why) => notes.push(format!(
-                "the workspace is owned by root and could not be idmapped ({why}); the sandbox \
-                 runs as host uid {host_uid} and can write there only where permissions allow"
-            )),
-        }
-    }
-    Ok(Prepared {
-        workspace_tree,
-        cgroup: None,
-        cgroup_plan,
-        cgroup_name: "none".to_string(),
-        plan,
-        host_uid,
-        notes,
-    })
-}
-
-/// Clones the sandbox's init into fresh namespaces with the given stdio, writes its id maps,
-/// and creates the cgroup while the init builds its root; then hands the init what it needs
-/// to join the cgroup (see `cgroup::join`) and lets it go on. Returns (init pid, channel);
-/// the cgroup is left in `prepared.cgroup`. The calling process must be single-threaded.
-pub(crate) fn spawn_init(
-    prepared: &mut Prepared,
-    stdio: Stdio,
-) -> Result<(libc::pid_t, Channel), EngineError> {
-    let io = |what: &str| {
-        let what = what.to_string();
-        move |e: std::io::Error| EngineError::io(what, e)
-    };
-    let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
-    let plan = &prepared.plan;
-    if plan.drop_root {
-        // The init starts with our credentials until its maps are written and it takes on
-        // the sandbox's ids; host root's supplementary groups must not come along (inside, a
-        // gid_map written with setgroups denied could never shed them). cordon as root needs
-        // no group membership for anything it does.
-        sys::setgroups_empty().map_err(io("dropping supplementary groups"))?;
-    }
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs); the
-    // child runs only `init_entry`, which keeps to what `clone_into` allows.
-    let init = match unsafe { sys::clone_into(flags) } {
-        Ok(sys::Fork::Child) => {
-            drop(chan_parent);
-            sandbox::init_entry(plan, Channel::new(chan_child), stdio)
-        }
-        Ok(sys::Fork::Parent(p)) => p,
-        Err(e) => {
-            let who = if plan.drop_root { "" } else { "unprivileged " };
-            return Err(EngineError::Setup {
-                step: "creating namespaces (clone)".into(),
-                message: format!(
-                    "{e}; this host refuses {who}user namespaces (see `cordon check`)"
-                ),
-            });
-        }
-    };
-    // Close the child's ends at once, or we would never see EOF.
-    drop((stdio, chan_child));
-    prepared.workspace_tree = None;
-    let chan = Channel::new(chan_parent);
-    let started = write_id_maps(init, plan.host_uid, plan.host_gid)
-        .map_err(io("writing the sandbox's uid/gid maps"))
-        .and_then(|_| {
-            chan.send(&ToSandbox::Mapped)
-                .map_err(io("starting the sandbox"))
-        })
-        .and_then(|_| prepared.create_cgroup())
-        .and_then(|_| {
-            let join = match &prepared.cgroup {
-                Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
-                None => Vec::new(),
-            };
-            let raw: Vec<_> = join.iter().map(|f| f.as_raw_fd()).collect();
-            chan.send_with_fds(
-                &ToSandbox::Go {
-                    cgroup: prepared.cgroup.is_some(),
-                },
-                &raw,
-            )
-            .map_err(io("starting the sandbox"))
-        });
-    // Clearing what dead cordons left behind waits until the sandbox is on its way.
-    if let Some(cg) = &prepared.cgroup {
-        cgroup::remove_stale(cg.layout());
-    }
-    match started {
-        Ok(()) => Ok((init, chan)),
-        Err(e) => {
-            // An init that failed on its own said why before it went; that beats our
-            // "broken pipe" or "no such process".
-            let reported = reported_failure(&chan);
-            // Killing a pid namespace's init takes the namespace with it.
-            let _ = sys::kill(init, libc::SIGKILL);
-            let _ = sys::wait4(init, false);
-            Err(reported.unwrap_or(e))
-        }
-    }
-}
-
-/// A setup failure the init already reported, if one is waiting on the channel.
-fn reported_failure(chan: &Channel) -> Option<EngineError> {
-    if chan.poll_now(libc::POLLIN) & libc::POLLIN == 0 {
-        return None;
-    }
-    match chan.recv::<ToSupervisor>() {
-        Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
-            Some(EngineError::Setup { step, message })
-        }
-        _ => None,
-    }
-}
-
-/// Maps the sandbox's one user and group (`INNER_ID`) to `uid`/`gid` on the host, for the
-/// freshly cloned `pid`. setgroups is denied first (CVE-2014-8989; required of an
-/// unprivileged writer, kept for root too so the sandbox can never change its groups).
-fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> std::io::Result<()> {
-    let proc_file = |name: &str| PathBuf::from(format!("/proc/{pid}/{name}"));
-    sys::write_file(&proc_file("setgroups"), "deny")?;
-    sys::write_file(
-        &proc_file("uid_map"),
-        &format!("{} {uid} 1\n", plan::INNER_ID),
-    )?;
-    sys::write_file(
-        &proc_file("gid_map"),
-        &format!("{} {gid} 1\n", plan::INNER_ID),
-    )
-}
-
-/// Records what the init reported as confined.
-pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) {
-    if let ToSupervisor::Confined {
-        landlock_abi,
-        landlock_partial,
-        seccomp,
-        rlimits,
-        notes,
-        ..
-    } = msg
-    {
-        enforcement.user_ns = true;
-        enforcement.pid_ns = true;
-        enforcement.net_ns = true;
-        enforcement.mount_ns = true;
-        enforcement.ipc_ns = true;
-        enforcement.uts_ns = true;
-        enforcement.cgroup_ns = true;
-        enforcement.seccomp = *seccomp;
-        enforcement.rlimits = *rlimits;
-        enforcement.landlock_abi = *landlock_abi;
-        if *landlock_partial {
-            enforcement.notes.push(format!(
-                "Landlock partially enforced (kernel ABI {landlock_abi})"
-            ));
-        }
-        enforcement
-            .notes
-            .extend(notes.iter().take(16).map(|n| n.chars().take(500).collect()));
-    }
 }
 
 /// Runs one sandbox to completion. The calling process must be single-threaded.
@@ -678,25 +324,13 @@ impl Supervision {
 
             let mut pfds = Vec::with_capacity(3);
             for fd in [&out_fd, &err_fd].into_iter().flatten() {
-                pfds.push(libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
             if let Some(c) = &chan {
-                pfds.push(libc::pollfd {
-                    fd: c.raw(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(c.raw(), libc::POLLIN));
             }
             if let (Some(fd), None) = (&init_fd, &self.init_exit) {
-                pfds.push(libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
             let wait = deadline
                 .saturating_duration_since(Instant::now())
@@ -712,40 +346,25 @@ impl Supervision {
                 let Some(fd) = slot.as_ref() else { continue };
                 // Bounded per round so one flooding stream cannot starve the other.
                 for _ in 0..16 {
-                    // SAFETY: reading into a valid buffer from an fd we own.
-                    let n = unsafe {
-                        libc::read(
-                            fd.as_raw_fd(),
-                            buf.as_mut_ptr() as *mut libc::c_void,
-                            buf.len(),
-                        )
-                    };
-                    if n > 0 {
-                        // SAFETY: `read` initialised the first `n` bytes of `buf`.
-                        let data = unsafe {
-                            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize)
-                        };
-                        let echo = if is_out {
-                            self.stdout.push(data)
-                        } else {
-                            self.stderr.push(data)
-                        };
-                        if echo == Echo::Gone {
-                            // Our reader left: closing the pipe passes that on to the writer.
-                            *slot = None;
-                            break;
+                    match rustix::io::read(fd, &mut buf[..]) {
+                        Ok((data, _)) if !data.is_empty() => {
+                            let echo = if is_out {
+                                self.stdout.push(data)
+                            } else {
+                                self.stderr.push(data)
+                            };
+                            if echo == Echo::Gone {
+                                // Our reader left: closing the pipe passes that on to the writer.
+                                *slot = None;
+                                break;
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    if n == 0 {
-                        *slot = None;
-                    } else {
-                        let e = std::io::Error::last_os_error();
-                        if e.kind() != std::io::ErrorKind::WouldBlock
-                            && e.kind() != std::io::ErrorKind::Interrupted
-                        {
-                            *slot = None;
+                        // The end of the stream.
+                        Ok(_) => *slot = None,
+                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
                         }
+                        Err(_) => *slot = None,
                     }
                     break;
                 }
@@ -797,7 +416,7 @@ impl Supervision {
                     } if exec_failed.is_none() => {
                         exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
                     }
-                    ToSupervisor::SetupFailed { step, message } if setup_error.is_none() => {
+                    ToSupervisor::SetupFailed { step, message, .. } if setup_error.is_none() => {
                         setup_error = Some(format!("{step}: {message}"));
                     }
                     ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
@@ -849,7 +468,7 @@ impl Supervision {
             .unwrap_or_else(|| self.start.elapsed());
         let rusage = self.init_exit.as_ref().map(|(_, e)| e.rusage);
         // The init reaped every process of the sandbox before it exited (see
-        // `sandbox::one_shot_wait`), so its rusage covers them all, killed ones included.
+        // `init::one_shot::wait`), so its rusage covers them all, killed ones included.
         let (cpu_user_ms, cpu_system_ms) = match self.cgroup.as_ref().and_then(|c| c.cpu_usage()) {
             Some((u, s)) => (u / 1_000_000, s / 1_000_000),
             None => self

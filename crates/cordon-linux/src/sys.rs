@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -219,6 +219,16 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Sends `sig` to the process group `pgid` (a command's whole tree, if it kept its group).
+pub fn kill_group(pgid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // As in `kill`: a bad id must never become "every process" (-1) or our own group (0).
+    if pgid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: plain integers.
+    cvt(unsafe { libc::kill(-pgid, sig) }).map(drop)
+}
+
 /// Sends `sig` to every process this one may signal except itself: run by a pid namespace's
 /// init, everything else in the namespace. ESRCH (nobody left) is success.
 pub fn kill_all_others(sig: libc::c_int) -> io::Result<()> {
@@ -255,6 +265,41 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `handler` on `sig` (no flags, nothing blocked meanwhile). rustix offers no sigaction.
+///
+/// # Safety
+/// `handler` must be async-signal-safe.
+pub unsafe fn set_signal_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: the sigaction struct is zeroed, then given a handler and an empty mask; the
+    // caller vouches for the handler.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Closes the fd number `fd` without an owner's say: for a forked child dropping its copy of
+/// an fd that its parent's code owns.
+///
+/// # Safety
+/// Nothing in this process may use `fd` afterwards.
+pub unsafe fn close_raw(fd: RawFd) {
+    // SAFETY: the caller guarantees the fd is not used again here.
+    unsafe { libc::close(fd) };
+}
+
+/// Closes `fd` and reports the error that dropping it would swallow (some file systems report
+/// a full disk only there). rustix's close returns nothing.
+pub fn close_checked(fd: OwnedFd) -> io::Result<()> {
+    let raw = fd.into_raw_fd();
+    // SAFETY: `raw` came from into_raw_fd, so it is open and owned by nothing else; after
+    // close it is gone whatever the result (Linux never leaves it open on EINTR).
+    cvt(unsafe { libc::close(raw) }).map(drop)
+}
+
+/// Async-signal-safe (a plain syscall), so it may run between fork and exec.
 pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: plain integers; dup2 clears CLOEXEC on `to`, which is what stdio needs.
     cvt(unsafe { libc::dup2(from, to) }).map(drop)
@@ -298,6 +343,89 @@ pub fn wait4(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, 
         let rusage = unsafe { ru.assume_init() };
         return Ok(Some((ret, Exit { status, rusage })));
     }
+}
+
+/// How a child ended, as `waitid` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// Blocks until some child has ended and says which and how, leaving it a zombie (WNOWAIT):
+/// its pid stays reserved until it is reaped.
+pub fn wait_peek() -> io::Result<(libc::pid_t, ChildEnd)> {
+    loop {
+        let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: info is a valid out-pointer; P_ALL ignores the id.
+        let ret = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                info.as_mut_ptr(),
+                libc::WEXITED | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if ret == -1 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid succeeded without WNOHANG, so it filled in a child's siginfo.
+        let info = unsafe { info.assume_init() };
+        // SAFETY: the union fields of a SIGCHLD siginfo, which waitid just filled in.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        let end = if info.si_code == libc::CLD_EXITED {
+            ChildEnd::Exited(status)
+        } else {
+            ChildEnd::Signaled(status)
+        };
+        return Ok((pid, end));
+    }
+}
+
+/// Marks this process a child subreaper: orphans of its descendants become its children
+/// instead of the pid namespace's init's.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// Ends this process the way a child of it ended: the same exit code, or death by the same
+/// signal (set to its default and unblocked first; 128 + N if the signal did not kill).
+pub fn exit_like(end: ChildEnd) -> ! {
+    match end {
+        ChildEnd::Exited(code) => exit_now(code),
+        ChildEnd::Signaled(sig) => {
+            let _ = default_signal(sig);
+            // SAFETY: a set with one signal, then plain integer syscalls on ourselves.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::kill(libc::getpid(), sig);
+            }
+            exit_now(128 + sig)
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes (a few, from a pipe); false at end of file or on error.
+pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        match n {
+            n if n > 0 => got += n as usize,
+            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return false,
+        }
+    }
+    true
 }
 
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -379,11 +507,9 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Most fds one message carries. `Confined` carries one per watched scratch tmpfs (/tmp,
-/// /dev/shm, the home directory, a tmpfs /workspace) and, without a cgroup, the sandbox's
-/// /proc: five. At 4, a rootless init's `Confined` was refused ("too many fds") and never
-/// sent, so a rootless run reported no layer, watched nothing, and a persistent sandbox never
-/// finished its setup.
+/// Most fds one message carries. The init's `Confined` carries the most: four scratch
+/// filesystems and, without a cgroup, its /proc — at 4, a rootless run's report was refused
+/// ("too many fds") and its `enforcement` came out all false.
 pub const MAX_FDS: usize = 8;
 
 /// Sends one datagram, carrying up to [`MAX_FDS`] fds.
@@ -614,6 +740,15 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// A poll entry asking for `events` on `fd` (an fd of -1 is an entry poll skips).
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: fds is a valid slice of pollfd.
     let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -752,8 +887,10 @@ pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
 // New mount API (Linux 5.12+ for idmapped mounts). libc has the syscall numbers but not all
 // the constants and structs; these are the kernel's uapi values (linux/mount.h).
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
@@ -815,6 +952,50 @@ pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// `MOUNT_ATTR_RDONLY`, `_NOSUID`, `_NODEV`, `_NOEXEC`, from the `MS_*` flags of the same
+/// meaning.
+pub fn mount_attr_from_ms(flags: libc::c_ulong) -> u64 {
+    [
+        (libc::MS_RDONLY, MOUNT_ATTR_RDONLY),
+        (libc::MS_NOSUID, MOUNT_ATTR_NOSUID),
+        (libc::MS_NODEV, MOUNT_ATTR_NODEV),
+        (libc::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+    ]
+    .iter()
+    .filter(|(ms, _)| flags & ms != 0)
+    .fold(0, |acc, (_, attr)| acc | attr)
+}
+
+/// Adds `attr_set` (`MOUNT_ATTR_*`) to the mount at `path` and every mount beneath it, in one
+/// call (`AT_RECURSIVE`; Linux 5.12+, `ENOSYS` before). Flags are only added, so a lock the
+/// kernel holds on a flag is never in the way.
+pub fn mount_setattr_recursive(path: &Path, attr_set: u64) -> io::Result<()> {
+    const AT_RECURSIVE: libc::c_int = 0x8000;
+    let c = cpath(path)?;
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path relative to the cwd and a pointer to a mount_attr of the
+    // size passed, both alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Attaches the detached mount `tree` at `dest`.
 pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
     let c = cpath(dest)?;
@@ -841,11 +1022,7 @@ pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
 /// and gets mistaken for stdio), and SIGPIPE is ignored (a write to a reader that left fails
 /// with EPIPE, which the supervisor and the server handle, instead of killing cordon).
 pub fn process_start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
+    let mut fds = [0, 1, 2].map(|fd| pollfd(fd, 0));
     // Nothing can be done about a failing poll this early; std ignores it too.
     let _ = poll(&mut fds, 0);
     for p in fds {

@@ -101,7 +101,9 @@ impl Watch {
             let mut path = pid.into_bytes();
             path.extend_from_slice(b"/task");
             // A process that ended since the listing is simply not counted.
-            if let Ok(st) = rustix::fs::statat(fd, path.as_slice(), rustix::fs::AtFlags::empty()) {
+            if let Ok(st) =
+                rustix::fs::statat(fd, path.as_slice(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            {
                 // nlink_t is narrower than u64 on some architectures.
                 #[allow(clippy::useless_conversion)]
                 let links = u64::from(st.st_nlink);

@@ -408,14 +408,14 @@ fn size_limits() {
     put(&fs, "keep", b"original").unwrap();
     let big = vec![7u8; 100_000];
     let err = fs.write("keep", &mut &big[..], 99_999, false).unwrap_err();
-    assert_eq!((err.code(), err.http_status()), ("too_large", 413));
+    assert_eq!(err.code(), "too_large");
     assert_eq!(fs.read("keep", 100).unwrap(), b"original");
     assert_eq!(
         fs.write("keep", &mut &big[..], 100_000, false).unwrap(),
         100_000
     );
     let err = fs.read("keep", 99_999).unwrap_err();
-    assert_eq!((err.code(), err.http_status()), ("too_large", 413));
+    assert_eq!(err.code(), "too_large");
     assert_eq!(fs.read("keep", 100_000).unwrap().len(), 100_000);
     // No temporary file survives a failed upload.
     assert_eq!(code(fs.write("new", &mut &big[..], 10, false)), "too_large");
@@ -496,60 +496,55 @@ fn invalid_paths_and_special_files() {
 }
 
 #[test]
-fn error_codes_and_statuses() {
+fn error_codes() {
     fn shared_across_threads<T: Send + Sync>() {}
     shared_across_threads::<SandboxFs>();
     shared_across_threads::<FsError>();
 
     let p = || "/workspace/x".to_string();
-    let cases: Vec<(FsError, u16, &str)> = vec![
-        (FsError::NotFound { path: p() }, 404, "not_found"),
+    let cases: Vec<(FsError, &str)> = vec![
+        (FsError::NotFound { path: p() }, "not_found"),
         (
             FsError::PermissionDenied {
                 path: p(),
                 reason: "no",
             },
-            403,
             "permission_denied",
         ),
-        (FsError::ReadOnly { path: p() }, 403, "read_only"),
-        (FsError::Escapes { path: p() }, 403, "escapes_sandbox"),
-        (FsError::NotADirectory { path: p() }, 409, "not_a_directory"),
-        (FsError::IsADirectory { path: p() }, 409, "is_a_directory"),
-        (FsError::AlreadyExists { path: p() }, 409, "already_exists"),
-        (FsError::NotEmpty { path: p() }, 409, "not_empty"),
+        (FsError::ReadOnly { path: p() }, "read_only"),
+        (FsError::Escapes { path: p() }, "escapes_sandbox"),
+        (FsError::NotADirectory { path: p() }, "not_a_directory"),
+        (FsError::IsADirectory { path: p() }, "is_a_directory"),
+        (FsError::AlreadyExists { path: p() }, "already_exists"),
+        (FsError::NotEmpty { path: p() }, "not_empty"),
         (
             FsError::Busy {
                 path: p(),
                 reason: "b",
             },
-            409,
             "busy",
         ),
-        (FsError::CrossDevice { path: p() }, 409, "cross_device"),
-        (FsError::NotAFile { path: p() }, 400, "not_a_file"),
+        (FsError::CrossDevice { path: p() }, "cross_device"),
+        (FsError::NotAFile { path: p() }, "not_a_file"),
         (
             FsError::InvalidPath {
                 path: p(),
                 reason: "r",
             },
-            400,
             "invalid_path",
         ),
-        (FsError::NoSpace { path: p() }, 507, "no_space"),
+        (FsError::NoSpace { path: p() }, "no_space"),
         (
             FsError::TooLarge {
                 path: p(),
                 detail: "d".into(),
             },
-            413,
             "too_large",
         ),
         (
             FsError::Unsupported {
                 reason: "old kernel".into(),
             },
-            501,
             "unsupported",
         ),
         (
@@ -557,12 +552,11 @@ fn error_codes_and_statuses() {
                 path: p(),
                 source: io::Error::other("boom"),
             },
-            500,
             "io_error",
         ),
     ];
-    for (err, status, c) in cases {
-        assert_eq!((err.http_status(), err.code()), (status, c), "{err}");
+    for (err, c) in cases {
+        assert_eq!(err.code(), c, "{err}");
     }
     let msg = FsError::Escapes { path: p() }.to_string();
     assert!(msg.contains("path escapes the sandbox"), "{msg}");
@@ -832,11 +826,7 @@ fn magic_links_are_refused() {
         ];
         for path in sneaky {
             let err = fs.read(path, 1 << 20).unwrap_err();
-            assert_eq!(
-                (err.code(), err.http_status()),
-                ("escapes_sandbox", 403),
-                "read {path}"
-            );
+            assert_eq!(err.code(), "escapes_sandbox", "read {path}");
             assert!(err.to_string().contains("path escapes the sandbox"));
         }
         // Another process's root: refused (not permitted to look, or a magic link).
@@ -1032,7 +1022,7 @@ fn full_disk_is_no_space_and_leaves_nothing() {
         let err = fs
             .write("small/big", &mut &big[..], 2 << 20, false)
             .unwrap_err();
-        assert_eq!((err.code(), err.http_status()), ("no_space", 507), "{err}");
+        assert_eq!(err.code(), "no_space", "{err}");
         let err = fs
             .write("small/keep", &mut &big[..], 2 << 20, false)
             .unwrap_err();

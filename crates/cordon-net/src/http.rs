@@ -106,40 +106,59 @@ fn complete(parsed: httparse::Result<usize>, what: &str) -> Result<(), HeadError
     }
 }
 
-/// Read one request head; returns it and the bytes that followed it.
-pub(crate) async fn read_request<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> Result<(RequestHead, Vec<u8>), HeadError> {
+/// Reads one head and parses it with `parse`; returns it and the bytes that followed it.
+async fn read_parsed<R, T, P>(r: &mut R, parse: P) -> Result<(T, Vec<u8>), HeadError>
+where
+    R: AsyncRead + Unpin,
+    P: for<'b> FnOnce(&'b [u8], &mut [httparse::Header<'b>]) -> Result<T, HeadError>,
+{
     let mut buf = Vec::with_capacity(1024);
     let end = read_head(r, &mut buf).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    complete(req.parse(&buf[..end]), "request")?;
-    let head = RequestHead {
+    let head = parse(&buf[..end], &mut headers)?;
+    Ok((head, buf.split_off(end)))
+}
+
+fn parse_request<'b>(
+    buf: &'b [u8],
+    headers: &mut [httparse::Header<'b>],
+) -> Result<RequestHead, HeadError> {
+    let mut req = httparse::Request::new(headers);
+    complete(req.parse(buf), "request")?;
+    Ok(RequestHead {
         method: req.method.unwrap_or_default().to_string(),
         target: req.path.unwrap_or_default().to_string(),
         minor_version: req.version.unwrap_or(1),
         headers: owned_headers(req.headers),
-    };
-    Ok((head, buf.split_off(end)))
+    })
+}
+
+fn parse_response<'b>(
+    buf: &'b [u8],
+    headers: &mut [httparse::Header<'b>],
+) -> Result<ResponseHead, HeadError> {
+    let mut resp = httparse::Response::new(headers);
+    complete(resp.parse(buf), "response")?;
+    Ok(ResponseHead {
+        minor_version: resp.version.unwrap_or(1),
+        code: resp.code.unwrap_or(0),
+        reason: resp.reason.unwrap_or_default().to_string(),
+        headers: owned_headers(resp.headers),
+    })
+}
+
+/// Read one request head; returns it and the bytes that followed it.
+pub(crate) async fn read_request<R: AsyncRead + Unpin>(
+    r: &mut R,
+) -> Result<(RequestHead, Vec<u8>), HeadError> {
+    read_parsed(r, parse_request).await
 }
 
 /// Read one response head; returns it and the bytes that followed it.
 pub(crate) async fn read_response<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> Result<(ResponseHead, Vec<u8>), HeadError> {
-    let mut buf = Vec::with_capacity(1024);
-    let end = read_head(r, &mut buf).await?;
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
-    complete(resp.parse(&buf[..end]), "response")?;
-    let head = ResponseHead {
-        minor_version: resp.version.unwrap_or(1),
-        code: resp.code.unwrap_or(0),
-        reason: resp.reason.unwrap_or_default().to_string(),
-        headers: owned_headers(resp.headers),
-    };
-    Ok((head, buf.split_off(end)))
+    read_parsed(r, parse_response).await
 }
 
 /// The values of every header called `name`.

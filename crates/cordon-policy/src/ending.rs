@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::outcome::{exit, Status};
 
 /// A limit that ended the run or refused the program something while it ran.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitHit {
@@ -109,7 +110,9 @@ pub struct EndFacts {
     pub sandbox_ended: Option<String>,
     /// OOM kills seen in the run's memory domain.
     pub oom_kills: u64,
-    /// Forks or threads the process limit refused (cgroup `pids.events` `max`).
+    /// Forks or threads the process limit refused (cgroup `pids.events` `max`). Where no
+    /// cgroup counts refusals (RLIMIT_NPROC leaves no trace), 1 when the sandbox's task count
+    /// was seen at the limit.
     pub pids_refused: u64,
     pub output_truncated: bool,
     /// A scratch filesystem was found full (no blocks left).
@@ -284,6 +287,24 @@ mod tests {
         limits: &'static [LimitHit],
     }
 
+    /// A row whose run ends as an error with no signal and no limit hit.
+    fn error_row(
+        name: &'static str,
+        facts: EndFacts,
+        exit_code: i32,
+        error_contains: &'static str,
+    ) -> Row {
+        Row {
+            name,
+            facts,
+            status: Status::Error,
+            exit_code: Some(exit_code),
+            signal: None,
+            error_contains: Some(error_contains),
+            limits: &[],
+        }
+    }
+
     fn table() -> Vec<Row> {
         vec![
             Row {
@@ -407,46 +428,37 @@ mod tests {
                 error_contains: None,
                 limits: &[Pids, WallTime],
             },
-            Row {
-                name: "interrupted by SIGTERM",
-                facts: EndFacts {
+            error_row(
+                "interrupted by SIGTERM",
+                EndFacts {
                     stopped: Some(Stopped::Interrupted(15)),
                     ..EndFacts::default()
                 },
-                status: Status::Error,
-                exit_code: Some(143),
-                signal: None,
-                error_contains: Some("interrupted by signal 15"),
-                limits: &[],
-            },
-            Row {
-                name: "setup failure",
-                facts: EndFacts {
+                143,
+                "interrupted by signal 15",
+            ),
+            error_row(
+                "setup failure",
+                EndFacts {
                     stopped: Some(Stopped::Setup),
                     setup_error: Some("Landlock was required but is not enforced".into()),
                     ..EndFacts::default()
                 },
-                status: Status::Error,
-                exit_code: Some(125),
-                signal: None,
-                error_contains: Some("Landlock was required"),
-                limits: &[],
-            },
-            Row {
-                name: "setup failure reported by the init, no stop",
-                facts: EndFacts {
+                125,
+                "Landlock was required",
+            ),
+            error_row(
+                "setup failure reported by the init, no stop",
+                EndFacts {
                     setup_error: Some("mounting /proc: EPERM".into()),
                     ..EndFacts::default()
                 },
-                status: Status::Error,
-                exit_code: Some(125),
-                signal: None,
-                error_contains: Some("mounting /proc"),
-                limits: &[],
-            },
-            Row {
-                name: "command not found",
-                facts: EndFacts {
+                125,
+                "mounting /proc",
+            ),
+            error_row(
+                "command not found",
+                EndFacts {
                     exec_failure: Some(ExecFailure {
                         errno: ENOENT,
                         path: "nope".into(),
@@ -454,15 +466,12 @@ mod tests {
                     }),
                     ..exited(127)
                 },
-                status: Status::Error,
-                exit_code: Some(127),
-                signal: None,
-                error_contains: Some("command not found: nope"),
-                limits: &[],
-            },
-            Row {
-                name: "not executable",
-                facts: EndFacts {
+                127,
+                "command not found: nope",
+            ),
+            error_row(
+                "not executable",
+                EndFacts {
                     exec_failure: Some(ExecFailure {
                         errno: 13,
                         path: "/tmp/x".into(),
@@ -470,15 +479,12 @@ mod tests {
                     }),
                     ..exited(126)
                 },
-                status: Status::Error,
-                exit_code: Some(126),
-                signal: None,
-                error_contains: Some("cannot execute /tmp/x"),
-                limits: &[],
-            },
-            Row {
-                name: "bad working directory",
-                facts: EndFacts {
+                126,
+                "cannot execute /tmp/x",
+            ),
+            error_row(
+                "bad working directory",
+                EndFacts {
                     exec_failure: Some(ExecFailure {
                         errno: ENOENT,
                         path: "/nowhere".into(),
@@ -486,33 +492,24 @@ mod tests {
                     }),
                     ..EndFacts::default()
                 },
-                status: Status::Error,
-                exit_code: Some(125),
-                signal: None,
-                error_contains: Some("--cwd /nowhere"),
-                limits: &[],
-            },
-            Row {
-                name: "the sandbox went away under a command",
-                facts: EndFacts {
+                125,
+                "--cwd /nowhere",
+            ),
+            error_row(
+                "the sandbox went away under a command",
+                EndFacts {
                     sandbox_ended: Some("it was deleted".into()),
                     ..EndFacts::default()
                 },
-                status: Status::Error,
-                exit_code: Some(125),
-                signal: None,
-                error_contains: Some("the sandbox ended: it was deleted"),
-                limits: &[],
-            },
-            Row {
-                name: "nothing reported at all",
-                facts: EndFacts::default(),
-                status: Status::Error,
-                exit_code: Some(125),
-                signal: None,
-                error_contains: Some("before reporting"),
-                limits: &[],
-            },
+                125,
+                "the sandbox ended: it was deleted",
+            ),
+            error_row(
+                "nothing reported at all",
+                EndFacts::default(),
+                125,
+                "before reporting",
+            ),
             Row {
                 name: "output cut, disk and inodes full, program exited 1",
                 facts: EndFacts {

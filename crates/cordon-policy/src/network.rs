@@ -53,6 +53,7 @@ const HOSTS_FIELD: &str = "network.hosts";
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
 /// The `[network]` section of a profile.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPolicy {
@@ -62,6 +63,7 @@ pub struct NetworkPolicy {
     /// Names the proxy resolves to fixed addresses instead of asking DNS. A name listed here
     /// must still be allowed by `allow`; its address still goes through the special-range check.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
     pub hosts: BTreeMap<String, IpAddr>,
 }
 

@@ -7,6 +7,7 @@ use crate::ending::{Ending, LimitHit};
 use crate::output::CapturedText;
 
 /// Why the run ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -19,6 +20,7 @@ pub enum Status {
 }
 
 /// What the run consumed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub wall_ms: u64,
@@ -29,6 +31,7 @@ pub struct Usage {
 }
 
 /// What ran the program: a confined process tree, or a WebAssembly runtime.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
@@ -37,6 +40,7 @@ pub enum Backend {
 }
 
 /// Which layers actually held for this run. Never claims more than the host enforced.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
     /// The backend that ran the program; absent where a door does not say (the process
@@ -54,6 +58,7 @@ pub struct Enforcement {
     /// Landlock ABI in force, 0 when Landlock was not enforced.
     pub landlock_abi: u32,
     /// `"v1"`, `"v2"` or `"none"`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(v1|v2|none)$"))]
     pub cgroup: String,
     pub rlimits: bool,
     /// Host uid the sandbox runs as (never 0).
@@ -65,6 +70,7 @@ pub struct Enforcement {
 }
 
 /// One egress decision of the proxy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkEvent {
     /// Milliseconds since the Unix epoch.
@@ -72,6 +78,7 @@ pub struct NetworkEvent {
     pub host: String,
     pub port: u16,
     /// `"allow"` or `"deny"`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(allow|deny)$"))]
     pub verdict: String,
     pub reason: String,
     /// Bytes relayed in both directions.
@@ -79,6 +86,7 @@ pub struct NetworkEvent {
 }
 
 /// The result of one run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
     pub status: Status,

@@ -13,10 +13,10 @@ pub struct Audit {
 
 impl Audit {
     pub fn open(path: &Path) -> std::io::Result<Audit> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let file = crate::datadir::open_private(
+            path,
+            std::fs::OpenOptions::new().create(true).append(true),
+        )?;
         Ok(Audit {
             file: Mutex::new(file),
         })

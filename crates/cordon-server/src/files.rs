@@ -7,8 +7,30 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::service::{Caller, Service};
 
-fn fs_error(e: FsError) -> ApiError {
-    ApiError::new(e.http_status(), e.code(), e.to_string())
+/// The HTTP status for a file operation's failure: the engine names what went wrong, the
+/// server decides how HTTP says it.
+fn fs_status(e: &FsError) -> u16 {
+    match e {
+        FsError::NotFound { .. } => 404,
+        FsError::PermissionDenied { .. } | FsError::ReadOnly { .. } | FsError::Escapes { .. } => {
+            403
+        }
+        FsError::NotADirectory { .. }
+        | FsError::IsADirectory { .. }
+        | FsError::AlreadyExists { .. }
+        | FsError::NotEmpty { .. }
+        | FsError::Busy { .. }
+        | FsError::CrossDevice { .. } => 409,
+        FsError::NotAFile { .. } | FsError::InvalidPath { .. } => 400,
+        FsError::NoSpace { .. } => 507,
+        FsError::TooLarge { .. } => 413,
+        FsError::Unsupported { .. } => 501,
+        FsError::Io { .. } => 500,
+    }
+}
+
+pub(crate) fn fs_error(e: FsError) -> ApiError {
+    ApiError::new(fs_status(&e), e.code(), e.to_string())
 }
 
 /// Runs `op` on a blocking thread against the sandbox's root, as the sandbox's own user.
@@ -85,4 +107,71 @@ pub async fn list(
 ) -> Result<Vec<Entry>, ApiError> {
     let p = path.to_string();
     with_fs(svc, caller, id, "file.list", path, move |fs| fs.list(&p)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_errors_map_to_http_statuses() {
+        let p = || "/workspace/x".to_string();
+        let cases: Vec<(FsError, u16)> = vec![
+            (FsError::NotFound { path: p() }, 404),
+            (
+                FsError::PermissionDenied {
+                    path: p(),
+                    reason: "no",
+                },
+                403,
+            ),
+            (FsError::ReadOnly { path: p() }, 403),
+            (FsError::Escapes { path: p() }, 403),
+            (FsError::NotADirectory { path: p() }, 409),
+            (FsError::IsADirectory { path: p() }, 409),
+            (FsError::AlreadyExists { path: p() }, 409),
+            (FsError::NotEmpty { path: p() }, 409),
+            (
+                FsError::Busy {
+                    path: p(),
+                    reason: "b",
+                },
+                409,
+            ),
+            (FsError::CrossDevice { path: p() }, 409),
+            (FsError::NotAFile { path: p() }, 400),
+            (
+                FsError::InvalidPath {
+                    path: p(),
+                    reason: "r",
+                },
+                400,
+            ),
+            (FsError::NoSpace { path: p() }, 507),
+            (
+                FsError::TooLarge {
+                    path: p(),
+                    detail: "d".into(),
+                },
+                413,
+            ),
+            (
+                FsError::Unsupported {
+                    reason: "old kernel".into(),
+                },
+                501,
+            ),
+            (
+                FsError::Io {
+                    path: p(),
+                    source: std::io::Error::other("boom"),
+                },
+                500,
+            ),
+        ];
+        for (err, status) in cases {
+            let api = fs_error(err);
+            assert_eq!(api.status, status, "{}", api.message);
+        }
+    }
 }

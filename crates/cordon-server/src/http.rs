@@ -1,27 +1,38 @@
 //! The HTTP front end: routes, authentication, rate limits and error mapping over [`Service`].
+//!
+//! The router and the OpenAPI document come from one list ([`routes`]): every route is a
+//! handler annotated with `#[utoipa::path]` and registered through `utoipa_axum::routes!`,
+//! which documents it as it registers it, so no route can be served undocumented. Every answer
+//! that is not a success is the JSON error of the contract, `{"error": {"code", "message"}}`,
+//! including unmatched routes (404), wrong methods (405, with `Allow`) and what axum's own
+//! extractors reject.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use cordon_linux::fsview::{FsError, SandboxFs};
+use cordon_policy::Outcome;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi, RefOr};
+use utoipa::{IntoParams, OpenApi as _, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::keys;
-use crate::service::{signal_number, Caller, ExecEvent, Service};
+use crate::service::{signal_number, Caller, ContextEnd, ExecEvent, Service};
 use crate::types::*;
 
 pub struct AppState {
@@ -29,14 +40,18 @@ pub struct AppState {
     /// Authentication disabled (only allowed on loopback).
     pub open: bool,
     limiter: Mutex<HashMap<String, (f64, Instant)>>,
+    /// The MCP transport, served at `/mcp` by the handlers below.
+    mcp: Router,
 }
 
 impl AppState {
     pub fn new(service: Arc<Service>, open: bool) -> Arc<AppState> {
+        let mcp = crate::mcp::http_service(crate::mcp::McpState::new(service.clone(), None, None));
         Arc::new(AppState {
             service,
             open,
             limiter: Mutex::new(HashMap::new()),
+            mcp,
         })
     }
 
@@ -76,8 +91,56 @@ impl IntoResponse for ApiError {
 /// Local users of an open (no-auth) server all act as this key id.
 const OPEN_KEY: &str = "local";
 
+/// True for `localhost`, `127.x.y.z` and `[::1]`, with or without a port.
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Without keys, anything that reaches the port may use the server, so make sure that is a
+/// local program and not a web page: a page can send a JSON body as `text/plain` without a
+/// preflight (and the server reads JSON whatever the content type), so it must not get in with
+/// its own `Origin`, nor through a name of its own that resolves to 127.0.0.1 (DNS rebinding:
+/// its `Host` is that name).
+fn local_request(h: &HeaderMap) -> Result<(), ApiError> {
+    let forbidden = |what: String| ApiError::new(403, "forbidden", what);
+    if let Some(host) = h.get(header::HOST) {
+        let host = host.to_str().unwrap_or("");
+        if !is_loopback_authority(host) {
+            return Err(forbidden(format!(
+                "this server runs without API keys and answers only requests addressed to \
+                 127.0.0.1, [::1] or localhost, not to '{host}'"
+            )));
+        }
+    }
+    if let Some(origin) = h.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if !is_loopback_authority(authority) {
+            return Err(forbidden(format!(
+                "this server runs without API keys and refuses requests from web pages of \
+                 other origins ('{origin}')"
+            )));
+        }
+    }
+    Ok(())
+}
+
 async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let caller = if st.open {
+        if let Err(e) = local_request(req.headers()) {
+            st.service.metrics.deny("origin");
+            return e.into_response();
+        }
         Caller {
             key_id: OPEN_KEY.into(),
             max_sandboxes: 1000,
@@ -122,93 +185,360 @@ async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> 
     next.run(req).await
 }
 
-pub fn router(st: Arc<AppState>) -> Router {
-    let max_upload = st.service.cfg.max_upload as usize;
-    let api = Router::new()
-        .route("/v1/sandboxes", post(create).get(list))
-        .route("/v1/sandboxes/{id}", get(get_one).delete(delete))
-        .route("/v1/sandboxes/{id}/ttl", post(extend))
-        .route("/v1/sandboxes/{id}/exec", post(exec))
-        .route("/v1/sandboxes/{id}/commands", get(list_commands))
-        .route("/v1/sandboxes/{id}/commands/{cid}", get(get_command))
-        .route("/v1/sandboxes/{id}/commands/{cid}/wait", post(wait_command))
-        .route(
-            "/v1/sandboxes/{id}/commands/{cid}/stdin",
-            post(command_stdin),
-        )
-        .route(
-            "/v1/sandboxes/{id}/commands/{cid}/signal",
-            post(command_signal),
-        )
-        .route(
-            "/v1/sandboxes/{id}/files",
-            get(file_read).put(file_write).delete(file_delete),
-        )
-        .route("/v1/sandboxes/{id}/files/list", get(file_list))
-        .route("/v1/sandboxes/{id}/files/stat", get(file_stat))
-        .route("/v1/sandboxes/{id}/files/mkdir", post(file_mkdir))
-        .route("/v1/sandboxes/{id}/files/move", post(file_move))
-        .route(
-            "/v1/sandboxes/{id}/network",
-            get(get_network).put(put_network),
-        )
-        .route("/v1/sandboxes/{id}/code", post(run_code))
-        .route(
-            "/v1/sandboxes/{id}/contexts",
-            get(list_contexts).post(create_context),
-        )
-        .route(
-            "/v1/sandboxes/{id}/contexts/{language}/{name}",
-            axum::routing::delete(delete_context),
-        )
-        .route(
-            "/v1/sandboxes/{id}/contexts/{language}/{name}/restart",
-            post(restart_context),
-        )
-        .route("/v1/run", post(run_oneshot))
-        .nest_service(
-            "/mcp",
-            crate::mcp::http_service(crate::mcp::McpState::new(st.service.clone(), None, None)),
-        )
-        .layer(middleware::from_fn_with_state(st.clone(), auth));
-    Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
-        .merge(api)
-        .layer(DefaultBodyLimit::max(max_upload))
-        .with_state(st)
+/// Routes anyone may call: no key, no rate limit.
+fn public_routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
 }
 
+/// Routes behind the API key. Each `routes!` call registers the handlers of one path, and
+/// documents them from their `#[utoipa::path]` as it does.
+fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(get_one, delete))
+        .routes(routes!(extend))
+        .routes(routes!(exec))
+        .routes(routes!(list_commands))
+        .routes(routes!(get_command))
+        .routes(routes!(wait_command))
+        .routes(routes!(command_stdin))
+        .routes(routes!(command_signal))
+        .routes(routes!(file_read, file_write, file_delete))
+        .routes(routes!(file_list))
+        .routes(routes!(file_stat))
+        .routes(routes!(file_mkdir))
+        .routes(routes!(file_move))
+        .routes(routes!(get_network, put_network))
+        .routes(routes!(run_code))
+        .routes(routes!(list_contexts, create_context))
+        .routes(routes!(delete_context))
+        .routes(routes!(restart_context))
+        .routes(routes!(run_oneshot))
+        .routes(routes!(mcp_post, mcp_get, mcp_delete))
+}
+
+/// Paths served without a key.
+const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/metrics", "/openapi.json"];
+
+pub fn router(st: Arc<AppState>) -> Router {
+    let max_upload = st.service.cfg.max_upload as usize;
+    let (router, _) = public_routes()
+        .merge(protected_routes().route_layer(middleware::from_fn_with_state(st.clone(), auth)))
+        .split_for_parts();
+    let api = router
+        .layer(DefaultBodyLimit::max(max_upload))
+        .with_state(st);
+    // Around the whole router, not route by route: the 405 answers get their `Allow` header
+    // from the router itself, after any per-route layer has run.
+    Router::new()
+        .fallback_service(api)
+        .layer(middleware::from_fn(json_errors))
+}
+
+/// The OpenAPI document of [`router`]: the same route list, plus what the route annotations
+/// leave out — the security scheme, the error answers every operation can give, and which
+/// operations need no key.
+pub fn openapi() -> OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.merge(public_routes().merge(protected_routes()).into_openapi());
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "An API key of this server: `cordon serve` prints the first one, `cordon keys create` makes more",
+                ))
+                .build(),
+        ),
+    );
+    doc.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+        "bearer",
+        Vec::<String>::new(),
+    )]);
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let public = PUBLIC_PATHS.contains(&path.as_str());
+        for op in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+            &mut item.head,
+            &mut item.options,
+            &mut item.trace,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if public {
+                op.security = Some(Vec::new());
+                continue;
+            }
+            for status in error_statuses(path, op.request_body.is_some()) {
+                op.responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| error_response(path, status));
+            }
+        }
+    }
+    doc
+}
+
+/// The error statuses an authenticated operation can answer (besides what its annotation
+/// lists): the key check (401, 429), bad input (400), a body over the limit (413), a sandbox
+/// or other resource that does not exist (404), a sandbox that cannot take the request now
+/// (409), and file system answers (403, 501, 507).
+fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
+    let mut v = vec![400, 401, 429, 500];
+    if has_body {
+        v.push(413);
+    }
+    if path.contains("{id}") || path.contains("{cid}") || path == "/mcp" {
+        v.push(404);
+    }
+    if path.starts_with("/v1/sandboxes/{id}/") {
+        v.push(409);
+    }
+    if path.contains("/files") {
+        v.extend([403, 501, 507]);
+    }
+    if path == "/mcp" {
+        v.extend([403, 405, 406, 415]);
+    }
+    v
+}
+
+fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let description = match status {
+        400 => "The request is malformed: its body, query or path does not fit the schema, or a value is out of range (the message names the field)",
+        401 => "No API key, or one that is invalid or revoked",
+        403 => "Not allowed: a path outside what the sandbox may touch, or (without keys) a request that is not local",
+        404 => "No such sandbox (or command, context, file, MCP session) for this key",
+        405 => "Method not allowed here; `Allow` lists the ones that are",
+        406 => "The client does not accept what this endpoint sends",
+        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …)",
+        413 => "The body is larger than this server accepts",
+        415 => "A content type this endpoint does not take",
+        429 => "Rate limit or sandbox quota of this key reached; retry after `Retry-After` seconds",
+        500 => "The server or the host failed (the message says what)",
+        501 => "The sandbox's file system cannot do this",
+        507 => "The sandbox's disk is full",
+        _ => "Error",
+    };
+    let mut schema: RefOr<utoipa::openapi::schema::Schema> =
+        Ref::from_schema_name("ErrorBody").into();
+    if path == "/mcp" && status == 400 {
+        // rmcp answers JSON-RPC errors there; our own checks answer the contract's body.
+        schema = utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::Object)
+            .description(Some(
+                "A JSON-RPC error response, or the error body of this API",
+            ))
+            .into();
+    }
+    let mut r = ResponseBuilder::new().description(description).content(
+        "application/json",
+        ContentBuilder::new().schema(Some(schema)).build(),
+    );
+    if status == 429 {
+        r = r.header(
+            "Retry-After",
+            utoipa::openapi::HeaderBuilder::new()
+                .schema(
+                    utoipa::openapi::schema::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::schema::Type::Integer)
+                        .minimum(Some(0)),
+                )
+                .description(Some("Seconds to wait before retrying"))
+                .build(),
+        );
+    }
+    if status == 405 {
+        r = r.header(
+            "Allow",
+            utoipa::openapi::HeaderBuilder::new()
+                .schema(
+                    utoipa::openapi::schema::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::schema::Type::String),
+                )
+                .build(),
+        );
+    }
+    r.build().into()
+}
+
+/// The document as served, built once.
+fn openapi_text() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        openapi()
+            .to_json()
+            .unwrap_or_else(|e| json!({"error": e.to_string()}).to_string())
+    })
+}
+
+/// Every answer that is not a success carries the contract's JSON error. Handlers answer that
+/// way themselves; what is left — unmatched routes and methods (axum answers those with an
+/// empty body), extractor rejections (plain text) and the MCP transport's plain-text refusals
+/// — is rewritten here, keeping its status and headers (`Allow`, `Retry-After`).
+async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_string();
+    let (code, message) = match status {
+        StatusCode::NOT_FOUND if text.is_empty() => (
+            "no_route",
+            format!("no route {method} {path}; the API is described at /openapi.json"),
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allow = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            (
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}; allowed: {allow}"),
+            )
+        }
+        _ => (status_code_name(status), text),
+    };
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        message
+    };
+    let body = serde_json::to_vec(&json!({"error": {"code": code, "message": message}}))
+        .unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
+}
+
+fn status_code_name(s: StatusCode) -> &'static str {
+    match s.as_u16() {
+        400 => "invalid_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        406 => "not_acceptable",
+        409 => "conflict",
+        413 => "too_large",
+        415 => "unsupported_media_type",
+        422 => "invalid_request",
+        429 => "rate_limited",
+        500 => "internal",
+        501 => "unsupported",
+        503 => "unavailable",
+        507 => "no_space",
+        _ => "error",
+    }
+}
+
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = inline(Health))))]
+async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+#[utoipa::path(get, path = "/openapi.json",
+    responses((status = 200, description = "This document (OpenAPI 3.1)", body = Object)))]
+async fn openapi_json() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi_text()).into_response()
+}
+
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
 async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let body = st.service.metrics.render(&st.service.by_state());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
 /// JSON bodies with errors in our shape (axum's default rejection is plain text).
+/// A JSON request body. The body is read as JSON whatever its `Content-Type` says: `curl -d`
+/// labels JSON `application/x-www-form-urlencoded`, and refusing it (415) would turn the
+/// commonest first try into an error while protecting nothing (without keys, `local_request`
+/// keeps web pages out). An empty body (or `null`) stands for `{}`; anything else must be one
+/// JSON object.
 struct JsonBody<T>(T);
 
-impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+impl<S, T> FromRequest<S> for JsonBody<T>
 where
     T: for<'de> Deserialize<'de>,
     S: Send + Sync,
 {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(JsonBody(v)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                413,
-                "too_large",
-                "the request body is larger than this server accepts",
-            )),
-            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    413,
+                    "too_large",
+                    "the request body is larger than this server accepts",
+                )
+            } else {
+                ApiError::bad_request(format!("reading the body: {}", e.body_text()))
+            }
+        })?;
+        let trimmed = bytes.trim_ascii();
+        let text: &[u8] = if trimmed.is_empty() || trimmed == b"null" {
+            b"{}"
+        } else {
+            trimmed
+        };
+        let hint = match &content_type {
+            Some(c) if !c.starts_with("application/json") && !c.contains("+json") => {
+                format!(" (the body is read as JSON whatever its Content-Type; it was '{c}')")
+            }
+            _ => String::new(),
+        };
+        if text.first() != Some(&b'{') {
+            return Err(ApiError::bad_request(format!(
+                "the body must be a JSON object{hint}"
+            )));
         }
+        serde_json::from_slice(text).map(JsonBody).map_err(|e| {
+            ApiError::bad_request(format!("the body does not fit this request: {e}{hint}"))
+        })
     }
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes", request_body = CreateSandbox,
-    responses((status = 201, body = SandboxInfo), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/sandboxes", request_body(content = Option<CreateSandbox>, description = "All fields are optional; an empty body is `{}`"),
+    responses((status = 201, description = "The sandbox runs", body = SandboxInfo)))]
 async fn create(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -218,7 +548,8 @@ async fn create(
     Ok((StatusCode::CREATED, Json(info)))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes", params(("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY equals the value")),
+#[utoipa::path(get, path = "/v1/sandboxes",
+    description = "The key's running sandboxes. `?metadata.KEY=VALUE` (any number of them) keeps only those whose metadata has KEY equal to VALUE; other query parameters are ignored.",
     responses((status = 200, body = SandboxList)))]
 async fn list(
     State(st): State<Arc<AppState>>,
@@ -232,30 +563,34 @@ async fn list(
     Json(st.service.list(&c, &filter))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}", responses((status = 200, body = SandboxInfo), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", params(IdPath),
+    description = "A running sandbox, or one that ended (its `state` and `ended_reason` say how; `enforcement` and `limits` are then null).",
+    responses((status = 200, body = SandboxInfo)))]
 async fn get_one(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.get(&c, &id)?))
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(IdPath),
+    responses((status = 204, description = "Deleted: every process of the sandbox is gone")))]
 async fn delete(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service.delete(&c, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", request_body = ExtendTtl, responses((status = 200, body = SandboxInfo)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", params(IdPath), request_body = ExtendTtl,
+    responses((status = 200, body = SandboxInfo)))]
 async fn extend(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<ExtendTtl>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
@@ -278,12 +613,49 @@ fn chunk_event(name: &str, data: &[u8]) -> Event {
     Event::default().event(name).data(payload.to_string())
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", request_body = ExecRequest,
-    responses((status = 200, description = "the Outcome, or server-sent events (stdout, stderr, exit) with Accept: text/event-stream"), (status = 202, body = CommandInfo, description = "background command started")))]
+/// Path parameter of every sandbox route.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct IdPath {
+    /// The sandbox's id.
+    id: String,
+}
+
+/// Path parameters of a background command's routes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct CommandPath {
+    /// The sandbox's id.
+    id: String,
+    /// The command's id.
+    cid: String,
+}
+
+/// Path parameters of an interpreter context's routes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct ContextPath {
+    /// The sandbox's id.
+    id: String,
+    /// `python` (or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`, `shell`), any case.
+    #[param(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
+    language: String,
+    /// The context's name.
+    #[param(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
+    name: String,
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", params(IdPath), request_body = ExecRequest,
+    responses(
+        (status = 200, description = "How the command ended; with `Accept: text/event-stream`, server-sent events instead: `stdout` and `stderr` (`{data, b64?}`) as output comes, then one `exit` with the Outcome",
+            content((Outcome = "application/json"), (String = "text/event-stream"))),
+        (status = 202, body = CommandInfo, description = "`background: true`: the command started; follow it under /commands/{cid}")))]
 async fn exec(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> Result<Response, ApiError> {
@@ -320,61 +692,72 @@ async fn exec(
         .into_response())
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/commands", responses((status = 200, body = CommandList)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/commands", params(IdPath),
+    responses((status = 200, body = CommandList)))]
 async fn list_commands(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<CommandList>, ApiError> {
     Ok(Json(st.service.list_commands(&c, &id)?))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/commands/{cid}", responses((status = 200, body = CommandInfo)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/commands/{cid}", params(CommandPath),
+    responses((status = 200, body = CommandInfo)))]
 async fn get_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
 ) -> Result<Json<CommandInfo>, ApiError> {
     Ok(Json(st.service.get_command(&c, &id, &cid)?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WaitQuery {
+    /// How long to wait for the command to end (default 30s, at most 300s), e.g. `10s`.
+    #[param(pattern = r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|0+\.[0-9]*[1-9][0-9]*)(ms|s|sec|m|min|h)$")]
     timeout: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/wait", params(("timeout" = Option<String>, Query, description = "how long to wait, e.g. 30s")), responses((status = 200, body = CommandInfo)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/wait", params(CommandPath, WaitQuery),
+    responses((status = 200, body = CommandInfo, description = "The command, ended or (after the wait) still running")))]
 async fn wait_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     Query(q): Query<WaitQuery>,
 ) -> Result<Json<CommandInfo>, ApiError> {
-    let t = match q.timeout.as_deref() {
-        Some(t) => cordon_policy::units::parse_duration(t)
-            .map_err(|e| ApiError::bad_request(format!("timeout: {e}")))?,
+    const MAX_WAIT: Duration = Duration::from_secs(300);
+    let t = match q.timeout {
+        // Any well-formed duration: longer ones wait the longest this server waits.
+        Some(t) if is_duration_text(&t) => Amount::Text(t).duration("timeout").unwrap_or(MAX_WAIT),
+        Some(t) => Amount::Text(t).duration("timeout")?,
         None => Duration::from_secs(30),
     }
-    .min(Duration::from_secs(300));
+    .min(MAX_WAIT);
     Ok(Json(st.service.wait_command(&c, &id, &cid, t).await?))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/stdin", request_body = StdinRequest, responses((status = 204)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/stdin", params(CommandPath),
+    request_body(content = Option<StdinRequest>, description = "An empty body is `{}`"),
+    responses((status = 204, description = "Written (and closed, with `close: true`)")))]
 async fn command_stdin(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     JsonBody(req): JsonBody<StdinRequest>,
 ) -> Result<StatusCode, ApiError> {
     st.service.command_stdin(&c, &id, &cid, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/signal", request_body = SignalRequest, responses((status = 204)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/signal", params(CommandPath),
+    request_body = SignalRequest, responses((status = 204, description = "Sent")))]
 async fn command_signal(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, cid)): Path<(String, String)>,
+    Path(CommandPath { id, cid }): Path<CommandPath>,
     JsonBody(req): JsonBody<SignalRequest>,
 ) -> Result<StatusCode, ApiError> {
     st.service
@@ -382,18 +765,40 @@ async fn command_signal(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct PathQuery {
-    path: Option<String>,
-    #[serde(default)]
-    recursive: bool,
+    /// A path inside the sandbox; relative paths are under `/workspace`.
+    #[param(pattern = r"^[^\x00]+$")]
+    path: String,
 }
 
-fn need_path(q: &PathQuery) -> Result<String, ApiError> {
-    q.path
-        .clone()
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| ApiError::bad_request("path: give ?path=/workspace/file"))
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DeleteQuery {
+    /// A path inside the sandbox; relative paths are under `/workspace`.
+    #[param(pattern = r"^[^\x00]+$")]
+    path: String,
+    /// Delete a directory and everything in it.
+    recursive: Option<bool>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// A directory inside the sandbox (default `/workspace`).
+    #[param(pattern = r"^[^\x00]+$")]
+    path: Option<String>,
+}
+
+/// Checks a path against the schema's pattern (`^[^\x00]+$`): not empty, no NUL.
+fn checked_path(p: &str, field: &str) -> Result<String, ApiError> {
+    if p.is_empty() || p.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "{field}: give a path inside the sandbox, e.g. /workspace/file"
+        )));
+    }
+    Ok(p.to_string())
 }
 
 async fn with_fs<T: Send + 'static>(
@@ -407,14 +812,30 @@ async fn with_fs<T: Send + 'static>(
     crate::files::with_fs(&st.service, c, id, event, path, op).await
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,)), responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream")))]
+/// Schema of raw bytes.
+struct Binary;
+
+impl utoipa::PartialSchema for Binary {
+    fn schema() -> RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Binary,
+            )))
+            .into()
+    }
+}
+impl ToSchema for Binary {}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(IdPath, PathQuery),
+    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = inline(Binary))))]
 async fn file_read(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
 ) -> Result<Response, ApiError> {
-    let path = need_path(&q)?;
+    let path = checked_path(&q.path, "path")?;
     let max = st.service.cfg.max_download;
     let p = path.clone();
     let data = with_fs(&st, &c, &id, "file.read", &path, move |fs| fs.read(&p, max)).await?;
@@ -458,41 +879,40 @@ async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
     Ok(data)
 }
 
-#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,)), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses((status = 201), (status = 413, body = ErrorBody), (status = 507, body = ErrorBody)))]
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(IdPath, PathQuery),
+    request_body(content = inline(Option<Binary>), content_type = "application/octet-stream", description = "The file's new contents (any content type; the bytes are written as they are; none: an empty file)"),
+    responses((status = 201, body = inline(Written), description = "Written, as the sandbox's user; missing parent directories are made")))]
 async fn file_write(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let path = need_path(&q)?;
+    let path = checked_path(&q.path, "path")?;
     let max = st.service.cfg.max_upload;
     let data = read_upload(body, max).await?;
-    if data.len() as u64 > max {
-        return Err(ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes"),
-        ));
-    }
-    let written = crate::files::write(&st.service, &c, &id, &path, data.to_vec()).await?;
+    let written = crate::files::write(&st.service, &c, &id, &path, data).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"path": path, "bytes": written})),
+        Json(Written {
+            path,
+            bytes: written,
+        }),
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}/files", params(("path" = String, Query,), ("recursive" = Option<bool>, Query,)), responses((status = 204)))]
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/files", params(IdPath, DeleteQuery),
+    responses((status = 204, description = "Deleted")))]
 async fn file_delete(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    Path(IdPath { id }): Path<IdPath>,
+    Query(q): Query<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let path = need_path(&q)?;
+    let path = checked_path(&q.path, "path")?;
     let p = path.clone();
-    let rec = q.recursive;
+    let rec = q.recursive.unwrap_or(false);
     with_fs(&st, &c, &id, "file.delete", &path, move |fs| {
         fs.remove(&p, rec)
     })
@@ -500,40 +920,46 @@ async fn file_delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(("path" = Option<String>, Query,)), responses((status = 200, description = "{\"entries\": [{name, path, type, size, mode, modified}]}")))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(IdPath, ListQuery),
+    responses((status = 200, body = FileList)))]
 async fn file_list(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    Path(IdPath { id }): Path<IdPath>,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let path = q.path.clone().unwrap_or_else(|| "/workspace".into());
+    let path = match &q.path {
+        Some(p) => checked_path(p, "path")?,
+        None => "/workspace".into(),
+    };
     let p = path.clone();
     let entries = with_fs(&st, &c, &id, "file.list", &path, move |fs| fs.list(&p)).await?;
     Ok(Json(json!({ "entries": entries })))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/stat", params(("path" = String, Query,)), responses((status = 200, description = "{name, path, type, size, mode, modified}")))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/stat", params(IdPath, PathQuery),
+    responses((status = 200, body = FileEntry)))]
 async fn file_stat(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let path = need_path(&q)?;
+    let path = checked_path(&q.path, "path")?;
     let p = path.clone();
     let entry = with_fs(&st, &c, &id, "file.stat", &path, move |fs| fs.stat(&p)).await?;
     Ok(Json(serde_json::to_value(entry).unwrap_or_default()))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", request_body = MkdirRequest, responses((status = 201)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", params(IdPath), request_body = MkdirRequest,
+    responses((status = 201, description = "Made (with its parents unless `parents: false`)")))]
 async fn file_mkdir(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<MkdirRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let p = req.path.clone();
+    let p = checked_path(&req.path, "path")?;
     with_fs(&st, &c, &id, "file.mkdir", &req.path, move |fs| {
         fs.mkdir(&p, req.parents)
     })
@@ -541,14 +967,18 @@ async fn file_mkdir(
     Ok(StatusCode::CREATED)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/move", request_body = MoveRequest, responses((status = 204)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/move", params(IdPath), request_body = MoveRequest,
+    responses((status = 204, description = "Moved")))]
 async fn file_move(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<MoveRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let (from, to) = (req.from.clone(), req.to.clone());
+    let (from, to) = (
+        checked_path(&req.from, "from")?,
+        checked_path(&req.to, "to")?,
+    );
     with_fs(
         &st,
         &c,
@@ -561,12 +991,13 @@ async fn file_move(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", request_body = crate::kernel::CodeRequest,
-    responses((status = 200, body = crate::kernel::CodeResult, description = "or server-sent events (stdout, stderr, result, error, done) with Accept: text/event-stream")))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(IdPath), request_body = crate::kernel::CodeRequest,
+    responses((status = 200, description = "The cell's result; with `Accept: text/event-stream`, server-sent events instead: `stdout`, `stderr`, `result`, `error`, then one `done` with the whole result",
+        content((crate::kernel::CodeResult = "application/json"), (String = "text/event-stream")))))]
 async fn run_code(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<crate::kernel::CodeRequest>,
 ) -> Result<Response, ApiError> {
@@ -612,31 +1043,40 @@ async fn run_code(
         .into_response())
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/network", responses((status = 200, description = "{policy: {allow, hosts}, events: [{time_ms, host, port, verdict, reason, bytes}]}")))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/network", params(IdPath),
+    responses((status = 200, body = NetworkInfo)))]
 async fn get_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<NetworkInfo>, ApiError> {
     Ok(Json(st.service.network(&c, &id)?))
 }
 
-#[utoipa::path(put, path = "/v1/sandboxes/{id}/network", request_body(content = Object, description = "{allow: [\"DOMAIN[:PORT]\", …], hosts: {name: ip}}"), responses((status = 200), (status = 400, body = ErrorBody)))]
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(IdPath),
+    request_body(content = Option<cordon_policy::network::NetworkPolicy>, description = "An empty body is `{}`: no network. The new policy, in force at once for new connections: `allow` entries `DOMAIN[:PORT]`, `*.DOMAIN[:PORT]`, `IP[:PORT]`, `CIDR`; `hosts` pins names to addresses"),
+    responses((status = 200, body = inline(NetworkSet))))]
 async fn put_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(policy): JsonBody<cordon_policy::network::NetworkPolicy>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<NetworkSet>, ApiError> {
     Ok(Json(st.service.set_network(&c, &id, policy)?))
 }
 
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NewContext {
+    /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`, `shell`), any case.
     #[serde(default = "py")]
+    #[schema(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
     language: String,
+    /// The context's name (default `default`).
     #[serde(default = "default_ctx")]
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     name: String,
 }
 
@@ -648,22 +1088,25 @@ fn default_ctx() -> String {
     "default".into()
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/contexts", responses((status = 200, description = "{\"contexts\": [{language, name, execution_count, alive}]}")))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/contexts", params(IdPath),
+    responses((status = 200, body = ContextList)))]
 async fn list_contexts(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(
-        json!({"contexts": st.service.list_contexts(&c, &id)?}),
-    ))
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<ContextList>, ApiError> {
+    Ok(Json(ContextList {
+        contexts: st.service.list_contexts(&c, &id)?,
+    }))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts", request_body = NewContext, responses((status = 201, body = crate::kernel::ContextInfo)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts", params(IdPath),
+    request_body(content = Option<NewContext>, description = "An empty body is `{}`: the default Python context"),
+    responses((status = 201, body = crate::kernel::ContextInfo, description = "The context's kernel runs")))]
 async fn create_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     JsonBody(req): JsonBody<NewContext>,
 ) -> Result<impl IntoResponse, ApiError> {
     let info = st
@@ -673,29 +1116,34 @@ async fn create_context(
     Ok((StatusCode::CREATED, Json(info)))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts/{language}/{name}/restart", responses((status = 204)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts/{language}/{name}/restart", params(ContextPath),
+    responses((status = 204, description = "Its kernel stopped; the next cell starts a fresh one")))]
 async fn restart_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, language, name)): Path<(String, String, String)>,
+    Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
     st.service
-        .restart_context(&c, &id, &language, &name)
+        .end_context(&c, &id, &language, &name, ContextEnd::Restart)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}/contexts/{language}/{name}", responses((status = 204)))]
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/contexts/{language}/{name}", params(ContextPath),
+    responses((status = 204, description = "Its kernel stopped and the context is gone")))]
 async fn delete_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
-    Path((id, language, name)): Path<(String, String, String)>,
+    Path(ContextPath { id, language, name }): Path<ContextPath>,
 ) -> Result<StatusCode, ApiError> {
-    st.service.delete_context(&c, &id, &language, &name).await?;
+    st.service
+        .end_context(&c, &id, &language, &name, ContextEnd::Delete)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/run", request_body = RunRequest, responses((status = 200, description = "the Outcome of a one-shot run")))]
+#[utoipa::path(post, path = "/v1/run", request_body = RunRequest,
+    responses((status = 200, body = Outcome, description = "How the one-shot run ended")))]
 async fn run_oneshot(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -705,61 +1153,83 @@ async fn run_oneshot(
     Ok(Json(outcome).into_response())
 }
 
-#[derive(OpenApi)]
+/// The MCP transport (rmcp's streamable HTTP server behind its JSON-RPC guard) answers every
+/// method of `/mcp` itself.
+async fn mcp(st: &AppState, req: Request) -> Response {
+    match tower::ServiceExt::oneshot(st.mcp.clone(), req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+#[utoipa::path(post, path = "/mcp",
+    description = "Model Context Protocol over streamable HTTP (JSON-RPC 2.0 messages; see the MCP specification). Tools: run_code, run_command, read_file, write_file, list_files, reset_sandbox; one sandbox per session.",
+    request_body(content = Object, description = "A JSON-RPC request, notification or response"),
+    responses(
+        (status = 200, description = "The JSON-RPC answer, as JSON or as a server-sent event stream",
+            content((Object = "application/json"), (String = "text/event-stream"))),
+        (status = 202, description = "Accepted (a notification or response)")))]
+async fn mcp_post(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    mcp(&st, req).await
+}
+
+#[utoipa::path(get, path = "/mcp",
+    description = "The session's server-to-client event stream (needs `Mcp-Session-Id` and `Accept: text/event-stream`).",
+    responses((status = 200, description = "Server-sent events", content_type = "text/event-stream", body = String)))]
+async fn mcp_get(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    mcp(&st, req).await
+}
+
+#[utoipa::path(delete, path = "/mcp",
+    description = "Ends the session given in `Mcp-Session-Id` (and deletes its sandbox).",
+    responses((status = 202, description = "The session ended"), (status = 200, description = "The session ended")))]
+async fn mcp_delete(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    mcp(&st, req).await
+}
+
+#[derive(utoipa::OpenApi)]
 #[openapi(
+    components(schemas(ErrorBody, crate::error::ErrorDetail)),
     info(
         title = "cordon",
-        description = "Persistent and one-shot sandboxes for code that AI agents write. Authenticate with 'Authorization: Bearer <key>'."
-    ),
-    paths(
-        create,
-        list,
-        get_one,
-        delete,
-        extend,
-        exec,
-        list_commands,
-        get_command,
-        wait_command,
-        command_stdin,
-        command_signal,
-        file_read,
-        file_write,
-        file_delete,
-        file_list,
-        file_stat,
-        file_mkdir,
-        file_move,
-        run_oneshot,
-        run_code,
-        list_contexts,
-        create_context,
-        restart_context,
-        delete_context
-    ),
-    components(schemas(
-        CreateSandbox,
-        SandboxInfo,
-        SandboxList,
-        LimitsView,
-        ExtendTtl,
-        ExecRequest,
-        Cmd,
-        Amount,
-        RunRequest,
-        CommandInfo,
-        CommandList,
-        StdinRequest,
-        SignalRequest,
-        MkdirRequest,
-        MoveRequest,
-        ErrorBody,
-        crate::error::ErrorDetail,
-        crate::kernel::CodeRequest,
-        crate::kernel::CodeResult,
-        crate::kernel::CodeError,
-        crate::kernel::ContextInfo,
-        NewContext
-    ))
+        description = "Persistent and one-shot sandboxes for code that AI agents write. Authenticate with `Authorization: Bearer <key>`. Every error is `{\"error\": {\"code\", \"message\"}}` with a fitting status. Request bodies are JSON (read as JSON whatever their Content-Type)."
+    )
 )]
-pub struct ApiDoc;
+struct ApiDoc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route is registered through `routes!` (which documents it): no raw axum routing
+    /// in this file, where a route would be served but left out of the document.
+    #[test]
+    fn no_route_bypasses_the_document() {
+        let src = include_str!("http.rs");
+        let code = src.split("#[cfg(test)]").next().unwrap_or(src);
+        for raw in [
+            ".route(",
+            ".route_service(",
+            ".nest(",
+            ".nest_service(",
+            ".fallback(",
+        ] {
+            assert!(
+                !code.contains(raw),
+                "http.rs registers a route with `{raw}`"
+            );
+        }
+    }
+
+    /// Every `$ref` in the document points at a schema it defines.
+    #[test]
+    fn document_references_resolve() {
+        let doc: serde_json::Value = serde_json::from_str(openapi_text()).expect("json");
+        let schemas = &doc["components"]["schemas"];
+        let text = openapi_text();
+        for part in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = part.split('"').next().unwrap_or("");
+            assert!(schemas.get(name).is_some(), "dangling $ref to {name}");
+        }
+    }
+}

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_linux::persistent::{ExecSpec, ExitInfo};
+use cordon_linux::persistent::{CommandUsage, ExecSpec, ExitInfo};
+use cordon_policy::{classify, EndFacts, LimitHit, OutputCap, ProcessEnd, Status, Stopped};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -29,7 +30,8 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 pub const LANGUAGES: &[&str] = &["python", "javascript", "bash"];
 
 pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
-    match l.trim().to_ascii_lowercase().as_str() {
+    // No trimming: the API's schema names these spellings exactly.
+    match l.to_ascii_lowercase().as_str() {
         "python" | "python3" | "py" => Ok("python"),
         "javascript" | "js" | "node" => Ok("javascript"),
         "bash" | "sh" | "shell" => Ok("bash"),
@@ -42,12 +44,19 @@ pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
+    /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
+    /// `shell`), any case.
     #[serde(default = "default_language")]
+    #[schema(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
     pub language: String,
     pub code: String,
     /// Named context; each has its own state. Default: `default`.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub context: Option<String>,
     /// Per-cell limit, e.g. `"30s"`.
+    #[schema(value_type = Option<crate::types::DurationSchema>)]
     pub timeout: Option<crate::types::Amount>,
 }
 
@@ -62,7 +71,7 @@ pub struct CodeError {
     pub traceback: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CodeResult {
     pub stdout: String,
     pub stderr: String,
@@ -78,28 +87,87 @@ pub struct CodeResult {
     pub stderr_truncated: bool,
     /// Results past the first 100 were dropped.
     pub results_truncated: bool,
-    /// Bytes kept per stream (the profile's output limit).
+    /// How the cell ended, in the words of an exec's Outcome: `exited` when it ran to its
+    /// end (`error` says whether it raised), `timeout`, `oom`, `signaled`, `cpu_time` when
+    /// its kernel was killed so, `error` when the kernel failed otherwise.
+    pub status: Status,
+    /// Every limit that ended the cell or refused it something while it ran, as an exec's
+    /// Outcome lists them (`memory`, `pids`, `cpu_time`, `wall_time`, `output`, `disk`,
+    /// `files`).
+    pub limits_hit: Vec<LimitHit>,
+    /// The profile's output limit, applied per stream.
     #[serde(skip)]
-    pub limit: usize,
+    pub(crate) out: OutputCap,
+    #[serde(skip)]
+    pub(crate) err: OutputCap,
+}
+
+/// A result no kernel produced (a cell that could not run): status `error`.
+impl Default for CodeResult {
+    fn default() -> CodeResult {
+        CodeResult {
+            status: Status::Error,
+            ..CodeResult::new(u64::MAX)
+        }
+    }
+}
+
+impl CodeResult {
+    fn new(output_limit: u64) -> CodeResult {
+        CodeResult {
+            stdout: String::new(),
+            stderr: String::new(),
+            results: Vec::new(),
+            error: None,
+            execution_count: 0,
+            state_lost: false,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            results_truncated: false,
+            status: Status::Exited,
+            limits_hit: Vec::new(),
+            out: OutputCap::new(output_limit),
+            err: OutputCap::new(output_limit),
+        }
+    }
+
+    /// Takes a piece of the cell's stdout or stderr under the cap; returns what was kept.
+    fn push_stream(&mut self, stderr: bool, text: &str) -> String {
+        let (cap, buf, truncated) = if stderr {
+            (&mut self.err, &mut self.stderr, &mut self.stderr_truncated)
+        } else {
+            (&mut self.out, &mut self.stdout, &mut self.stdout_truncated)
+        };
+        let kept = String::from_utf8_lossy(cap.push(text.as_bytes())).into_owned();
+        buf.push_str(&kept);
+        *truncated = cap.truncated();
+        kept
+    }
+
+    /// Sets `status` and `limits_hit` from what was seen, through the classifier every door
+    /// uses. `kernel_end`: how the kernel ended, if it did during the cell; a cell that ran
+    /// to its end counts as a clean exit of the cell itself.
+    fn classify(&mut self, mut facts: EndFacts, kernel_end: Option<ProcessEnd>) {
+        facts.end = kernel_end.or(Some(ProcessEnd::Exited(0)));
+        facts.output_truncated = self.stdout_truncated || self.stderr_truncated;
+        let ending = classify(&facts);
+        self.status = ending.status;
+        self.limits_hit = ending.limits_hit;
+    }
+}
+
+/// What changed in a kernel's usage counters over one cell: the limits the cell ran into.
+fn cell_facts(before: &CommandUsage, after: &CommandUsage) -> EndFacts {
+    EndFacts {
+        oom_kills: after.oom_kills.saturating_sub(before.oom_kills),
+        pids_refused: after.pids_refused.saturating_sub(before.pids_refused),
+        disk_full: after.disk_full && !before.disk_full,
+        inodes_exhausted: after.inodes_exhausted && !before.inodes_exhausted,
+        ..EndFacts::default()
+    }
 }
 
 const MAX_RESULTS: usize = 100;
-
-/// Appends what fits under `limit` (on a character boundary); returns the part kept.
-fn push_capped(buf: &mut String, text: &str, limit: usize, truncated: &mut bool) -> String {
-    let room = limit.saturating_sub(buf.len());
-    if text.len() <= room {
-        buf.push_str(text);
-        return text.to_string();
-    }
-    *truncated = true;
-    let mut cut = room;
-    while cut > 0 && !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    buf.push_str(&text[..cut]);
-    text[..cut].to_string()
-}
 
 /// A piece of a running cell, for streaming.
 #[derive(Debug, Clone)]
@@ -127,6 +195,8 @@ struct Kernel {
     next_id: u64,
     execution_count: u64,
     dead: bool,
+    /// The kernel's usage counters after its last cell.
+    usage: CommandUsage,
 }
 
 /// One context's slot; the Mutex serialises cells of one context.
@@ -213,7 +283,6 @@ impl Contexts {
 }
 
 async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel, ApiError> {
-    let (tx, exit) = tokio::sync::oneshot::channel();
     let mut env = vec![
         ("MPLBACKEND".to_string(), "Agg".to_string()),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
@@ -232,18 +301,7 @@ async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel
         env,
         cwd: None,
     };
-    let sb = live.sandbox.clone();
-    let started = tokio::task::spawn_blocking(move || {
-        sb.exec(
-            spec,
-            Box::new(move |e| {
-                let _ = tx.send(e);
-            }),
-        )
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    let (started, exit) = crate::service::spawn_exec(live, spec).await?;
     let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
     let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
@@ -310,6 +368,7 @@ async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel
         next_id: 1,
         execution_count: 0,
         dead: false,
+        usage: CommandUsage::default(),
     })
 }
 
@@ -347,8 +406,7 @@ pub async fn run_cell(
     req.push(b'\n');
     let mut result = CodeResult {
         state_lost,
-        limit: usize::try_from(live.profile.limits.output_limit).unwrap_or(usize::MAX),
-        ..CodeResult::default()
+        ..CodeResult::new(live.profile.limits.output_limit)
     };
     if k.stdin.write_all(&req).await.is_err() {
         // The kernel died while idle (a crash between cells): start a fresh one and say the
@@ -368,17 +426,18 @@ pub async fn run_cell(
         return Err(ApiError::internal("kernel slot empty"));
     };
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut timed_out = false;
     loop {
         let next = tokio::select! {
             v = k.lines.recv() => v,
             _ = tokio::time::sleep_until(deadline) => {
+                timed_out = true;
                 // Python turns SIGINT into KeyboardInterrupt and keeps its state.
                 live.sandbox.signal(k.exec_id, libc::SIGINT);
                 match tokio::time::timeout(INTERRUPT_GRACE, wait_done(&mut k.lines, id, &mut result, &events)).await {
                     Ok(true) => break,
                     _ => {
-                        live.sandbox.signal(k.exec_id, libc::SIGKILL);
-                        k.dead = true;
+                        end_kernel(live, k).await;
                         result.error = Some(CodeError {
                             name: "TimeoutError".into(),
                             value: format!("the cell ran past its {}ms limit and did not stop when interrupted; the kernel was restarted and its state is lost", timeout.as_millis()),
@@ -391,25 +450,75 @@ pub async fn run_cell(
             }
         };
         let Some(v) = next else {
-            // The driver's stdout closed: it died (crash, os._exit, OOM kill).
+            // The driver's stdout closed: it died (crash, os._exit, OOM kill, a fork bomb).
             k.dead = true;
-            let why = match tokio::time::timeout(Duration::from_secs(2), &mut k.exit).await {
-                Ok(Ok(e)) => match (e.code, e.signal) {
-                    (_, Some(9)) => {
-                        "the kernel was killed (signal 9 — often out of memory)".to_string()
+            let exit = tokio::time::timeout(Duration::from_secs(2), &mut k.exit)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            let why = match &exit {
+                Some(e) => match (e.code, e.signal) {
+                    (_, Some(9)) if e.usage.oom_kills > k.usage.oom_kills => {
+                        "the kernel was killed: the sandbox's memory limit was hit".to_string()
                     }
+                    (_, Some(9)) => "the kernel was killed (signal 9)".to_string(),
                     (_, Some(s)) => format!("the kernel died from signal {s}"),
                     (Some(c), _) => format!("the kernel exited with status {c}"),
                     _ => "the kernel died".to_string(),
                 },
-                _ => "the kernel died".to_string(),
+                None => "the kernel died".to_string(),
             };
+            let end = exit.as_ref().and_then(|e| match (e.code, e.signal) {
+                (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
+                (Some(code), None) => Some(ProcessEnd::Exited(code)),
+                (None, None) => None,
+            });
+            let mut facts = exit
+                .as_ref()
+                .map(|e| cell_facts(&k.usage, &e.usage))
+                .unwrap_or_default();
+            if exit.as_ref().is_some_and(|e| e.usage.cpu_time_exceeded) {
+                facts.stopped = Some(Stopped::CpuTime);
+            }
+            if timed_out {
+                facts.stopped = Some(Stopped::Timeout);
+            }
+            result.classify(facts, end);
             return Ok(died_result(result, &why, &events).await);
         };
         if handle_line(&v, id, &mut result, &events).await {
             break;
         }
     }
+    // What the cell ran into: the change in the kernel's counters over the cell.
+    let usage = if k.dead {
+        None
+    } else {
+        let sb = live.sandbox.clone();
+        let exec_id = k.exec_id;
+        tokio::task::spawn_blocking(move || sb.usage(exec_id))
+            .await
+            .ok()
+            .flatten()
+    };
+    let mut facts = usage
+        .as_ref()
+        .map(|u| cell_facts(&k.usage, u))
+        .unwrap_or_default();
+    if let Some(u) = usage {
+        k.usage = u;
+    }
+    if timed_out {
+        facts.stopped = Some(Stopped::Timeout);
+    }
+    if facts.pids_refused > 0 && !k.dead {
+        // A fork bomb in a cell leaves copies of the kernel (or their children) holding every
+        // process slot of the sandbox, and a forked copy of the driver would read the next
+        // cell: the kernel and everything it started go, and the next cell starts afresh.
+        end_kernel(live, k).await;
+        result.state_lost = true;
+    }
+    result.classify(facts, None);
     k.execution_count = result.execution_count.max(k.execution_count);
     slot.count
         .store(k.execution_count, std::sync::atomic::Ordering::Relaxed);
@@ -446,17 +555,15 @@ async fn handle_line(
     match v["type"].as_str() {
         Some("stream") => {
             let t = text_of(v);
-            let limit = r.limit;
-            if v["name"] == "stderr" {
-                let kept = push_capped(&mut r.stderr, &t, limit, &mut r.stderr_truncated);
-                if let (Some(tx), false) = (events, kept.is_empty()) {
-                    let _ = tx.send(CellEvent::Stderr(kept)).await;
-                }
-            } else {
-                let kept = push_capped(&mut r.stdout, &t, limit, &mut r.stdout_truncated);
-                if let (Some(tx), false) = (events, kept.is_empty()) {
-                    let _ = tx.send(CellEvent::Stdout(kept)).await;
-                }
+            let stderr = v["name"] == "stderr";
+            let kept = r.push_stream(stderr, &t);
+            if let (Some(tx), false) = (events, kept.is_empty()) {
+                let ev = if stderr {
+                    CellEvent::Stderr(kept)
+                } else {
+                    CellEvent::Stdout(kept)
+                };
+                let _ = tx.send(ev).await;
             }
         }
         Some("result") if r.results.len() >= MAX_RESULTS => r.results_truncated = true,
@@ -524,6 +631,14 @@ async fn died_result(
         let _ = tx.send(CellEvent::Done(Box::new(r.clone()))).await;
     }
     r
+}
+
+/// Kills a running kernel and everything it started, and waits (a few seconds at most) until
+/// they are gone: a fresh kernel started right after must find their process slots free.
+async fn end_kernel(live: &Arc<Live>, k: &mut Kernel) {
+    live.sandbox.signal(k.exec_id, libc::SIGKILL);
+    k.dead = true;
+    let _ = tokio::time::timeout(Duration::from_secs(5), &mut k.exit).await;
 }
 
 /// Kills a context's kernel (restart = kill now, start fresh on the next cell).

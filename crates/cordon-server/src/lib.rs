@@ -3,6 +3,7 @@
 //! Prometheus metrics.
 
 pub mod audit;
+pub mod datadir;
 pub mod error;
 pub mod files;
 pub mod http;

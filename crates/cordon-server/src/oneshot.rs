@@ -59,12 +59,8 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         &req.env,
         req.network.as_ref(),
     )?;
-    let argv = req.cmd.argv();
-    if argv.is_empty() || argv[0].is_empty() {
-        return Err(ApiError::bad_request(
-            "cmd: give an argv array or a shell string",
-        ));
-    }
+    let argv = req.cmd.checked_argv()?;
+    crate::types::check_cwd(req.cwd.as_deref())?;
     let wasm_bytes = match &req.wasm {
         Some(b64) => Some(check_wasm(b64, profile.network.is_enabled())?),
         None => None,

@@ -45,6 +45,8 @@ pub fn now() -> u64 {
 
 impl Registry {
     pub fn open(path: &Path) -> Result<Registry, ApiError> {
+        crate::datadir::prepare_db(path)
+            .map_err(|e| ApiError::internal(format!("registry {}: {e}", path.display())))?;
         let conn = Connection::open(path)?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;

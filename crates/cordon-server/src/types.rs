@@ -1,41 +1,379 @@
-//! Request and response bodies of the API (shared by every front end).
+//! Request and response bodies of the API (shared by every front end), and the grammar of the
+//! sizes, durations and signals they carry. The OpenAPI document states the same grammar
+//! (patterns, bounds, enums) that the server enforces here, so a request the document calls
+//! valid is one the server can parse, and the other way round.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use cordon_policy::network::NetworkPolicy;
-use cordon_policy::Enforcement;
+use cordon_policy::units::{parse_duration, parse_size};
+use cordon_policy::{Enforcement, NetworkEvent, Outcome};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
-/// A size (`"256M"`, or bytes) or a duration (`"30s"`, or seconds) as JSON.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+use crate::error::ApiError;
+
+/// A size (`"256M"`, or bytes), a duration (`"30s"`, or seconds) or a signal (`"TERM"`, or its
+/// number) as JSON. Which one a field holds is in its schema ([`SizeSchema`],
+/// [`DurationSchema`], [`SignalSchema`]).
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Amount {
     Number(f64),
     Text(String),
 }
 
+/// Sizes as text: a number (digits, optionally a fraction) and an optional unit: `B`, or `K`,
+/// `M`, `G`, `T` with an optional `B` or `iB` (any case; all powers of 1024).
+pub const SIZE_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?([bB]|[kKmMgGtT]([iI]?[bB])?)?$";
+/// Durations as text: a number more than zero and a unit (`ms`, `s`, `sec`, `m`, `min`, `h`).
+pub const DURATION_PATTERN: &str =
+    r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|0+\.[0-9]*[1-9][0-9]*)(ms|s|sec|m|min|h)$";
+/// Signal names the API takes (with or without `SIG`, any case).
+pub const SIGNAL_NAMES: [(&str, i32); 9] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("TERM", libc::SIGTERM),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+];
+/// Exclusive upper bound of a duration given as a number of seconds.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// Splits `[0-9]+(\.[0-9]+)?` off the front of `t`.
+fn number_prefix(t: &str) -> Option<(&str, &str)> {
+    let int = t.bytes().take_while(u8::is_ascii_digit).count();
+    if int == 0 {
+        return None;
+    }
+    let rest = &t[int..];
+    let frac = match rest.strip_prefix('.') {
+        Some(r) => {
+            let n = r.bytes().take_while(u8::is_ascii_digit).count();
+            if n == 0 {
+                return None;
+            }
+            1 + n
+        }
+        None => 0,
+    };
+    Some(t.split_at(int + frac))
+}
+
+/// True when `t` matches [`SIZE_PATTERN`].
+pub fn is_size_text(t: &str) -> bool {
+    let Some((_, unit)) = number_prefix(t) else {
+        return false;
+    };
+    let u = unit.to_ascii_lowercase();
+    match u.as_bytes() {
+        [] | [b'b'] => true,
+        [p, rest @ ..] if b"kmgt".contains(p) => matches!(rest, [] | [b'b'] | [b'i', b'b']),
+        _ => false,
+    }
+}
+
+/// True when `t` matches [`DURATION_PATTERN`].
+pub fn is_duration_text(t: &str) -> bool {
+    let Some((num, unit)) = number_prefix(t) else {
+        return false;
+    };
+    num.bytes().any(|b| (b'1'..=b'9').contains(&b))
+        && matches!(unit, "ms" | "s" | "sec" | "m" | "min" | "h")
+}
+
+/// The signal `t` names (see [`SIGNAL_NAMES`]), or a number 1-64 without leading zeros.
+pub fn signal_from_text(t: &str) -> Option<i32> {
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (1..=64).contains(n) && !t.starts_with('0'));
+    }
+    let upper = t.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNAL_NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+}
+
+/// The JSON Schema pattern equivalent of [`signal_from_text`].
+fn signal_pattern() -> String {
+    let ci = |w: &str| -> String {
+        w.chars()
+            .map(|c| {
+                if c.is_ascii_alphabetic() {
+                    format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
+    let names: Vec<String> = SIGNAL_NAMES.iter().map(|(n, _)| ci(n)).collect();
+    format!(
+        "^(({})?({})|[1-9]|[1-5][0-9]|6[0-4])$",
+        ci("SIG"),
+        names.join("|")
+    )
+}
+
+impl Amount {
+    /// A size in bytes.
+    pub fn size(&self, field: &str) -> Result<u64, ApiError> {
+        match self {
+            Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
+            Amount::Number(_) => Err(ApiError::bad_request(format!(
+                "{field}: must not be negative"
+            ))),
+            Amount::Text(t) if is_size_text(t) => {
+                parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+            }
+            Amount::Text(t) => Err(ApiError::bad_request(format!(
+                "{field}: '{t}' is not a size: give bytes as a number, or text such as 512K, 256M, 1G"
+            ))),
+        }
+    }
+
+    /// A duration more than zero.
+    pub fn duration(&self, field: &str) -> Result<Duration, ApiError> {
+        match self {
+            Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < MAX_SECONDS => {
+                Ok(Duration::from_secs_f64(*n))
+            }
+            Amount::Number(_) => Err(ApiError::bad_request(format!(
+                "{field}: must be a positive number of seconds"
+            ))),
+            Amount::Text(t) if is_duration_text(t) => {
+                parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+            }
+            Amount::Text(t) => Err(ApiError::bad_request(format!(
+                "{field}: '{t}' is not a duration: give seconds as a number, or text such as 500ms, 30s, 5m, 2h"
+            ))),
+        }
+    }
+
+    /// A signal number (1-64).
+    pub fn signal(&self) -> Result<i32, ApiError> {
+        let n = match self {
+            Amount::Number(n) if n.fract() == 0.0 && (1.0..=64.0).contains(n) => Some(*n as i32),
+            Amount::Number(_) => None,
+            Amount::Text(t) => signal_from_text(t),
+        };
+        n.ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "signal: give a number 1-64 or a name ({})",
+                SIGNAL_NAMES.map(|(n, _)| n).join(", ")
+            ))
+        })
+    }
+}
+
+/// Schema of a size field.
+pub struct SizeSchema;
+
+impl PartialSchema for SizeSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .minimum(Some(0.0)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(SIZE_PATTERN)),
+            )
+            .description(Some(
+                "Bytes as a number, or text such as \"512K\", \"256M\", \"1G\" (powers of 1024)",
+            ))
+            .into()
+    }
+}
+impl ToSchema for SizeSchema {}
+
+/// Schema of a duration field.
+pub struct DurationSchema;
+
+impl PartialSchema for DurationSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .exclusive_minimum(Some(0.0))
+                    .exclusive_maximum(Some(MAX_SECONDS)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(DURATION_PATTERN)),
+            )
+            .description(Some(
+                "Seconds as a number, or text such as \"500ms\", \"30s\", \"5m\", \"2h\"; at most what the server allows for the field",
+            ))
+            .into()
+    }
+}
+impl ToSchema for DurationSchema {}
+
+/// Schema of a signal field.
+pub struct SignalSchema;
+
+impl PartialSchema for SignalSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(64)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(signal_pattern())),
+            )
+            .description(Some(
+                "A signal number, or a name such as \"TERM\" or \"SIGKILL\"",
+            ))
+            .into()
+    }
+}
+impl ToSchema for SignalSchema {}
+
+/// Environment variable names the sandbox takes.
+pub const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+
+/// Schema of an environment map: variable names, values without NUL bytes.
+pub struct EnvSchema;
+
+impl PartialSchema for EnvSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(ENV_NAME_PATTERN)),
+            ))
+            .additional_properties(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(r"^[^\x00]*$")),
+            ))
+            .description(Some(
+                "Variables by name (letters, digits, _); values without NUL bytes",
+            ))
+            .into()
+    }
+}
+impl ToSchema for EnvSchema {}
+
+/// Checks an environment map against [`EnvSchema`].
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    for (k, v) in env {
+        let ok = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(ApiError::bad_request(format!(
+                "env: '{k}' is not a variable name (letters, digits, _)"
+            )));
+        }
+        if v.contains('\0') {
+            return Err(ApiError::bad_request(format!(
+                "env: the value of {k} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Metadata bounds, in characters.
+pub const METADATA_MAX_KEY: usize = 128;
+pub const METADATA_MAX_VALUE: usize = 1024;
+
+/// Schema of sandbox metadata.
+pub struct MetadataSchema;
+
+impl PartialSchema for MetadataSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(METADATA_MAX_KEY)),
+            ))
+            .additional_properties(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(METADATA_MAX_VALUE)),
+            ))
+            .description(Some(
+                "Free-form labels: keys up to 128 characters, values up to 1024",
+            ))
+            .into()
+    }
+}
+impl ToSchema for MetadataSchema {}
+
+/// Built-in profiles a client may name.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // schema only: the server takes the name as text
+#[serde(rename_all = "lowercase")]
+pub enum ProfileName {
+    Default,
+    Strict,
+}
+
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Built-in profile: `default` or `strict`.
+    #[schema(value_type = Option<ProfileName>)]
     pub profile: Option<String>,
-    /// Memory limit, e.g. `"512M"`.
+    /// Memory limit (at least 8M), e.g. `"512M"`.
+    #[schema(value_type = Option<SizeSchema>)]
     pub memory: Option<Amount>,
+    /// CPU quota in cores.
+    #[schema(minimum = 0.01, maximum = 1024)]
     pub cpus: Option<f64>,
+    /// Processes and threads at once.
+    #[schema(minimum = 1, maximum = 1000000)]
     pub pids: Option<u32>,
-    /// Size of /tmp and /workspace, e.g. `"256M"`.
+    /// Size of /tmp and /workspace (at least 1M), e.g. `"256M"`.
+    #[schema(value_type = Option<SizeSchema>)]
     pub disk: Option<Amount>,
-    /// Time to live, e.g. `"10m"` or seconds.
+    /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
+    /// (`limits_hit: ["output"]`).
+    #[schema(value_type = Option<SizeSchema>)]
+    pub output_limit: Option<Amount>,
+    /// CPU time each command may use (at least 1s), e.g. `"5s"` (`status: "cpu_time"` when it
+    /// runs out).
+    #[schema(value_type = Option<DurationSchema>)]
+    pub cpu_time: Option<Amount>,
+    /// Time to live, e.g. `"10m"` or seconds; at most the server's `--max-ttl`.
+    #[schema(value_type = Option<DurationSchema>)]
     pub ttl: Option<Amount>,
     /// Environment variables every command gets.
     #[serde(default)]
+    #[schema(value_type = EnvSchema)]
     pub env: BTreeMap<String, String>,
     /// Free-form labels, filterable on list.
     #[serde(default)]
+    #[schema(value_type = MetadataSchema)]
     pub metadata: BTreeMap<String, String>,
     /// Egress allowlist; none means no network.
-    #[schema(value_type = Option<Object>)]
     pub network: Option<NetworkPolicy>,
 }
 
@@ -48,17 +386,31 @@ pub struct LimitsView {
     pub output_limit_bytes: u64,
 }
 
+/// The states a sandbox passes through.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // schema only: the registry keeps the state as text
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Running,
+    Deleted,
+    Expired,
+    Reaped,
+    Failed,
+}
+
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SandboxInfo {
     pub id: String,
-    /// `running`, `deleted`, `expired`, `reaped` or `failed`.
+    #[schema(value_type = SandboxState)]
     pub state: String,
     pub profile: String,
     pub created_at: u64,
     pub expires_at: u64,
     pub metadata: BTreeMap<String, String>,
-    #[schema(value_type = Object)]
+    /// What the host enforces for this sandbox; null once it has ended.
+    #[schema(required = true)]
     pub enforcement: Option<Enforcement>,
+    /// Its limits; null once it has ended.
     pub limits: Option<LimitsView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
@@ -72,17 +424,44 @@ pub struct SandboxList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendTtl {
-    /// New time to live from now, e.g. `"30m"`.
+    /// New time to live from now, e.g. `"30m"`; at most the server's `--max-ttl`.
+    #[schema(value_type = DurationSchema)]
     pub ttl: Amount,
 }
 
 /// An argv array, or a shell string run with `/bin/sh -c`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum Cmd {
     Argv(Vec<String>),
     Shell(String),
 }
+
+impl PartialSchema for Cmd {
+    fn schema() -> RefOr<Schema> {
+        let arg = || {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(NO_NUL_PATTERN))
+        };
+        OneOfBuilder::new()
+            .item(
+                utoipa::openapi::schema::ArrayBuilder::new()
+                    .prefix_items([arg().min_length(Some(1))])
+                    .items(arg())
+                    .min_items(Some(1)),
+            )
+            .item(arg().min_length(Some(1)))
+            .description(Some(
+                "An argv array (its first element the program), or a shell string run with /bin/sh -c",
+            ))
+            .into()
+    }
+}
+impl ToSchema for Cmd {}
+
+/// Text that can become a C string: no NUL byte.
+pub const NO_NUL_PATTERN: &str = r"^[^\x00]*$";
 
 impl Cmd {
     pub fn argv(&self) -> Vec<String> {
@@ -91,18 +470,55 @@ impl Cmd {
             Cmd::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
         }
     }
+
+    /// The argv, checked against the schema: a program to run, no NUL bytes.
+    pub fn checked_argv(&self) -> Result<Vec<String>, ApiError> {
+        let empty = match self {
+            Cmd::Argv(v) => v.first().is_none_or(|a| a.is_empty()),
+            Cmd::Shell(s) => s.is_empty(),
+        };
+        if empty {
+            return Err(ApiError::bad_request(
+                "cmd: give an argv array (its first element the program) or a shell string",
+            ));
+        }
+        let argv = self.argv();
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(ApiError::bad_request(
+                "cmd: arguments cannot contain NUL bytes",
+            ));
+        }
+        Ok(argv)
+    }
 }
+
+/// Checks an optional working directory against [`CWD_PATTERN`].
+pub fn check_cwd(cwd: Option<&str>) -> Result<(), ApiError> {
+    if cwd.is_some_and(|c| !c.starts_with('/') || c.contains('\0')) {
+        return Err(ApiError::bad_request(
+            "cwd: give an absolute path inside the sandbox, e.g. /workspace/src",
+        ));
+    }
+    Ok(())
+}
+
+/// A working directory: absolute, no NUL bytes.
+pub const CWD_PATTERN: &str = r"^/[^\x00]*$";
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub cmd: Cmd,
+    /// Working directory inside the sandbox, absolute (default `/workspace`).
+    #[schema(pattern = r"^/[^\x00]*$")]
     pub cwd: Option<String>,
     #[serde(default)]
+    #[schema(value_type = EnvSchema)]
     pub env: BTreeMap<String, String>,
     /// Text fed to the command's stdin.
     pub stdin: Option<String>,
     /// Wall-clock limit for this command, e.g. `"30s"`.
+    #[schema(value_type = Option<DurationSchema>)]
     pub timeout: Option<Amount>,
     /// Start and return at once with a `command_id`.
     #[serde(default)]
@@ -113,17 +529,25 @@ pub struct ExecRequest {
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     pub cmd: Cmd,
+    #[schema(value_type = Option<ProfileName>)]
     pub profile: Option<String>,
+    #[schema(value_type = Option<SizeSchema>)]
     pub memory: Option<Amount>,
+    #[schema(minimum = 0.01, maximum = 1024)]
     pub cpus: Option<f64>,
+    #[schema(minimum = 1, maximum = 1000000)]
     pub pids: Option<u32>,
+    #[schema(value_type = Option<SizeSchema>)]
     pub disk: Option<Amount>,
+    #[schema(value_type = Option<DurationSchema>)]
     pub timeout: Option<Amount>,
     #[serde(default)]
+    #[schema(value_type = EnvSchema)]
     pub env: BTreeMap<String, String>,
     pub stdin: Option<String>,
+    /// Working directory inside the sandbox, absolute (default `/workspace`).
+    #[schema(pattern = r"^/[^\x00]*$")]
     pub cwd: Option<String>,
-    #[schema(value_type = Option<Object>)]
     pub network: Option<NetworkPolicy>,
     /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
     /// one-shot sandbox, with `cmd` as its argv (`cmd[0]` names it).
@@ -138,8 +562,8 @@ pub struct CommandInfo {
     pub started_at_ms: u64,
     pub stdout: String,
     pub stderr: String,
-    #[schema(value_type = Option<Object>)]
-    pub outcome: Option<cordon_policy::Outcome>,
+    /// How it ended; null while it runs.
+    pub outcome: Option<Outcome>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -160,12 +584,15 @@ pub struct StdinRequest {
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// A number or a name (`TERM`, `SIGKILL`, `INT`, …).
+    #[schema(value_type = SignalSchema)]
     pub signal: Amount,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
+    /// A path inside the sandbox; relative paths are under `/workspace`.
+    #[schema(pattern = r"^[^\x00]+$")]
     pub path: String,
     #[serde(default = "yes")]
     pub parents: bool,
@@ -178,11 +605,116 @@ fn yes() -> bool {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
+    #[schema(pattern = r"^[^\x00]+$")]
     pub from: String,
+    #[schema(pattern = r"^[^\x00]+$")]
     pub to: String,
 }
 
+/// A sandbox's egress policy and every decision its proxy made so far.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Created {
-    pub id: String,
+pub struct NetworkInfo {
+    pub policy: NetworkPolicy,
+    pub events: Vec<NetworkEvent>,
+}
+
+/// The egress policy now in force.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NetworkSet {
+    pub policy: NetworkPolicy,
+}
+
+/// Kinds of file system entries.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // schema only: the engine's `Entry` is serialized
+#[serde(rename_all = "lowercase")]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One file system entry (the engine's `fsview::Entry`, as it serializes).
+#[derive(Serialize, ToSchema)]
+#[schema(as = Entry)]
+#[allow(dead_code)] // schema only
+pub struct FileEntry {
+    /// Last component (`/` for the sandbox root).
+    name: String,
+    /// Absolute path inside the sandbox.
+    path: String,
+    r#type: FileType,
+    /// Bytes (for a symlink: the length of its target).
+    size: u64,
+    /// Permission bits.
+    mode: u32,
+    /// Last modification, seconds since the Unix epoch.
+    modified: u64,
+    /// For a symlink, its target as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // schema only
+pub struct FileList {
+    entries: Vec<FileEntry>,
+}
+
+/// What an upload wrote.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Written {
+    pub path: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContextList {
+    pub contexts: Vec<crate::kernel::ContextInfo>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` while the server answers.
+    pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's matchers accept exactly what the document's patterns accept (checked with
+    /// a real regex engine on a table of near misses).
+    #[test]
+    fn matchers_agree_with_the_documented_patterns() {
+        let size = regex::Regex::new(SIZE_PATTERN).expect("size pattern");
+        let duration = regex::Regex::new(DURATION_PATTERN).expect("duration pattern");
+        let signal = regex::Regex::new(&signal_pattern()).expect("signal pattern");
+        let inputs = [
+            "", "0", "1", "12", "1.5", "1.", ".5", "1..2", "1.2.3", "256M", "256m", "256MB",
+            "256MiB", "256mib", "256Mi", "1b", "1B", "1kb", "1KIB", "1t", "1TB", "1x", "1 M",
+            " 1M", "1M ", "M", "-1", "+1", "1e3", "0s", "0.0s", "00s", "0.01s", "1s", "1sec",
+            "1min", "5m", "2h", "500ms", "1.5h", "1d", "1S", "10 s", "s", ".5s", "0.s", "007s",
+            "TERM", "term", "SIGTERM", "sigkill", "SigHup", "SIG", "KILL9", "USR1", "usr2", "CONT",
+            "STOP", "WINCH", "9", "09", "64", "65", "0", "1", "100", "١", "９", "1M\n", "1\u{0}M",
+        ];
+        for t in inputs {
+            assert_eq!(is_size_text(t), size.is_match(t), "size {t:?}");
+            assert_eq!(is_duration_text(t), duration.is_match(t), "duration {t:?}");
+            assert_eq!(
+                signal_from_text(t).is_some(),
+                signal.is_match(t),
+                "signal {t:?}"
+            );
+        }
+        assert_eq!(signal_from_text("sigterm"), Some(libc::SIGTERM));
+        assert_eq!(signal_from_text("9"), Some(9));
+        let d = Amount::Text("1.5h".into()).duration("t").expect("1.5h");
+        assert_eq!(d, Duration::from_secs(5400));
+        assert!(Amount::Text("0.0s".into()).duration("t").is_err());
+        assert!(Amount::Number(0.0).duration("t").is_err());
+        assert_eq!(Amount::Text("2K".into()).size("s").expect("2K"), 2048);
+        assert!(Amount::Number(9.5).signal().is_err());
+    }
 }

@@ -1,4 +1,4 @@
-//! `cordon check`: what this host can enforce.
+//! `cordon check`: what this host can enforce, why anything is missing, and what to do.
 
 use clap::Args;
 
@@ -24,7 +24,9 @@ pub fn main(a: CheckArgs) -> i32 {
     println!(
         "kernel {}; running as {}",
         report.kernel,
-        if report.running_as_root {
+        if report.environment.root_in_user_namespace {
+            "uid 0 of a user namespace (not the host's root)".to_string()
+        } else if report.running_as_root {
             "root (sandboxes are mapped to unprivileged host uids)".to_string()
         } else {
             format!("uid {} (rootless)", report.euid)
@@ -37,14 +39,54 @@ pub fn main(a: CheckArgs) -> i32 {
             println!("           cost: {}", f.cost_if_missing);
         }
     }
-    let usable = report.feature("user_ns").is_some_and(|f| f.available);
-    println!(
-        "{}",
-        if usable {
-            "cordon can sandbox on this host."
-        } else {
-            "cordon cannot sandbox on this host: user namespaces are required."
+    let env = &report.environment;
+    let mut seen = Vec::new();
+    if let Some(c) = &env.container {
+        seen.push(format!(
+            "a {c} container ({})",
+            env.container_evidence.join(", ")
+        ));
+    }
+    if env.seccomp_mode == Some(2) {
+        seen.push("an inherited seccomp filter".into());
+    }
+    if let Some(label) = env.apparmor_label.as_deref().filter(|l| *l != "unconfined") {
+        seen.push(format!("AppArmor label {label}"));
+    }
+    for (k, v) in &env.sysctls {
+        seen.push(format!("{k} = {v}"));
+    }
+    if !seen.is_empty() {
+        println!("environment: {}", seen.join("; "));
+    }
+    if !report.obstacles.is_empty() {
+        println!("why, and what you can do:");
+        for o in &report.obstacles {
+            println!("  {} [{}]: {}", o.layer, o.id, o.found);
+            for f in &o.fixes {
+                println!("    - {}", f.how);
+                println!("      cost: {}", f.cost);
+            }
         }
-    );
+    }
+    let missing: Vec<&str> = ["user_ns", "proc"]
+        .into_iter()
+        .filter(|name| !report.feature(name).is_some_and(|f| f.available))
+        .chain(
+            report
+                .obstacles
+                .iter()
+                .filter(|o| o.id == "root_in_user_namespace")
+                .map(|_| "a uid range to map sandboxes to"),
+        )
+        .collect();
+    if missing.is_empty() {
+        println!("cordon can sandbox on this host.");
+    } else {
+        println!(
+            "cordon cannot sandbox on this host: it needs {} (see above).",
+            missing.join(", ")
+        );
+    }
     0
 }

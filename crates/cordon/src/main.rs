@@ -11,6 +11,7 @@
 mod bench;
 mod bench_wasm;
 mod check;
+mod image;
 mod mcp;
 mod run;
 mod run_egress;
@@ -50,6 +51,8 @@ enum Command {
     Keys(serve::KeysArgs),
     /// Time cordon against bare exec and bubblewrap, side by side.
     Bench(bench::BenchArgs),
+    /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
+    Image(image::ImageArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -91,6 +94,7 @@ fn cordon_main() -> i32 {
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(*args),
+        Command::Image(args) => image::main(args),
     };
     code.clamp(0, 255)
 }

@@ -12,7 +12,11 @@ use cordon_server::{Config, ServeOptions, Service};
 #[derive(Args, Debug)]
 #[command(
     after_help = "On first start (no keys yet) an API key is created and printed once; \
-create more with `cordon keys create`.\n\nExample:\n  cordon serve --listen 127.0.0.1:8080\n  \
+create more with `cordon keys create`. Request bodies are JSON, whatever their Content-Type \
+says; the whole API is described at /openapi.json.\n\nExample:\n  \
+KEY=$(cordon keys create --name me)\n  \
+cordon serve --listen 127.0.0.1:8080 &\n  \
+until curl -sf http://127.0.0.1:8080/healthz >/dev/null; do sleep 0.2; done\n  \
 curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes"
 )]
 pub struct ServeArgs {
@@ -47,7 +51,7 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    fn resolve(&self) -> PathBuf {
+    pub(crate) fn resolve(&self) -> PathBuf {
         if let Some(d) = &self.data_dir {
             return d.clone();
         }
@@ -92,8 +96,12 @@ enum KeysCommand {
     Revoke { id: String },
 }
 
-fn open_registry(dir: &PathBuf) -> Result<Registry, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn open_registry(dir: &std::path::Path) -> Result<Registry, String> {
+    if let Some(warning) =
+        cordon_server::datadir::prepare(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+    {
+        eprintln!("cordon: warning: {warning}");
+    }
     Registry::open(&dir.join("cordon.db")).map_err(|e| e.to_string())
 }
 

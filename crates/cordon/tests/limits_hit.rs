@@ -72,12 +72,7 @@ fn a_refused_fork_is_reported_though_the_program_went_on() {
 #[test]
 fn a_spin_stopped_at_the_timeout_has_its_cpu_counted() {
     let o = run(&payloads::CPU_SPIN, &[]);
-    assert_eq!(o.status(), "timeout", "{o}");
-    assert_eq!(o.limits_hit(), ["wall_time"], "{o}");
-    // Two seconds of spinning on a shared two-core machine: well over a tenth of it is ours.
-    let cpu = o.usage("cpu_user_ms");
-    assert!(cpu >= 200, "cpu_user_ms {cpu} for a 2 s spin:\n{o}");
-    assert!(cpu <= o.usage("wall_ms") + 100, "{o}");
+    payloads::assert_spin_ended_at_its_timeout(&o);
     assert!(o.elapsed < Duration::from_secs(10), "{o}");
 }
 
@@ -122,6 +117,10 @@ fn a_clean_run_hits_nothing() {
     );
 }
 
+/// The host's slab is one number for everything: the test that measures it and the test that
+/// fills a cgroup with kernel memory must not overlap.
+static SLAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Unreclaimable slab of the host, in bytes.
 fn host_sunreclaim() -> u64 {
     let m = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
@@ -144,6 +143,7 @@ fn an_inode_flood_stops_at_the_cap_and_the_host_slab_stays_bounded() {
     // ~8 MiB; the bound leaves room for what else this host does meanwhile. Without the cap
     // the loop below makes 400 000 directories, ~400 MiB.
     let bound: u64 = 48 << 20;
+    let _alone = SLAB.lock().unwrap_or_else(|e| e.into_inner());
     let before = host_sunreclaim();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
@@ -198,6 +198,7 @@ out()
 /// charged to it: a mkdir flood on a large `--disk` meets the memory limit, not the host's.
 #[test]
 fn kernel_memory_is_charged_to_the_sandbox_cgroup() {
+    let _alone = SLAB.lock().unwrap_or_else(|e| e.into_inner());
     let o = py(
         &["--disk", "1G", "--memory", "64M", "--timeout", "60s"],
         r#"

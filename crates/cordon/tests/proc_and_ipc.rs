@@ -61,10 +61,11 @@ R["kill_term"] = t(os.kill, victim, signal.SIGTERM)
 R["kill_kill"] = t(os.kill, victim, signal.SIGKILL)
 R["kill_tester"] = t(os.kill, tester, signal.SIGKILL)
 R["pidfd_open"] = sc(434, victim, 0)
-R["tgkill"] = sc(234, victim, victim, 9)
+R["tgkill"] = sc({tgkill}, victim, victim, 9)
 R["ps"] = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True).stdout.split("\n")
 out()
-"#
+"#,
+            tgkill = libc::SYS_tgkill
         ),
     );
     o.assert_ok();
@@ -487,12 +488,16 @@ fn hostname_is_private() {
     let before = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let o = py(
         &[],
-        r#"
+        &format!(
+            r#"
 R["nodename"] = os.uname().nodename
-R["sethostname"] = sc(170, S(b"pwned"), 5)
-R["setdomainname"] = sc(171, S(b"pwned"), 5)
+R["sethostname"] = sc({sethostname}, S(b"pwned"), 5)
+R["setdomainname"] = sc({setdomainname}, S(b"pwned"), 5)
 out()
 "#,
+            sethostname = libc::SYS_sethostname,
+            setdomainname = libc::SYS_setdomainname
+        ),
     );
     o.assert_ok();
     let d = o.data();

@@ -12,89 +12,16 @@
 :class:`AsyncSandbox` is the same client with coroutines.
 """
 
+# Each module lists its public names once, in its own ``__all__``; the package re-exports them.
+from . import async_sandbox, errors, models, sandbox
 from ._core import DEFAULT_TIMEOUT, DEFAULT_URL, __version__
-from .async_sandbox import (
-    AsyncCode,
-    AsyncCommandHandle,
-    AsyncCommands,
-    AsyncFiles,
-    AsyncNetwork,
-    AsyncSandbox,
-)
-from .errors import (
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    CordonConnectionError,
-    CordonError,
-    CordonTimeoutError,
-    InsufficientStorageError,
-    NotFoundError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
-    RateLimitError,
-    SandboxError,
-    ServerError,
-)
-from .models import (
-    CodeError,
-    CodeResult,
-    CommandInfo,
-    ContextInfo,
-    Enforcement,
-    Entry,
-    Limits,
-    MimeBundle,
-    NetworkEvent,
-    NetworkInfo,
-    NetworkPolicy,
-    Outcome,
-    SandboxInfo,
-    Usage,
-)
-from .sandbox import Code, CommandHandle, Commands, Files, Network, Sandbox
+from .async_sandbox import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .models import *  # noqa: F403
+from .sandbox import *  # noqa: F403
 
-__all__ = [
-    "__version__",
-    "DEFAULT_URL",
-    "DEFAULT_TIMEOUT",
-    "Sandbox",
-    "Commands",
-    "CommandHandle",
-    "Files",
-    "Code",
-    "Network",
-    "AsyncSandbox",
-    "AsyncCommands",
-    "AsyncCommandHandle",
-    "AsyncFiles",
-    "AsyncCode",
-    "AsyncNetwork",
-    "Outcome",
-    "Usage",
-    "Enforcement",
-    "NetworkEvent",
-    "SandboxInfo",
-    "Limits",
-    "Entry",
-    "CommandInfo",
-    "CodeResult",
-    "CodeError",
-    "MimeBundle",
-    "ContextInfo",
-    "NetworkPolicy",
-    "NetworkInfo",
-    "CordonError",
-    "AuthenticationError",
-    "NotFoundError",
-    "RateLimitError",
-    "SandboxError",
-    "BadRequestError",
-    "PermissionDeniedError",
-    "ConflictError",
-    "PayloadTooLargeError",
-    "InsufficientStorageError",
-    "ServerError",
-    "CordonTimeoutError",
-    "CordonConnectionError",
-]
+__all__ = ["__version__", "DEFAULT_URL", "DEFAULT_TIMEOUT"]
+__all__ += sandbox.__all__
+__all__ += async_sandbox.__all__
+__all__ += models.__all__
+__all__ += errors.__all__

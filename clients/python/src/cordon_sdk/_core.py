@@ -310,6 +310,8 @@ def create_body(
     env: Optional[Mapping[str, Any]],
     metadata: Optional[Mapping[str, Any]],
     network: NetworkSpec,
+    output_limit: Optional[Size] = None,
+    cpu_time: Optional[Duration] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
@@ -323,6 +325,10 @@ def create_body(
         body["pids"] = int(pids)
     if disk is not None:
         body["disk"] = size_json(disk, "disk")
+    if output_limit is not None:
+        body["output_limit"] = size_json(output_limit, "output_limit")
+    if cpu_time is not None:
+        body["cpu_time"] = duration_json(cpu_time, "cpu_time")
     if ttl is not None:
         body["ttl"] = duration_json(ttl, "ttl")
     if env:
@@ -371,10 +377,15 @@ def run_body(
     stdin: Union[str, bytes, None],
     cwd: Optional[str],
     network: NetworkSpec,
+    wasm: Optional[bytes] = None,
 ) -> Dict[str, Any]:
-    """``POST /v1/run``."""
+    """``POST /v1/run``; with ``wasm`` (a WebAssembly module's bytes) ``cmd`` is its argv."""
     body = create_body(profile, memory, cpus, pids, disk, None, env, None, network)
     body["cmd"] = cmd_json(cmd)
+    if wasm is not None:
+        if not isinstance(wasm, (bytes, bytearray, memoryview)):
+            raise TypeError("wasm: expected the module's bytes")
+        body["wasm"] = base64.b64encode(bytes(wasm)).decode("ascii")
     if timeout is not None:
         body["timeout"] = duration_json(timeout, "timeout")
     s = stdin_json(stdin)

@@ -579,6 +579,8 @@ class AsyncSandbox:
         metadata: Optional[Mapping[str, str]] = None,
         network: NetworkSpec = None,
         *,
+        output_limit: Optional[Size] = None,
+        cpu_time: Optional[Duration] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -589,8 +591,13 @@ class AsyncSandbox:
         sizes (``"512M"`` or bytes); ``ttl`` a duration (``"10m"`` or seconds) after which the
         server reaps it; ``env`` is given to every command; ``metadata`` labels it for
         :meth:`list`; ``network`` is an egress allowlist (``["pypi.org"]``), none by default.
+        ``output_limit`` (a size) is how much of each command's stdout and stderr is kept (the
+        rest is dropped: ``limits_hit`` has ``"output"``); ``cpu_time`` (a duration) the CPU
+        time each command may use (``status == "cpu_time"`` when it runs out).
         """
-        body = _core.create_body(profile, memory, cpus, pids, disk, ttl, env, metadata, network)
+        body = _core.create_body(
+            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time
+        )
         creating = cls._create(body, base_url, api_key, timeout)
         return _core.Creating(creating)  # sync: return creating
 
@@ -656,6 +663,7 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         cwd: Optional[str] = None,
         network: NetworkSpec = None,
+        wasm: Optional[bytes] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -663,8 +671,10 @@ class AsyncSandbox:
         """Runs one command in a fresh sandbox that is gone afterwards (``POST /v1/run``).
 
         ``timeout`` here is the command's wall-clock limit; ``request_timeout`` the API's.
+        With ``wasm`` (a WebAssembly module's bytes), ``cmd`` is the module's argv and the
+        server's wasm runtime runs it.
         """
-        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network)
+        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, wasm)
         http = _AsyncHttp(base_url, api_key, request_timeout)
         try:
             return Outcome.from_dict(

@@ -130,6 +130,9 @@ class Enforcement:
     rlimits: bool
     host_uid: Optional[int] = None
     notes: List[str] = field(default_factory=list)
+    #: What ran the program: ``"process"`` or ``"wasm"`` (None where the server does not say:
+    #: the process backend).
+    backend: Optional[str] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -149,6 +152,7 @@ class Enforcement:
             rlimits=bool(d.get("rlimits")),
             host_uid=_opt_int(d.get("host_uid")),
             notes=_strs(d.get("notes")),
+            backend=_opt_str(d.get("backend")),
             raw=dict(d),
         )
 
@@ -522,10 +526,14 @@ class CodeResult:
 
     A cell that raises is not an exception of the SDK: look at ``error``. ``state_lost`` says
     the context's kernel was restarted (it died or ignored an interrupt) and earlier state is
-    gone. ``execution_count`` counts the cells of the context.
+    gone. ``execution_count`` counts the cells of the context. ``status`` and ``limits_hit`` say
+    how the cell ended in the words of an :class:`Outcome` (``"exited"`` when it ran to its end,
+    raised or not; ``"timeout"``, ``"oom"``, ``"cpu_time"``... when a limit ended it).
     """
 
     __schema__: ClassVar[Optional[str]] = "CodeResult"
+    # Older servers leave them out; the SDK reads a cell that ran as ``"exited"``.
+    __lenient__: ClassVar[Tuple[str, ...]] = ("status", "limits_hit")
 
     stdout: str
     stderr: str
@@ -535,7 +543,9 @@ class CodeResult:
     stdout_truncated: bool
     stderr_truncated: bool
     results_truncated: bool
+    status: str = "exited"
     error: Optional[CodeError] = None
+    limits_hit: List[str] = field(default_factory=list)
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -550,7 +560,9 @@ class CodeResult:
             stdout_truncated=bool(d.get("stdout_truncated")),
             stderr_truncated=bool(d.get("stderr_truncated")),
             results_truncated=bool(d.get("results_truncated")),
+            status=_str(d.get("status"), "exited"),
             error=CodeError.from_dict(err) if isinstance(err, Mapping) else None,
+            limits_hit=_strs(d.get("limits_hit")),
             raw=dict(d),
         )
 

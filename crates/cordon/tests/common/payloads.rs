@@ -2,37 +2,52 @@
 //! SDK — so that the same program is shown to get the same `status`, `limits_hit` and usage
 //! whichever door it came through. Each is an argv (no shell needed) plus the limits it runs
 //! under, in the CLI's spelling; other doors translate the limits into their own fields.
+//!
+//! The programs and limits live in `clients/payloads.json`, which the MCP and SDK suites
+//! (Python) read too: all four doors run literally the same programs.
+
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+
+const JSON: &str = include_str!("../../../../clients/payloads.json");
 
 /// A test program and the limits that make it hit one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Payload {
-    pub name: &'static str,
+    pub name: String,
     /// What runs in the sandbox: `python3 -c SCRIPT`.
-    pub script: &'static str,
-    pub memory: Option<&'static str>,
+    pub script: String,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
     pub pids: Option<u32>,
-    pub timeout: Option<&'static str>,
-    pub output_limit: Option<&'static str>,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub output_limit: Option<String>,
 }
 
 impl Payload {
     pub fn argv(&self) -> Vec<String> {
-        vec!["python3".into(), "-c".into(), self.script.into()]
+        vec!["python3".into(), "-c".into(), self.script.clone()]
     }
 
     /// The limits as `cordon run` flags.
     pub fn cli_flags(&self) -> Vec<String> {
         let mut f = Vec::new();
-        if let Some(m) = self.memory {
-            f.extend(["--memory".to_string(), m.to_string()]);
+        if let Some(m) = &self.memory {
+            f.extend(["--memory".to_string(), m.clone()]);
         }
         if let Some(p) = self.pids {
             f.extend(["--pids".to_string(), p.to_string()]);
         }
-        if let Some(t) = self.timeout {
-            f.extend(["--timeout".to_string(), t.to_string()]);
+        if let Some(t) = &self.timeout {
+            f.extend(["--timeout".to_string(), t.clone()]);
         }
-        if let Some(o) = self.output_limit {
-            f.extend(["--output-limit".to_string(), o.to_string()]);
+        if let Some(o) = &self.output_limit {
+            f.extend(["--output-limit".to_string(), o.clone()]);
         }
         f
     }
@@ -42,70 +57,38 @@ impl Payload {
 /// ends it: `oom`, signal 9, `limits_hit` has `memory`. Without one, RLIMIT_DATA refuses the
 /// allocation inside the process: Python raises MemoryError and exits 1 — a refusal no one
 /// outside the process can see, so `limits_hit` stays empty there.
-pub const OOM: Payload = Payload {
-    name: "oom",
-    script: r#"
-chunks = []
-while True:
-    chunks.append(b"x" * (1 << 20))
-"#,
-    memory: Some("64M"),
-    pids: None,
-    timeout: Some("30s"),
-    output_limit: None,
-};
+pub static OOM: LazyLock<Payload> = LazyLock::new(|| load("oom"));
 
 /// Forks children that wait until a fork is refused (EAGAIN) under `--pids 16`, keeps them a
 /// moment longer (the program goes on after the refusal), prints how many it got and exits 0:
 /// `exited` 0 with `limits_hit` `pids`. Its children outlive it: ending the run takes them.
-pub const PIDS_BOMB: Payload = Payload {
-    name: "pids bomb",
-    script: r#"
-import os, sys, time, errno
-n = 0
-while n < 1000:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        print("refused after", n, "errno", e.errno, flush=True)
-        break
-    if pid == 0:
-        time.sleep(60)
-        os._exit(0)
-    n += 1
-time.sleep(0.5)
-print(n, flush=True)
-"#,
-    memory: None,
-    pids: Some(16),
-    timeout: Some("30s"),
-    output_limit: None,
-};
+pub static PIDS_BOMB: LazyLock<Payload> = LazyLock::new(|| load("pids_bomb"));
 
 /// Spins on the CPU until `--timeout 2s` ends it: `timeout`, `limits_hit` `wall_time`, and the
 /// CPU it burnt counted although it was killed.
-pub const CPU_SPIN: Payload = Payload {
-    name: "cpu spin",
-    script: "while True:\n    pass\n",
-    memory: None,
-    pids: None,
-    timeout: Some("2s"),
-    output_limit: None,
-};
+pub static CPU_SPIN: LazyLock<Payload> = LazyLock::new(|| load("cpu_spin"));
 
 /// Writes 1 MiB to stdout past `--output-limit 10K`, then exits 0: `exited` 0, stdout cut to
 /// exactly 10 KiB, `stdout_truncated`, `limits_hit` `output`.
-pub const OUTPUT_FLOOD: Payload = Payload {
-    name: "output flood",
-    script: r#"
-import sys
-sys.stdout.write("y" * (1 << 20))
-sys.stdout.flush()
-"#,
-    memory: None,
-    pids: None,
-    timeout: Some("30s"),
-    output_limit: Some("10K"),
-};
+pub static OUTPUT_FLOOD: LazyLock<Payload> = LazyLock::new(|| load("output_flood"));
 
-pub const ALL: [&Payload; 4] = [&OOM, &PIDS_BOMB, &CPU_SPIN, &OUTPUT_FLOOD];
+/// One payload of `clients/payloads.json`; a malformed file is the test suite's own bug.
+fn load(key: &str) -> Payload {
+    let all: serde_json::Value = serde_json::from_str(JSON).expect("clients/payloads.json is JSON");
+    let one = all
+        .get(key)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {key} in clients/payloads.json"));
+    serde_json::from_value(one).unwrap_or_else(|e| panic!("{key} in clients/payloads.json: {e}"))
+}
+
+/// How [`CPU_SPIN`] must end through any door: stopped at its timeout, and the CPU it burnt
+/// counted although it was killed — two seconds of spinning on a shared two-core machine,
+/// well over a tenth of it ours.
+pub fn assert_spin_ended_at_its_timeout(o: &super::Outcome) {
+    assert_eq!(o.status(), "timeout", "{o}");
+    assert_eq!(o.limits_hit(), ["wall_time"], "{o}");
+    let cpu = o.usage("cpu_user_ms");
+    assert!(cpu >= 200, "cpu_user_ms {cpu} for a 2 s spin:\n{o}");
+    assert!(cpu <= o.usage("wall_ms") + 100, "{o}");
+}

@@ -53,7 +53,22 @@ impl Server {
     /// A server on `data_dir` (kept on drop, e.g. for restart tests), with extra flags.
     pub fn start_in(data_dir: PathBuf, extra: &[&str]) -> Server {
         std::fs::create_dir_all(&data_dir).expect("data dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        Server::start_with(data_dir, extra, None)
+    }
+
+    /// A server on `data_dir` (created by the server itself if missing), with extra flags,
+    /// started under `umask` when given (an octal string, e.g. "022").
+    pub fn start_with(data_dir: PathBuf, extra: &[&str], umask: Option<&str>) -> Server {
+        let mut cmd = match umask {
+            Some(m) => {
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", &format!("umask {m} && exec \"$0\" \"$@\"")])
+                    .arg(env!("CARGO_BIN_EXE_cordon"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_cordon")),
+        };
+        let mut child = cmd
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
             .args(extra)

@@ -1,284 +1,20 @@
-//! Persistent sandboxes: a sandbox that stays up and runs many commands.
-//!
-//! The server (multi-threaded) never forks a sandbox itself: it spawns `cordon __sandbox`, a
-//! single-threaded helper that is this sandbox's supervisor. The helper builds the sandbox
-//! exactly as a one-shot run does (same profile, same layers), except that the init serves
-//! exec requests. Commands' pipes are created inside the sandbox and passed, as fds, through
-//! the helper to the server, which pumps them; the helper only routes small messages.
-//!
-//! Lifetime: the helper lives as long as the sandbox. When the server goes away (even by
-//! SIGKILL) the helper sees EOF on its control socket, kills the sandbox and removes its
-//! cgroup, so no sandbox outlives the server that owned it.
+//! The server's handle on a persistent sandbox (`Sandbox`): starts the helper process, sends
+//! it requests, and turns its events into started commands and exit callbacks.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_policy::{Enforcement, Profile};
-use serde::{Deserialize, Serialize};
 
-use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD};
+use crate::channel::{Channel, ExecSpec, ToSupervisor};
 use crate::error::EngineError;
-use crate::sandbox::Stdio;
-use crate::supervisor::{apply_confined, prepare, spawn_init};
 use crate::sys;
-
-/// The fd number on which the helper finds its control socket.
-const CONTROL_FD: RawFd = 3;
-/// How long a new sandbox may take to confine itself before its creation fails.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Server → helper.
-#[derive(Debug, Serialize, Deserialize)]
-enum ToHelper {
-    Create {
-        profile: Box<Profile>,
-        env: BTreeMap<String, String>,
-    },
-    Exec {
-        id: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: Option<String>,
-    },
-    Signal {
-        id: u64,
-        signal: i32,
-    },
-    Shutdown,
-}
-
-/// Helper → server.
-#[derive(Debug, Serialize, Deserialize)]
-enum FromHelper {
-    Ready {
-        enforcement: Box<Enforcement>,
-        init_pid: i32,
-        host_uid: u32,
-        host_gid: u32,
-    },
-    Failed {
-        message: String,
-    },
-    Sandbox(ToSupervisor),
-    Ended {
-        reason: String,
-    },
-}
-
-/// Entry point of `cordon __sandbox`. Call before any thread is started.
-pub fn helper_main() -> i32 {
-    // SAFETY: the server starts us with the control socket on fd 3; nothing else owns it.
-    let control = Channel::new(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
-    let (profile, env) = match control.recv::<ToHelper>() {
-        Ok(Some((ToHelper::Create { profile, env }, _))) => (profile, env),
-        _ => return 2,
-    };
-    let failed = |control: &Channel, message: String| {
-        let _ = control.send(&FromHelper::Failed { message });
-        1
-    };
-    let mut prepared = match prepare(&profile, &[], None, &env, true) {
-        Ok(p) => p,
-        Err(e) => return failed(&control, e.to_string()),
-    };
-    let null = |w: bool| {
-        std::fs::OpenOptions::new()
-            .read(!w)
-            .write(w)
-            .open("/dev/null")
-            .map(OwnedFd::from)
-    };
-    let stdio = match (null(false), null(true), null(true)) {
-        (Ok(stdin), Ok(stdout), Ok(stderr)) => Stdio {
-            stdin,
-            stdout,
-            stderr,
-        },
-        _ => return failed(&control, "cannot open /dev/null".into()),
-    };
-    let (init_pid, chan) = match spawn_init(&mut prepared, stdio) {
-        Ok(r) => r,
-        Err(e) => return failed(&control, e.to_string()),
-    };
-    let mut enforcement = prepared.enforcement();
-    let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
-    let mut cgroup = prepared.cgroup;
-    // The init is our child: killing it takes its pid namespace along, and reaping it means
-    // the namespace is gone. Once reaped, its pid may be anyone's: never signal it again.
-    let reaped = std::cell::Cell::new(false);
-    let kill = |cgroup: &mut Option<crate::cgroup::Cgroup>| {
-        if !reaped.replace(true) {
-            let _ = sys::kill(init_pid, libc::SIGKILL);
-            let _ = sys::wait4(init_pid, false);
-        }
-        if let Some(cg) = cgroup.as_mut() {
-            cg.kill_all();
-            cg.remove();
-        }
-    };
-
-    // Setup: wait for the init's root and its confinement report.
-    let mut root_fd: Option<OwnedFd> = None;
-    let mut confined = false;
-    // Bounded, and watching the server: a helper whose server is gone must not wait on.
-    let deadline = Instant::now() + SETUP_TIMEOUT;
-    while !confined {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            kill(&mut cgroup);
-            return failed(
-                &control,
-                format!(
-                    "the sandbox did not finish its setup within {}s",
-                    SETUP_TIMEOUT.as_secs()
-                ),
-            );
-        }
-        let mut pfds = [
-            libc::pollfd {
-                fd: chan.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            // Only hang-up and errors: the server sends nothing before Ready.
-            libc::pollfd {
-                fd: control.raw(),
-                events: 0,
-                revents: 0,
-            },
-        ];
-        if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
-            continue;
-        }
-        if pfds[1].revents != 0 {
-            kill(&mut cgroup);
-            return 1;
-        }
-        if pfds[0].revents == 0 {
-            continue;
-        }
-        match chan.recv::<ToSupervisor>() {
-            Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
-            Ok(Some((ToSupervisor::ProxyListener, fds))) => {
-                let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                let _ =
-                    control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
-            }
-            Ok(Some((msg @ ToSupervisor::Confined { .. }, _))) => {
-                apply_confined(&mut enforcement, &msg);
-                confined = true;
-            }
-            Ok(Some((ToSupervisor::SetupFailed { step, message }, _))) => {
-                kill(&mut cgroup);
-                return failed(
-                    &control,
-                    format!("sandbox setup failed at {step}: {message}"),
-                );
-            }
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => {
-                kill(&mut cgroup);
-                return failed(&control, "the sandbox died during setup".into());
-            }
-        }
-    }
-    let Some(root_fd) = root_fd else {
-        kill(&mut cgroup);
-        return failed(&control, "the sandbox did not hand over its root".into());
-    };
-    if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
-        kill(&mut cgroup);
-        return failed(&control, "Landlock was required but is not enforced".into());
-    }
-    let ready = FromHelper::Ready {
-        enforcement: Box::new(enforcement),
-        init_pid,
-        host_uid,
-        host_gid,
-    };
-    if control
-        .send_with_fds(&ready, &[root_fd.as_raw_fd()])
-        .is_err()
-    {
-        kill(&mut cgroup);
-        return 1;
-    }
-
-    // Routing: requests down, events (with their fds) up, until either side goes away.
-    let init_fd = sys::pidfd_open(init_pid).ok();
-    let reason = loop {
-        let mut pfds = vec![
-            libc::pollfd {
-                fd: control.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: chan.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        if let Some(fd) = &init_fd {
-            pfds.push(libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        if sys::poll(&mut pfds, 1000).is_err() {
-            break "poll failed".to_string();
-        }
-        if init_fd.is_none() {
-            if let Ok(Some(_)) = sys::wait4(init_pid, true) {
-                reaped.set(true);
-                break "the sandbox's init exited".to_string();
-            }
-        }
-        if pfds.get(2).is_some_and(|p| p.revents != 0) {
-            break "the sandbox's init exited".to_string();
-        }
-        if pfds[0].revents != 0 {
-            match control.recv::<ToHelper>() {
-                Ok(Some((ToHelper::Exec { id, argv, env, cwd }, _))) => {
-                    if chan.send(&ToSandbox::Exec { id, argv, env, cwd }).is_err() {
-                        break "the sandbox stopped answering".to_string();
-                    }
-                }
-                Ok(Some((ToHelper::Signal { id, signal }, _))) => {
-                    let _ = chan.send(&ToSandbox::Signal { id, signal });
-                }
-                Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
-                Ok(Some((ToHelper::Create { .. }, _))) => {}
-                // A message we cannot read is the server's bug, not a reason to kill the sandbox.
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
-                Ok(None) | Err(_) => break "the server went away".to_string(),
-            }
-        }
-        if pfds[1].revents != 0 {
-            match chan.recv::<ToSupervisor>() {
-                Ok(Some((msg, fds))) => {
-                    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                    if control
-                        .send_with_fds(&FromHelper::Sandbox(msg), &raw)
-                        .is_err()
-                    {
-                        break "the server went away".to_string();
-                    }
-                }
-                Ok(None) | Err(_) => break "the sandbox's init exited".to_string(),
-            }
-        }
-    };
-    kill(&mut cgroup);
-    let _ = control.send(&FromHelper::Ended { reason });
-    0
-}
 
 /// How a command of a persistent sandbox ended.
 #[derive(Debug, Clone, Default)]
@@ -293,6 +29,8 @@ pub struct ExitInfo {
     pub exec_error: Option<(i32, String, bool)>,
     /// The sandbox itself ended while the command ran.
     pub sandbox_ended: Option<String>,
+    /// What the command's accounting domain counted.
+    pub usage: CommandUsage,
 }
 
 /// A started command: write its stdin, read its stdout and stderr.
@@ -301,14 +39,6 @@ pub struct Started {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
-}
-
-/// What to run in a persistent sandbox.
-#[derive(Debug, Clone, Default)]
-pub struct ExecSpec {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: Option<String>,
 }
 
 type OnExit = Box<dyn FnOnce(ExitInfo) + Send>;
@@ -322,8 +52,12 @@ struct Pending {
 /// Called with the listening socket inside the sandbox when its profile allows egress.
 pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
 
+/// Callers waiting for a command's usage, by command id.
+type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
+
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
+    usage: Mutex<UsageWaiters>,
     alive: AtomicBool,
     ended: Mutex<Option<String>>,
 }
@@ -365,12 +99,7 @@ impl Sandbox {
         // SAFETY: between fork and exec the closure only calls dup2, which is async-signal-safe;
         // dup2 also clears FD_CLOEXEC on fd 3, so exactly this socket is inherited.
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(theirs_raw, CONTROL_FD) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || sys::dup2(theirs_raw, CONTROL_FD));
         }
         let mut child = cmd
             .spawn()
@@ -409,6 +138,7 @@ impl Sandbox {
                             EngineError::Setup {
                                 step: "creating the sandbox".into(),
                                 message: "no root directory was handed over".into(),
+                                errno: None,
                             },
                         ));
                     };
@@ -419,12 +149,13 @@ impl Sandbox {
                         cb(std::net::TcpListener::from(fd));
                     }
                 }
-                Ok(Some((FromHelper::Failed { message }, _))) => {
+                Ok(Some((FromHelper::Failed { message, errno }, _))) => {
                     return Err(fail(
                         &mut child,
                         EngineError::Setup {
                             step: "creating the sandbox".into(),
                             message,
+                            errno,
                         },
                     ))
                 }
@@ -435,6 +166,7 @@ impl Sandbox {
                         EngineError::Setup {
                             step: "creating the sandbox".into(),
                             message: "the sandbox helper exited".into(),
+                            errno: None,
                         },
                     ))
                 }
@@ -443,6 +175,7 @@ impl Sandbox {
         let control = Arc::new(control);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
+            usage: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
             ended: Mutex::new(None),
         });
@@ -504,12 +237,7 @@ impl Sandbox {
                 },
             );
         }
-        let msg = ToHelper::Exec {
-            id,
-            argv: spec.argv,
-            env: spec.env,
-            cwd: spec.cwd,
-        };
+        let msg = ToHelper::Exec { id, spec };
         if let Err(e) = self.control.send(&msg) {
             self.forget(id);
             return Err(EngineError::io("sending the command to the sandbox", e));
@@ -521,6 +249,7 @@ impl Sandbox {
                 Err(EngineError::Setup {
                     step: "starting the command".into(),
                     message: "the sandbox did not answer".into(),
+                    errno: None,
                 })
             }
         }
@@ -532,9 +261,22 @@ impl Sandbox {
         }
     }
 
-    /// Signals command `id` and its process group.
+    /// Signals command `id` and its process group; SIGKILL ends everything it started.
     pub fn signal(&self, id: u64, signal: i32) {
         let _ = self.control.send(&ToHelper::Signal { id, signal });
+    }
+
+    /// What running command `id` has used so far; `None` if it is not running (or the
+    /// sandbox does not answer within a second).
+    pub fn usage(&self, id: u64) -> Option<CommandUsage> {
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut w) = self.shared.usage.lock() {
+            w.entry(id).or_default().push(tx);
+        }
+        if self.control.send(&ToHelper::Usage { id }).is_err() {
+            return None;
+        }
+        rx.recv_timeout(Duration::from_secs(1)).ok().flatten()
     }
 
     /// Kills the sandbox and everything in it; waits for the helper to clean up.
@@ -564,12 +306,44 @@ fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
+            Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
+                let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
+                    continue;
+                };
+                if let Some(cb) = p.on_exit.take() {
+                    cb(ExitInfo {
+                        code: end.code,
+                        signal: end.signal,
+                        cpu_user_us: end.cpu_user_us,
+                        cpu_system_us: end.cpu_system_us,
+                        max_rss_kb: end.max_rss_kb,
+                        exec_error: p.exec_error.take(),
+                        sandbox_ended: None,
+                        usage,
+                    });
+                }
+            }
+            Ok(Some((FromHelper::Usage { id, usage }, _))) => {
+                let waiting = shared
+                    .usage
+                    .lock()
+                    .ok()
+                    .and_then(|mut w| w.remove(&id))
+                    .unwrap_or_default();
+                for tx in waiting {
+                    let _ = tx.send(usage.clone());
+                }
+            }
             Ok(Some((FromHelper::Ended { reason }, _))) => break reason,
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => break "the sandbox helper exited".to_string(),
         }
     };
     shared.alive.store(false, Ordering::SeqCst);
+    // Nobody will answer a usage question now: let the askers go.
+    if let Ok(mut w) = shared.usage.lock() {
+        w.clear();
+    }
     if let Ok(mut e) = shared.ended.lock() {
         *e = Some(reason.clone());
     }
@@ -615,6 +389,7 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                 _ => Err(EngineError::Setup {
                     step: "starting the command".into(),
                     message: "the sandbox sent no pipes".into(),
+                    errno: None,
                 }),
             };
             if let Some(tx) = p.started.take() {
@@ -641,34 +416,11 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                         } else {
                             format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
                         },
+                        errno: Some(errno),
                     }));
                     pending.remove(&id);
                 }
                 None => p.exec_error = Some((errno, what, cwd)),
-            }
-        }
-        ToSupervisor::ExecExit {
-            id,
-            code,
-            signal,
-            cpu_user_us,
-            cpu_system_us,
-            max_rss_kb,
-        } => {
-            let Some(mut p) = pending.remove(&id) else {
-                return;
-            };
-            drop(pending);
-            if let Some(cb) = p.on_exit.take() {
-                cb(ExitInfo {
-                    code,
-                    signal,
-                    cpu_user_us,
-                    cpu_system_us,
-                    max_rss_kb,
-                    exec_error: p.exec_error.take(),
-                    sandbox_ended: None,
-                });
             }
         }
         _ => {}

@@ -1,5 +1,11 @@
-//! The sandbox side: the init (and, from it, the payload), a linear sequence of setup steps.
+//! The init: PID 1 of the sandbox, cloned by the launcher into fresh namespaces. Its setup is
+//! one linear sequence of steps (`init_entry`, `init_main`); then it either starts the payload
+//! and waits for it (`one_shot`) or serves commands, each under a sub-init (`persistent`).
 //! Nothing here returns to the caller: every path ends in `exec` or `_exit`.
+
+mod one_shot;
+mod persistent;
+mod proctree;
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -9,6 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
+use crate::error::StepFailure;
 use crate::plan::{Plan, INNER_ID, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
@@ -21,10 +28,11 @@ pub struct Stdio {
     pub stderr: OwnedFd,
 }
 
-fn fail(ch: &Channel, step: &str, message: impl std::fmt::Display) -> ! {
+fn fail(ch: &Channel, step: &str, failure: impl StepFailure) -> ! {
     let _ = ch.send(&ToSupervisor::SetupFailed {
         step: step.to_string(),
-        message: message.to_string(),
+        message: failure.to_string(),
+        errno: failure.errno(),
     });
     sys::exit_now(EXIT_SETUP_FAILED)
 }
@@ -168,24 +176,26 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         fail(&ch, "seccomp", e);
     }
     let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
-    let _ = ch.send_with_fds(
-        &ToSupervisor::Confined {
-            landlock_abi,
-            landlock_partial,
-            seccomp: true,
-            rlimits: true,
-            notes,
-            watch,
-        },
-        &raw,
-    );
+    // Without this report the supervisor would show none of the layers just applied (and a
+    // persistent sandbox would never be ready): its loss is a setup failure, not a detail.
+    let confined = ToSupervisor::Confined {
+        landlock_abi,
+        landlock_partial,
+        seccomp: true,
+        rlimits: true,
+        notes,
+        watch,
+    };
+    if let Err(e) = ch.send_with_fds(&confined, &raw) {
+        fail(&ch, "reporting the confinement", e);
+    }
     drop(watch_fds);
 
     if plan.persistent {
-        serve_loop(plan, ch);
+        persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot_wait(&ch, payload)
+    one_shot::wait(&ch, payload)
 }
 
 /// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs
@@ -220,122 +230,39 @@ fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
     (kinds, fds)
 }
 
-/// The message that reports how the payload ended.
-fn end_message(exit: &sys::Exit) -> ToSupervisor {
-    if libc::WIFSIGNALED(exit.status) {
-        ToSupervisor::Signaled {
-            signal: libc::WTERMSIG(exit.status),
-        }
-    } else {
-        ToSupervisor::Exited {
-            code: libc::WEXITSTATUS(exit.status),
-        }
-    }
-}
-
-/// One-shot: reaps orphans until the payload ends or the supervisor says stop; then ends
-/// everything else in the sandbox itself, reaps it, reports the payload's end and exits.
-///
-/// Ending the rest here rather than leaving it to the kernel (which kills a pid namespace's
-/// processes when its init exits) is what gets their CPU time counted: a process is counted
-/// in its reaper's rusage, and the supervisor reads ours — the kernel's kill at our exit
-/// leaves them reaped by no one.
-fn one_shot_wait(ch: &Channel, payload: libc::pid_t) -> ! {
-    let mut end: Option<ToSupervisor> = None;
-    // Made after the payload is spawned, so the payload never starts with SIGCHLD blocked; an
-    // exit before it is found by the first reaping pass.
-    let sigchld = sys::signalfd_sigchld().ok();
-    let reap = |end: &mut Option<ToSupervisor>| loop {
-        match sys::wait4(-1, true) {
-            Ok(Some((pid, exit))) => {
-                if pid == payload && end.is_none() {
-                    *end = Some(end_message(&exit));
-                }
-            }
-            Ok(None) => return true,
-            // ECHILD: nothing left to wait for.
-            Err(_) => return false,
-        }
-    };
-    loop {
-        reap(&mut end);
-        if end.is_some() {
-            break;
-        }
-        let mut pfds = [
-            libc::pollfd {
-                fd: ch.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // Without a signalfd, look at the children every 10 ms.
-        let timeout = if sigchld.is_some() { -1 } else { 10 };
-        if sys::poll(&mut pfds, timeout).is_err() {
-            continue;
-        }
-        if let Some(fd) = &sigchld {
-            if pfds[1].revents != 0 {
-                sys::drain_signalfd(fd);
-            }
-        }
-        if pfds[0].revents != 0 {
-            match ch.recv::<ToSandbox>() {
-                Ok(Some((ToSandbox::Stop, _))) => break,
-                Ok(Some(_)) => {}
-                // The supervisor is gone (and our parent-death signal on its way).
-                _ => sys::exit_now(EXIT_SETUP_FAILED),
-            }
-        }
-    }
-    // Everything else goes now. A process forking at this very moment is caught by the next
-    // round: kill(-1) again whenever a child is reaped, until none is left.
-    loop {
-        let _ = sys::kill_all_others(libc::SIGKILL);
-        if !reap(&mut end) {
-            break;
-        }
-        let mut pfds = [libc::pollfd {
-            fd: sigchld.as_ref().map_or(-1, |f| f.as_raw_fd()),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let _ = sys::poll(&mut pfds, 10);
-        if let Some(fd) = &sigchld {
-            sys::drain_signalfd(fd);
-        }
-    }
-    if let Some(msg) = end {
-        let _ = ch.send(&msg);
-    }
-    sys::exit_now(0)
-}
-
 /// `fallback`: there is no cgroup, so per-process limits stand in for memory and pids.
 fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
     let l = &plan.limits;
     sys::setrlimit(libc::RLIMIT_NOFILE, l.nofile, l.nofile)?;
     sys::setrlimit(libc::RLIMIT_FSIZE, l.file_size, l.file_size)?;
     sys::setrlimit(libc::RLIMIT_CORE, 0, 0)?;
-    if let Some(cpu) = l.cpu_time {
+    // A persistent sandbox's init lives as long as the sandbox, and its CPU is its own, not a
+    // command's: each command's sub-init sets the limit for the command instead.
+    if !plan.persistent {
+        apply_cpu_rlimit(plan)?;
+    }
+    if fallback {
+        // Without a cgroup these per-process limits are the best the host allows.
+        sys::setrlimit(libc::RLIMIT_NPROC, nproc_limit(plan), nproc_limit(plan))?;
+        sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
+    }
+    Ok(())
+}
+
+fn apply_cpu_rlimit(plan: &Plan) -> std::io::Result<()> {
+    if let Some(cpu) = plan.limits.cpu_time {
         let secs = cpu.as_secs().max(1);
         // SIGXCPU at the soft limit, SIGKILL a second later if it is caught.
         sys::setrlimit(libc::RLIMIT_CPU, secs, secs + 1)?;
     }
-    if fallback {
-        // Without a cgroup these per-process limits are the best the host allows. The count
-        // is of the sandbox's one user, so it includes us: the payload gets `pids`, as a
-        // cgroup would give it (see `supervisor::prepare`).
-        let procs = u64::from(l.pids) + 1;
-        sys::setrlimit(libc::RLIMIT_NPROC, procs, procs)?;
-        sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
-    }
     Ok(())
+}
+
+/// `RLIMIT_NPROC` without a cgroup. The count is of the sandbox's one user, so it includes
+/// the init (and, in a persistent sandbox, the running command's sub-init): the payload gets
+/// `pids`, as a cgroup would give it (see `launcher::prepare`).
+fn nproc_limit(plan: &Plan) -> u64 {
+    u64::from(plan.limits.pids) + 1 + u64::from(plan.persistent)
 }
 
 /// Starts the payload: a session of its own, SIGPIPE at its default, in `plan.cwd`, the first
@@ -473,171 +400,4 @@ fn exec_command(
         cwd: false,
     });
     sys::exit_now(not_started_code(errno))
-}
-
-/// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
-fn serve_loop(plan: &Plan, ch: Channel) -> ! {
-    use std::collections::HashMap;
-
-    // Child exits arrive on a signalfd, so one poll covers requests and exits.
-    let sigchld = match sys::signalfd_sigchld() {
-        Ok(fd) => fd,
-        Err(e) => fail(&ch, "signalfd", e),
-    };
-    let base_env: Vec<(Vec<u8>, Vec<u8>)> = plan
-        .env
-        .iter()
-        .filter_map(|kv| {
-            let b = kv.as_bytes();
-            let eq = b.iter().position(|c| *c == b'=')?;
-            Some((b[..eq].to_vec(), b[eq + 1..].to_vec()))
-        })
-        .collect();
-    let mut running: HashMap<libc::pid_t, u64> = HashMap::new();
-    loop {
-        let mut pfds = [
-            libc::pollfd {
-                fd: ch.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigchld.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        if sys::poll(&mut pfds, -1).is_err() {
-            sys::exit_now(EXIT_SETUP_FAILED);
-        }
-        if pfds[1].revents != 0 {
-            sys::drain_signalfd(&sigchld);
-            while let Ok(Some((pid, exit))) = sys::wait4(-1, true) {
-                if let Some(id) = running.remove(&pid) {
-                    let (user, system) = exit.cpu();
-                    let (code, signal) = if libc::WIFSIGNALED(exit.status) {
-                        (None, Some(libc::WTERMSIG(exit.status)))
-                    } else {
-                        (Some(libc::WEXITSTATUS(exit.status)), None)
-                    };
-                    let _ = ch.send(&ToSupervisor::ExecExit {
-                        id,
-                        code,
-                        signal,
-                        cpu_user_us: user.as_micros() as u64,
-                        cpu_system_us: system.as_micros() as u64,
-                        max_rss_kb: exit.rusage.ru_maxrss as u64,
-                    });
-                }
-            }
-        }
-        if pfds[0].revents == 0 {
-            continue;
-        }
-        let msg = match ch.recv::<ToSandbox>() {
-            Ok(Some((msg, _))) => msg,
-            // The supervisor is gone: our exit takes the whole sandbox with us.
-            _ => sys::exit_now(0),
-        };
-        match msg {
-            ToSandbox::Mapped | ToSandbox::Go { .. } => {}
-            // Our exit takes every process of the sandbox with us.
-            ToSandbox::Stop => sys::exit_now(0),
-            ToSandbox::Signal { id, signal } => {
-                if let Some((pid, _)) = running.iter().find(|(_, i)| **i == id) {
-                    // The command leads its own process group (setsid): signal all of it.
-                    // SAFETY: plain integers; pid > 1 is a child of ours.
-                    unsafe { libc::kill(-*pid, signal) };
-                    let _ = sys::kill(*pid, signal);
-                }
-            }
-            ToSandbox::Exec { id, argv, env, cwd } => {
-                let to_c = |s: Vec<u8>| CString::new(s).ok();
-                let argv: Option<Vec<CString>> =
-                    argv.into_iter().map(|a| to_c(a.into_bytes())).collect();
-                let mut merged = base_env.clone();
-                for (k, v) in env {
-                    merged.retain(|(bk, _)| *bk != k.as_bytes());
-                    merged.push((k.into_bytes(), v.into_bytes()));
-                }
-                let envp: Option<Vec<CString>> = merged
-                    .into_iter()
-                    .map(|(mut k, v)| {
-                        k.push(b'=');
-                        k.extend(v);
-                        to_c(k)
-                    })
-                    .collect();
-                let cwd = std::path::PathBuf::from(std::ffi::OsString::from_vec(
-                    cwd.unwrap_or_else(|| plan.cwd.display().to_string())
-                        .into_bytes(),
-                ));
-                let (Some(argv), Some(envp)) = (argv, envp) else {
-                    let _ = ch.send(&ToSupervisor::ExecFailed {
-                        id,
-                        errno: libc::EINVAL,
-                        path: "argument with NUL byte".into(),
-                        cwd: false,
-                    });
-                    continue;
-                };
-                if argv.is_empty() {
-                    let _ = ch.send(&ToSupervisor::ExecFailed {
-                        id,
-                        errno: libc::ENOENT,
-                        path: String::new(),
-                        cwd: false,
-                    });
-                    continue;
-                }
-                match spawn_command(plan, &ch, id, &argv, &envp, &cwd) {
-                    Ok((pid, fds, gate)) => {
-                        running.insert(pid, id);
-                        let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
-                        let _ = ch.send_with_fds(&ToSupervisor::Started { id, pid }, &raw);
-                        drop(gate); // now the command may report an exec failure
-                    }
-                    Err(e) => {
-                        let _ = ch.send(&ToSupervisor::ExecFailed {
-                            id,
-                            errno: e.raw_os_error().unwrap_or(libc::EIO),
-                            path: "spawning".into(),
-                            cwd: false,
-                        });
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Forks one command of a persistent sandbox; returns its pid, our pipe ends (stdin write,
-/// stdout read, stderr read) and the gate to drop once it is reported started.
-fn spawn_command(
-    plan: &Plan,
-    ch: &Channel,
-    id: u64,
-    argv: &[CString],
-    envp: &[CString],
-    cwd: &Path,
-) -> std::io::Result<(libc::pid_t, [OwnedFd; 3], OwnedFd)> {
-    let (gate_r, gate_w) = sys::pipe()?;
-    let (in_r, in_w) = sys::pipe()?;
-    let (out_r, out_w) = sys::pipe()?;
-    let (err_r, err_w) = sys::pipe()?;
-    // SAFETY: the init is single-threaded.
-    match unsafe { sys::fork() }? {
-        sys::Fork::Child => {
-            if sys::unblock_all_signals().is_err()
-                || sys::dup2(in_r.as_raw_fd(), 0).is_err()
-                || sys::dup2(out_w.as_raw_fd(), 1).is_err()
-                || sys::dup2(err_w.as_raw_fd(), 2).is_err()
-            {
-                sys::exit_now(EXIT_SETUP_FAILED);
-            }
-            drop((in_r, in_w, out_r, out_w, err_r, err_w, gate_w));
-            exec_command(plan, ch, id, argv, envp, cwd, Some(gate_r))
-        }
-        sys::Fork::Parent(pid) => Ok((pid, [in_w, out_r, err_r], gate_w)),
-    }
 }

@@ -1,0 +1,500 @@
+//! The helper process (`cordon __sandbox`): this sandbox's single-threaded supervisor. It
+//! launches the sandbox, then routes requests from the server down to the init and events
+//! (with their fds) back up, and keeps each command's kill and accounting domain.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD, SETUP_TIMEOUT};
+use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::init::Stdio;
+use crate::launcher::{apply_confined, prepare, spawn_init};
+use crate::sys;
+
+/// The helper's view of one running command.
+struct HelperCommand {
+    cgroup: Option<crate::cgroup::Cgroup>,
+    /// The init said it started (until then, an exec failure is its end).
+    started: bool,
+    /// Without a cgroup: the init's latest samples (peak pids, samples at the limit).
+    sampled: (u64, u64),
+    cpu_time_exceeded: bool,
+    /// A scratch filesystem was seen full (blocks, inodes) while the command ran.
+    disk_full: bool,
+    inodes_exhausted: bool,
+    /// A usage question waits for the init's next sample.
+    asked: bool,
+}
+
+impl HelperCommand {
+    fn usage(&self) -> CommandUsage {
+        match &self.cgroup {
+            Some(cg) => CommandUsage {
+                peak_memory_bytes: cg.peak_memory().unwrap_or(0),
+                // The sub-init is the command's cgroup's first member, not the command's.
+                peak_pids: cg.peak_pids().saturating_sub(1),
+                oom_kills: cg.oom_kills(),
+                pids_refused: cg.pids_refused(),
+                cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
+            },
+            None => CommandUsage {
+                peak_pids: self.sampled.0,
+                pids_refused: self.sampled.1,
+                cpu_time_exceeded: self.cpu_time_exceeded,
+                disk_full: self.disk_full,
+                inodes_exhausted: self.inodes_exhausted,
+                ..CommandUsage::default()
+            },
+        }
+    }
+}
+
+/// Entry point of `cordon __sandbox`. Call before any thread is started.
+pub fn helper_main() -> i32 {
+    // SAFETY: the server starts us with the control socket on fd 3; nothing else owns it.
+    let control = Channel::new(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
+    let (profile, env) = match control.recv::<ToHelper>() {
+        Ok(Some((ToHelper::Create { profile, env }, _))) => (profile, env),
+        _ => return 2,
+    };
+    let failed = |control: &Channel, message: String, errno: Option<i32>| {
+        let _ = control.send(&FromHelper::Failed { message, errno });
+        1
+    };
+    let mut prepared = match prepare(&profile, &[], None, &env, true) {
+        Ok(p) => p,
+        Err(e) => return failed(&control, e.to_string(), e.errno()),
+    };
+    let null = |w: bool| {
+        std::fs::OpenOptions::new()
+            .read(!w)
+            .write(w)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+    };
+    let stdio = match (null(false), null(true), null(true)) {
+        (Ok(stdin), Ok(stdout), Ok(stderr)) => Stdio {
+            stdin,
+            stdout,
+            stderr,
+        },
+        _ => return failed(&control, "cannot open /dev/null".into(), None),
+    };
+    let (init_pid, chan) = match spawn_init(&mut prepared, stdio) {
+        Ok(r) => r,
+        Err(e) => return failed(&control, e.to_string(), e.errno()),
+    };
+    let mut enforcement = prepared.enforcement();
+    let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
+    let cgroup = prepared.cgroup;
+    let mut domains = Domains {
+        init_pid,
+        reaped: false,
+        cgroup,
+        commands: HashMap::new(),
+        command_pids: u64::from(profile.limits.pids) + 1,
+        cpu_time: profile.limits.cpu_time,
+        scratch: Vec::new(),
+    };
+
+    // Setup: wait for the init's root and its confinement report.
+    let mut root_fd: Option<OwnedFd> = None;
+    let mut confined = false;
+    // Bounded, and watching the server: a helper whose server is gone must not wait on.
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    while !confined {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            domains.kill();
+            return failed(
+                &control,
+                format!(
+                    "the sandbox did not finish its setup within {}s",
+                    SETUP_TIMEOUT.as_secs()
+                ),
+                None,
+            );
+        }
+        let mut pfds = [
+            sys::pollfd(chan.raw(), libc::POLLIN),
+            // Only hang-up and errors: the server sends nothing before Ready.
+            sys::pollfd(control.raw(), 0),
+        ];
+        if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
+            continue;
+        }
+        if pfds[1].revents != 0 {
+            domains.kill();
+            return 1;
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        match chan.recv::<ToSupervisor>() {
+            Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
+            Ok(Some((ToSupervisor::ProxyListener, fds))) => {
+                let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                let _ =
+                    control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
+            }
+            Ok(Some((msg @ ToSupervisor::Confined { .. }, fds))) => {
+                if let ToSupervisor::Confined { watch, .. } = &msg {
+                    domains.scratch = scratch_fds(watch, fds);
+                }
+                apply_confined(&mut enforcement, &msg);
+                confined = true;
+            }
+            Ok(Some((
+                ToSupervisor::SetupFailed {
+                    step,
+                    message,
+                    errno,
+                },
+                _,
+            ))) => {
+                domains.kill();
+                return failed(
+                    &control,
+                    format!("sandbox setup failed at {step}: {message}"),
+                    errno,
+                );
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                domains.kill();
+                return failed(&control, "the sandbox died during setup".into(), None);
+            }
+        }
+    }
+    let Some(root_fd) = root_fd else {
+        domains.kill();
+        return failed(
+            &control,
+            "the sandbox did not hand over its root".into(),
+            None,
+        );
+    };
+    if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
+        domains.kill();
+        return failed(
+            &control,
+            "Landlock was required but is not enforced".into(),
+            None,
+        );
+    }
+    let ready = FromHelper::Ready {
+        enforcement: Box::new(enforcement),
+        init_pid,
+        host_uid,
+        host_gid,
+    };
+    if control
+        .send_with_fds(&ready, &[root_fd.as_raw_fd()])
+        .is_err()
+    {
+        domains.kill();
+        return 1;
+    }
+
+    // Routing: requests down, events (with their fds) up, until either side goes away.
+    let init_fd = sys::pidfd_open(init_pid).ok();
+    let reason = loop {
+        let mut pfds = vec![
+            sys::pollfd(control.raw(), libc::POLLIN),
+            sys::pollfd(chan.raw(), libc::POLLIN),
+        ];
+        if let Some(fd) = &init_fd {
+            pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
+        }
+        if sys::poll(&mut pfds, domains.tick_ms()).is_err() {
+            break "poll failed".to_string();
+        }
+        if init_fd.is_none() {
+            if let Ok(Some(_)) = sys::wait4(init_pid, true) {
+                domains.reaped = true;
+                break "the sandbox's init exited".to_string();
+            }
+        }
+        if pfds.get(2).is_some_and(|p| p.revents != 0) {
+            break "the sandbox's init exited".to_string();
+        }
+        domains.tick(&chan);
+        if pfds[0].revents != 0 {
+            match control.recv::<ToHelper>() {
+                Ok(Some((ToHelper::Exec { id, spec }, _))) => {
+                    let (files, cgroup) = domains.open(id);
+                    let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+                    let msg = ToSandbox::Exec { id, spec, cgroup };
+                    if chan.send_with_fds(&msg, &raw).is_err() {
+                        break "the sandbox stopped answering".to_string();
+                    }
+                }
+                Ok(Some((ToHelper::Signal { id, signal }, _))) => {
+                    let _ = chan.send(&ToSandbox::Signal { id, signal });
+                }
+                Ok(Some((ToHelper::Usage { id }, _))) => {
+                    if let Some(answer) = domains.ask(id, &chan) {
+                        let _ = control.send(&answer);
+                    }
+                }
+                Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
+                Ok(Some((ToHelper::Create { .. }, _))) => {}
+                // A message we cannot read is the server's bug, not a reason to kill the sandbox.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
+                Ok(None) | Err(_) => break "the server went away".to_string(),
+            }
+        }
+        if pfds[1].revents != 0 {
+            match chan.recv::<ToSupervisor>() {
+                Ok(Some((msg, fds))) => {
+                    let up = domains.route(msg);
+                    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                    if up.iter().any(|m| control.send_with_fds(m, &raw).is_err()) {
+                        break "the server went away".to_string();
+                    }
+                }
+                Ok(None) | Err(_) => break "the sandbox's init exited".to_string(),
+            }
+        }
+    };
+    domains.kill();
+    let _ = control.send(&FromHelper::Ended { reason });
+    0
+}
+
+/// The helper's side of the sandbox's kill and accounting domains: the sandbox's cgroup, and
+/// one child cgroup per running command where there is a cgroup.
+struct Domains {
+    init_pid: libc::pid_t,
+    /// Once the init is reaped its pid may be anyone's: never signal it again.
+    reaped: bool,
+    cgroup: Option<crate::cgroup::Cgroup>,
+    commands: HashMap<u64, HelperCommand>,
+    /// A command's own process limit (its sub-init is the `+ 1`).
+    command_pids: u64,
+    cpu_time: Option<Duration>,
+    /// The sandbox's scratch tmpfs (`/tmp`, a workspace tmpfs, `/dev/shm`), opened by the
+    /// init: looked at while commands run, for whether one filled up.
+    scratch: Vec<OwnedFd>,
+}
+
+/// The scratch filesystems among the descriptors the init handed over with `Confined`, each
+/// checked to be a tmpfs (what the init says is not trusted).
+fn scratch_fds(kinds: &[crate::channel::Watched], fds: Vec<OwnedFd>) -> Vec<OwnedFd> {
+    kinds
+        .iter()
+        .zip(fds)
+        .filter(|(kind, fd)| {
+            **kind == crate::channel::Watched::Scratch
+                && rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+        })
+        .map(|(_, fd)| fd)
+        .collect()
+}
+
+/// Whether any of the scratch filesystems is out of blocks, and whether any is out of
+/// inodes, right now.
+fn scratch_full(scratch: &[OwnedFd]) -> (bool, bool) {
+    let mut full = (false, false);
+    for fd in scratch {
+        if let Ok(st) = rustix::fs::fstatfs(fd) {
+            full.0 |= st.f_blocks > 0 && st.f_bavail == 0;
+            full.1 |= st.f_files > 0 && st.f_ffree == 0;
+        }
+    }
+    full
+}
+
+impl Domains {
+    /// Kills the sandbox: the init's death takes its pid namespace along; then the cgroups
+    /// go, the commands' before the sandbox's.
+    fn kill(&mut self) {
+        if !std::mem::replace(&mut self.reaped, true) {
+            let _ = sys::kill(self.init_pid, libc::SIGKILL);
+            let _ = sys::wait4(self.init_pid, false);
+        }
+        for (_, mut c) in self.commands.drain() {
+            if let Some(cg) = c.cgroup.as_mut() {
+                cg.kill_all();
+                cg.remove();
+            }
+        }
+        if let Some(cg) = self.cgroup.as_mut() {
+            cg.kill_all();
+            cg.remove();
+        }
+    }
+
+    /// A new command's domain: its cgroup's join files, and whether it has one. Without a
+    /// cgroup for it (none on this host, or creating it failed) the command still runs; its
+    /// usage then comes from the init's rusage and samples.
+    fn open(&mut self, id: u64) -> (Vec<OwnedFd>, bool) {
+        let cgroup = self.cgroup.as_ref().and_then(|parent| {
+            let cg = parent
+                .command(&format!("cmd-{id}"), self.command_pids)
+                .ok()?;
+            let files = cg.join_files().ok()?;
+            Some((cg, files))
+        });
+        let (cgroup, files) = match cgroup {
+            Some((cg, files)) => (Some(cg), files),
+            None => (None, Vec::new()),
+        };
+        let has = cgroup.is_some();
+        self.commands.insert(
+            id,
+            HelperCommand {
+                cgroup,
+                started: false,
+                sampled: (0, 0),
+                cpu_time_exceeded: false,
+                disk_full: false,
+                inodes_exhausted: false,
+                asked: false,
+            },
+        );
+        (files, has)
+    }
+
+    /// How long to wait for messages before the next `tick`: often while a command's cgroup
+    /// needs watching (a CPU-time limit; pids peaks on kernels that keep none), else rarely.
+    fn tick_ms(&self) -> i32 {
+        let watch = self.commands.values().any(|c| {
+            c.cgroup
+                .as_ref()
+                .is_some_and(|cg| self.cpu_time.is_some() || !cg.keeps_peak_pids())
+        });
+        if watch {
+            20
+        } else if !self.commands.is_empty() {
+            // The scratch filesystems, while something may be filling them.
+            100
+        } else {
+            1000
+        }
+    }
+
+    /// Samples the commands' cgroups and the scratch filesystems; kills a command whose CPU
+    /// time passed the limit.
+    fn tick(&mut self, chan: &Channel) {
+        if !self.commands.is_empty() {
+            let (disk, inodes) = scratch_full(&self.scratch);
+            for c in self.commands.values_mut() {
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
+            }
+        }
+        for (id, c) in self.commands.iter_mut() {
+            let Some(cg) = c.cgroup.as_mut() else {
+                continue;
+            };
+            cg.sample();
+            let Some(limit) = self.cpu_time else {
+                continue;
+            };
+            if c.cpu_time_exceeded {
+                continue;
+            }
+            if let Some((u, s)) = cg.cpu_usage() {
+                if Duration::from_nanos(u.saturating_add(s)) > limit {
+                    c.cpu_time_exceeded = true;
+                    let _ = chan.send(&ToSandbox::Signal {
+                        id: *id,
+                        signal: libc::SIGKILL,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The answer to a usage question now, or `None` when it must wait for the init's sample
+    /// (no cgroup: the init counts).
+    fn ask(&mut self, id: u64, chan: &Channel) -> Option<FromHelper> {
+        let Some(c) = self.commands.get_mut(&id) else {
+            return Some(FromHelper::Usage { id, usage: None });
+        };
+        if c.cgroup.is_some() {
+            return Some(FromHelper::Usage {
+                id,
+                usage: Some(c.usage()),
+            });
+        }
+        if chan.send(&ToSandbox::Sample { id }).is_err() {
+            return Some(FromHelper::Usage {
+                id,
+                usage: Some(c.usage()),
+            });
+        }
+        c.asked = true;
+        None
+    }
+
+    /// What the server hears of a message from the init.
+    fn route(&mut self, msg: ToSupervisor) -> Vec<FromHelper> {
+        match msg {
+            ToSupervisor::Started { id, .. } => {
+                if let Some(c) = self.commands.get_mut(&id) {
+                    c.started = true;
+                }
+            }
+            // Refused before it started: there will be no exit report.
+            ToSupervisor::ExecFailed { id, .. }
+                if self.commands.get(&id).is_some_and(|c| !c.started) =>
+            {
+                self.commands.remove(&id);
+            }
+            ToSupervisor::CommandUsage {
+                id,
+                peak_pids,
+                pids_at_limit,
+            } => {
+                let Some(c) = self.commands.get_mut(&id) else {
+                    return Vec::new();
+                };
+                c.sampled = (peak_pids, pids_at_limit);
+                if std::mem::take(&mut c.asked) {
+                    return vec![FromHelper::Usage {
+                        id,
+                        usage: Some(c.usage()),
+                    }];
+                }
+                return Vec::new();
+            }
+            ToSupervisor::ExecExit {
+                id,
+                end,
+                peak_pids,
+                pids_at_limit,
+            } => {
+                let Some(mut c) = self.commands.remove(&id) else {
+                    return Vec::new();
+                };
+                c.sampled = (c.sampled.0.max(peak_pids), c.sampled.1.max(pids_at_limit));
+                let (disk, inodes) = scratch_full(&self.scratch);
+                c.disk_full |= disk;
+                c.inodes_exhausted |= inodes;
+                let usage = c.usage();
+                if let Some(cg) = c.cgroup.as_mut() {
+                    // The init ended the command's tree; anything still in its cgroup is
+                    // ended here, before the cgroup goes.
+                    cg.kill_all();
+                    cg.remove();
+                }
+                let mut up = Vec::new();
+                if c.asked {
+                    up.push(FromHelper::Usage {
+                        id,
+                        usage: Some(usage.clone()),
+                    });
+                }
+                up.push(FromHelper::Exit { id, end, usage });
+                return up;
+            }
+            _ => {}
+        }
+        vec![FromHelper::Sandbox(msg)]
+    }
+}

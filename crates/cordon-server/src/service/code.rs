@@ -1,0 +1,118 @@
+//! Code cells in stateful contexts (the kernels themselves are in [`crate::kernel`]).
+
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::requests::{at_most, duration};
+use super::{Caller, Service};
+use crate::error::ApiError;
+
+/// How [`Service::end_context`] ends a context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextEnd {
+    /// Stop the kernel; the context stays and its next cell starts a fresh kernel.
+    Restart,
+    /// Stop the kernel and forget the context.
+    Delete,
+}
+
+impl Service {
+    /// Runs a code cell in a stateful context (see [`crate::kernel`]).
+    pub async fn run_code(
+        &self,
+        caller: &Caller,
+        id: &str,
+        req: crate::kernel::CodeRequest,
+        events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
+    ) -> Result<crate::kernel::CodeResult, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(&req.language)?;
+        let context = req.context.clone().unwrap_or_else(|| "default".into());
+        let timeout = match &req.timeout {
+            Some(t) => duration(t, "timeout")?,
+            None => live.profile.limits.timeout,
+        };
+        at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
+        let slot = live.contexts.slot(language, &context)?;
+        self.audit.record(
+            "sandbox.code",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": context, "bytes": req.code.len()}),
+        );
+        let t0 = Instant::now();
+        let r = crate::kernel::run_cell(&live, &slot, &req.code, timeout, events).await;
+        self.metrics
+            .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
+        r
+    }
+
+    pub fn list_contexts(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Vec<crate::kernel::ContextInfo>, ApiError> {
+        Ok(self.get_live(caller, id)?.contexts.list())
+    }
+
+    pub async fn create_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+    ) -> Result<crate::kernel::ContextInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(language)?;
+        let slot = live.contexts.slot(language, name)?;
+        crate::kernel::ensure_started(&live, &slot).await?;
+        self.audit.record(
+            "sandbox.context.create",
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": name}),
+        );
+        Ok(crate::kernel::ContextInfo {
+            language: language.into(),
+            name: name.into(),
+            execution_count: 0,
+            alive: true,
+        })
+    }
+
+    /// Stops a context's kernel: a restart keeps the context (its next cell starts a fresh
+    /// kernel), a delete also forgets it.
+    pub async fn end_context(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+        how: ContextEnd,
+    ) -> Result<(), ApiError> {
+        let remove = how == ContextEnd::Delete;
+        let live = self.get_live(caller, id)?;
+        let language = crate::kernel::normalize_language(language)?;
+        let slot = if remove {
+            live.contexts.remove(language, name)
+        } else {
+            live.contexts.get(language, name)
+        }
+        .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
+        crate::kernel::stop(&live, &slot).await;
+        let event = if remove {
+            "sandbox.context.delete"
+        } else {
+            "sandbox.context.restart"
+        };
+        self.audit.record(
+            event,
+            &caller.key_id,
+            Some(id),
+            json!({"language": language, "context": name}),
+        );
+        Ok(())
+    }
+}

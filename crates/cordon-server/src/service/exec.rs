@@ -1,0 +1,513 @@
+//! Commands in a sandbox: run to completion or in the background, their output under the
+//! cap, stdin, signals and the timeout.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_linux::persistent::{ExecSpec, ExitInfo};
+use cordon_policy::{
+    classify, EndFacts, ExecFailure, Outcome, OutputCap, ProcessEnd, Stopped, Usage,
+};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use super::network::egress_during;
+use super::requests::{at_most, duration};
+use super::{unix_ms, Caller, Live, Service};
+use crate::error::ApiError;
+use crate::types::*;
+
+/// A streamed piece of a running command.
+#[derive(Debug, Clone)]
+pub enum ExecEvent {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exit(Box<Outcome>),
+}
+
+/// A command started with `background: true`.
+pub struct BgCommand {
+    pub id: String,
+    pub exec_id: u64,
+    pub argv: Vec<String>,
+    pub started_at_ms: u64,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    output: Mutex<(OutputCap, OutputCap)>,
+    done: watch::Receiver<Option<Outcome>>,
+}
+
+impl BgCommand {
+    pub fn info(&self) -> CommandInfo {
+        let (out, err) = self
+            .output
+            .lock()
+            .map(|o| (o.0.text().text, o.1.text().text))
+            .unwrap_or_default();
+        let outcome = self.done.borrow().clone();
+        CommandInfo {
+            command_id: self.id.clone(),
+            cmd: self.argv.clone(),
+            running: outcome.is_none(),
+            started_at_ms: self.started_at_ms,
+            stdout: out,
+            stderr: err,
+            outcome,
+        }
+    }
+}
+
+/// One chunk of a command's output: kept under the cap (in the background command's copy
+/// too), and streamed as far as it is kept — a stream never shows more than the Outcome.
+async fn take_output(
+    d: &[u8],
+    keep: &mut OutputCap,
+    bg: Option<&Mutex<(OutputCap, OutputCap)>>,
+    is_stdout: bool,
+    events: &Option<mpsc::Sender<ExecEvent>>,
+) {
+    let kept = keep.push(d);
+    if let Some(Ok(mut o)) = bg.map(|m| m.lock()) {
+        let _ = if is_stdout { o.0.push(d) } else { o.1.push(d) };
+    }
+    if let (Some(tx), false) = (events, kept.is_empty()) {
+        let ev = if is_stdout {
+            ExecEvent::Stdout(kept.to_vec())
+        } else {
+            ExecEvent::Stderr(kept.to_vec())
+        };
+        let _ = tx.send(ev).await;
+    }
+}
+
+/// Reads what a pipe holds right now, without waiting for more.
+async fn drain_now(
+    pipe: &tokio::net::unix::pipe::Receiver,
+    keep: &mut OutputCap,
+    bg: Option<&Mutex<(OutputCap, OutputCap)>>,
+    is_stdout: bool,
+    events: &Option<mpsc::Sender<ExecEvent>>,
+) {
+    let mut buf = [0u8; 32 * 1024];
+    // Bounded: a writer that never stops must not keep us here.
+    for _ in 0..64 {
+        match pipe.try_read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => take_output(&buf[..n], keep, bg, is_stdout, events).await,
+        }
+    }
+}
+
+type StartedParts = (
+    cordon_linux::persistent::Started,
+    tokio::sync::oneshot::Receiver<ExitInfo>,
+    Instant,
+);
+
+/// Starts a process in the sandbox (off the async threads: the helper's socket blocks) and
+/// hands back its pipes and the receiver of its exit report. Commands and code kernels alike.
+pub(crate) async fn spawn_exec(
+    live: &Live,
+    spec: ExecSpec,
+) -> Result<
+    (
+        cordon_linux::persistent::Started,
+        tokio::sync::oneshot::Receiver<ExitInfo>,
+    ),
+    ApiError,
+> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sb = live.sandbox.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        sb.exec(
+            spec,
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    Ok((started, rx))
+}
+
+async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
+    let t0 = Instant::now();
+    let (started, rx) = spawn_exec(live, spec).await?;
+    Ok((started, rx, t0))
+}
+
+async fn run_in(
+    live: &Arc<Live>,
+    spec: ExecSpec,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    events: Option<mpsc::Sender<ExecEvent>>,
+) -> Result<Outcome, ApiError> {
+    let (stdin_pipe, output) = split(start(live, spec).await?)?;
+    match stdin {
+        Some(data) => {
+            let mut w = stdin_pipe;
+            tokio::spawn(async move {
+                let _ = w.write_all(&data).await;
+            });
+        }
+        None => drop(stdin_pipe),
+    }
+    pump(live, output, timeout, events, None).await
+}
+
+/// A started command's output side and exit, for `pump`.
+struct Output {
+    exec_id: u64,
+    stdout: tokio::net::unix::pipe::Receiver,
+    stderr: tokio::net::unix::pipe::Receiver,
+    exit_rx: tokio::sync::oneshot::Receiver<ExitInfo>,
+    t0: Instant,
+    /// When it started, for the proxy's log (milliseconds since the epoch).
+    started_ms: u64,
+}
+
+/// Splits a started command into the writer of its stdin, which the caller settles before
+/// anything else sees the command (a background command's must be in place before its id is
+/// handed out: a client may write to it at once), and the rest, for `pump`.
+fn split(started: StartedParts) -> Result<(tokio::net::unix::pipe::Sender, Output), ApiError> {
+    let (st, exit_rx, t0) = started;
+    let started_ms = unix_ms().saturating_sub(t0.elapsed().as_millis() as u64);
+    let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(st.stdin).map_err(io)?;
+    let output = Output {
+        exec_id: st.id,
+        stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stdout).map_err(io)?,
+        stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(st.stderr).map_err(io)?,
+        exit_rx,
+        t0,
+        started_ms,
+    };
+    Ok((stdin, output))
+}
+
+/// Drains stdout/stderr under the cap, enforces the timeout, builds the Outcome.
+async fn pump(
+    live: &Arc<Live>,
+    output: Output,
+    timeout: Duration,
+    events: Option<mpsc::Sender<ExecEvent>>,
+    bg: Option<&BgCommand>,
+) -> Result<Outcome, ApiError> {
+    let Output {
+        exec_id,
+        stdout: mut out,
+        stderr: mut err,
+        exit_rx,
+        t0,
+        started_ms,
+    } = output;
+    let limit = live.profile.limits.output_limit;
+    let mut so = OutputCap::new(limit);
+    let mut se = OutputCap::new(limit);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    let (mut out_open, mut err_open) = (true, true);
+    let mut bo = [0u8; 32 * 1024];
+    let mut be = [0u8; 32 * 1024];
+    let mut exit_rx = exit_rx;
+    let mut exit: Option<ExitInfo> = None;
+    let mut grace = deadline;
+    // Read until both streams close and the command has exited (or time runs out).
+    while out_open || err_open || exit.is_none() {
+        tokio::select! {
+            r = out.read(&mut bo), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => {
+                    take_output(&bo[..n], &mut so, bg.map(|b| &b.output), true, &events).await;
+                }
+            },
+            r = err.read(&mut be), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => {
+                    take_output(&be[..n], &mut se, bg.map(|b| &b.output), false, &events).await;
+                }
+            },
+            r = &mut exit_rx, if exit.is_none() => {
+                exit = Some(r.unwrap_or_else(|_| ExitInfo { sandbox_ended: Some("the sandbox ended".into()), ..ExitInfo::default() }));
+                // Background children may keep the pipes open: give output a moment, then stop.
+                grace = (tokio::time::Instant::now() + Duration::from_millis(200)).min(deadline);
+            },
+            _ = tokio::time::sleep_until(grace), if exit.is_some() => {
+                // Whatever is already in the pipes belongs to the command: take it without
+                // waiting (under load the timer can win the race against ready pipes).
+                if out_open {
+                    drain_now(&out, &mut so, bg.map(|b| &b.output), true, &events).await;
+                }
+                if err_open {
+                    drain_now(&err, &mut se, bg.map(|b| &b.output), false, &events).await;
+                }
+                out_open = false;
+                err_open = false;
+            },
+            _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                live.sandbox.signal(exec_id, libc::SIGKILL);
+                // Wait briefly for the exit report, then give up on the streams.
+                if exit.is_none() {
+                    if let Ok(r) = tokio::time::timeout(Duration::from_secs(5), &mut exit_rx).await {
+                        exit = Some(r.unwrap_or_default());
+                    } else {
+                        exit = Some(ExitInfo { signal: Some(libc::SIGKILL), ..ExitInfo::default() });
+                    }
+                }
+                out_open = false;
+                err_open = false;
+            },
+        }
+    }
+    let wall = t0.elapsed();
+    let exit = exit.unwrap_or_default();
+    let facts = EndFacts {
+        end: match (exit.code, exit.signal) {
+            (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
+            (Some(code), None) => Some(ProcessEnd::Exited(code)),
+            (None, None) => None,
+        },
+        stopped: if timed_out {
+            Some(Stopped::Timeout)
+        } else if exit.usage.cpu_time_exceeded {
+            Some(Stopped::CpuTime)
+        } else {
+            None
+        },
+        exec_failure: exit
+            .exec_error
+            .clone()
+            .map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+        sandbox_ended: exit.sandbox_ended.clone(),
+        oom_kills: exit.usage.oom_kills,
+        pids_refused: exit.usage.pids_refused,
+        output_truncated: so.truncated() || se.truncated(),
+        disk_full: exit.usage.disk_full,
+        inodes_exhausted: exit.usage.inodes_exhausted,
+        ..EndFacts::default()
+    };
+    let usage = Usage {
+        wall_ms: wall.as_millis() as u64,
+        cpu_user_ms: exit.cpu_user_us / 1000,
+        cpu_system_ms: exit.cpu_system_us / 1000,
+        // The command's cgroup counts all of its processes together; without one, the
+        // largest single process is what is known.
+        peak_memory_bytes: match exit.usage.peak_memory_bytes {
+            0 => exit.max_rss_kb * 1024,
+            n => n,
+        },
+        peak_pids: exit.usage.peak_pids,
+    };
+    let network = egress_during(live, started_ms, unix_ms());
+    let outcome = Outcome::from_ending(
+        classify(&facts),
+        so.finish(),
+        se.finish(),
+        usage,
+        live.sandbox.enforcement.clone(),
+        network,
+    );
+    if let Some(tx) = &events {
+        let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
+    }
+    Ok(outcome)
+}
+
+impl Service {
+    fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
+        let argv = req.cmd.checked_argv()?;
+        check_cwd(req.cwd.as_deref())?;
+        check_env(&req.env)?;
+        let timeout = match &req.timeout {
+            Some(t) => duration(t, "timeout")?,
+            None => live.profile.limits.timeout.min(
+                self.cfg
+                    .default_exec_timeout
+                    .max(live.profile.limits.timeout),
+            ),
+        };
+        at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
+        Ok((
+            ExecSpec {
+                argv,
+                env: req.env.clone().into_iter().collect(),
+                cwd: req.cwd.clone(),
+            },
+            timeout,
+        ))
+    }
+
+    /// Runs a command to completion; with `events`, streams its output as it comes.
+    pub async fn exec(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        events: Option<mpsc::Sender<ExecEvent>>,
+    ) -> Result<Outcome, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let (spec, timeout) = self.exec_parts(&live, &req)?;
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "timeout_ms": timeout.as_millis() as u64}),
+        );
+        let outcome = run_in(
+            &live,
+            spec,
+            req.stdin.map(String::into_bytes),
+            timeout,
+            events,
+        )
+        .await?;
+        self.metrics.observe_exec(outcome.usage.wall_ms as f64);
+        Ok(outcome)
+    }
+
+    pub async fn exec_background(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<CommandInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let (spec, timeout) = self.exec_parts(&live, &req)?;
+        let argv = spec.argv.clone();
+        let (done_tx, done_rx) = watch::channel(None);
+        let cid = format!("cmd-{}", crate::keys::random_hex(6));
+        let (stdin, output) = split(start(&live, spec).await?)?;
+        let limit = live.profile.limits.output_limit;
+        let cmd = Arc::new(BgCommand {
+            id: cid.clone(),
+            exec_id: output.exec_id,
+            argv,
+            started_at_ms: unix_ms(),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            output: Mutex::new((OutputCap::new(limit), OutputCap::new(limit))),
+            done: done_rx,
+        });
+        if let Ok(mut c) = live.commands.lock() {
+            // Keep the table bounded: forget finished commands beyond 100.
+            if c.len() >= 100 {
+                let finished: Vec<String> = c
+                    .iter()
+                    .filter(|(_, v)| v.done.borrow().is_some())
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in finished {
+                    c.remove(&k);
+                }
+            }
+            c.insert(cid.clone(), cmd.clone());
+        }
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": cmd.argv.first(), "background": true, "command_id": cid}),
+        );
+        let svc = self.clone();
+        let live2 = live.clone();
+        let cmd2 = cmd.clone();
+        tokio::spawn(async move {
+            let outcome = pump(&live2, output, timeout, None, Some(&cmd2)).await;
+            let outcome = outcome
+                .unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
+            svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
+            let _ = done_tx.send(Some(outcome));
+        });
+        Ok(cmd.info())
+    }
+
+    fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        c.get(cid)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
+    }
+
+    pub fn list_commands(&self, caller: &Caller, id: &str) -> Result<CommandList, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let mut commands: Vec<CommandInfo> = c.values().map(|c| c.info()).collect();
+        commands.sort_by_key(|c| c.started_at_ms);
+        Ok(CommandList { commands })
+    }
+
+    pub fn get_command(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+    ) -> Result<CommandInfo, ApiError> {
+        Ok(self.command(caller, id, cid)?.info())
+    }
+
+    pub async fn wait_command(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        timeout: Duration,
+    ) -> Result<CommandInfo, ApiError> {
+        let cmd = self.command(caller, id, cid)?;
+        let mut rx = cmd.done.clone();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|o| o.is_some())).await;
+        Ok(cmd.info())
+    }
+
+    pub async fn command_stdin(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        req: StdinRequest,
+    ) -> Result<(), ApiError> {
+        let cmd = self.command(caller, id, cid)?;
+        let mut guard = cmd.stdin.lock().await;
+        if let Some(w) = guard.as_mut() {
+            if !req.data.is_empty() {
+                w.write_all(req.data.as_bytes())
+                    .await
+                    .map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
+            }
+        } else if !req.data.is_empty() {
+            return Err(ApiError::conflict("stdin of this command is closed"));
+        }
+        if req.close {
+            *guard = None;
+        }
+        Ok(())
+    }
+
+    pub fn command_signal(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        signal: i32,
+    ) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        let cmd = self.command(caller, id, cid)?;
+        live.sandbox.signal(cmd.exec_id, signal);
+        self.audit.record(
+            "sandbox.signal",
+            &caller.key_id,
+            Some(id),
+            json!({"command_id": cid, "signal": signal}),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,376 @@
+//! Sandboxes coming and going: create (under the key's quota), get, list, delete, TTL and
+//! reaping.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cordon_linux::persistent::Sandbox;
+use cordon_policy::Profile;
+use serde_json::json;
+
+use super::requests::{at_most, duration, profile_from, size};
+use super::{Caller, Live, Service};
+use crate::error::ApiError;
+use crate::registry::now;
+use crate::types::*;
+
+/// A sandbox slot held by a create under way; given back on drop.
+struct Reservation<'a> {
+    pending: &'a Mutex<HashMap<String, usize>>,
+    key_id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if let Some(n) = p.get_mut(&self.key_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    p.remove(&self.key_id);
+                }
+            }
+        }
+    }
+}
+
+impl Service {
+    /// Sandboxes a previous server process left in the registry: their helpers exit when the
+    /// server's control socket closes, so they are gone or going; make sure, and record it.
+    pub(super) fn reap_previous_run(&self) -> Result<(), ApiError> {
+        for row in self.registry.running()? {
+            if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
+                .filter(|p| p.as_raw_nonzero().get() > 0)
+            {
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                    .unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("__sandbox") {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            self.registry.mark_ended(
+                &row.id,
+                "reaped",
+                "the server restarted; the sandbox was killed",
+            )?;
+            self.audit.record(
+                "sandbox.reaped",
+                &row.key_id,
+                Some(&row.id),
+                json!({"reason": "server restart"}),
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes one of the caller's sandbox slots, or answers 429 when live sandboxes and creates
+    /// under way already fill its quota. Check and take happen under one lock; the slot is
+    /// released when the reservation drops, after a successful create has made the sandbox
+    /// live, so at no moment is a sandbox counted by neither.
+    fn reserve(&self, caller: &Caller) -> Result<Reservation<'_>, ApiError> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let creating = pending.get(&caller.key_id).copied().unwrap_or(0);
+        if self.count_for(&caller.key_id) + creating >= caller.max_sandboxes as usize {
+            self.metrics.deny("sandbox_quota");
+            return Err(ApiError {
+                code: "quota_exceeded",
+                ..ApiError::too_many(
+                    format!(
+                        "this key may run at most {} sandboxes at once; delete one first",
+                        caller.max_sandboxes
+                    ),
+                    5,
+                )
+            });
+        }
+        *pending.entry(caller.key_id.clone()).or_insert(0) += 1;
+        Ok(Reservation {
+            pending: &self.pending,
+            key_id: caller.key_id.clone(),
+        })
+    }
+
+    pub fn count_for(&self, key_id: &str) -> usize {
+        self.live
+            .read()
+            .map(|l| l.values().filter(|s| s.key_id == key_id).count())
+            .unwrap_or(0)
+    }
+
+    pub fn by_state(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        if let Ok(l) = self.live.read() {
+            for s in l.values() {
+                *m.entry(
+                    if s.sandbox.is_alive() {
+                        "running"
+                    } else {
+                        "failed"
+                    }
+                    .to_string(),
+                )
+                .or_insert(0) += 1;
+            }
+        }
+        m.entry("running".to_string()).or_insert(0);
+        m
+    }
+
+    async fn create_from(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateSandbox,
+        trusted: Option<Profile>,
+    ) -> Result<SandboxInfo, ApiError> {
+        let mut profile = profile_from(
+            req.profile.as_deref(),
+            req.memory.as_ref(),
+            req.cpus,
+            req.pids,
+            req.disk.as_ref(),
+            None,
+            &req.env,
+            req.network.as_ref(),
+        )?;
+        if let Some(o) = &req.output_limit {
+            profile.limits.output_limit = size(o, "output_limit")?;
+        }
+        if let Some(c) = &req.cpu_time {
+            profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
+        }
+        // A front end's own profile (create_with_profile) replaces the built-in.
+        let profile = trusted.unwrap_or(profile);
+        profile
+            .validate()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let ttl = match &req.ttl {
+            Some(t) => duration(t, "ttl")?,
+            None => self.cfg.default_ttl,
+        };
+        at_most(ttl, self.cfg.max_ttl, "ttl")?;
+        for (k, v) in &req.metadata {
+            if k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE {
+                return Err(ApiError::bad_request(format!(
+                    "metadata: keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
+                )));
+            }
+        }
+        // The slot is taken before the first await and given back if anything below fails (or
+        // the request is dropped): concurrent creates cannot overshoot the key's quota.
+        let slot = self.reserve(caller)?;
+        let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
+        let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
+        let on_proxy =
+            self.egress_starter(&id, &caller.key_id, &profile.network, egress.clone())?;
+        let helper = self.cfg.helper_exe.clone();
+        let prof = profile.clone();
+        let sandbox = tokio::task::spawn_blocking(move || {
+            Sandbox::create(&helper, &prof, &BTreeMap::new(), Some(on_proxy))
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
+        let created_at = now();
+        let expires_at = created_at + ttl.as_secs();
+        let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
+        self.registry.insert_sandbox(
+            &id,
+            &caller.key_id,
+            &profile.name,
+            &metadata_json,
+            created_at,
+            expires_at,
+            sandbox.helper_pid(),
+        )?;
+        let live_network = profile.network.clone();
+        let live = Arc::new(Live {
+            id: id.clone(),
+            key_id: caller.key_id.clone(),
+            sandbox: Arc::new(sandbox),
+            profile,
+            metadata: req.metadata,
+            created_at,
+            expires_at: AtomicU64::new(expires_at),
+            commands: Mutex::new(HashMap::new()),
+            contexts: Default::default(),
+            egress,
+            network: Mutex::new(live_network),
+        });
+        if let Ok(mut l) = self.live.write() {
+            l.insert(id.clone(), live.clone());
+        }
+        // Only now that the sandbox counts as live (see `reserve`).
+        drop(slot);
+        self.metrics
+            .sandboxes_created
+            .fetch_add(1, Ordering::Relaxed);
+        self.audit.record(
+            "sandbox.create",
+            &caller.key_id,
+            Some(&id),
+            json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
+        );
+        Ok(live.info())
+    }
+
+    /// A sandbox of a built-in profile with the request's overrides.
+    pub async fn create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateSandbox,
+    ) -> Result<SandboxInfo, ApiError> {
+        self.create_from(caller, req, None).await
+    }
+
+    /// A sandbox of a profile the front end built itself from its own trusted configuration
+    /// (`cordon mcp`'s command line: a profile file, host mounts, a workspace) — never from a
+    /// request, which could name any file. Only the lifetime and labels come from `req`.
+    pub async fn create_with_profile(
+        self: &Arc<Self>,
+        caller: &Caller,
+        profile: Profile,
+        ttl: Option<Amount>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<SandboxInfo, ApiError> {
+        let req = CreateSandbox {
+            ttl,
+            metadata,
+            ..Default::default()
+        };
+        self.create_from(caller, req, Some(profile)).await
+    }
+
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+        if let Ok(l) = self.get_live(caller, id) {
+            return Ok(l.info());
+        }
+        // Ended sandboxes stay visible in the registry, so callers can see why they ended.
+        match self.registry.sandbox(id)? {
+            Some(row) if row.key_id == caller.key_id => Ok(SandboxInfo {
+                id: row.id,
+                state: row.state,
+                profile: row.profile,
+                created_at: row.created_at,
+                expires_at: row.expires_at,
+                metadata: serde_json::from_str(&row.metadata).unwrap_or_default(),
+                enforcement: None,
+                limits: None,
+                ended_reason: row.ended_reason,
+            }),
+            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+        }
+    }
+
+    pub fn list(&self, caller: &Caller, filter: &BTreeMap<String, String>) -> SandboxList {
+        let mut out: Vec<SandboxInfo> = self
+            .live
+            .read()
+            .map(|l| {
+                l.values()
+                    .filter(|s| s.key_id == caller.key_id)
+                    .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+                    .map(|s| s.info())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        SandboxList { sandboxes: out }
+    }
+
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ApiError> {
+        let live = self.get_live(caller, id)?;
+        self.destroy(&live, "deleted", "deleted by request").await;
+        self.metrics
+            .sandboxes_deleted
+            .fetch_add(1, Ordering::Relaxed);
+        self.audit
+            .record("sandbox.delete", &caller.key_id, Some(id), json!({}));
+        Ok(())
+    }
+
+    async fn destroy(&self, live: &Arc<Live>, state: &str, reason: &str) {
+        if let Ok(mut l) = self.live.write() {
+            l.remove(&live.id);
+        }
+        let sb = live.sandbox.clone();
+        let egress = live.egress.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            sb.shutdown();
+            if let Some(p) = egress.lock().ok().and_then(|mut e| e.take()) {
+                p.shutdown();
+            }
+        })
+        .await;
+        let _ = self.registry.mark_ended(&live.id, state, reason);
+    }
+
+    pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let ttl = duration(ttl, "ttl")?;
+        at_most(ttl, self.cfg.max_ttl, "ttl")?;
+        let exp = now() + ttl.as_secs();
+        live.expires_at.store(exp, Ordering::SeqCst);
+        self.registry.set_expiry(id, exp)?;
+        self.audit.record(
+            "sandbox.ttl",
+            &caller.key_id,
+            Some(id),
+            json!({"ttl_s": ttl.as_secs()}),
+        );
+        Ok(live.info())
+    }
+
+    /// Reaps sandboxes past their TTL or whose sandbox died. Called periodically.
+    pub async fn reap(&self) {
+        let t = now();
+        let due: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map(|l| {
+                l.values()
+                    .filter(|s| s.expires_at.load(Ordering::SeqCst) <= t || !s.sandbox.is_alive())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for live in due {
+            let (state, reason) = if live.sandbox.is_alive() {
+                ("expired", "its time to live ran out".to_string())
+            } else {
+                (
+                    "failed",
+                    live.sandbox
+                        .ended()
+                        .unwrap_or_else(|| "the sandbox died".into()),
+                )
+            };
+            self.destroy(&live, state, &reason).await;
+            if state == "expired" {
+                self.metrics
+                    .sandboxes_expired
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.audit.record(
+                &format!("sandbox.{state}"),
+                &live.key_id,
+                Some(&live.id),
+                json!({"reason": reason}),
+            );
+        }
+    }
+
+    /// Kills every sandbox (server shutdown).
+    pub async fn shutdown_all(&self) {
+        let all: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
+        for live in all {
+            self.destroy(&live, "reaped", "the server shut down").await;
+        }
+    }
+}

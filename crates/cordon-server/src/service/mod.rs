@@ -1,0 +1,173 @@
+//! The service layer: sandboxes, commands, files and one-shot runs, independent of any wire
+//! protocol. HTTP (and MCP) are thin front ends over it.
+
+mod code;
+mod exec;
+mod lifecycle;
+mod network;
+mod requests;
+
+pub use code::ContextEnd;
+pub(crate) use exec::spawn_exec;
+pub use exec::{BgCommand, ExecEvent};
+pub use requests::{profile_from, signal_number};
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use cordon_linux::persistent::Sandbox;
+use cordon_policy::Profile;
+
+use crate::audit::Audit;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::types::*;
+
+/// Who is calling (after authentication).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: String,
+    pub max_sandboxes: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The cordon binary, re-executed as the per-sandbox helper.
+    pub helper_exe: PathBuf,
+    pub data_dir: PathBuf,
+    /// This node's name; sandbox ids carry it so a front door can route.
+    pub node: String,
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+    pub max_upload: u64,
+    pub max_download: u64,
+    pub default_exec_timeout: Duration,
+    pub max_exec_timeout: Duration,
+}
+
+/// A sandbox this node is running.
+pub struct Live {
+    pub id: String,
+    pub key_id: String,
+    pub sandbox: Arc<Sandbox>,
+    pub profile: Profile,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: u64,
+    pub expires_at: AtomicU64,
+    pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
+    pub contexts: crate::kernel::Contexts,
+    /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything
+    /// until the policy allows something).
+    pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+    pub network: Mutex<cordon_policy::network::NetworkPolicy>,
+}
+
+impl Live {
+    pub fn info(&self) -> SandboxInfo {
+        let l = &self.profile.limits;
+        SandboxInfo {
+            id: self.id.clone(),
+            state: if self.sandbox.is_alive() {
+                "running".into()
+            } else {
+                "failed".into()
+            },
+            profile: self.profile.name.clone(),
+            created_at: self.created_at,
+            expires_at: self.expires_at.load(Ordering::SeqCst),
+            metadata: self.metadata.clone(),
+            enforcement: Some(self.sandbox.enforcement.clone()),
+            limits: Some(LimitsView {
+                memory_bytes: l.memory,
+                cpus: l.cpus,
+                pids: l.pids,
+                disk_bytes: l.disk,
+                output_limit_bytes: l.output_limit,
+            }),
+            ended_reason: self.sandbox.ended(),
+        }
+    }
+}
+
+pub struct Service {
+    pub cfg: Config,
+    /// Held for the life of the service: one server per data directory.
+    _lock: std::fs::File,
+    pub registry: Registry,
+    pub audit: Audit,
+    pub metrics: Metrics,
+    live: RwLock<HashMap<String, Arc<Live>>>,
+    /// Creates under way per key id: slots taken but not yet live (see `reserve`).
+    pending: Mutex<HashMap<String, usize>>,
+}
+
+/// Takes an exclusive lock on the data directory: a second server on the same registry would
+/// reap the first one's sandboxes at start-up.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
+    let f = crate::datadir::open_private(
+        &dir.join("lock"),
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )
+    .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(ApiError::conflict(format!(
+            "another cordon server is using {}; give each server its own --data-dir",
+            dir.display()
+        )));
+    }
+    Ok(f)
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Service {
+    pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
+        if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
+            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?
+        {
+            eprintln!("cordon: warning: {warning}");
+        }
+        let lock = lock_data_dir(&cfg.data_dir)?;
+        let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
+        let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
+            .map_err(|e| ApiError::internal(format!("audit log: {e}")))?;
+        let svc = Arc::new(Service {
+            _lock: lock,
+            cfg,
+            registry,
+            audit,
+            metrics: Metrics::default(),
+            live: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+        });
+        svc.reap_previous_run()?;
+        Ok(svc)
+    }
+
+    pub fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+        let live = self.live.read().map_err(|_| ApiError::internal("lock"))?;
+        match live.get(id) {
+            // Another key's sandbox answers 404, so ids cannot be probed.
+            Some(l) if l.key_id == caller.key_id => Ok(l.clone()),
+            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+        }
+    }
+
+    /// A handle for file operations inside the sandbox.
+    pub fn sandbox_for_files(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+        self.metrics.file_ops.fetch_add(1, Ordering::Relaxed);
+        self.get_live(caller, id)
+    }
+}

@@ -1,0 +1,1205 @@
+//! `cordon image …` end to end: images built in the test with umoci from a busybox rootfs,
+//! pushed with skopeo to Debian's docker-registry (the CNCF distribution registry) on a free
+//! 127.0.0.1 port, pulled and imported by the real cordon binary. Some runs go through a
+//! loopback TCP proxy that logs each request and cuts or stalls a blob download on purpose.
+//!
+//! The tools come from scripts/test.sh's apt list. A test whose tool is missing skips with a
+//! message, except under `CI=true`, where it fails.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn cordon_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon")
+}
+
+/// Whether `tool` is on PATH; if not, says so and (outside CI) lets the test skip.
+fn have(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    if !found {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{tool} is not installed (scripts/test.sh installs it; CI=true fails instead of skipping)");
+        }
+        eprintln!("SKIPPED: {tool} is not installed (apt-get install it, or run scripts/test.sh)");
+    }
+    found
+}
+
+fn have_all() -> bool {
+    ["docker-registry", "umoci", "skopeo", "busybox", "htpasswd"]
+        .iter()
+        .all(|t| have(t))
+}
+
+static N: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary directory, removed (made writable first: layers keep their modes) on drop.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!(
+            "cordon-image-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Tmp(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwX")
+            .arg(&self.0)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `cordon image ARGS… --data-dir DATA`, its output, and that it did not panic.
+fn cordon(data: &Path, args: &[&str]) -> Output {
+    let out = Command::new(cordon_bin())
+        .arg("image")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cordon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "cordon panicked: {err}");
+    out
+}
+
+fn ok_json(out: Output) -> Value {
+    assert!(
+        out.status.success(),
+        "cordon failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// An OCI layout at `<dir>/oci` with tag `t`: a busybox layer, then a layer that deletes
+/// /etc/greeting (a whiteout) and adds /etc/other; Env FOO=bar, Cmd /bin/sh, WorkingDir /w.
+/// Returns the layout and its manifest digest.
+fn build_image(dir: &Path) -> (PathBuf, String) {
+    let oci = dir.join("oci");
+    let bundle = dir.join("bundle");
+    let layout = format!("{}:t", oci.display());
+    run(Command::new("umoci").arg("init").arg("--layout").arg(&oci));
+    run(Command::new("umoci").args(["new", "--image", &layout]));
+    run(Command::new("umoci")
+        .args(["unpack", "--rootless", "--image", &layout])
+        .arg(&bundle));
+    let root = bundle.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).expect("bin");
+    std::fs::create_dir_all(root.join("etc")).expect("etc");
+    let busybox = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("busybox");
+    std::fs::copy(busybox, root.join("bin/busybox")).expect("copy busybox");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("symlink");
+    std::fs::write(root.join("etc/greeting"), "hello\n").expect("greeting");
+    run(Command::new("umoci")
+        .args(["repack", "--refresh-bundle", "--image", &layout])
+        .arg(&bundle));
+    std::fs::remove_file(root.join("etc/greeting")).expect("rm greeting");
+    std::fs::write(root.join("etc/other"), "other\n").expect("other");
+    run(Command::new("umoci")
+        .args(["repack", "--refresh-bundle", "--image", &layout])
+        .arg(&bundle));
+    run(Command::new("umoci").args([
+        "config",
+        "--image",
+        &layout,
+        "--config.env",
+        "FOO=bar",
+        "--config.cmd",
+        "/bin/sh",
+        "--config.workingdir",
+        "/w",
+    ]));
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(oci.join("index.json")).expect("index"))
+            .expect("json");
+    let digest = index["manifests"][0]["digest"]
+        .as_str()
+        .expect("digest")
+        .to_string();
+    (oci, digest)
+}
+
+/// The layer blobs of a layout's manifest, bottom first: (digest, size).
+fn layers_of(oci: &Path, manifest: &str) -> Vec<(String, u64)> {
+    let hex = manifest.trim_start_matches("sha256:");
+    let m: Value = serde_json::from_slice(
+        &std::fs::read(oci.join("blobs/sha256").join(hex)).expect("manifest"),
+    )
+    .expect("json");
+    m["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| {
+            (
+                l["digest"].as_str().expect("digest").to_string(),
+                l["size"].as_u64().expect("size"),
+            )
+        })
+        .collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// docker-registry on 127.0.0.1, killed on drop.
+struct Registry {
+    child: Child,
+    port: u16,
+    dir: Tmp,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    /// `auth` is the registry config's `auth:` section (YAML), if any.
+    fn start(auth: &str) -> Registry {
+        let dir = Tmp::new("registry");
+        let port = free_port();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
+            dir.path().join("data").display()
+        );
+        let cfg = dir.path().join("config.yml");
+        std::fs::write(&cfg, config).expect("config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry { child, port, dir }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pushes the layout's tag `t` as `name` (skopeo, plain HTTP).
+    fn push(&self, oci: &Path, name: &str, creds: Option<&str>) {
+        let mut cmd = Command::new("skopeo");
+        cmd.args(["--insecure-policy", "copy", "--dest-tls-verify=false", "-q"]);
+        if let Some(c) = creds {
+            cmd.args(["--dest-creds", c]);
+        }
+        cmd.arg(format!("oci:{}:t", oci.display()))
+            .arg(format!("docker://{}/{name}", self.host()))
+            .env("TMPDIR", self.dir.path());
+        run(&mut cmd);
+    }
+
+    /// The registry's copy of a blob on disk.
+    fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+fn htpasswd(dir: &Path, user: &str, password: &str) -> PathBuf {
+    let out = run(Command::new("htpasswd").args(["-Bbn", user, password]));
+    let p = dir.join("htpasswd");
+    std::fs::write(&p, out.stdout).expect("htpasswd");
+    p
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+}
+
+fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::lgetxattr(p, name, &mut buf).ok()?;
+    Some(buf[..n].to_vec())
+}
+
+#[test]
+fn pull_inspect_remove_and_prune() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("pull");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "team/app:v1", None);
+    let data = work.path().join("data");
+    let name = format!("{}/team/app:v1", reg.host());
+
+    let pulled = ok_json(cordon(&data, &["pull", &name, "--json"]));
+    assert_eq!(
+        pulled["digest"],
+        digest.as_str(),
+        "the registry's manifest digest"
+    );
+    assert_eq!(pulled["reference"], name.as_str());
+    assert_eq!(pulled["layers"].as_array().map(Vec::len), Some(2));
+
+    // The store: private, content-addressed, each layer unpacked in its own directory with
+    // the second layer's deletion stored as an overlayfs whiteout.
+    let store = data.join("images");
+    assert_eq!(mode(&store), 0o700);
+    assert_eq!(mode(&store.join("index.json")), 0o600);
+    let layers: Vec<String> = pulled["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| {
+            l["diff_id"]
+                .as_str()
+                .expect("diff_id")
+                .trim_start_matches("sha256:")
+                .to_string()
+        })
+        .collect();
+    let bottom = store.join("layers/sha256").join(&layers[0]);
+    let top = store.join("layers/sha256").join(&layers[1]);
+    assert_eq!(
+        std::fs::read(bottom.join("etc/greeting")).expect("greeting"),
+        b"hello\n"
+    );
+    assert_eq!(
+        std::fs::read(top.join("etc/other")).expect("other"),
+        b"other\n"
+    );
+    assert_eq!(
+        xattr(&top.join("etc/greeting"), "user.overlay.whiteout").as_deref(),
+        Some(&b"y"[..]),
+        "the deletion is an overlayfs whiteout"
+    );
+    // Compressed layer blobs are not kept once unpacked; the manifest and config are.
+    let blobs: Vec<_> = std::fs::read_dir(store.join("blobs/sha256"))
+        .expect("blobs")
+        .collect();
+    assert_eq!(blobs.len(), 2, "manifest and config");
+
+    let ls = ok_json(cordon(&data, &["ls", "--json"]));
+    assert_eq!(ls[0]["names"][0], name.as_str());
+    let text = String::from_utf8_lossy(&cordon(&data, &["ls"]).stdout).to_string();
+    assert!(
+        text.contains(&name) && text.contains(&digest[7..19]),
+        "{text}"
+    );
+
+    let inspect = ok_json(cordon(&data, &["inspect", &name, "--json"]));
+    assert_eq!(inspect["config"]["config"]["Env"][0], "FOO=bar");
+    assert_eq!(inspect["config"]["config"]["Cmd"][0], "/bin/sh");
+    assert_eq!(inspect["config"]["config"]["WorkingDir"], "/w");
+    assert_eq!(inspect["layer_reports"][1]["whiteouts"], 1);
+    // By digest prefix too.
+    let by_digest = ok_json(cordon(&data, &["inspect", &digest[7..19], "--json"]));
+    assert_eq!(by_digest["digest"], digest.as_str());
+
+    // A second pull finds everything there: no blob is fetched again.
+    let again = ok_json(cordon(&data, &["pull", &name, "--json"]));
+    assert_eq!(again["digest"], digest.as_str());
+
+    // rm drops the name and, nothing else using them, the layers.
+    let rm = ok_json(cordon(&data, &["rm", &name, "--json"]));
+    assert_eq!(rm[0]["deleted"][0], digest.as_str());
+    assert!(
+        !bottom.exists() && !top.exists(),
+        "layers removed with their last image"
+    );
+    let ls = ok_json(cordon(&data, &["ls", "--json"]));
+    assert_eq!(ls.as_array().map(Vec::len), Some(0));
+    let out = cordon(&data, &["inspect", &name]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no image"));
+    let pruned = ok_json(cordon(&data, &["prune", "--json"]));
+    assert_eq!(pruned["layers"], 0);
+    assert_eq!(
+        std::fs::read_dir(store.join("blobs/sha256"))
+            .expect("blobs")
+            .count(),
+        0,
+        "prune left blobs"
+    );
+}
+
+#[test]
+fn import_docker_archive_oci_archive_and_layout() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("import");
+    let (oci, digest) = build_image(work.path());
+    let data = work.path().join("data");
+
+    // The layout directory itself; its tag-only name is taken after the directory.
+    let got = ok_json(cordon(
+        &data,
+        &["import", oci.to_str().expect("utf-8"), "--json"],
+    ));
+    assert_eq!(got[0]["digest"], digest.as_str());
+    assert_eq!(got[0]["names"][0], "localhost/oci:t");
+
+    // oci-archive, with --tag.
+    let oa = work.path().join("app-oci.tar");
+    run(Command::new("skopeo")
+        .args(["--insecure-policy", "copy", "-q"])
+        .arg(format!("oci:{}:t", oci.display()))
+        .arg(format!("oci-archive:{}:v2", oa.display())));
+    let got = ok_json(cordon(
+        &data,
+        &[
+            "import",
+            oa.to_str().expect("utf-8"),
+            "--tag",
+            "app:dev",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        got[0]["digest"],
+        digest.as_str(),
+        "same manifest, same digest"
+    );
+    let names: Vec<&str> = got[0]["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"localhost/app-oci:v2"), "{names:?}");
+    assert!(names.contains(&"docker.io/library/app:dev"), "{names:?}");
+
+    // docker-archive (what `docker save` and `podman save` write), gzip-compressed.
+    let da = work.path().join("app-docker.tar");
+    run(Command::new("skopeo")
+        .args(["--insecure-policy", "copy", "-q"])
+        .arg(format!("oci:{}:t", oci.display()))
+        .arg(format!(
+            "docker-archive:{}:example.org/app:v3",
+            da.display()
+        )));
+    run(Command::new("gzip").arg("-k").arg(&da));
+    let gz = work.path().join("app-docker.tar.gz");
+    let got = ok_json(cordon(
+        &data,
+        &["import", gz.to_str().expect("utf-8"), "--json"],
+    ));
+    assert_eq!(got[0]["names"][0], "example.org/app:v3");
+    // The layers are the same content: shared with the images imported before.
+    let first = ok_json(cordon(&data, &["inspect", "localhost/oci:t", "--json"]));
+    let third = ok_json(cordon(&data, &["inspect", "example.org/app:v3", "--json"]));
+    for i in 0..2 {
+        assert_eq!(third["layers"][i]["diff_id"], first["layers"][i]["diff_id"]);
+    }
+    assert_eq!(third["config"]["config"]["Env"][0], "FOO=bar");
+    let ls = ok_json(cordon(&data, &["ls", "--json"]));
+    assert_eq!(ls.as_array().map(Vec::len), Some(2), "{ls}");
+
+    // Not an image: a clear refusal.
+    let junk = work.path().join("junk.tar");
+    std::fs::write(&junk, vec![0u8; 4096]).expect("junk");
+    let out = cordon(&data, &["import", junk.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither an OCI layout"));
+}
+
+#[test]
+fn basic_auth_login_and_docker_config() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("auth");
+    let (oci, digest) = build_image(work.path());
+    let secret = format!("pw-{}", std::process::id());
+    let hp = htpasswd(work.path(), "alice", &secret);
+    let reg = Registry::start(&format!(
+        "auth:\n  htpasswd:\n    realm: cordon-test\n    path: {}\n",
+        hp.display()
+    ));
+    reg.push(&oci, "private/app:v1", Some(&format!("alice:{secret}")));
+    let name = format!("{}/private/app:v1", reg.host());
+    let data = work.path().join("data");
+    let home = work.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+
+    let no_creds = |args: &[&str]| {
+        let mut cmd = Command::new(cordon_bin());
+        cmd.arg("image")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .env("HOME", &home);
+        cmd
+    };
+    let out = no_creds(&["pull", &name]).output().expect("pull");
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("authentication failed") && err.contains("login"),
+        "{err}"
+    );
+
+    let login = |password: &str| {
+        let mut child = no_creds(&["login", &reg.host(), "-u", "alice", "--password-stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("login");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("{password}\n").as_bytes())
+            .expect("write");
+        child.wait_with_output().expect("login")
+    };
+    let wrong = login("not-the-password");
+    assert_eq!(wrong.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("refused"));
+    let right = login(&secret);
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    for out in [&wrong, &right] {
+        let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+        assert!(
+            !String::from_utf8_lossy(&all).contains(&secret),
+            "the password was printed"
+        );
+    }
+    let auth_file = data.join("images/auth.json");
+    assert_eq!(mode(&auth_file), 0o600);
+    let pulled = ok_json(no_creds(&["pull", &name, "--json"]).output().expect("pull"));
+    assert_eq!(pulled["digest"], digest.as_str());
+
+    // Credentials from ~/.docker/config.json, with a fresh store and no cordon login.
+    let data2 = work.path().join("data2");
+    std::fs::create_dir_all(home.join(".docker")).expect(".docker");
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("alice:{secret}"))
+    };
+    std::fs::write(
+        home.join(".docker/config.json"),
+        format!(r#"{{"auths": {{"{}": {{"auth": "{b64}"}}}}}}"#, reg.host()),
+    )
+    .expect("config.json");
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--json", "--data-dir"])
+        .arg(&data2)
+        .env("HOME", &home)
+        .output()
+        .expect("pull");
+    let pulled = ok_json(out);
+    assert_eq!(pulled["digest"], digest.as_str());
+}
+
+#[test]
+fn a_blob_with_the_wrong_digest_is_refused() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("digest");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "app:v1", None);
+    let layers = layers_of(&oci, &digest);
+    // Flip bytes in the middle of the big layer in the registry's storage: it still serves
+    // it under the old digest, with the old size.
+    let blob = reg.blob_file(&layers[0].0);
+    let mut bytes = std::fs::read(&blob).expect("blob");
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&blob, &bytes).expect("corrupt");
+    let data = work.path().join("data");
+    let out = cordon(&data, &["pull", &format!("{}/app:v1", reg.host())]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("digest mismatch") && err.contains(&layers[0].0),
+        "{err}"
+    );
+    // Nothing of it was kept or unpacked, and no image was recorded.
+    let store = data.join("images");
+    assert_eq!(
+        std::fs::read_dir(store.join("layers/sha256"))
+            .expect("layers")
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().contains(&layers[0].0[7..]))
+            })
+            .count(),
+        0
+    );
+    assert!(!store
+        .join("tmp")
+        .join(format!("{}.partial", &layers[0].0[7..]))
+        .exists());
+    let ls = ok_json(cordon(&data, &["ls", "--json"]));
+    assert_eq!(ls.as_array().map(Vec::len), Some(0));
+}
+
+/// A loopback TCP proxy in front of the registry that logs every request head and can cut
+/// (or stall) the response to the first request whose head contains `target`, after `after`
+/// bytes.
+struct Proxy {
+    port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+    plan: Arc<Mutex<Option<(String, usize, bool)>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let plan: Arc<Mutex<Option<(String, usize, bool)>>> = Arc::new(Mutex::new(None));
+        let (log2, plan2) = (log.clone(), plan.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (log, plan) = (log2.clone(), plan2.clone());
+                // Bytes of the current response still allowed through, when cutting.
+                let cut: Arc<Mutex<Option<(usize, bool)>>> = Arc::new(Mutex::new(None));
+                let (mut c_in, mut s_out) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                let cut_c = cut.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    let mut head = Vec::new();
+                    loop {
+                        let n = match c_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        head.extend_from_slice(&buf[..n]);
+                        while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let h = String::from_utf8_lossy(&head[..end]).to_string();
+                            head.drain(..end + 4);
+                            let mut p = plan.lock().expect("plan");
+                            if let Some((target, after, stall)) = p.clone() {
+                                if h.contains(&target) {
+                                    *cut_c.lock().expect("cut") = Some((after, stall));
+                                    *p = None;
+                                }
+                            }
+                            log.lock().expect("log").push(h);
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 16 << 10];
+                    loop {
+                        let n = match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let mut allowed = n;
+                        let mut stop = None;
+                        if let Some((left, stall)) = *cut.lock().expect("cut") {
+                            if n >= left {
+                                allowed = left;
+                                stop = Some(stall);
+                            }
+                        }
+                        if let Some((left, _)) = cut.lock().expect("cut").as_mut() {
+                            *left = left.saturating_sub(allowed);
+                        }
+                        if c_out.write_all(&buf[..allowed]).is_err() {
+                            break;
+                        }
+                        match stop {
+                            Some(false) => {
+                                let _ = c_out.shutdown(Shutdown::Both);
+                                let _ = s_in.shutdown(Shutdown::Both);
+                                return;
+                            }
+                            // Stall: hold the connection open without sending more.
+                            Some(true) => {
+                                std::thread::sleep(Duration::from_secs(120));
+                                return;
+                            }
+                            None => {}
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Proxy { port, log, plan }
+    }
+
+    fn arm(&self, target: &str, after: usize, stall: bool) {
+        *self.plan.lock().expect("plan") = Some((target.to_string(), after, stall));
+    }
+
+    fn requests_for(&self, target: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|h| h.contains(target) && h.starts_with("GET"))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The `Range` a request head asks for: its first byte.
+fn range_start(head: &str) -> Option<u64> {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("range: bytes=")
+                .map(str::to_string)
+        })
+        .and_then(|r| r.trim_end_matches('-').parse().ok())
+}
+
+#[test]
+fn an_interrupted_download_resumes_where_it_stopped() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("resume");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "app:v1", None);
+    let (big, size) = layers_of(&oci, &digest)[0].clone();
+    let proxy = Proxy::start(reg.port);
+    let name = format!("127.0.0.1:{}/app:v1", proxy.port);
+
+    // 1. The connection is cut after 300 kB: the same pull resumes with a Range request.
+    let data = work.path().join("data");
+    proxy.arm(&big, 300_000, false);
+    let pulled = ok_json(cordon(&data, &["pull", &name, "--json"]));
+    assert_eq!(pulled["digest"], digest.as_str());
+    let gets = proxy.requests_for(&big);
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(range_start(&gets[0]), None);
+    let from = range_start(&gets[1]).expect("the second request resumes");
+    assert!(from > 100_000 && from < size, "resumed at {from} of {size}");
+
+    // 2. The download stalls and cordon is killed: the next pull resumes from the partial
+    //    file the first one left.
+    let data = work.path().join("data2");
+    proxy.arm(&big, 400_000, true);
+    let mut first = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--data-dir"])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("pull");
+    let partial = data
+        .join("images/tmp")
+        .join(format!("{}.partial", &big[7..]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 200_000 {
+        assert!(Instant::now() < deadline, "the download never got going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(mode(&partial), 0o600, "a download in progress is private");
+    std::thread::sleep(Duration::from_millis(200));
+    first.kill().expect("kill");
+    first.wait().expect("wait");
+    let kept = std::fs::metadata(&partial)
+        .expect("the partial download is kept")
+        .len();
+    let before = proxy.requests_for(&big).len();
+    let out = cordon(&data, &["pull", &name, "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let pulled = ok_json(out);
+    assert_eq!(pulled["digest"], digest.as_str());
+    assert!(
+        err.contains(&format!("resuming an interrupted download at byte {kept}")),
+        "{err}"
+    );
+    let gets = proxy.requests_for(&big);
+    assert_eq!(gets.len(), before + 1, "{gets:?}");
+    assert_eq!(range_start(&gets[before]), Some(kept));
+    assert!(!partial.exists());
+}
+
+#[test]
+fn concurrent_pulls_fetch_each_layer_once() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("concurrent");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "app:v1", None);
+    let proxy = Proxy::start(reg.port);
+    let name = format!("127.0.0.1:{}/app:v1", proxy.port);
+    let data = work.path().join("data");
+    let pulls: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new(cordon_bin())
+                .args(["image", "pull", &name, "--json", "--data-dir"])
+                .arg(&data)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("pull")
+        })
+        .collect();
+    for p in pulls {
+        let out = p.wait_with_output().expect("wait");
+        assert_eq!(ok_json(out)["digest"], digest.as_str());
+    }
+    for (layer, _) in layers_of(&oci, &digest) {
+        let gets = proxy.requests_for(&layer);
+        assert_eq!(gets.len(), 1, "{layer} fetched {} times", gets.len());
+    }
+    let ls = ok_json(cordon(&data, &["ls", "--json"]));
+    assert_eq!(ls.as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn help_teaches() {
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", "--help"])
+        .output()
+        .expect("help");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "--insecure-registry",
+        "docker.io/library/python",
+        "resumes",
+        "--json",
+        "--platform",
+    ] {
+        assert!(text.contains(want), "pull --help lacks {want}: {text}");
+    }
+}
+
+/// A token service for the registry's `auth: token` mode (what Docker Hub, ghcr.io and
+/// Harbor do): checks Basic credentials and answers with a JWT (RS256, signed with the
+/// openssl CLI, its certificate in `x5c`) granting what was asked. Logs each request head.
+struct TokenServer {
+    port: u16,
+    cert: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl TokenServer {
+    fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
+        let key = dir.join("token-key.pem");
+        let cert = dir.join("token-cert.pem");
+        run(Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=cordon-test-token",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert));
+        let der = run(Command::new("openssl")
+            .args(["x509", "-outform", "DER", "-in"])
+            .arg(&cert))
+        .stdout;
+        let x5c = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(der)
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let log2 = log.clone();
+        let good = {
+            use base64::Engine;
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            )
+        };
+        let user = user.to_string();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                log2.lock().expect("log").push(head.clone());
+                let authorized = head.lines().any(|l| {
+                    l.to_ascii_lowercase().starts_with("authorization:") && l[14..].trim() == good
+                });
+                let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                // scope=repository:NAME:ACTIONS (URL-encoded ':' as %3A)
+                let scope = target
+                    .split(['?', '&'])
+                    .find_map(|kv| kv.strip_prefix("scope="))
+                    .unwrap_or("")
+                    .replace("%3A", ":")
+                    .replace("%2F", "/")
+                    .replace("%2C", ",");
+                let mut parts = scope.splitn(3, ':');
+                let (_, name, actions) = (
+                    parts.next(),
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or(""),
+                );
+                let (status, body) = if !authorized {
+                    (
+                        "401 Unauthorized",
+                        r#"{"details":"bad credentials"}"#.to_string(),
+                    )
+                } else {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "x5c": [x5c]});
+                    let claims = serde_json::json!({
+                        "iss": "cordon-test-issuer", "sub": user, "aud": "cordon-test-registry",
+                        "exp": now + 300, "nbf": now - 10, "iat": now,
+                        "jti": format!("{now}-{}", N.fetch_add(1, Ordering::SeqCst)),
+                        "access": [{"type": "repository", "name": name,
+                                    "actions": actions.split(',').filter(|a| !a.is_empty()).collect::<Vec<_>>()}],
+                    });
+                    let signing = format!(
+                        "{}.{}",
+                        b64url(header.to_string().as_bytes()),
+                        b64url(claims.to_string().as_bytes())
+                    );
+                    let mut child = Command::new("openssl")
+                        .args(["dgst", "-sha256", "-sign"])
+                        .arg(&key)
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .expect("openssl");
+                    child
+                        .stdin
+                        .take()
+                        .expect("stdin")
+                        .write_all(signing.as_bytes())
+                        .expect("sign");
+                    let sig = child.wait_with_output().expect("openssl").stdout;
+                    let jwt = format!("{signing}.{}", b64url(&sig));
+                    (
+                        "200 OK",
+                        serde_json::json!({"token": jwt, "expires_in": 300}).to_string(),
+                    )
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        TokenServer { port, cert, log }
+    }
+}
+
+#[test]
+fn bearer_token_auth() {
+    if !have_all() || !have("openssl") {
+        return;
+    }
+    let work = Tmp::new("token");
+    let (oci, digest) = build_image(work.path());
+    let secret = format!("tok-{}", std::process::id());
+    let ts = TokenServer::start(work.path(), "alice", &secret);
+    let reg = Registry::start(&format!(
+        "auth:\n  token:\n    realm: http://127.0.0.1:{}/token\n    service: cordon-test-registry\n    issuer: cordon-test-issuer\n    rootcertbundle: {}\n",
+        ts.port,
+        ts.cert.display()
+    ));
+    reg.push(&oci, "private/app:v1", Some(&format!("alice:{secret}")));
+    let name = format!("{}/private/app:v1", reg.host());
+    let data = work.path().join("data");
+    let home = work.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+
+    // Without credentials the token service refuses: a clear error.
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--data-dir"])
+        .arg(&data)
+        .env("HOME", &home)
+        .output()
+        .expect("pull");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("authentication failed"));
+
+    // login checks the credentials through the token exchange, then the pull uses them.
+    let mut login = Command::new(cordon_bin())
+        .args([
+            "image",
+            "login",
+            &reg.host(),
+            "-u",
+            "alice",
+            "--password-stdin",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .env("HOME", &home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("login");
+    login
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{secret}\n").as_bytes())
+        .expect("write");
+    let out = login.wait_with_output().expect("login");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = ts.log.lock().expect("log").len();
+    let out = Command::new(cordon_bin())
+        .args(["image", "pull", &name, "--json", "--data-dir"])
+        .arg(&data)
+        .env("HOME", &home)
+        .output()
+        .expect("pull");
+    let pulled = ok_json(out);
+    assert_eq!(pulled["digest"], digest.as_str());
+    let asked: Vec<String> = ts.log.lock().expect("log")[before..].to_vec();
+    assert!(
+        asked
+            .iter()
+            .any(|h| h.contains("scope=repository%3Aprivate%2Fapp%3Apull")
+                || h.contains("scope=repository:private/app:pull")),
+        "no token asked for pulling private/app: {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|h| h.contains("service=cordon-test-registry")),
+        "{asked:?}"
+    );
+}
+
+/// Adds to the layout a second manifest of the same layers for linux/arm64 (its config says
+/// so, and `ARCH=arm64`) and an index of both, tagged `multi`. Returns (index, amd64 manifest,
+/// arm64 manifest) digests.
+fn make_multi_arch(oci: &Path, amd64: &str) -> (String, String, String) {
+    let blob = |d: &str| {
+        oci.join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let put = |bytes: &[u8]| -> (String, usize) {
+        let tmp = write_blob(oci, bytes);
+        let out = run(Command::new("sha256sum").arg(&tmp));
+        let hex = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .expect("sha256sum")
+            .to_string();
+        std::fs::rename(&tmp, oci.join("blobs/sha256").join(&hex)).expect("blob");
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(blob(amd64)).expect("m")).expect("json");
+    let mut config: Value = serde_json::from_slice(
+        &std::fs::read(blob(manifest["config"]["digest"].as_str().expect("config"))).expect("c"),
+    )
+    .expect("json");
+    config["architecture"] = "arm64".into();
+    config["variant"] = "v8".into();
+    config["config"]["Env"] = serde_json::json!(["ARCH=arm64"]);
+    let (cd, cn) = put(config.to_string().as_bytes());
+    manifest["config"]["digest"] = cd.into();
+    manifest["config"]["size"] = cn.into();
+    let (arm, arm_n) = put(manifest.to_string().as_bytes());
+    let amd_n = std::fs::metadata(blob(amd64)).expect("m").len();
+    let index = serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": amd64, "size": amd_n,
+         "platform": {"architecture": "amd64", "os": "linux"}},
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm, "size": arm_n,
+         "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}},
+    ]});
+    let (id, idn) = put(index.to_string().as_bytes());
+    let top = serde_json::json!({"schemaVersion": 2, "manifests": [
+        {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": id, "size": idn,
+         "annotations": {"org.opencontainers.image.ref.name": "multi"}}]});
+    std::fs::write(oci.join("index.json"), top.to_string()).expect("index.json");
+    (id, amd64.to_string(), arm)
+}
+
+fn write_blob(dir: &Path, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(format!("tmp-{}", N.fetch_add(1, Ordering::SeqCst)));
+    std::fs::write(&p, bytes).expect("write");
+    p
+}
+
+#[test]
+fn multi_arch_indexes_and_zstd_layers() {
+    if !have_all() {
+        return;
+    }
+    if std::env::consts::ARCH != "x86_64" && std::env::consts::ARCH != "aarch64" {
+        eprintln!("SKIPPED: the test's index has amd64 and arm64 images only");
+        return;
+    }
+    let work = Tmp::new("multi");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    // zstd-compressed layers.
+    run(Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "-q",
+            "--dest-tls-verify=false",
+            "--dest-compress",
+            "--dest-compress-format",
+            "zstd",
+        ])
+        .arg(format!("oci:{}:t", oci.display()))
+        .arg(format!("docker://{}/app:zstd", reg.host()))
+        .env("TMPDIR", work.path()));
+    let data = work.path().join("data");
+    let z = ok_json(cordon(
+        &data,
+        &["pull", &format!("{}/app:zstd", reg.host()), "--json"],
+    ));
+    assert!(
+        z["layers"][0]["media_type"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("+zstd")),
+        "{z}"
+    );
+    let inspect = ok_json(cordon(
+        &data,
+        &["inspect", &format!("{}/app:zstd", reg.host()), "--json"],
+    ));
+    assert_eq!(inspect["layer_reports"][1]["whiteouts"], 1);
+
+    let (index, amd, arm) = make_multi_arch(&oci, &digest);
+    run(Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "-q",
+            "--all",
+            "--dest-tls-verify=false",
+        ])
+        .arg(format!("oci:{}:multi", oci.display()))
+        .arg(format!("docker://{}/multi:1", reg.host()))
+        .env("TMPDIR", work.path()));
+    let name = format!("{}/multi:1", reg.host());
+    let host = ok_json(cordon(&data, &["pull", &name, "--json"]));
+    let want = if std::env::consts::ARCH == "x86_64" {
+        &amd
+    } else {
+        &arm
+    };
+    assert_eq!(
+        host["digest"],
+        want.as_str(),
+        "the host's platform is picked"
+    );
+    assert_eq!(host["index_digest"], index.as_str());
+    let other = ok_json(cordon(
+        &data,
+        &["pull", &name, "--platform", "linux/arm64", "--json"],
+    ));
+    assert_eq!(other["digest"], arm.as_str());
+    assert_eq!(other["platform"], "linux/arm64/v8");
+    let inspect = ok_json(cordon(&data, &["inspect", &arm, "--json"]));
+    assert_eq!(inspect["config"]["config"]["Env"][0], "ARCH=arm64");
+    let out = cordon(&data, &["pull", &name, "--platform", "linux/s390x"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no image for linux/s390x") && err.contains("linux/amd64"),
+        "{err}"
+    );
+}
