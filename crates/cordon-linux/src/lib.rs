@@ -32,6 +32,7 @@ mod plan;
 mod init;
 pub mod reaping;
 pub mod seccomp;
+pub mod selfconfine;
 mod supervisor;
 mod sys;
 mod watch;

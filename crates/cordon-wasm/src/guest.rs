@@ -436,8 +436,10 @@ pub fn run(
             }
             Ok(UpdateDeadline::Continue(1))
         };
+        // Timers only: the signal driver would make a socketpair (tokio's self-pipe), which the
+        // confined runtime's seccomp filter refuses, and WASI here needs no I/O driver.
         let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+            .enable_time()
             .build()
             .map_err(|e| GuestEnd::Setup(format!("cannot start the async runtime: {e}")))?;
         let (end, peak) = match program {

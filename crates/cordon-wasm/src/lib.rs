@@ -16,9 +16,8 @@
 //! - `--output-limit` through the same [`cordon_policy::OutputCap`] as every other door.
 //!
 //! Two ways to run: [`run`] runs a module in the calling process (tests, and embedders that
-//! bring their own confinement); [`confined`] runs it as the payload of a process sandbox, so
-//! that seccomp, Landlock, rlimits and namespaces hold around the runtime itself — what
-//! `cordon run` does.
+//! bring their own confinement); [`confined`] runs it in a runtime process that confines
+//! itself first (seccomp, Landlock, rlimits, no privileges) — what `cordon run` does.
 //!
 //! Compiled code is cached ([`cache`]): content-addressed, written with write-then-rename,
 //! and checked with an HMAC before `deserialize` ever sees it.

@@ -9,6 +9,7 @@ use cordon_policy::network::entry_to_allow;
 use cordon_policy::outcome::exit;
 use cordon_policy::units::{format_duration, format_size};
 use cordon_policy::{LimitHit, Limits, Outcome};
+use cordon_wasm::confined::Stdin;
 
 use crate::sandbox_args::{BackendArgs, SandboxArgs};
 
@@ -72,47 +73,55 @@ pub fn main(a: RunArgs) -> i32 {
         None
     };
     let limits = profile.limits.clone();
-    // A WebAssembly module runs in the wasm runtime, itself the payload of this process
-    // sandbox (see cordon_wasm::confined).
-    let wasm = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
-        Ok(Some(module)) => match crate::run_wasm::prepare(&profile, &module, &a.command) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                return exit::CORDON_FAILED;
-            }
-        },
-        Ok(None) => None,
+    // A WebAssembly module runs in the confined wasm runtime (see cordon_wasm::confined).
+    let module = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("cordon: {e}");
             return exit::CORDON_FAILED;
         }
     };
-    let (profile, argv) = match &wasm {
-        Some(w) => (w.profile.clone(), w.argv.clone()),
-        None => (profile, a.command.clone()),
-    };
-    let req = RunRequest {
-        profile,
-        argv,
-        cwd: a.cwd.clone(),
-        env: BTreeMap::new(),
-        stdin,
-        output: if a.json {
-            OutputMode::Capture
-        } else {
-            OutputMode::Stream
-        },
-        egress,
-    };
-    let ran = cordon_linux::run(req).map(|o| match wasm {
-        Some(w) => w.finish(o),
-        None => {
-            let mut o = o;
-            o.enforcement.backend = Some(cordon_policy::Backend::Process);
-            o
+    let ran = match module {
+        Some(module) => {
+            if a.cwd.is_some() {
+                eprintln!("cordon: --cwd: a WebAssembly module has no working directory to set");
+                return exit::CORDON_FAILED;
+            }
+            let stdin = match stdin {
+                StdinSource::Empty => Stdin::Empty,
+                StdinSource::Bytes(b) => Stdin::Bytes(b),
+                StdinSource::File(p) => Stdin::File(p),
+                StdinSource::Inherit => Stdin::Inherit,
+            };
+            match crate::run_wasm::run(&profile, &module, &a.command, &BTreeMap::new(), stdin, !a.json)
+            {
+                Ok(o) => Ok(o),
+                Err(e) => {
+                    eprintln!("cordon: {e}");
+                    return exit::CORDON_FAILED;
+                }
+            }
         }
-    });
+        None => {
+            let req = RunRequest {
+                profile,
+                argv: a.command.clone(),
+                cwd: a.cwd.clone(),
+                env: BTreeMap::new(),
+                stdin,
+                output: if a.json {
+                    OutputMode::Capture
+                } else {
+                    OutputMode::Stream
+                },
+                egress,
+            };
+            cordon_linux::run(req).map(|mut o| {
+                o.enforcement.backend = Some(cordon_policy::Backend::Process);
+                o
+            })
+        }
+    };
     match ran {
         Ok(outcome) => {
             if a.json {

@@ -1,12 +1,13 @@
-//! `cordon run` of a WebAssembly module: which backend, and the wiring of cordon-wasm's
-//! confined run around the process engine.
+//! `cordon run` of a WebAssembly module: which backend, and cordon-wasm's confined runtime.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cordon_policy::Profile;
+use std::collections::BTreeMap;
+
+use cordon_policy::{Outcome, Profile};
 use cordon_wasm::cache::{self, Cache};
-use cordon_wasm::confined::{self, Prepared};
+use cordon_wasm::confined::{self, Stdin};
 
 use crate::sandbox_args::BackendChoice;
 
@@ -62,9 +63,15 @@ pub fn module_for(
     }
 }
 
-/// Prepares the confined run of `module`; the caller runs `prepared.profile` and
-/// `prepared.argv` with the process engine and hands the Outcome to `prepared.finish`.
-pub fn prepare(profile: &Profile, module: &Path, command: &[String]) -> Result<Prepared, String> {
+/// Runs `module` in the confined wasm runtime (see `cordon_wasm::confined`).
+pub fn run(
+    profile: &Profile,
+    module: &Path,
+    command: &[String],
+    extra_env: &BTreeMap<String, String>,
+    stdin: Stdin,
+    echo: bool,
+) -> Result<Outcome, String> {
     if profile.network.is_enabled() {
         return Err(
             "--allow-net: a WebAssembly module has no network (WASI sockets are refused), so \
@@ -82,15 +89,28 @@ pub fn prepare(profile: &Profile, module: &Path, command: &[String]) -> Result<P
         }
         None => None,
     };
-    let argv0 = command.first().map(String::as_str).unwrap_or_default();
-    let args = command.get(1..).unwrap_or_default();
-    confined::prepare(profile, module, argv0, args, &exe, cache).map_err(|e| e.to_string())
+    confined::run(confined::Request {
+        profile,
+        module,
+        argv: command.to_vec(),
+        extra_env: extra_env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        stdin,
+        echo,
+        exe: &exe,
+        cache,
+    })
+    .map_err(|e| e.to_string())
 }
 
-/// Prepares the confined run of a module handed over as base64 (the server's one-shot runs):
-/// the bytes go to a private temporary file that `prepare` reads (and copies) before it
-/// returns.
-pub fn prepare_bytes(profile: &Profile, b64: &str, argv: &[String]) -> Result<Prepared, String> {
+/// Runs a module handed over as base64 (the server's one-shot runs): the bytes go to a
+/// private temporary file that `run` reads (and copies) first.
+pub fn run_bytes(
+    profile: &Profile,
+    b64: &str,
+    argv: &[String],
+    extra_env: &BTreeMap<String, String>,
+    stdin: Stdin,
+) -> Result<Outcome, String> {
     use base64::Engine;
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -116,11 +136,11 @@ pub fn prepare_bytes(profile: &Profile, b64: &str, argv: &[String]) -> Result<Pr
         .mode(0o600)
         .open(&path)
         .and_then(|mut f| f.write_all(&bytes));
-    let prepared = written
+    let ran = written
         .map_err(|e| format!("{}: {e}", path.display()))
-        .and_then(|()| prepare(profile, &path, argv));
+        .and_then(|()| run(profile, &path, argv, extra_env, stdin, false));
     let _ = std::fs::remove_dir_all(&dir);
-    prepared
+    ran
 }
 
 /// `cordon __wasm SPEC`: the runtime inside the sandbox.

@@ -248,38 +248,33 @@ pub fn oneshot_main() -> i32 {
         None
     };
     // A module from the request: written where only this runner reads it, then run like
-    // `cordon run -- MODULE` (the runtime inside the sandbox).
-    let mut wasm = None;
-    let (profile, argv) = match &req.wasm {
-        Some(b64) => match crate::run_wasm::prepare_bytes(&req.profile, b64, &req.argv) {
-            Ok(w) => {
-                let pa = (w.profile.clone(), w.argv.clone());
-                wasm = Some(w);
-                pa
-            }
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                return 125;
-            }
-        },
-        None => (req.profile, req.argv),
+    // `cordon run -- MODULE` (the confined wasm runtime).
+    let stdin = req.stdin.map(String::into_bytes);
+    let ran = match &req.wasm {
+        Some(b64) => {
+            let stdin = match stdin {
+                Some(b) => cordon_wasm::confined::Stdin::Bytes(b),
+                None => cordon_wasm::confined::Stdin::Empty,
+            };
+            crate::run_wasm::run_bytes(&req.profile, b64, &req.argv, &req.env, stdin)
+                .map_err(|e| e.to_string())
+        }
+        None => {
+            let run = cordon_linux::RunRequest {
+                profile: req.profile,
+                argv: req.argv,
+                cwd: req.cwd,
+                env: req.env,
+                stdin: match stdin {
+                    Some(b) => cordon_linux::StdinSource::Bytes(b),
+                    None => cordon_linux::StdinSource::Empty,
+                },
+                output: cordon_linux::OutputMode::Capture,
+                egress,
+            };
+            cordon_linux::run(run).map_err(|e| e.to_string())
+        }
     };
-    let run = cordon_linux::RunRequest {
-        profile,
-        argv,
-        cwd: req.cwd,
-        env: req.env,
-        stdin: match req.stdin {
-            Some(s) => cordon_linux::StdinSource::Bytes(s.into_bytes()),
-            None => cordon_linux::StdinSource::Empty,
-        },
-        output: cordon_linux::OutputMode::Capture,
-        egress,
-    };
-    let ran = cordon_linux::run(run).map(|o| match wasm {
-        Some(w) => w.finish(o),
-        None => o,
-    });
     match ran {
         Ok(o) => match serde_json::to_string(&o) {
             Ok(s) => {

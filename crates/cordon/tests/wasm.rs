@@ -1,5 +1,5 @@
 //! `cordon run` of WebAssembly modules: recognised by their first bytes, run by the wasm
-//! runtime inside the process sandbox, attacked from inside, checked from outside; and the
+//! runtime that confines itself, attacked from inside, checked from outside; and the
 //! table: the same flags give the same Outcome fields from both backends. Root and rootless.
 //!
 //! The modules are built here from C (the cordon-wasm suite's tool.c) with Debian's clang and
@@ -113,16 +113,32 @@ fn native(flags: &[&str], args: &[&str]) -> Outcome {
 }
 
 #[test]
-fn a_module_is_recognised_and_runs_in_the_wasm_backend_inside_the_sandbox() {
+fn a_module_is_recognised_and_runs_in_the_confined_wasm_backend() {
     let o = tool(&[], &["hello", "a b"]);
     assert_eq!(o.status(), "exited", "{o}");
     assert_eq!(o.stdout(), "hello from wasm [a b]\n");
     let e = o.enforcement();
     assert_eq!(e["backend"], "wasm", "{o}");
-    // The runtime ran as the payload of a full process sandbox.
-    for layer in ["user_ns", "pid_ns", "net_ns", "mount_ns", "seccomp"] {
+    // The runtime confined itself: seccomp and rlimits, Landlock where the kernel has it, and
+    // a user and mount namespace only to own the --disk-capped scratch /workspace; no pid,
+    // network, ipc or uts namespace and no cgroup (a guest makes no syscall of its own).
+    for layer in ["seccomp", "rlimits", "user_ns", "mount_ns"] {
         assert_eq!(e[layer], true, "{layer}: {o}");
     }
+    for layer in ["pid_ns", "net_ns", "ipc_ns", "uts_ns", "cgroup_ns"] {
+        assert_eq!(e[layer], false, "{layer}: {o}");
+    }
+    assert_eq!(e["cgroup"], "none", "{o}");
+    let lsm = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
+    if lsm.split(',').any(|m| m.trim() == "landlock") {
+        assert!(e["landlock_abi"].as_u64().unwrap_or(0) >= 1, "{o}");
+    }
+    // With a --workspace there is no scratch to own: no namespace at all.
+    let ws = HostDir::new("wasm-ws-ns");
+    let o = tool(&["--workspace", ws.str()], &["hello", "ws"]);
+    assert_eq!(o.stdout(), "hello from wasm [ws]\n", "{o}");
+    assert_eq!(o.enforcement()["user_ns"], false, "{o}");
+    assert_eq!(o.enforcement()["seccomp"], true, "{o}");
     assert!(o.limits_hit().is_empty(), "{o}");
 
     // Without --json: the module's output streams, and its exit code is cordon's.
@@ -509,9 +525,11 @@ fn status_field<'a>(status: &'a str, key: &str) -> &'a str {
         .unwrap_or("?")
 }
 
-/// Checked from outside while a guest spins: wasmtime and its compiler run as the payload of
-/// a process sandbox, with every layer of one: seccomp, no_new_privs, no capabilities, an
-/// unprivileged identity, its own namespaces.
+/// Checked from outside while a guest spins: wasmtime and its compiler run confined — two
+/// seccomp filters (the sandbox's and the runtime's: no socket, exec or new process),
+/// no_new_privs, no capabilities, never root — in the host's pid and network namespaces (no
+/// process sandbox around it) and, without a --workspace, a user and mount namespace of its
+/// own that hold only the scratch tmpfs, which is mounted nowhere on the host.
 #[test]
 fn the_runtime_itself_runs_confined() {
     let marker = unique("confined");
@@ -527,7 +545,10 @@ fn the_runtime_itself_runs_confined() {
     let t = std::time::Instant::now();
     let found = loop {
         if let Some(f) = find_runtime(&marker) {
-            break f;
+            // Confinement comes first, the guest after: wait for the guest's threads.
+            if status_field(&f.1, "Threads:").parse::<u32>().unwrap_or(0) >= 2 {
+                break f;
+            }
         }
         assert!(
             t.elapsed() < Duration::from_secs(3),
@@ -537,9 +558,15 @@ fn the_runtime_itself_runs_confined() {
     };
     let (pid, status) = found;
     assert_eq!(status_field(&status, "Seccomp:"), "2", "{status}");
+    assert_eq!(status_field(&status, "Seccomp_filters:"), "2", "{status}");
     assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
     assert_eq!(
         status_field(&status, "CapEff:"),
+        "0000000000000000",
+        "{status}"
+    );
+    assert_eq!(
+        status_field(&status, "CapBnd:"),
         "0000000000000000",
         "{status}"
     );
@@ -552,16 +579,18 @@ fn the_runtime_itself_runs_confined() {
     if is_root() {
         assert!(uid >= 2_000_000_000, "{status}");
     }
-    for ns in ["user", "pid", "mnt", "net", "ipc"] {
+    for (ns, own) in [("user", true), ("mnt", true), ("pid", false), ("net", false)] {
         let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
         match (theirs, ours) {
-            (Ok(t), Ok(o)) => assert_ne!(t, o, "the runtime shares the host's {ns} namespace"),
-            // Not even allowed to look: it is not ours to inspect, which is the point.
+            (Ok(t), Ok(o)) => assert_eq!(t != o, own, "{ns}: {t:?} vs ours {o:?}"),
             (Err(e), _) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
             (t, o) => panic!("{ns}: {t:?} / {o:?}"),
         }
     }
+    // The scratch tmpfs is mounted nowhere the host sees.
+    let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(!host_mounts.contains("cordon-wasm"), "{host_mounts}");
     let o = running.wait().outcome();
     assert_eq!(o.status(), "timeout", "{o}");
 }
@@ -616,7 +645,7 @@ fn compiled_code_is_cached_and_checked() {
 }
 
 /// A module blocked in a read that never returns sees no epoch; the runtime's watchdog still
-/// ends it at its timeout (not at the process sandbox's backstop, 2 s later).
+/// ends it at its timeout (not at the caller's backstop, 2 s later).
 #[test]
 fn a_module_blocked_on_stdin_times_out_on_time() {
     let d = HostDir::new("wasm-fifo");
