@@ -580,8 +580,7 @@ pub fn runtime_filter() -> Result<BpfProgram, SeccompError> {
     .map_err(seccompiler::Error::Backend)?;
     let rule = SeccompRule::new(vec![no_thread]).map_err(seccompiler::Error::Backend)?;
     rules.insert(libc::SYS_clone, vec![rule]);
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(seccompiler::Error::Backend)?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(seccompiler::Error::Backend)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

@@ -64,7 +64,11 @@ pub fn drop_to(uid: u32, gid: u32) -> io::Result<()> {
 /// detached, idmapped copy of its mount on which root's files are `uid`'s, and what it
 /// creates is root's on disk — the process backend's idmapped workspace. Single-threaded
 /// callers only.
-pub fn idmapped_workspace(workspace: &std::path::Path, uid: u32, gid: u32) -> Result<OwnedFd, String> {
+pub fn idmapped_workspace(
+    workspace: &std::path::Path,
+    uid: u32,
+    gid: u32,
+) -> Result<OwnedFd, String> {
     crate::idmap::workspace_tree(workspace, uid, gid)
 }
 
@@ -107,9 +111,11 @@ pub fn scratch_full(root: &OwnedFd) -> (bool, bool) {
 pub fn confine(c: &SelfConfinement) -> Result<Held, String> {
     let mut held = Held::default();
     let step = |what: &str, e: io::Error| format!("{what}: {e}");
-    sys::setrlimit(libc::RLIMIT_FSIZE, c.file_size, c.file_size).map_err(|e| step("RLIMIT_FSIZE", e))?;
+    sys::setrlimit(libc::RLIMIT_FSIZE, c.file_size, c.file_size)
+        .map_err(|e| step("RLIMIT_FSIZE", e))?;
     sys::setrlimit(libc::RLIMIT_CORE, 0, 0).map_err(|e| step("RLIMIT_CORE", e))?;
-    sys::setrlimit(libc::RLIMIT_NOFILE, c.nofile, c.nofile).map_err(|e| step("RLIMIT_NOFILE", e))?;
+    sys::setrlimit(libc::RLIMIT_NOFILE, c.nofile, c.nofile)
+        .map_err(|e| step("RLIMIT_NOFILE", e))?;
     sys::setrlimit(libc::RLIMIT_DATA, c.data, c.data).map_err(|e| step("RLIMIT_DATA", e))?;
     held.rlimits = true;
     sys::close_fds_except(&c.keep_fds).map_err(|e| step("closing inherited fds", e))?;
@@ -129,9 +135,12 @@ pub fn confine(c: &SelfConfinement) -> Result<Held, String> {
     let applied = landlock_rules::apply(&rules, abi).map_err(|e| format!("Landlock: {e}"))?;
     held.landlock_abi = applied.abi;
     if applied.abi == 0 {
-        held.notes.push("Landlock is not available: the runtime's filesystem access is not fenced".into());
+        held.notes.push(
+            "Landlock is not available: the runtime's filesystem access is not fenced".into(),
+        );
     } else if applied.partial {
-        held.notes.push(format!("Landlock partially enforced (kernel ABI {abi})"));
+        held.notes
+            .push(format!("Landlock partially enforced (kernel ABI {abi})"));
     }
     if applied.abi < 6 {
         held.notes.push(

@@ -270,11 +270,20 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
     };
     // Without echo, nothing the runtime prints reaches the caller's streams (which may carry
     // the Outcome itself): what the guest wrote comes back in the report.
-    let out = |echo: bool| if echo { Stdio::inherit() } else { Stdio::null() };
+    let out = |echo: bool| {
+        if echo {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        }
+    };
     cmd.stdout(out(req.echo)).stderr(out(req.echo));
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| WasmError::Io(format!("cannot start the wasm runtime {}: {e}", req.exe.display())))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        WasmError::Io(format!(
+            "cannot start the wasm runtime {}: {e}",
+            req.exe.display()
+        ))
+    })?;
     if let (Some(b), Some(mut sink)) = (feed, child.stdin.take()) {
         // A guest that stops reading is no reason to hang: the writer goes on its own.
         std::thread::spawn(move || {
@@ -574,8 +583,8 @@ fn confined_main(
         other => return Err(format!("unknown kind '{other}'")),
     };
     // Read before confining, looked at only after: the runtime never opens the directory again.
-    let bytes = std::fs::read(spec.dir.join(MODULE))
-        .map_err(|e| format!("cannot read the module: {e}"))?;
+    let bytes =
+        std::fs::read(spec.dir.join(MODULE)).map_err(|e| format!("cannot read the module: {e}"))?;
     // Checked by the caller before it was handed in.
     let cached = spec
         .artifact
@@ -677,7 +686,10 @@ fn confined_main(
     let mut compiled = 0;
     if let Some(a) = &ran.new_artifact {
         let len = a.len() as u64;
-        if spec.write_compiled > 0 && len <= spec.write_compiled && compiled_file.write_all(a).is_ok() {
+        if spec.write_compiled > 0
+            && len <= spec.write_compiled
+            && compiled_file.write_all(a).is_ok()
+        {
             compiled = len;
         }
     }

@@ -93,8 +93,14 @@ pub fn main(a: RunArgs) -> i32 {
                 StdinSource::File(p) => Stdin::File(p),
                 StdinSource::Inherit => Stdin::Inherit,
             };
-            match crate::run_wasm::run(&profile, &module, &a.command, &BTreeMap::new(), stdin, !a.json)
-            {
+            match crate::run_wasm::run(
+                &profile,
+                &module,
+                &a.command,
+                &BTreeMap::new(),
+                stdin,
+                !a.json,
+            ) {
                 Ok(o) => Ok(o),
                 Err(e) => {
                     eprintln!("cordon: {e}");

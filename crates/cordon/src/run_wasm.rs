@@ -93,7 +93,10 @@ pub fn run(
         profile,
         module,
         argv: command.to_vec(),
-        extra_env: extra_env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        extra_env: extra_env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         stdin,
         echo,
         exe: &exe,

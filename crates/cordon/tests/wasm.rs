@@ -579,7 +579,12 @@ fn the_runtime_itself_runs_confined() {
     if is_root() {
         assert!(uid >= 2_000_000_000, "{status}");
     }
-    for (ns, own) in [("user", true), ("mnt", true), ("pid", false), ("net", false)] {
+    for (ns, own) in [
+        ("user", true),
+        ("mnt", true),
+        ("pid", false),
+        ("net", false),
+    ] {
         let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
         match (theirs, ours) {
