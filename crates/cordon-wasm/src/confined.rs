@@ -39,6 +39,9 @@ const ARTIFACT: &str = "artifact";
 const COMPILED: &str = "compiled";
 const REPORT: &str = "report";
 const HELD: &str = "held";
+/// The guest's environment, as JSON: a file, not the spec, because the spec is the runtime's
+/// argv, which every user on the host can read in /proc (and `--env` values may be secrets).
+const ENV: &str = "env.json";
 
 /// Private writable memory the runtime may hold on top of `--memory` (`RLIMIT_DATA`):
 /// wasmtime, Cranelift while it compiles, the guest's stack and the host's buffers. The
@@ -62,7 +65,6 @@ pub struct Spec {
     /// The private directory with the module and the report files.
     pub dir: PathBuf,
     pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
     pub preopens: Vec<Preopen>,
     /// A size-capped scratch `/workspace`: `(bytes, inodes)`.
     pub scratch: Option<(u64, u64)>,
@@ -223,11 +225,14 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
         env.push((k, v));
     }
     env.sort();
+    file(
+        ENV,
+        &serde_json::to_vec(&env).map_err(|e| WasmError::Io(e.to_string()))?,
+    )?;
     let spec = Spec {
         kind: kind.name().into(),
         dir: dir.0.clone(),
         argv: req.argv,
-        env,
         preopens,
         scratch: profile
             .workspace
@@ -585,6 +590,10 @@ fn confined_main(
     // Read before confining, looked at only after: the runtime never opens the directory again.
     let bytes =
         std::fs::read(spec.dir.join(MODULE)).map_err(|e| format!("cannot read the module: {e}"))?;
+    let env: Vec<(String, String)> = std::fs::read(spec.dir.join(ENV))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or("cannot read the guest's environment")?;
     // Checked by the caller before it was handed in.
     let cached = spec
         .artifact
@@ -669,7 +678,7 @@ fn confined_main(
     let engine = engine::new_engine().map_err(|e| e.to_string())?;
     let guest = Guest {
         argv: spec.argv,
-        env: spec.env,
+        env,
         preopens,
         stdin: GuestStdin::Inherit,
         stdout: GuestOutput::Capture {

@@ -533,12 +533,14 @@ fn status_field<'a>(status: &'a str, key: &str) -> &'a str {
 #[test]
 fn the_runtime_itself_runs_confined() {
     let marker = unique("confined");
+    let secret = unique("secret-value");
+    let env_flag = format!("CORDON_TEST_SECRET={secret}");
     let running = Cmd::cordon()
         .env(
             "CORDON_WASM_CACHE",
             built().cache.to_str().unwrap_or_default(),
         )
-        .args(["run", "--json", "--timeout", "4s", "--"])
+        .args(["run", "--json", "--timeout", "4s", "--env", &env_flag, "--"])
         .arg(&built().wasm)
         .args(["spin", &marker])
         .spawn();
@@ -557,6 +559,12 @@ fn the_runtime_itself_runs_confined() {
         std::thread::sleep(Duration::from_millis(10));
     };
     let (pid, status) = found;
+    // The guest's environment is not in the runtime's argv, which every user can read.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(&secret),
+        "an --env value is on the runtime's command line"
+    );
     assert_eq!(status_field(&status, "Seccomp:"), "2", "{status}");
     assert_eq!(status_field(&status, "Seccomp_filters:"), "2", "{status}");
     assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
