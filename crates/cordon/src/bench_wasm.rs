@@ -145,7 +145,7 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
     };
     let wasm_vs_process = ratio(get("cordon wasm"), get("cordon process"));
 
-    // CPU-bound: the same loop, natively and in the wasm runtime inside its sandbox (three
+    // CPU-bound: the same loop, natively and in the confined wasm runtime (three
     // runs each; the module's start-up is the hello row's, a small part of it).
     let runs = 3;
     let native_cmd = vec![s(&p.native), "compute".into(), COMPUTE_N.into()];
@@ -183,7 +183,7 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
         }
         println!(
             "  cordon wasm / cordon process = {wasm_vs_process:.2}x  (target: <= 0.50x; the wasm \
-             runtime runs inside a process sandbox)"
+             runtime confines itself, no process sandbox)"
         );
         println!(
             "CPU-bound loop ({COMPUTE_N} iterations, median of {runs}): native {:.0} ms, cordon \

@@ -159,8 +159,8 @@ impl SandboxArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BackendArgs {
     /// auto: a WebAssembly module (recognised by its first bytes, \0asm) runs in the wasm
-    /// runtime, anything else as a process; process or wasm to choose. The wasm runtime itself
-    /// runs inside the process sandbox's layers.
+    /// runtime, anything else as a process; process or wasm to choose. The wasm runtime
+    /// confines itself (seccomp, Landlock, rlimits, no privileges).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
 }
