@@ -129,6 +129,9 @@ pub fn confine(c: &SelfConfinement) -> Result<Held, String> {
     let rules = FsRules {
         read_only: c.read_only.clone(),
         read_write: c.read_write.clone(),
+        // A static binary's getrandom cannot find the libc function (no dlsym) and reads
+        // /dev/urandom instead: WASI's random and wasmtime's own need it.
+        files_rw: vec!["/dev/urandom".into()],
         ..FsRules::default()
     };
     let abi = crate::detect::landlock_abi();
