@@ -7,7 +7,8 @@
 # Boots Debian's cloud kernel under qemu (software emulation: no KVM needed, ~1.5 s to boot)
 # with an initramfs holding busybox, cordon and the libraries it links, mounts cgroup2 alone at
 # /sys/fs/cgroup, and checks what cordon reports: `cordon check`, a plain run, an OOM, a pids
-# limit, a CPU quota, and that no cgroup is left. With an engine test binary
+# limit, a CPU quota, a run without namespaces (user.max_user_namespaces=0) and its OOM, and
+# that no cgroup is left. With an engine test binary
 # (target/debug/deps/cordon_linux-*), its cgroup unit tests run there too. Needs root for apt
 # (qemu-system-x86); the kernel, busybox and cpio are downloaded with apt-get download and only
 # unpacked, never installed. Exit status 0 when every check holds.
@@ -61,6 +62,12 @@ echo "== plain"; cordon run --json -- /bin/sh -c 'echo hi'; echo
 echo "== oom"; cordon run --json --memory 32M -- /bin/sh -c 'x=$(head -c 100000000 /dev/zero | tr "\0" a); echo ${#x}'; echo
 echo "== pids"; cordon run --json --pids 8 -- /bin/sh -c 'for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 1 & done; wait'; echo
 echo "== cpu"; cordon run --json --cpus 0.25 --timeout 8s -- /bin/sh -c 'while :; do :; done'; echo
+# A host that refuses user namespaces (the sysctl at 0, as on a hardened kernel): cordon runs
+# without namespaces, in a v2 cgroup, with this kernel's Landlock (ABI 2: no TCP rules).
+echo 0 >/proc/sys/user/max_user_namespaces; chmod 777 /root  # only Landlock may refuse the write
+echo "== degraded"; cordon run --json -- /bin/sh -c 'echo x >/root/planted; ls /root; echo ok'; echo
+echo "== degraded oom"; cordon run --json --memory 32M -- /bin/sh -c 'x=$(head -c 100000000 /dev/zero | tr "\0" a); echo ${#x}'; echo
+echo "== planted: $(ls /root/planted 2>/dev/null || echo none)"
 echo "== left: $(find /sys/fs/cgroup -mindepth 1 -type d | wc -l) cgroups"
 if [ -x /usr/bin/engine-tests ]; then cd /tmp && engine-tests --test-threads=1 cgroup:: 2>&1 | grep 'test result'; fi
 echo "== end"
@@ -68,8 +75,11 @@ poweroff -f
 EOF
 chmod +x r/init r/stage2
 (cd r && find . | "$work/x/bin/cpio" -o -H newc 2>/dev/null | gzip -1) >initrd.gz
-timeout 600 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -nographic -no-reboot \
-  -kernel "$vmlinuz" -initrd initrd.gz -append "console=ttyS0 panic=-1 quiet" >vm.log 2>&1 || true
+# The console goes to a file, not to our stdio: with -nographic, qemu takes over the
+# caller's stdin and stdout (a caller writing to a file lost everything printed after it).
+timeout 600 qemu-system-x86_64 -machine q35,accel=tcg -m 1024 -smp 2 -display none -monitor none \
+  -serial file:vm.log -no-reboot -kernel "$vmlinuz" -initrd initrd.gz \
+  -append "console=ttyS0 panic=-1 quiet" </dev/null >qemu.log 2>&1 || true
 log=$(tr -d '\r' <vm.log)
 echo "$log" | sed -n '/^== kernel/,/^== end/p'
 
@@ -87,6 +97,11 @@ cpu=$(section cpu | grep -o '"cpu_user_ms":[0-9]*' | cut -d: -f2)
 if [ -z "$cpu" ] || [ "$cpu" -gt 3500 ] || [ "$cpu" -lt 1000 ]; then
   echo "cgroup2-vm: the CPU quota did not hold: ${cpu:-no} ms of CPU in 8 s at --cpus 0.25" >&2; fail=1
 fi
+need "$(section degraded)" '"user_ns":false' "a run without namespaces where the sysctl refuses them"
+need "$(section degraded)" '"cgroup":"v2"' "a run without namespaces in a v2 cgroup"
+need "$(section degraded)" 'Permission denied' "Landlock to refuse a write outside the grants"
+need "$(section 'degraded oom')" '"status":"oom"' "an OOM without namespaces to end as oom"
+need "$log" "== planted: none" "nothing written outside the grants"
 need "$log" "== left: 0 cgroups" "every cgroup removed"
 [ -z "$engine" ] || need "$log" "test result: ok" "the engine's cgroup tests to pass"
 exit $fail

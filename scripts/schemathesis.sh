@@ -19,7 +19,9 @@ trap cleanup EXIT
 
 # A key that the rate limit does not slow down, with room for the sandboxes the run creates.
 key=$("$cordon" keys create --name schemathesis --rps 100000 --max-sandboxes 20 --data-dir "$work/data")
-"$cordon" serve --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/serve.out" 2>"$work/serve.err" &
+# Pulls only from a loopback port with no registry behind it: the fuzzer's image references must
+# never make the server connect anywhere else (and port 9 refuses at once).
+"$cordon" serve --listen 127.0.0.1:0 --data-dir "$work/data" --pull-from 127.0.0.1:9 >"$work/serve.out" 2>"$work/serve.err" &
 server=$!
 url=
 for _ in $(seq 100); do

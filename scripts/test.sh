@@ -12,15 +12,20 @@ if [ "$(id -u)" -eq 0 ]; then
   # docker-registry, umoci, skopeo, busybox-static, apache2-utils (htpasswd): the image tests
   # build images, push them to a loopback registry and pull them (crates/cordon/tests/image.rs).
   # clang, lld, wasi-libc, libclang-rt-dev-wasm32: the wasm suites build their modules from C.
+  # podman, crun, runc: the benchmark's `podman run --rm` row beside `cordon run --image` (~30 s
+  # of apt; runc because crun refuses a hybrid cgroup v1/v2 host like CI's).
   # jq: the README's curl walk-through (crates/cordon/tests/http_contract.rs).
   # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user: the aarch64 build and its
   # emulated unit tests below (x86_64 hosts).
   cross=(); [ "$(uname -m)" = x86_64 ] && cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
-    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils \
+    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
     clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
+  # npm: the JavaScript E2B SDKs' end-to-end test installs them (a nodejs from elsewhere may
+  # bring its own npm).
+  command -v npm >/dev/null || pkgs+=(npm)
   if [ ${#pkgs[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
@@ -90,14 +95,39 @@ for line in sys.stdin:
   done
 fi
 
-echo "== Python: SDK against a real server, kernel drivers, MCP end to end"
+# cgroup v2 (this host's controllers are held by v1): the engine's cgroup unit tests and
+# cordon's limits, OOM and removal — with and without namespaces — on Debian's kernel under
+# qemu (software emulation, 35-60 s here; needs apt for qemu-system-x86 and the kernel package).
+if [ "${CORDON_TEST_CGROUP2_VM:-0}" = 1 ] && [ "$(id -u)" -eq 0 ]; then
+  echo "== cgroup v2 in a VM (scripts/cgroup2-vm.sh)"
+  engine=$(cargo test --locked -p cordon-linux --lib --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
+        print(m["executable"])')
+  ./scripts/cgroup2-vm.sh target/debug/cordon "$engine"
+fi
+
+echo "== Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
 venv=$(mktemp -d)/venv
+# The gateway's upstream servers run in sandboxes (an unprivileged uid, even as root) with the
+# venv bound read-only: its directory must be reachable by others, as a system Python is.
+chmod 755 "$(dirname "$venv")"
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt pytest schemathesis==4.32.5
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests crates/cordon-server/src/kernels/tests clients/mcp-e2e
+# One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
+# environment), which must not meet in one session.
+for suite in "clients/python/tests crates/cordon-server/src/kernels/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
+  # shellcheck disable=SC2086 # the first entry names two directories
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
+done
+
+echo "== the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
+"$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10
 
 echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"

@@ -167,3 +167,79 @@ def sb(conn: Dict[str, Any]) -> Iterator[Sandbox]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@dataclass
+class RegistryImage:
+    """A busybox image built here with umoci and pushed with skopeo to a docker-registry on
+    loopback: ``reference`` names it there, ``digest`` is its manifest's."""
+
+    reference: str
+    digest: str
+
+
+def _need(tool: str) -> None:
+    from shutil import which
+
+    if which(tool) is None:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"{tool} is not installed (scripts/test.sh installs it)")
+        pytest.skip(f"{tool} is not installed (apt-get install it, or run scripts/test.sh)")
+
+
+@pytest.fixture(scope="session")
+def registry_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryImage]:
+    import json
+    import shutil
+    import socket
+
+    for tool in ("docker-registry", "umoci", "skopeo", "busybox"):
+        _need(tool)
+    work = tmp_path_factory.mktemp("registry")
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    oci, bundle = work / "oci", work / "bundle"
+    layout = f"{oci}:t"
+    run("umoci", "init", "--layout", str(oci))
+    run("umoci", "new", "--image", layout)
+    run("umoci", "unpack", "--rootless", "--image", layout, str(bundle))
+    root = bundle / "rootfs"
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    shutil.copy(shutil.which("busybox") or "", root / "bin" / "busybox")
+    (root / "bin" / "sh").symlink_to("busybox")
+    (root / "etc" / "greeting").write_text("hello from the image\n")
+    run("umoci", "repack", "--refresh-bundle", "--image", layout, str(bundle))
+    run("umoci", "config", "--image", layout, "--config.env", "FROM_IMAGE=yes", "--config.cmd", "/bin/sh")
+    digest = json.loads((oci / "index.json").read_text())["manifests"][0]["digest"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = work / "registry.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {work / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    reg = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("docker-registry did not start")
+                time.sleep(0.05)
+        reference = f"127.0.0.1:{port}/sdk/busybox:1"
+        env = dict(os.environ, TMPDIR=str(work))
+        subprocess.run(
+            ["skopeo", "--insecure-policy", "copy", "--dest-tls-verify=false", "-q", f"oci:{layout}", f"docker://{reference}"],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
+        yield RegistryImage(reference=reference, digest=digest)
+    finally:
+        reg.kill()
+        reg.wait()

@@ -30,7 +30,7 @@ from cordon_sdk import (
     SandboxError,
 )
 
-from .conftest import Server, payloads
+from .conftest import RegistryImage, Server, payloads
 
 pytestmark = pytest.mark.anyio  # async-only
 
@@ -553,5 +553,53 @@ async def test_every_documented_route_is_reached(
         await sb.code.delete_context("bash", "walk")
         await sb.network.set([])
         await sb.network.get()
+        await sb.pause()
+        await sb.resume()
+    await AsyncSandbox.list_images(**conn)
+    with pytest.raises(BadRequestError):
+        await AsyncSandbox.pull_image("Not A Reference!", **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- images --------------------------------------------------------------------------------
+
+
+async def test_pull_list_and_run_from_an_image(conn: Dict[str, Any], registry_image: RegistryImage) -> None:
+    events: List[Dict[str, Any]] = []
+    pulled = await AsyncSandbox.pull_image(registry_image.reference, on_progress=events.append, **conn)
+    assert pulled.reference == registry_image.reference
+    assert pulled.image.digest == registry_image.digest and pulled.image.layers >= 1
+    kinds = [e.get("event") for e in events]
+    assert kinds[0] == "resolved" and ("layer_done" in kinds or "layer_cached" in kinds), kinds
+    # Again, without progress: the same image, nothing fetched.
+    again = await AsyncSandbox.pull_image(registry_image.reference, **conn)
+    assert again.image.digest == registry_image.digest
+    listed = await AsyncSandbox.list_images(**conn)
+    assert registry_image.digest in [i.digest for i in listed]
+    assert registry_image.reference in next(i.names for i in listed if i.digest == registry_image.digest)
+    sb = await AsyncSandbox.create(image=registry_image.reference, **conn)
+    try:
+        out = await sb.commands.run("cat /etc/greeting; echo $FROM_IMAGE")
+        assert out.stdout == "hello from the image\nyes\n", out
+    finally:
+        await sb.kill()
+        await sb.close()
+    outcome = await AsyncSandbox.run(["/bin/sh", "-c", "cat /etc/greeting"], image=registry_image.reference, **conn)
+    assert outcome.stdout == "hello from the image\n" and outcome.image is not None
+    assert outcome.image.digest == registry_image.digest
+    with pytest.raises(BadRequestError):
+        await AsyncSandbox.pull_image("Not A Reference!", **conn)
+
+
+async def test_pause_refuses_commands_until_resumed(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(**conn) as sb:
+        await sb.commands.run("echo 1 > /tmp/n")
+        info = await sb.pause()
+        assert info.state == "paused", info
+        with pytest.raises(SandboxError) as e:
+            await sb.commands.run("true")
+        assert e.value.status == 409, e.value
+        info = await sb.resume()
+        assert info.state == "running", info
+        assert (await sb.commands.run("cat /tmp/n")).stdout == "1\n"

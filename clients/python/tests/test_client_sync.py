@@ -28,7 +28,7 @@ from cordon_sdk import (
     SandboxError,
 )
 
-from .conftest import Server, payloads
+from .conftest import RegistryImage, Server, payloads
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -549,5 +549,53 @@ def test_every_documented_route_is_reached(
         sb.code.delete_context("bash", "walk")
         sb.network.set([])
         sb.network.get()
+        sb.pause()
+        sb.resume()
+    Sandbox.list_images(**conn)
+    with pytest.raises(BadRequestError):
+        Sandbox.pull_image("Not A Reference!", **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- images --------------------------------------------------------------------------------
+
+
+def test_pull_list_and_run_from_an_image(conn: Dict[str, Any], registry_image: RegistryImage) -> None:
+    events: List[Dict[str, Any]] = []
+    pulled = Sandbox.pull_image(registry_image.reference, on_progress=events.append, **conn)
+    assert pulled.reference == registry_image.reference
+    assert pulled.image.digest == registry_image.digest and pulled.image.layers >= 1
+    kinds = [e.get("event") for e in events]
+    assert kinds[0] == "resolved" and ("layer_done" in kinds or "layer_cached" in kinds), kinds
+    # Again, without progress: the same image, nothing fetched.
+    again = Sandbox.pull_image(registry_image.reference, **conn)
+    assert again.image.digest == registry_image.digest
+    listed = Sandbox.list_images(**conn)
+    assert registry_image.digest in [i.digest for i in listed]
+    assert registry_image.reference in next(i.names for i in listed if i.digest == registry_image.digest)
+    sb = Sandbox.create(image=registry_image.reference, **conn)
+    try:
+        out = sb.commands.run("cat /etc/greeting; echo $FROM_IMAGE")
+        assert out.stdout == "hello from the image\nyes\n", out
+    finally:
+        sb.kill()
+        sb.close()
+    outcome = Sandbox.run(["/bin/sh", "-c", "cat /etc/greeting"], image=registry_image.reference, **conn)
+    assert outcome.stdout == "hello from the image\n" and outcome.image is not None
+    assert outcome.image.digest == registry_image.digest
+    with pytest.raises(BadRequestError):
+        Sandbox.pull_image("Not A Reference!", **conn)
+
+
+def test_pause_refuses_commands_until_resumed(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(**conn) as sb:
+        sb.commands.run("echo 1 > /tmp/n")
+        info = sb.pause()
+        assert info.state == "paused", info
+        with pytest.raises(SandboxError) as e:
+            sb.commands.run("true")
+        assert e.value.status == 409, e.value
+        info = sb.resume()
+        assert info.state == "running", info
+        assert (sb.commands.run("cat /tmp/n")).stdout == "1\n"

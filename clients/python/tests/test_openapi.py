@@ -38,7 +38,8 @@ MODELS: List[Type[Any]] = [
 REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[str, Any]]]] = {
     "CreateSandbox": (
         lambda: _core.create_body(
-            "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s"
+            "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s",
+            "python:3.12-slim",
         ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),
@@ -48,7 +49,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     ),
     "RunRequest": (
         lambda: _core.run_body(
-            ["m.wasm"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"], b"\0asm"
+            ["m.wasm"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"], b"\0asm", "python:3.12-slim"
         ),
         lambda: _core.run_body("true", None, None, None, None, None, None, None, None, None, None),
     ),
@@ -65,6 +66,10 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "NetworkPolicy": (
         lambda: _core.network_body(["pypi.org", "10.0.0.0/8"], {"api.test": "10.1.2.3"}),
         lambda: _core.network_body([], None),
+    ),
+    "PullRequest": (
+        lambda: _core.pull_body("127.0.0.1:5000/team/app:1", "linux/arm64/v8"),
+        lambda: _core.pull_body("python:3.12-slim", None),
     ),
 }
 

@@ -16,6 +16,9 @@ pub enum ImageError {
     /// A reference (`NAME[:TAG][@DIGEST]`) or digest that cannot be parsed.
     #[error("invalid image reference {reference:?}: {reason}")]
     InvalidReference { reference: String, reason: String },
+    /// A platform that is not `OS/ARCH[/VARIANT]` in lower case.
+    #[error("invalid platform {0:?}: OS/ARCH[/VARIANT] in lower case, e.g. linux/arm64")]
+    InvalidPlatform(String),
     /// No image in the store answers to this reference.
     #[error("no image {reference} in the store (pull or import it first: `cordon image ls` lists what is there)")]
     NotFound { reference: String },

@@ -69,19 +69,30 @@ impl Platform {
 
     /// Parses `os/arch[/variant]`.
     pub fn parse(s: &str) -> Result<Platform, ImageError> {
+        // The grammar of OCI's platform fields as registries write them: lower-case OS and
+        // architecture (`amd64`, `arm64`, `x86_64` has an underscore), an optional variant.
+        // Anything else would never match an index entry, so it is refused here rather than
+        // reported later as "no such platform".
+        let part = |p: &str, underscore: bool| {
+            !p.is_empty()
+                && p.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || (underscore && b == b'_')
+                })
+        };
         let mut it = s.split('/');
         match (it.next(), it.next(), it.next(), it.next()) {
-            (Some(os), Some(arch), variant, None) if !os.is_empty() && !arch.is_empty() => {
+            (Some(os), Some(arch), variant, None)
+                if part(os, false)
+                    && part(arch, true)
+                    && variant.is_none_or(|v| part(v, false)) =>
+            {
                 Ok(Platform {
                     os: os.to_string(),
                     architecture: arch.to_string(),
-                    variant: variant.filter(|v| !v.is_empty()).map(str::to_string),
+                    variant: variant.map(str::to_string),
                 })
             }
-            _ => Err(ImageError::InvalidReference {
-                reference: s.chars().take(100).collect(),
-                reason: "a platform is OS/ARCH[/VARIANT], e.g. linux/arm64".into(),
-            }),
+            _ => Err(ImageError::InvalidPlatform(s.chars().take(100).collect())),
         }
     }
 }
@@ -286,4 +297,38 @@ pub fn is_layer(media_type: &str) -> bool {
         || media_type.starts_with("application/vnd.oci.image.layer.nondistributable.v1.tar")
         || media_type.starts_with("application/vnd.docker.image.rootfs.diff.tar")
         || media_type.starts_with("application/vnd.docker.image.rootfs.foreign.diff.tar")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms_are_lower_case_os_arch_and_an_optional_variant() {
+        let p = Platform::parse("linux/arm64/v8").unwrap();
+        assert_eq!((p.os.as_str(), p.architecture.as_str()), ("linux", "arm64"));
+        assert_eq!(p.variant.as_deref(), Some("v8"));
+        assert_eq!(
+            Platform::parse("linux/x86_64").unwrap().to_string(),
+            "linux/x86_64"
+        );
+        for bad in [
+            "",
+            "linux",
+            "LINUX/amd64",
+            "linux/AMD64",
+            "linux//v8",
+            "linux/amd64/",
+            "/amd64",
+            "linux/amd64/v8/x",
+            "linux/amd 64",
+            "li_nux/amd64",
+            "linux/amd64/v_8",
+            "linux/ärm",
+        ] {
+            let e = Platform::parse(bad).unwrap_err();
+            assert!(matches!(e, ImageError::InvalidPlatform(_)), "{bad:?}: {e}");
+            assert!(e.to_string().contains("in lower case"), "{e}");
+        }
+    }
 }

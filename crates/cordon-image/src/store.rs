@@ -154,6 +154,22 @@ pub struct ImageRoot {
 }
 
 impl ImageRoot {
+    /// What the engine takes: the layers and the config a run honours. Keep `self` alive
+    /// until the sandbox is gone (it holds the layers against prune).
+    pub fn root_image(&self) -> cordon_policy::RootImage {
+        let c = &self.config;
+        cordon_policy::RootImage {
+            reference: self.reference.clone(),
+            digest: self.digest.as_ref().map(|d| d.to_string()),
+            layers: self.lower_dirs.clone(),
+            env: c.env.clone().unwrap_or_default(),
+            entrypoint: c.entrypoint.clone().unwrap_or_default(),
+            cmd: c.cmd.clone().unwrap_or_default(),
+            working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+            user: c.user.clone().filter(|u| !u.is_empty()),
+        }
+    }
+
     /// A plain directory used as an image: one lower layer, no config.
     pub fn directory(path: &Path) -> Result<ImageRoot, ImageError> {
         let abs =
@@ -173,6 +189,12 @@ impl ImageRoot {
             _leases: Vec::new(),
         })
     }
+}
+
+/// Whether an `--image` value names a plain directory (a path starting with `/` or `.`)
+/// rather than an image in the store.
+pub fn names_directory(s: &str) -> bool {
+    s.starts_with('/') || s.starts_with("./") || s.starts_with("../") || s == "."
 }
 
 /// The store at `<data-dir>/images`.
@@ -356,7 +378,7 @@ impl Store {
     /// What the engine mounts for `s`: an image in the store, or (a path starting with `/`
     /// or `.`) a plain directory.
     pub fn resolve(&self, s: &str) -> Result<ImageRoot, ImageError> {
-        if s.starts_with('/') || s.starts_with("./") || s.starts_with("../") || s == "." {
+        if names_directory(s) {
             return ImageRoot::directory(Path::new(s));
         }
         // Shared store lock while the leases are taken: prune cannot slip in between

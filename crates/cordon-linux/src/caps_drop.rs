@@ -36,8 +36,43 @@ pub fn drop_all() -> Result<(), String> {
             }
         }
     }
-    // Clearing the permitted set also clears the effective one; the kernel keeps the ambient
-    // set inside permitted ∩ inheritable, so with those empty it is empty too.
+    clear_sets()
+}
+
+/// Drops what a process outside any user namespace of its own can drop: the bounding set
+/// where it still holds CAP_SETPCAP (cordon run as root, before it gives up uid 0), then
+/// every other set; and checks that none is left. Without CAP_SETPCAP neither the bounding
+/// set nor the securebits can change, and need not: with no capability permitted, uid not 0
+/// and `no_new_privs` (set next), no exec can gain one.
+pub fn drop_without_userns() -> Result<(), String> {
+    drop_bounding()?;
+    clear_sets()
+}
+
+/// Empties the bounding set where CAP_SETPCAP allows it (see `drop_without_userns`); called
+/// by root before it gives up uid 0, which takes CAP_SETPCAP with it.
+pub fn drop_bounding() -> Result<(), String> {
+    for cap in 0..64 {
+        let one = CapabilitySet::from_bits_retain(1 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
+            Err(Errno::INVAL) if cap > 0 => break,
+            Err(Errno::PERM) => break,
+            Err(e) => {
+                return Err(format!(
+                    "dropping capability {cap} from the bounding set: {}",
+                    std::io::Error::from(e)
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Empties the ambient, permitted and inheritable sets (the effective one goes with
+/// permitted; the kernel keeps ambient inside permitted ∩ inheritable) and checks that
+/// nothing is left.
+fn clear_sets() -> Result<(), String> {
     for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
         caps::clear(None, set).map_err(|e| format!("clearing {set:?} capabilities: {e}"))?;
     }

@@ -29,6 +29,10 @@ pub struct HostReport {
     pub environment: Environment,
     /// Why each missing feature is missing here, and what the user can do.
     pub obstacles: Vec<Obstacle>,
+    /// How a sandbox runs here: `"full"` (every layer), `"no_namespaces"` (the host refuses
+    /// namespaces: Landlock, seccomp, rlimits and a delegated cgroup only, one-shot runs only;
+    /// see `enforcement`), or `"none"` (cordon refuses, exit 125).
+    pub mode: &'static str,
 }
 
 impl HostReport {
@@ -585,6 +589,29 @@ fn apparmor_obstacle(f: &HostFacts, seen: &str) -> Obstacle {
     }
 }
 
+/// Whether AppArmor gives a user namespace this process makes no capabilities (Ubuntu 23.10
+/// and later: `kernel.apparmor_restrict_unprivileged_userns = 1`, and cordon unconfined, that
+/// is without its profile): the namespace would be made, but nothing could be mounted in it,
+/// so a sandbox goes on without namespaces rather than fail. Two small reads per run, only
+/// where the sysctl exists.
+pub fn apparmor_denies_userns(euid: u32) -> bool {
+    if euid == 0 {
+        return false;
+    }
+    let Some(restrict) = read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    else {
+        return false;
+    };
+    let label = read_trimmed("/proc/self/attr/apparmor/current")
+        .or_else(|| read_trimmed("/proc/self/attr/current"));
+    restricted_for(&restrict, label.as_deref())
+}
+
+/// See [`apparmor_denies_userns`]: the sysctl's value and this process's AppArmor label.
+fn restricted_for(restrict: &str, label: Option<&str>) -> bool {
+    restrict == "1" && label.is_none_or(|l| l.trim_end_matches('\0').trim() == "unconfined")
+}
+
 fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
@@ -766,7 +793,7 @@ pub fn probe() -> HostReport {
                 Probe::Refused(e) => format!("creating a sandbox's namespaces was refused: {}", errno_text(e)),
                 Probe::NotTried => "could not be tried (fork failed)".into(),
             },
-            cost_if_missing: "no private root, pid, network, ipc or uts namespace: the sandbox would see the host's files and processes and reach its network; cordon refuses to run (exit 125)",
+            cost_if_missing: "no private root, pid, network, ipc or uts namespace: one-shot runs go on without them (Landlock fences the host's files and TCP, seccomp the socket families, a per-run host dir holds /tmp and HOME; the host's processes are visible in /proc; ipc and hostname are shared) and say so in enforcement; `--require user_ns` (or any namespace) refuses instead (exit 125); persistent sandboxes and `cordon serve` without --allow-degraded refuse",
         },
         Support {
             name: "proc",
@@ -830,7 +857,25 @@ pub fn probe() -> HostReport {
         cgroup_found: cg.as_ref().ok().map(|l| l.version().name()),
         env: environment(),
     };
+    let obstacles = explain(&facts);
+    let mode = if facts.env.root_in_user_namespace {
+        "none"
+    } else if userns == Probe::Works {
+        if proc_mount == Probe::Works {
+            "full"
+        } else if abi > 0 && apparmor_denies_userns(euid) {
+            // cordon run sees the restriction and does not try (see `apparmor_denies_userns`).
+            "no_namespaces"
+        } else {
+            "none"
+        }
+    } else if abi > 0 {
+        "no_namespaces"
+    } else {
+        "none"
+    };
     HostReport {
+        mode,
         kernel,
         running_as_root: euid == 0,
         euid,
@@ -839,7 +884,7 @@ pub fn probe() -> HostReport {
             .map(|(v, _)| v.name().to_string())
             .unwrap_or_else(|_| "none".into()),
         features,
-        obstacles: explain(&facts),
+        obstacles,
         environment: facts.env,
     }
 }
@@ -879,6 +924,17 @@ mod tests {
 
     /// Ubuntu 23.10+: the sysctl is on and cordon has no profile. The fix names the profile
     /// shipped in packaging/apparmor and how to load it.
+    /// Restricted and unconfined: a sandbox skips the namespaces; under a profile (cordon's,
+    /// which grants `userns`) or without the restriction, it tries them.
+    #[test]
+    fn apparmor_restriction_decides_for_unconfined_only() {
+        assert!(restricted_for("1", Some("unconfined")));
+        assert!(restricted_for("1", Some("unconfined\0")));
+        assert!(restricted_for("1", None));
+        assert!(!restricted_for("1", Some("cordon (enforce)")));
+        assert!(!restricted_for("0", Some("unconfined")));
+    }
+
     #[test]
     fn apparmor_restriction_is_named_with_the_profile_to_install() {
         let mut f = with_sysctl(healthy(1000), APPARMOR_RESTRICT, "1");

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use landlock::{
-    Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// Paths (inside the new root) and what may be done beneath them.
@@ -21,6 +21,9 @@ pub struct FsRules {
     pub read_only: Vec<PathBuf>,
     /// Directory listing only (`/`, `/dev`).
     pub list_only: Vec<PathBuf>,
+    /// TCP: `None` leaves it to the network namespace; `Some(ports)` (a sandbox without one)
+    /// refuses every TCP bind and every connect but to these ports (ABI 4+).
+    pub tcp_connect: Option<Vec<u16>>,
 }
 
 /// What was enforced.
@@ -38,6 +41,11 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET))
         .map_err(|e| err(&e))?;
+    if rules.tcp_connect.is_some() && kernel_abi >= 4 {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(TARGET))
+            .map_err(|e| err(&e))?;
+    }
     if kernel_abi >= 6 {
         ruleset = ruleset
             .scope(Scope::AbstractUnixSocket | Scope::Signal)
@@ -61,6 +69,13 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
             created = created
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(|e| format!("rule for {}: {e}", p.display()))?;
+        }
+    }
+    for port in rules.tcp_connect.iter().flatten() {
+        if kernel_abi >= 4 {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(|e| format!("rule for TCP port {port}: {e}"))?;
         }
     }
     let status = created.restrict_self().map_err(|e| err(&e))?;

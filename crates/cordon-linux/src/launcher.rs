@@ -72,13 +72,98 @@ pub(crate) struct Prepared {
     cgroup_plan: Option<CgroupPlan>,
     /// Held until the init has its copy (see `plan.workspace_tree`).
     workspace_tree: Option<OwnedFd>,
+    /// Held until the init has its copies (see `plan.image`).
+    layer_trees: Vec<OwnedFd>,
+    /// The children that made the idmappings' user namespaces, reaped once the sandbox is on
+    /// its way (they are gone by then; see `idmap::MappingChild`).
+    mapping_children: Vec<idmap::MappingChild>,
     pub cgroup_name: String,
     pub plan: plan::Plan,
     pub host_uid: u32,
     pub notes: Vec<String>,
+    /// Layers the caller required (namespace layers are checked when the clone is refused).
+    require: Vec<Layer>,
+    /// The caller accepts running without Landlock where there are no namespaces either.
+    allow_no_landlock: bool,
+    /// Set when the host refused namespaces and the sandbox runs without them: the per-run
+    /// scratch directory, removed by [`Prepared::cleanup`].
+    pub run_dir: Option<PathBuf>,
 }
 
 impl Prepared {
+    /// The sandbox runs in the host's namespaces (see `degrade`).
+    pub fn degraded(&self) -> bool {
+        self.plan.no_namespaces
+    }
+
+    /// Removes what a sandbox without namespaces left on the host (its run directory).
+    /// Called once nothing of the sandbox runs any more.
+    pub fn cleanup(&mut self) {
+        if let Some(dir) = self.run_dir.take() {
+            remove_run_dir(&dir);
+        }
+    }
+
+    /// The host refused the namespaces (`why`): go on without them where the caller allows
+    /// it — no namespace layer required, Landlock there or explicitly waived, a one-shot run —
+    /// with a per-run scratch directory owned by the sandbox's uid.
+    fn degrade(&mut self, why: &std::io::Error) -> Result<(), EngineError> {
+        let refused = format!("{why}; this host refuses user namespaces (see `cordon check`)");
+        let ns: Vec<&str> = self
+            .require
+            .iter()
+            .filter(|l| NAMESPACE_LAYERS.contains(l))
+            .map(|l| l.name())
+            .collect();
+        if !ns.is_empty() {
+            return Err(EngineError::Required {
+                missing: ns.join(","),
+                hint: refused,
+            });
+        }
+        if self.plan.persistent {
+            return Err(EngineError::Setup {
+                step: "creating namespaces (clone)".into(),
+                message: format!(
+                    "{refused}; persistent sandboxes need namespaces (one-shot runs go on \
+                     without them)"
+                ),
+                errno: why.raw_os_error(),
+            });
+        }
+        if self.plan.image.is_some() {
+            // An image's root is an overlay mount: there is no root to swap without a mount
+            // namespace, and running on the host's root instead would run something else.
+            return Err(EngineError::Setup {
+                step: "creating namespaces (clone)".into(),
+                message: format!(
+                    "{refused}; running from an image needs a mount namespace (its root                      replaces the host's), so --image cannot run on this host"
+                ),
+                errno: why.raw_os_error(),
+            });
+        }
+        if self.plan.kernel_landlock_abi == 0 && !self.allow_no_landlock {
+            return Err(EngineError::Required {
+                missing: Layer::Landlock.name().to_string(),
+                hint: format!(
+                    "{refused}, and without namespaces Landlock is the only wall around the \
+                     host's files, but this kernel has none; --allow-no-landlock runs anyway, \
+                     with the host's files protected by their permissions only"
+                ),
+            });
+        }
+        let dir = make_run_dir(self.plan.host_uid, self.plan.host_gid, self.plan.drop_root)
+            .map_err(|e| EngineError::io("creating the sandbox's scratch directory", e))?;
+        self.plan.degrade(&dir);
+        self.run_dir = Some(dir);
+        // The tree stays below us even if the init dies first: we kill what is left.
+        sys::set_child_subreaper().map_err(|e| EngineError::io("becoming a subreaper", e))?;
+        self.notes.push(format!(
+            "the host refused namespaces ({why}): the sandbox runs without them (see `cordon check`)"
+        ));
+        Ok(())
+    }
+
     pub fn enforcement(&self) -> Enforcement {
         Enforcement {
             cgroup: self.cgroup_name.clone(),
@@ -124,6 +209,134 @@ impl Prepared {
                 Ok(())
             }
         }
+    }
+}
+
+/// The layers only a namespace gives.
+pub const NAMESPACE_LAYERS: [Layer; 7] = [
+    Layer::UserNs,
+    Layer::PidNs,
+    Layer::NetNs,
+    Layer::MountNs,
+    Layer::IpcNs,
+    Layer::UtsNs,
+    Layer::CgroupNs,
+];
+
+/// What a sandbox without namespaces does not have, one note each, for `enforcement.notes`.
+pub fn degraded_notes(landlock_abi: u32, network: bool) -> Vec<String> {
+    let mut notes = vec![
+        "no pid namespace: the host's processes are visible in /proc (their command lines \
+         too); signals to them are refused only by Landlock's scoping (ABI 6+)"
+            .to_string(),
+        "no mount namespace: the host's filesystem is fenced by Landlock alone; /tmp and \
+         HOME are a per-run host directory (TMPDIR, HOME), not size-capped by --disk (each \
+         file is, by RLIMIT_FSIZE); no /dev/shm; --ro/--rw paths are seen at their host path"
+            .to_string(),
+        "no network namespace: sockets other than AF_UNIX are refused by seccomp; connecting \
+         to the host's AF_UNIX sockets by path is refused (connect) only without a network \
+         policy"
+            .to_string(),
+        "no ipc or uts namespace: System V IPC and POSIX message queues are refused \
+         (seccomp: their objects would be the host's); the hostname is the host's"
+            .to_string(),
+        "no user namespace: the sandbox runs as its host uid itself".to_string(),
+    ];
+    if landlock_abi == 0 {
+        notes.push(
+            "no Landlock: the host's files are protected by their permissions only".to_string(),
+        );
+    } else if landlock_abi < 4 && network {
+        notes.push(format!(
+            "Landlock ABI {landlock_abi} has no TCP rules: TCP is refused, the egress proxy \
+             cannot be reached"
+        ));
+    } else if landlock_abi >= 4 && network {
+        notes.push(
+            "TCP: connect only to the egress proxy's port (Landlock); AF_UNIX sockets of the \
+             host are reachable by path; the proxy listens on the host's loopback, where other \
+             local processes can reach it (and this run's allowlist) while the run lasts"
+                .to_string(),
+        );
+    }
+    if landlock_abi < 6 {
+        notes.push(
+            "no Landlock signal/abstract-socket scoping (ABI < 6): the host's processes of the \
+             same uid can be signalled"
+                .to_string(),
+        );
+    }
+    notes
+}
+
+/// A fresh per-run directory with `tmp`, `home` and `workspace` in it, 0700, owned by the
+/// sandbox's uid (made by root, handed over). Its name is not guessable ahead: a name taken
+/// by someone else fails rather than being reused.
+fn make_run_dir(uid: u32, gid: u32, chown: bool) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-run-{}-{}-{nanos:x}",
+        sys::getpid(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    let mut b = std::fs::DirBuilder::new();
+    b.mode(0o700);
+    b.create(&dir)?;
+    let made = (|| {
+        for d in plan::run_dir_parts(&dir) {
+            b.create(&d)?;
+            if chown {
+                std::os::unix::fs::chown(&d, Some(uid), Some(gid))?;
+            }
+        }
+        if chown {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Ok(dir),
+        Err(e) => {
+            remove_run_dir(&dir);
+            Err(e)
+        }
+    }
+}
+
+/// Removes a run directory whatever the sandbox did to it (a directory it made unreadable is
+/// made ours again first). Symlinks are removed, never followed.
+fn remove_run_dir(dir: &std::path::Path) {
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    fn open_up(p: &std::path::Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        if meta.is_dir() {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            if let Ok(entries) = std::fs::read_dir(p) {
+                for e in entries.flatten() {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+    open_up(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run that ends early (a required layer found missing once the init was cloned, say)
+/// leaves no scratch directory behind either; `supervisor::run` keeps its `Prepared` until
+/// nothing of the sandbox runs.
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        self.cleanup();
     }
 }
 
@@ -195,10 +408,12 @@ pub(crate) fn prepare(
     plan.persistent = persistent;
     // A root-owned workspace, as root: idmap it so the sandbox user may write there.
     let mut workspace_tree = None;
+    let mut mapping_children = Vec::new();
     let root_owned_workspace = euid == 0 && host_uid >= ROOT_MODE_UID_BASE;
     if let Some(ws) = profile.workspace.as_ref().filter(|_| root_owned_workspace) {
         match idmap::workspace_tree(ws, host_uid, host_gid) {
-            Ok(tree) => {
+            Ok((tree, child)) => {
+                mapping_children.push(child);
                 plan.workspace_tree = Some(tree.as_raw_fd());
                 workspace_tree = Some(tree);
                 notes.push(
@@ -213,14 +428,37 @@ pub(crate) fn prepare(
             )),
         }
     }
+    // An image as root: its layers are host root's (and in a 0700 store); the sandbox gets
+    // idmapped copies in which root's files are its own.
+    let mut layer_trees = Vec::new();
+    if let Some(img) = plan.image.as_mut().filter(|_| euid == 0) {
+        let layers: Vec<&std::path::Path> = img.layers.iter().map(|l| l.as_path()).collect();
+        let (trees, child) =
+            idmap::layer_trees(&layers, host_uid, host_gid).map_err(|why| EngineError::Setup {
+                step: "mounting the image's layers".into(),
+                message: format!(
+                    "{why} (an image run as root needs idmapped mounts: Linux 5.12+ and a \
+                     filesystem that supports them)"
+                ),
+                errno: None,
+            })?;
+        layer_trees = trees;
+        mapping_children.push(child);
+        img.layer_trees = layer_trees.iter().map(|t| t.as_raw_fd()).collect();
+    }
     Ok(Prepared {
         workspace_tree,
+        layer_trees,
+        mapping_children,
         cgroup: None,
         cgroup_plan,
         cgroup_name: "none".to_string(),
         plan,
         host_uid,
         notes,
+        require: profile.require.clone(),
+        allow_no_landlock: profile.allow_no_landlock,
+        run_dir: None,
     })
 }
 
@@ -237,8 +475,7 @@ pub(crate) fn spawn_init(
         move |e: std::io::Error| EngineError::io(what, e)
     };
     let (chan_parent, chan_child) = sys::seqpacket_pair().map_err(io("channel"))?;
-    let plan = &prepared.plan;
-    if plan.drop_root {
+    if prepared.plan.drop_root {
         // The init starts with our credentials until its maps are written and it takes on
         // the sandbox's ids; host root's supplementary groups must not come along (inside, a
         // gid_map written with setgroups denied could never shed them). cordon as root needs
@@ -251,21 +488,36 @@ pub(crate) fn spawn_init(
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    // SAFETY: the caller guarantees this process is single-threaded (see the crate docs); the
-    // child runs only `init_entry`, which keeps to what `clone_into` allows.
-    let init = match unsafe { sys::clone_into(flags) } {
+    let mut cloned = if !prepared.plan.drop_root && detect::apparmor_denies_userns(sys::geteuid()) {
+        Err(std::io::Error::other(
+            "AppArmor gives cordon's user namespaces no capabilities here \
+             (kernel.apparmor_restrict_unprivileged_userns = 1, and cordon runs unconfined)",
+        ))
+    } else {
+        // SAFETY: the caller guarantees this process is single-threaded (see the crate docs);
+        // the child runs only `init_entry`, which keeps to what `clone_into` allows.
+        unsafe { sys::clone_into(flags) }
+    };
+    if let Err(e) = &cloned {
+        // Refused namespaces (EPERM: AppArmor, a container's seccomp profile, the
+        // unprivileged_userns_clone sysctl; ENOSPC: max_user_namespaces; EINVAL/EUSERS/
+        // ENOSYS): the layers that need none, or a refusal the caller asked for.
+        prepared.degrade(e)?;
+        // SAFETY: as above; no namespace flags, so this is a plain fork.
+        cloned = unsafe { sys::clone_into(0) };
+    }
+    let plan = &prepared.plan;
+    let init = match cloned {
         Ok(sys::Fork::Child) => {
             drop(chan_parent);
             init::init_entry(plan, Channel::new(chan_child), stdio)
         }
         Ok(sys::Fork::Parent(p)) => p,
         Err(e) => {
-            let who = if plan.drop_root { "" } else { "unprivileged " };
+            prepared.cleanup();
             return Err(EngineError::Setup {
-                step: "creating namespaces (clone)".into(),
-                message: format!(
-                    "{e}; this host refuses {who}user namespaces (see `cordon check`)"
-                ),
+                step: "starting the sandbox (clone)".into(),
+                message: e.to_string(),
                 errno: e.raw_os_error(),
             });
         }
@@ -273,8 +525,14 @@ pub(crate) fn spawn_init(
     // Close the child's ends at once, or we would never see EOF.
     drop((stdio, chan_child));
     prepared.workspace_tree = None;
+    prepared.layer_trees.clear();
     let chan = Channel::new(chan_parent);
-    let started = write_id_maps(init, plan.host_uid, plan.host_gid)
+    let maps = if plan.no_namespaces {
+        Ok(())
+    } else {
+        write_id_maps(init, plan.host_uid, plan.host_gid)
+    };
+    let started = maps
         .map_err(io("writing the sandbox's uid/gid maps"))
         .and_then(|_| {
             chan.send(&ToSandbox::Mapped)
@@ -295,6 +553,7 @@ pub(crate) fn spawn_init(
             )
             .map_err(io("starting the sandbox"))
         });
+    prepared.mapping_children.clear();
     // Clearing what dead cordons left behind waits until the sandbox is on its way.
     if let Some(cg) = &prepared.cgroup {
         cgroup::remove_stale(cg.layout());
@@ -352,7 +611,15 @@ fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> std::io::Result<()> {
 }
 
 /// Records what the init reported as confined.
-pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) {
+/// `degraded`: `None` when the sandbox has its namespaces; else whether it has a network
+/// policy (the namespaces are then reported missing, with what that leaves open: see
+/// `degraded_notes`).
+pub(crate) fn apply_confined(
+    enforcement: &mut Enforcement,
+    msg: &ToSupervisor,
+    degraded: Option<bool>,
+) {
+    let namespaces = degraded.is_none();
     if let ToSupervisor::Confined {
         landlock_abi,
         landlock_partial,
@@ -362,13 +629,13 @@ pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) 
         ..
     } = msg
     {
-        enforcement.user_ns = true;
-        enforcement.pid_ns = true;
-        enforcement.net_ns = true;
-        enforcement.mount_ns = true;
-        enforcement.ipc_ns = true;
-        enforcement.uts_ns = true;
-        enforcement.cgroup_ns = true;
+        enforcement.user_ns = namespaces;
+        enforcement.pid_ns = namespaces;
+        enforcement.net_ns = namespaces;
+        enforcement.mount_ns = namespaces;
+        enforcement.ipc_ns = namespaces;
+        enforcement.uts_ns = namespaces;
+        enforcement.cgroup_ns = namespaces;
         enforcement.seccomp = *seccomp;
         enforcement.rlimits = *rlimits;
         enforcement.landlock_abi = *landlock_abi;
@@ -376,6 +643,11 @@ pub(crate) fn apply_confined(enforcement: &mut Enforcement, msg: &ToSupervisor) 
             enforcement.notes.push(format!(
                 "Landlock partially enforced (kernel ABI {landlock_abi})"
             ));
+        }
+        if let Some(network) = degraded {
+            enforcement
+                .notes
+                .extend(degraded_notes(*landlock_abi, network));
         }
         enforcement
             .notes

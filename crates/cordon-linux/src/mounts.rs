@@ -11,7 +11,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::plan::{Plan, RootEntry};
+use crate::plan::{ImagePlan, Plan, RootEntry};
 use crate::sys;
 
 const MS_RDONLY: libc::c_ulong = libc::MS_RDONLY;
@@ -258,6 +258,78 @@ fn root_inodes(plan: &Plan) -> u64 {
     64 + entries
 }
 
+/// Where an image's layers are attached in the staging root: short paths, so that even
+/// overlayfs' most layers (500) fit the one page a mount's options may take.
+fn layer_point(i: usize) -> PathBuf {
+    PathBuf::from(format!("/l{i}"))
+}
+/// The writable layer's tmpfs in the staging root (`upper` and overlayfs' `work` in it).
+const UPPER: &str = "/u";
+
+/// Mounts an image's root at /newroot: its layers read-only (as root, the idmapped copies the
+/// supervisor made; rootless, binds of the store's directories, which are the user's own)
+/// under a writable layer on a tmpfs capped like /tmp. overlayfs runs inside the sandbox's
+/// user namespace, hence `userxattr`: whiteouts are `user.overlay.*` xattrs (see
+/// cordon-image's unpacker), and nothing the sandbox does reaches the layers.
+fn image_root(image: &ImagePlan, plan: &Plan) -> Result<(), MountError> {
+    let mut lower = String::from("lowerdir=");
+    for (i, layer) in image.layers.iter().enumerate() {
+        let point = layer_point(i);
+        mkdir_p(&point, 0o755).step(|| format!("mkdir {}", point.display()))?;
+        match image.layer_trees.get(i) {
+            Some(&tree) => {
+                sys::move_mount_to(tree, &point)
+                    .step(|| format!("attach the image's layer {i}"))?;
+                // SAFETY: the supervisor left this fd open across the clone for this one use;
+                // nothing else owns it.
+                drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
+            }
+            None => sys::mount(
+                Some(&under_old(layer)),
+                &point,
+                None,
+                libc::MS_BIND | libc::MS_REC,
+                None,
+            )
+            .step(|| format!("bind the image's layer {}", layer.display()))?,
+        }
+        if i > 0 {
+            lower.push(':');
+        }
+        lower.push_str(&point.to_string_lossy());
+    }
+    tmpfs(
+        Path::new(UPPER),
+        plan.limits.disk,
+        plan.limits.scratch_inodes(),
+        0o755,
+        MS_NOSUID | MS_NODEV,
+    )?;
+    for d in ["upper", "work"] {
+        let p = Path::new(UPPER).join(d);
+        mkdir_p(&p, 0o755).step(|| format!("mkdir {}", p.display()))?;
+    }
+    let data = format!("{lower},upperdir={UPPER}/upper,workdir={UPPER}/work,userxattr");
+    if data.len() >= 4096 {
+        return Err(MountError {
+            step: format!("mount the image's {} layers", image.layers.len()),
+            error: io::Error::other("too many layers for one overlay mount"),
+        });
+    }
+    sys::mount(
+        Some(Path::new("overlay")),
+        Path::new(NEW),
+        Some("overlay"),
+        MS_NOSUID | MS_NODEV,
+        Some(&data),
+    )
+    .step(|| {
+        "mount the image's root (overlayfs in a user namespace: Linux 5.11+, and 6.7+ for an \
+         image with deleted files)"
+            .into()
+    })
+}
+
 /// Runs in the sandbox init, inside fresh user and mount namespaces.
 pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     sys::mount(
@@ -269,26 +341,35 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     )
     .step(|| "make / private".into())?;
 
-    // Staging tmpfs; after the first pivot the host tree is at /oldroot.
+    // Staging tmpfs; after the first pivot the host tree is at /oldroot. An image's layers
+    // and its writable layer are staged there too (one directory each).
+    let layers = plan.image.as_ref().map_or(0, |i| i.layers.len() as u64);
     sys::mount(
         Some(Path::new("tmpfs")),
         Path::new(STAGE),
         Some("tmpfs"),
         MS_NOSUID | MS_NODEV,
-        Some("size=1m,nr_inodes=16,mode=755"),
+        Some(&format!("size=1m,nr_inodes={},mode=755", 16 + layers)),
     )
     .step(|| "mount staging tmpfs".into())?;
     let stage = Path::new(STAGE);
     mkdir_p(&stage.join("oldroot"), 0o755).step(|| "mkdir oldroot".into())?;
-    tmpfs(
-        &stage.join("newroot"),
-        1 << 20,
-        root_inodes(plan),
-        0o755,
-        MS_NOSUID | MS_NODEV,
-    )?;
+    if plan.image.is_none() {
+        tmpfs(
+            &stage.join("newroot"),
+            1 << 20,
+            root_inodes(plan),
+            0o755,
+            MS_NOSUID | MS_NODEV,
+        )?;
+    } else {
+        mkdir_p(&stage.join("newroot"), 0o755).step(|| "mkdir newroot".into())?;
+    }
     sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
+    if let Some(image) = &plan.image {
+        image_root(image, plan)?;
+    }
 
     // Scratch space first, so that binds the user asked for under /tmp or /workspace land on
     // top of it instead of being hidden by it.
@@ -361,15 +442,24 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         }
     }
 
-    // Everything is mounted; the root itself becomes read-only.
-    sys::mount(
-        None,
-        Path::new(NEW),
-        None,
-        libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-        None,
-    )
-    .step(|| "remount / read-only".into())?;
+    // Everything is mounted; the root itself becomes read-only — unless it is an image's,
+    // whose writable layer is the sandbox's own (and capped like /tmp).
+    if plan.image.is_none() {
+        sys::mount(
+            None,
+            Path::new(NEW),
+            None,
+            libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+            None,
+        )
+        .step(|| "remount / read-only".into())?;
+    } else {
+        // Docker creates a `WorkingDir` the image lacks; so do we (in the writable layer).
+        let cwd = under_new(&plan.cwd);
+        if !cwd.exists() {
+            mkdir_p(&cwd, 0o755).step(|| format!("mkdir {}", plan.cwd.display()))?;
+        }
+    }
 
     // Second pivot: into the new root, then detach the staging tree (and the host with it).
     std::env::set_current_dir(NEW).step(|| "chdir newroot".into())?;

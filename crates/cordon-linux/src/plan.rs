@@ -54,6 +54,102 @@ pub struct Plan {
     pub network: bool,
     /// Persistent sandbox: the init serves exec requests instead of running one payload.
     pub persistent: bool,
+    /// The root is an image's layers under a writable layer instead of host binds.
+    pub image: Option<ImagePlan>,
+    /// The host refused namespaces: the sandbox runs in the host's own (see [`Plan::degrade`]).
+    pub no_namespaces: bool,
+    /// Landlock rules for a sandbox without a mount namespace: the same grants, on host paths
+    /// (`--ro`/`--rw` sources instead of their destinations), completed by `degrade`.
+    pub host_landlock: FsRules,
+}
+
+/// Where a sandbox without a mount namespace keeps its scratch space: a per-run host
+/// directory (0700, the sandbox's own, removed after the run) in place of the tmpfs mounts.
+pub fn run_dir_parts(run_dir: &Path) -> [PathBuf; 3] {
+    [
+        run_dir.join("tmp"),
+        run_dir.join("home"),
+        run_dir.join("workspace"),
+    ]
+}
+
+impl Plan {
+    /// Turns the plan into one for the host's own namespaces: scratch dirs, HOME and TMPDIR in
+    /// `run_dir`, the working directory on the host (`/workspace…` is the workspace's host
+    /// path), Landlock rules on host paths and refusing TCP but to the proxy.
+    pub fn degrade(&mut self, run_dir: &Path) {
+        let [tmp, home, scratch_ws] = run_dir_parts(run_dir);
+        let workspace = self.workspace.clone().unwrap_or(scratch_ws);
+        self.host_landlock
+            .read_write
+            .extend([tmp.clone(), home.clone(), workspace.clone()]);
+        self.host_landlock.tcp_connect = Some(Vec::new());
+        let inner_home = Path::new(cordon_policy::profile::HOME);
+        let cwd = &self.cwd;
+        self.cwd = if let Ok(rest) = cwd.strip_prefix("/workspace") {
+            workspace.join(rest)
+        } else if let Ok(rest) = cwd.strip_prefix(inner_home) {
+            home.join(rest)
+        } else if let Ok(rest) = cwd.strip_prefix("/tmp") {
+            tmp.join(rest)
+        } else {
+            cwd.clone()
+        };
+        self.set_env("HOME", &home.to_string_lossy());
+        self.set_env("TMPDIR", &tmp.to_string_lossy());
+        self.no_namespaces = true;
+    }
+
+    /// Sets (or replaces) one variable of the payload's environment.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        let prefix = format!("{key}=");
+        self.env
+            .retain(|e| !e.as_bytes().starts_with(prefix.as_bytes()));
+        let mut bytes = prefix.into_bytes();
+        bytes.extend(value.bytes().filter(|b| *b != 0));
+        if let Ok(c) = CString::new(bytes) {
+            self.env.push(c);
+        }
+    }
+}
+
+/// An image root: its layers (host paths, top first) and, as root, detached idmapped copies
+/// of them that the init attaches instead (fds it inherits; see `idmap::layer_trees`).
+#[derive(Debug, Clone)]
+pub struct ImagePlan {
+    pub layers: Vec<PathBuf>,
+    pub layer_trees: Vec<std::os::fd::RawFd>,
+}
+
+/// Top-level entries of an image root that get their own rules: the union of the layers'
+/// top-level directories and files (a whiteout hides one in the merged root; a rule whose
+/// path is gone is skipped). `/dev` and `/proc` are cordon's own mounts, with their rules.
+fn image_top_level(layers: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut files = std::collections::BTreeSet::new();
+    for layer in layers {
+        let Ok(entries) = std::fs::read_dir(layer) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name == "dev" || name == "proc" {
+                continue;
+            }
+            let dest = Path::new("/").join(&name);
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    dirs.insert(dest);
+                }
+                Ok(t) if t.is_file() => {
+                    files.insert(dest);
+                }
+                _ => {}
+            }
+        }
+    }
+    files.retain(|f| !dirs.contains(f));
+    (dirs.into_iter().collect(), files.into_iter().collect())
 }
 
 const SYSTEM_DIRS: &[&str] = &[
@@ -115,13 +211,25 @@ pub struct PlanInput<'a> {
 
 pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let p = input.profile;
-    if input.argv.is_empty() && !input.persistent_ok {
-        return Err(EngineError::Invalid(
-            "no command given: put it after --, e.g. cordon run -- python3 -c 'print(1)'".into(),
-        ));
+    // A persistent sandbox's commands run as given (`docker exec` does not prepend the
+    // entrypoint either).
+    let argv_vec = match &p.root_image {
+        Some(img) if !input.persistent_ok => img.command(input.argv),
+        _ => input.argv.to_vec(),
+    };
+    if argv_vec.is_empty() && !input.persistent_ok {
+        return Err(EngineError::Invalid(match &p.root_image {
+            Some(img) => format!(
+                "no COMMAND given and the image {} has no Entrypoint or Cmd: put one after --, \
+                 e.g. cordon run --image {} -- /bin/sh -c 'echo hi'",
+                img.reference, img.reference
+            ),
+            None => "no COMMAND given: cordon run [OPTIONS] -- COMMAND [ARGS]..., e.g. \
+                 cordon run -- python3 -c 'print(1)'"
+                .into(),
+        }));
     }
-    let argv = input
-        .argv
+    let argv = argv_vec
         .iter()
         .map(|a| cstring(a, "an argument"))
         .collect::<Result<Vec<_>, _>>()?;
@@ -170,18 +278,43 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             .map(|d| PathBuf::from("/dev").join(d))
             .collect(),
         read_exec: Vec::new(),
+        tcp_connect: None,
     };
-    for dir in SYSTEM_DIRS {
+    // No listing of `/` or `/dev` on the host: beneath them is everything (Landlock rules
+    // are hierarchical), and the names of a host's files say much about it.
+    let mut host_ll = FsRules {
+        list_only: Vec::new(),
+        read_only: vec!["/proc".into()],
+        read_write: Vec::new(),
+        files_rw: ll.files_rw.clone(),
+        read_exec: Vec::new(),
+        tcp_connect: None,
+    };
+    let image = p.root_image.as_ref().map(|img| ImagePlan {
+        layers: img.layers.clone(),
+        layer_trees: Vec::new(),
+    });
+    if let Some(img) = &image {
+        // The image's root is the sandbox's own writable layer: everything in it may be
+        // written, as in a container; the host's system dirs are not there at all.
+        let (dirs, files) = image_top_level(&img.layers);
+        ll.read_write.extend(dirs);
+        ll.files_rw.extend(files);
+    }
+    for dir in SYSTEM_DIRS.iter().filter(|_| image.is_none()) {
         if let Some(e) = host_entry(Path::new(dir), Path::new(dir), false) {
             root.push(e);
             ll.read_exec.push(dir.into());
+            host_ll.read_exec.push(dir.into());
         }
     }
     match p.system {
+        _ if image.is_some() => {}
         SystemView::Full => {
             if let Some(e) = host_entry(Path::new("/etc"), Path::new("/etc"), false) {
                 root.push(e);
                 ll.read_exec.push("/etc".into());
+                host_ll.read_exec.push("/etc".into());
             }
         }
         SystemView::Minimal => {
@@ -189,6 +322,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
                 if let Some(e) = host_entry(Path::new(f), Path::new(f), false) {
                     root.push(e);
                     ll.read_exec.push(f.into());
+                    host_ll.read_exec.push(f.into());
                 }
             }
         }
@@ -205,9 +339,19 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         });
         if b.writable {
             ll.read_write.push(b.dest.clone());
+            host_ll.read_write.push(b.source.clone());
         } else {
             ll.read_exec.push(b.dest.clone());
+            host_ll.read_exec.push(b.source.clone());
         }
+    }
+    // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
+    // there it is the same directory, unless a bind of the profile's own claims the name.
+    if !p.binds.iter().any(|b| b.dest.starts_with("/home/user")) {
+        root.push(RootEntry::Symlink {
+            target: "sandbox".into(),
+            link: "/home/user".into(),
+        });
     }
     if let Some(ws) = &p.workspace {
         let meta = std::fs::metadata(ws)
@@ -219,7 +363,14 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             )));
         }
     }
-    let cwd = PathBuf::from(input.cwd.unwrap_or("/workspace"));
+    let cwd = match (
+        input.cwd,
+        p.root_image.as_ref().and_then(|i| i.working_dir()),
+    ) {
+        (Some(c), _) => PathBuf::from(c),
+        (None, Some(w)) => w,
+        (None, None) => PathBuf::from("/workspace"),
+    };
     if !cwd.is_absolute() {
         return Err(EngineError::Invalid(format!(
             "--cwd {}: must be an absolute path inside the sandbox, e.g. /workspace/src",
@@ -244,5 +395,8 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         drop_root: input.drop_root,
         network,
         persistent: false,
+        image,
+        no_namespaces: false,
+        host_landlock: host_ll,
     })
 }

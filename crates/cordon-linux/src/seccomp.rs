@@ -599,6 +599,136 @@ pub fn install_runtime() -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// The second filter of a sandbox that has no network namespace (see `init`'s degraded
+/// mode), stacked on the main one (the kernel applies both; the stricter answer wins). With
+/// no namespace holding only loopback, every socket would reach the host's network and its
+/// local daemons, so:
+/// - `socket`: `AF_UNIX` stream and seqpacket only (an unconnected datagram socket could
+///   `sendto` any host socket by path: syslog, journald, notify sockets); with `tcp`, also
+///   `AF_INET`/`AF_INET6` stream sockets of protocol 0 or TCP — Landlock's TCP rules then
+///   allow connecting only to the egress proxy's port (UDP, SCTP, MPTCP are outside those
+///   rules, hence refused here);
+/// - `socketpair`: `AF_UNIX` only (a pair reaches nothing outside);
+/// - `connect`: refused without `tcp`: a pathname `AF_UNIX` socket of the host's (an agent's,
+///   a session bus, a container daemon's) is reachable by path, and Landlock does not guard
+///   connecting to one. With `tcp`, `connect` must stay open for the proxy, and that gap is
+///   reported in `enforcement.notes`;
+/// - System V IPC and POSIX message queues: without an IPC namespace their objects are the
+///   host's (shared memory segments of the same uid's desktop, say).
+pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
+    let mut asm = Asm::default();
+    let allow = asm.label();
+    let deny = asm.label();
+    let arch_ok = asm.label();
+    asm.ld(DATA_ARCH);
+    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
+    asm.ret(RET_KILL);
+    asm.bind(arch_ok);
+    asm.ld(DATA_NR);
+    let not_socket = asm.label();
+    asm.jeq(libc::SYS_socket as u32, Jump::Next, Jump::To(not_socket));
+    {
+        asm.ld(arg_lo(0));
+        let inet = asm.label();
+        asm.jeq(libc::AF_UNIX as u32, Jump::Next, Jump::To(inet));
+        asm.ld(arg_lo(1));
+        asm.and(0xf);
+        asm.jeq(libc::SOCK_STREAM as u32, Jump::To(allow), Jump::Next);
+        asm.jeq(libc::SOCK_SEQPACKET as u32, Jump::To(allow), Jump::To(deny));
+        asm.bind(inet);
+        if tcp {
+            let stream = asm.label();
+            asm.jeq(libc::AF_INET as u32, Jump::To(stream), Jump::Next);
+            asm.jeq(libc::AF_INET6 as u32, Jump::To(stream), Jump::To(deny));
+            asm.bind(stream);
+            asm.ld(arg_lo(1));
+            asm.and(0xf);
+            asm.jeq(libc::SOCK_STREAM as u32, Jump::Next, Jump::To(deny));
+            asm.ld(arg_lo(2));
+            asm.jeq(0, Jump::To(allow), Jump::Next);
+            asm.jeq(libc::IPPROTO_TCP as u32, Jump::To(allow), Jump::To(deny));
+        } else {
+            asm.ja(deny);
+        }
+    }
+    asm.bind(not_socket);
+    let not_pair = asm.label();
+    asm.jeq(libc::SYS_socketpair as u32, Jump::Next, Jump::To(not_pair));
+    asm.ld(arg_lo(0));
+    asm.jeq(libc::AF_UNIX as u32, Jump::To(allow), Jump::To(deny));
+    asm.bind(not_pair);
+    for nr in HOST_IPC {
+        asm.jeq(*nr as u32, Jump::To(deny), Jump::Next);
+    }
+    if !tcp {
+        asm.jeq(libc::SYS_connect as u32, Jump::To(deny), Jump::Next);
+    }
+    asm.bind(allow);
+    asm.ret(RET_ALLOW);
+    asm.bind(deny);
+    asm.ret(RET_EPERM);
+    asm.finish()
+}
+
+/// A filter that refuses namespace creation the way Docker's default profile does (`unshare`
+/// and `clone` with a `CLONE_NEW*` flag: `EPERM`; `clone3`: `ENOSYS`), for measuring cordon on
+/// such a host (`cordon bench`, see `__refuse-namespaces` in the CLI). Sets `no_new_privs`
+/// and installs it on the calling thread; what this thread execs keeps it.
+pub fn refuse_namespaces() -> Result<(), SeccompError> {
+    let mut asm = Asm::default();
+    let deny = asm.label();
+    let allow = asm.label();
+    let arch_ok = asm.label();
+    asm.ld(DATA_ARCH);
+    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
+    asm.ret(RET_KILL);
+    asm.bind(arch_ok);
+    asm.ld(DATA_NR);
+    asm.jeq(libc::SYS_unshare as u32, Jump::To(deny), Jump::Next);
+    let not_clone3 = asm.label();
+    asm.jeq(libc::SYS_clone3 as u32, Jump::Next, Jump::To(not_clone3));
+    asm.ret(RET_ENOSYS);
+    asm.bind(not_clone3);
+    asm.jeq(libc::SYS_clone as u32, Jump::Next, Jump::To(allow));
+    asm.ld(arg_lo(0));
+    let any_new = CLONE_NEW_FLAGS.iter().fold(0, |m, f| m | f);
+    asm.jset(any_new, Jump::To(deny), Jump::To(allow));
+    asm.bind(allow);
+    asm.ret(RET_ALLOW);
+    asm.bind(deny);
+    asm.ret(RET_EPERM);
+    // seccompiler sets no_new_privs first.
+    seccompiler::apply_filter(&asm.finish()?)?;
+    Ok(())
+}
+
+/// The IPC syscalls whose objects live in the IPC namespace (refused without one).
+const HOST_IPC: &[i64] = &[
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
+];
+
+/// Installs [`no_netns_filter`] on the calling thread, after [`install`].
+pub fn install_no_netns(tcp: bool) -> Result<(), SeccompError> {
+    seccompiler::apply_filter(&no_netns_filter(tcp)?)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,6 +884,53 @@ mod tests {
                 other => panic!("instruction {other:#x} not understood by the test interpreter"),
             };
         }
+    }
+
+    /// The filter of a sandbox without namespaces, without and with a network policy: each
+    /// socket family and type, `connect`, the IPC calls, and everything else allowed.
+    #[test]
+    fn no_netns_filter_verdicts() -> AnyResult<()> {
+        let nr = |n: i64| n as u32;
+        let sock = |fam: i32, ty: i32, proto: i32| [fam as u64, ty as u64, proto as u64, 0, 0, 0];
+        let unix_stream = sock(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let unix_seq = sock(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+        let unix_dgram = sock(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+        let tcp4 = sock(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+        let tcp6 = sock(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP);
+        let sctp = sock(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP);
+        let udp = sock(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        let netlink = sock(libc::AF_NETLINK, libc::SOCK_RAW, 0);
+        let none = [0u64; 6];
+        for tcp in [false, true] {
+            let prog = no_netns_filter(tcp)?;
+            let tcp_ok = if tcp { RET_ALLOW } else { RET_EPERM };
+            let cases = [
+                ("unix stream", nr(libc::SYS_socket), unix_stream, RET_ALLOW),
+                ("unix seqpacket", nr(libc::SYS_socket), unix_seq, RET_ALLOW),
+                ("unix dgram", nr(libc::SYS_socket), unix_dgram, RET_EPERM),
+                ("tcp4", nr(libc::SYS_socket), tcp4, tcp_ok),
+                ("tcp6", nr(libc::SYS_socket), tcp6, tcp_ok),
+                ("sctp", nr(libc::SYS_socket), sctp, RET_EPERM),
+                ("udp", nr(libc::SYS_socket), udp, RET_EPERM),
+                ("netlink", nr(libc::SYS_socket), netlink, RET_EPERM),
+                ("unix pair", nr(libc::SYS_socketpair), unix_dgram, RET_ALLOW),
+                ("inet pair", nr(libc::SYS_socketpair), tcp4, RET_EPERM),
+                ("connect", nr(libc::SYS_connect), none, tcp_ok),
+                ("shmget", nr(libc::SYS_shmget), none, RET_EPERM),
+                ("mq_open", nr(libc::SYS_mq_open), none, RET_EPERM),
+                ("read", nr(libc::SYS_read), none, RET_ALLOW),
+                ("bind", nr(libc::SYS_bind), none, RET_ALLOW),
+            ];
+            for (what, n, args, want) in cases {
+                assert_eq!(
+                    run(&prog, n, arch::AUDIT_ARCH, args).0,
+                    want,
+                    "{what} (tcp: {tcp})"
+                );
+            }
+            assert_eq!(run(&prog, 0, FOREIGN_ARCH, none).0, RET_KILL);
+        }
+        Ok(())
     }
 
     /// For every syscall number (and x32 and out-of-range ones), the wrong architecture, and

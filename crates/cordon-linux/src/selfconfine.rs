@@ -69,7 +69,10 @@ pub fn idmapped_workspace(
     uid: u32,
     gid: u32,
 ) -> Result<OwnedFd, String> {
-    crate::idmap::workspace_tree(workspace, uid, gid)
+    // The namespace's short-lived child is reaped here: it leaves as soon as we hold the
+    // mapping, and the runtime has nothing else to do meanwhile.
+    let (tree, _child) = crate::idmap::workspace_tree(workspace, uid, gid)?;
+    Ok(tree)
 }
 
 /// A fresh tmpfs of `size` bytes and `inodes` inodes, mode 0700 and owned by the caller,

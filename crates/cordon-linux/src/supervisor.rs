@@ -108,11 +108,23 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
         profile.limits.output_limit,
         init,
         start,
-        prepared.cgroup,
+        prepared.cgroup.take(),
     );
+    if prepared.degraded() {
+        sup.degraded = Some(prepared.plan.network);
+    }
     let stdin_thread = feed_stdin(req.stdin, stdin_w);
-    let outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
+    let mut outcome = sup.supervise(chan, stdout_r, stderr_r, profile, req.egress, enforcement);
     drop(stdin_thread);
+    outcome.image = profile
+        .root_image
+        .as_ref()
+        .map(|i| cordon_policy::ImageRef {
+            reference: i.reference.clone(),
+            digest: i.digest.clone(),
+        });
+    // Nothing of the sandbox runs any more (see `Supervision::kill`).
+    prepared.cleanup();
     Ok(outcome)
 }
 
@@ -175,6 +187,9 @@ struct Supervision {
     swept: bool,
     watch: Watch,
     watched_at: Option<Instant>,
+    /// The sandbox has no namespaces (`Some(has a network policy)`): no pid namespace ends
+    /// the tree with its init, we (a subreaper) do.
+    degraded: Option<bool>,
 }
 
 impl Supervision {
@@ -205,6 +220,7 @@ impl Supervision {
             swept: false,
             watch: Watch::none(),
             watched_at: None,
+            degraded: None,
         }
     }
 
@@ -220,7 +236,36 @@ impl Supervision {
         if let Some(cg) = &self.cgroup {
             cg.kill_all();
         }
+        if self.degraded.is_some() {
+            self.sweep_tree();
+        }
         self.swept = self.init_exit.is_some();
+    }
+
+    /// Without a pid namespace, what the init left (it was killed, or died) was reparented to
+    /// us, its subreaper: kill and reap until nothing is below us. Only once the init is gone:
+    /// while it lives, it does this itself and counts their CPU.
+    fn sweep_tree(&mut self) {
+        if self.init_exit.is_none() {
+            match sys::wait4(self.init, false) {
+                Ok(Some((_, exit))) => self.init_exit = Some((Instant::now(), exit)),
+                _ => return,
+            }
+        }
+        let me = sys::getpid();
+        for _ in 0..100_000 {
+            let found = sys::kill_descendants(me);
+            let mut reaped = false;
+            while let Ok(Some(_)) = sys::wait4(-1, true) {
+                reaped = true;
+            }
+            if found == 0 && !reaped {
+                return;
+            }
+            if !reaped {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Ends the run for `why`. The init is asked to do it (it kills and reaps everything, so
@@ -391,7 +436,7 @@ impl Supervision {
                         confined = true;
                         let abi = *landlock_abi;
                         self.watch = Watch::adopt(watch, fds);
-                        apply_confined(&mut enforcement, &msg);
+                        apply_confined(&mut enforcement, &msg, self.degraded);
                         if profile.require.contains(&Layer::Landlock) && abi == 0 {
                             setup_error = Some("Landlock was required but is not enforced".into());
                             self.end(Ended::Setup, chan.as_ref());

@@ -560,6 +560,7 @@ pub fn send_packet(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
 
 /// Waits for the next datagram and returns its full length without consuming it (0 at EOF).
 pub fn peek_packet_len(sock: RawFd) -> io::Result<usize> {
+    let mut reset_seen = false;
     loop {
         // SAFETY: a zero-length read into no buffer; MSG_TRUNC makes the kernel report the
         // datagram's real length, MSG_PEEK leaves it (and any fds it carries) queued.
@@ -575,6 +576,14 @@ pub fn peek_packet_len(sock: RawFd) -> io::Result<usize> {
             return Ok(ret as usize);
         }
         let e = io::Error::last_os_error();
+        // A peer that closed with messages of ours unread (an init that failed before reading
+        // `Go`) leaves ECONNRESET on our socket, and the kernel reports it before what the
+        // peer sent first — its setup report, lost about one run in twelve. Reporting the
+        // error clears it: ask once more.
+        if e.raw_os_error() == Some(libc::ECONNRESET) && !reset_seen {
+            reset_seen = true;
+            continue;
+        }
         if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
@@ -1090,4 +1099,129 @@ pub fn pin_name_service() {
             __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
         });
     }
+}
+
+/// Every process below `root` (children, their children, …), read from the host's /proc. A
+/// process that ends or forks meanwhile is missed: callers kill, reap and ask again until
+/// nothing is left (a subreaper's tree cannot leave it, so the loop ends).
+pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    // Each task's `children` file (CONFIG_PROC_CHILDREN) names its children: a walk of the
+    // tree alone, instead of reading every process of the host.
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        match children_of(found[i]) {
+            Some(kids) => {
+                for k in kids {
+                    if !found.contains(&k) {
+                        found.push(k);
+                    }
+                }
+            }
+            None if i == 0 => return descendants_by_scan(root),
+            // Ended meanwhile: its children come to the subreaper, seen on the next call.
+            None => {}
+        }
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The children of every thread of `pid`, or None where /proc has no `children` files.
+fn children_of(pid: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let mut kids = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        kids.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+        );
+    }
+    Some(kids)
+}
+
+/// [`descendants`] from every process's `stat` (its parent), where `children` is missing.
+fn descendants_by_scan(root: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses; the last ')' ends it.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 1..))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<libc::pid_t>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        for (pid, ppid) in &parent_of {
+            if *ppid == p && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// SIGKILLs every process below `root` (see [`descendants`]) once; says how many it found.
+/// Callers reap and ask again until none is left.
+pub fn kill_descendants(root: libc::pid_t) -> usize {
+    let below = descendants(root);
+    for pid in &below {
+        let _ = kill(*pid, libc::SIGKILL);
+    }
+    below.len()
+}
+
+/// How many tasks (threads included, as RLIMIT_NPROC counts them) run under real uid `uid`.
+pub fn tasks_of_uid(uid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if name.to_str().and_then(|s| s.parse::<u32>().ok()).is_none() {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let real = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u32>().ok());
+        if real == Some(uid) {
+            n += entry
+                .path()
+                .join("task")
+                .read_dir()
+                .map_or(1, |d| d.count() as u64);
+        }
+    }
+    n
 }

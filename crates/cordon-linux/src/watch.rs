@@ -54,7 +54,12 @@ impl Watch {
                 continue;
             };
             match kind {
-                Watched::Scratch if is(&st, libc::TMPFS_MAGIC) => w.scratch.push(fd),
+                // An image's root is an overlay, whose free space is its writable tmpfs'.
+                Watched::Scratch
+                    if is(&st, libc::TMPFS_MAGIC) || is(&st, libc::OVERLAYFS_SUPER_MAGIC) =>
+                {
+                    w.scratch.push(fd)
+                }
                 Watched::Proc if is(&st, libc::PROC_SUPER_MAGIC) && w.proc_.is_none() => {
                     w.proc_ = Dir::new(fd).ok();
                 }

@@ -12,6 +12,6 @@ pub mod profile;
 pub mod units;
 
 pub use ending::{classify, EndFacts, Ending, ExecFailure, LimitHit, ProcessEnd, Stopped};
-pub use outcome::{Backend, Enforcement, NetworkEvent, Outcome, Status, Usage};
+pub use outcome::{Backend, Enforcement, ImageRef, NetworkEvent, Outcome, Status, Usage};
 pub use output::{CapturedText, OutputCap};
-pub use profile::{Bind, EnvEntry, Layer, Limits, Profile, ProfileError, SystemView};
+pub use profile::{Bind, EnvEntry, Layer, Limits, Profile, ProfileError, RootImage, SystemView};

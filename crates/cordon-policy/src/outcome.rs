@@ -109,6 +109,18 @@ pub struct Outcome {
     /// it existed, hence the default.
     #[serde(default)]
     pub limits_hit: Vec<LimitHit>,
+    /// The image the sandbox's root came from; absent for a run on the host's system dirs.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub image: Option<ImageRef>,
+}
+
+/// The image a run used: the reference it was found by and the manifest digest it resolved
+/// to (`None` for a plain directory used as a root).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    pub reference: String,
+    pub digest: Option<String>,
 }
 
 /// Exit codes of the command-line contract.
@@ -137,6 +149,7 @@ impl Outcome {
             enforcement,
             network: Vec::new(),
             limits_hit: Vec::new(),
+            image: None,
         }
     }
 
@@ -164,6 +177,7 @@ impl Outcome {
             enforcement,
             network,
             limits_hit: ending.limits_hit,
+            image: None,
         }
     }
 

@@ -271,7 +271,88 @@ pub struct Profile {
     pub network: NetworkPolicy,
     /// Layers without which the run must fail instead of running weaker.
     pub require: Vec<Layer>,
+    /// Where the host refuses namespaces *and* has no Landlock, run anyway (the host's files
+    /// then protected by their permissions only) instead of refusing.
+    #[serde(default)]
+    pub allow_no_landlock: bool,
     pub hostname: String,
+    /// The image (reference, digest or a directory's path) whose root replaces the host's
+    /// system directories, as the user named it; `root_image` is what it resolved to.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// `image` resolved by the caller (cordon's image store) before the profile reaches the
+    /// engine; the caller keeps the store's hold on its layers until the sandbox is gone.
+    #[serde(default)]
+    pub root_image: Option<RootImage>,
+}
+
+/// Most layers overlayfs stacks.
+pub const MAX_IMAGE_LAYERS: usize = 500;
+
+/// A sandbox root made of an image: its layer directories (host paths, mounted read-only
+/// under a per-sandbox writable layer) and the parts of its config a run honours, the way
+/// `docker run` does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootImage {
+    /// The reference it was found by (normalised), or the directory's path.
+    pub reference: String,
+    /// The manifest digest; `None` for a plain directory.
+    pub digest: Option<String>,
+    /// Layer directories on the host, top layer first.
+    pub layers: Vec<PathBuf>,
+    /// `KEY=VALUE` entries (the image's `Env`).
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: Option<String>,
+    /// The image's `User`: recorded, and run as the sandbox user (never host root).
+    pub user: Option<String>,
+}
+
+impl RootImage {
+    /// The command a run executes: `Entrypoint`, then the given command or else `Cmd`
+    /// (a given command replaces `Cmd`, as with `docker run IMAGE CMD…`).
+    pub fn command(&self, given: &[String]) -> Vec<String> {
+        let tail = if given.is_empty() { &self.cmd } else { given };
+        self.entrypoint.iter().chain(tail).cloned().collect()
+    }
+
+    /// The image's `WorkingDir` as an absolute path, if it names one (Docker takes a relative
+    /// one from `/`).
+    pub fn working_dir(&self) -> Option<PathBuf> {
+        let w = self.working_dir.as_deref().filter(|w| !w.is_empty())?;
+        Some(Path::new("/").join(w))
+    }
+
+    fn validate(&self) -> Result<(), ProfileError> {
+        if self.layers.is_empty() {
+            return Err(ProfileError::invalid("image", "the image has no layers"));
+        }
+        if self.layers.len() > MAX_IMAGE_LAYERS {
+            return Err(ProfileError::invalid(
+                "image",
+                format!(
+                    "{} layers: overlayfs stacks at most {MAX_IMAGE_LAYERS}",
+                    self.layers.len()
+                ),
+            ));
+        }
+        for l in &self.layers {
+            check_abs_clean(l, "image")?;
+        }
+        if let Some(w) = self.working_dir() {
+            check_abs_clean(&w, "image WorkingDir")?;
+        }
+        for e in &self.env {
+            if !e.contains('=') || e.contains('\0') {
+                return Err(ProfileError::invalid(
+                    "image Env",
+                    "an entry is not KEY=VALUE",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Profile {
@@ -297,7 +378,10 @@ impl Profile {
             env: Vec::new(),
             network: NetworkPolicy::default(),
             require: Vec::new(),
+            allow_no_landlock: false,
             hostname: "cordon".to_string(),
+            image: None,
+            root_image: None,
         };
         match name {
             "default" => Ok(base),
@@ -430,16 +514,35 @@ impl Profile {
             ));
         }
         self.network.validate()?;
+        if let Some(img) = &self.root_image {
+            img.validate()?;
+        }
+        if self
+            .image
+            .as_ref()
+            .is_some_and(|i| i.is_empty() || i.len() > 4096)
+        {
+            return Err(ProfileError::invalid(
+                "image",
+                "name an image (e.g. python:3.12-slim) or a directory",
+            ));
+        }
         Ok(())
     }
 
-    /// The environment the payload starts with: the base set, then profile entries in order.
-    /// `lookup` reads cordon's own environment for pass-through entries.
+    /// The environment the payload starts with: the base set, then the image's `Env` (if the
+    /// root is an image), then profile entries in order. `lookup` reads cordon's own
+    /// environment for pass-through entries.
     pub fn environment(&self, lookup: impl Fn(&str) -> Option<String>) -> BTreeMap<String, String> {
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        for e in self.root_image.iter().flat_map(|i| &i.env) {
+            if let Some((k, v)) = e.split_once('=').filter(|(k, _)| !k.is_empty()) {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
         for e in &self.env {
             match e {
                 EnvEntry::Set(k, v) => {
@@ -540,10 +643,12 @@ struct ProfileFile {
     extends: Option<String>,
     hostname: Option<String>,
     require: Option<Vec<String>>,
+    allow_no_landlock: Option<bool>,
     limits: Option<LimitsFile>,
     filesystem: Option<FilesystemFile>,
     env: Option<EnvFile>,
     network: Option<NetworkPolicy>,
+    image: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -589,6 +694,9 @@ impl ProfileFile {
             for r in req {
                 p.require.push(Layer::parse(&r)?);
             }
+        }
+        if let Some(a) = self.allow_no_landlock {
+            p.allow_no_landlock = a;
         }
         if let Some(l) = self.limits {
             let pl = &mut p.limits;
@@ -649,6 +757,9 @@ impl ProfileFile {
         if let Some(n) = self.network {
             p.network = n;
         }
+        if let Some(i) = self.image {
+            p.image = Some(i);
+        }
         Ok(())
     }
 }
@@ -700,6 +811,51 @@ pass = ["LANG"]
         assert_eq!(env["FOO"], "bar");
         assert_eq!(env["LANG"], "x");
         assert_eq!(env["HOME"], HOME, "the home tmpfs, not the workspace");
+    }
+
+    #[test]
+    fn an_image_is_named_in_toml_and_its_config_sits_under_the_profiles_env() {
+        let mut p = Profile::from_toml(
+            "image = \"python:3.12-slim\"\n[env]\nset = { FOO = \"profile\" }\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.image.as_deref(), Some("python:3.12-slim"));
+        p.root_image = Some(RootImage {
+            reference: "python:3.12-slim".into(),
+            layers: vec!["/store/l1".into()],
+            env: vec![
+                "PATH=/usr/local/bin:/usr/bin".into(),
+                "FOO=image".into(),
+                "BAR=image".into(),
+                "=junk".into(),
+            ],
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["default".into()],
+            working_dir: Some("app".into()),
+            ..RootImage::default()
+        });
+        p.validate().unwrap();
+        let env = p.environment(|_| None);
+        assert_eq!(
+            env["PATH"], "/usr/local/bin:/usr/bin",
+            "the image's PATH wins over the base"
+        );
+        assert_eq!(
+            env["FOO"], "profile",
+            "the profile's env wins over the image's"
+        );
+        assert_eq!(env["BAR"], "image");
+        assert_eq!(env["HOME"], HOME);
+        assert!(!env.contains_key(""));
+        let img = p.root_image.as_ref().unwrap();
+        assert_eq!(img.command(&[]), ["/entry", "default"]);
+        assert_eq!(img.command(&["given".into()]), ["/entry", "given"]);
+        assert_eq!(img.working_dir(), Some(PathBuf::from("/app")));
+        p.root_image.as_mut().unwrap().layers = vec!["relative".into()];
+        assert!(p.validate().is_err());
+        p.root_image.as_mut().unwrap().layers = Vec::new();
+        assert!(p.validate().is_err());
     }
 
     #[test]

@@ -32,7 +32,10 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::keys;
-use crate::service::{signal_number, Caller, ContextEnd, ExecEvent, Service};
+use crate::service::{
+    signal_number, Caller, ContextEnd, ExecEvent, ImageList, PullEvent, PullRequest, PullResult,
+    Service,
+};
 use crate::types::*;
 
 pub struct AppState {
@@ -136,53 +139,68 @@ fn local_request(h: &HeaderMap) -> Result<(), ApiError> {
 }
 
 async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let caller = if st.open {
-        if let Err(e) = local_request(req.headers()) {
-            st.service.metrics.deny("origin");
-            return e.into_response();
-        }
-        Caller {
-            key_id: OPEN_KEY.into(),
-            max_sandboxes: 1000,
-        }
-    } else {
-        let token = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let Some(token) = token else {
-            st.service.metrics.deny("unauthenticated");
-            return ApiError::unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-                .into_response();
-        };
-        let rec = match st.service.registry.key_by_hash(&keys::hash(token)) {
-            Ok(Some(r)) if !r.revoked => r,
-            Ok(_) => {
-                st.service.metrics.deny("bad_key");
-                return ApiError::unauthorized("invalid or revoked API key").into_response();
-            }
-            Err(e) => return e.into_response(),
-        };
-        if !st.allow(&rec.id, rec.requests_per_second) {
-            st.service.metrics.deny("rate_limit");
-            return ApiError::too_many(
-                format!(
-                    "rate limit of {} requests per second exceeded",
-                    rec.requests_per_second
-                ),
-                1,
-            )
-            .into_response();
-        }
-        Caller {
-            key_id: rec.id,
-            max_sandboxes: rec.max_sandboxes,
-        }
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let caller = match authenticate(
+        &st,
+        req.headers(),
+        token,
+        "missing API key: send 'Authorization: Bearer <key>'",
+    ) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
+}
+
+/// Who sends `token` (an API key), under its rate limit; on a server without keys, any local
+/// program. Every front end (this API, the E2B door) authenticates through here.
+pub(crate) fn authenticate(
+    st: &AppState,
+    headers: &HeaderMap,
+    token: Option<&str>,
+    missing: &str,
+) -> Result<Caller, ApiError> {
+    if st.open {
+        if let Err(e) = local_request(headers) {
+            st.service.metrics.deny("origin");
+            return Err(e);
+        }
+        return Ok(Caller {
+            key_id: OPEN_KEY.into(),
+            max_sandboxes: 1000,
+        });
+    }
+    let Some(token) = token else {
+        st.service.metrics.deny("unauthenticated");
+        return Err(ApiError::unauthorized(missing.to_string()));
+    };
+    let rec = match st.service.registry.key_by_hash(&keys::hash(token))? {
+        Some(r) if !r.revoked => r,
+        _ => {
+            st.service.metrics.deny("bad_key");
+            return Err(ApiError::unauthorized("invalid or revoked API key"));
+        }
+    };
+    if !st.allow(&rec.id, rec.requests_per_second) {
+        st.service.metrics.deny("rate_limit");
+        return Err(ApiError::too_many(
+            format!(
+                "rate limit of {} requests per second exceeded",
+                rec.requests_per_second
+            ),
+            1,
+        ));
+    }
+    Ok(Caller {
+        key_id: rec.id,
+        max_sandboxes: rec.max_sandboxes,
+    })
 }
 
 /// Routes anyone may call: no key, no rate limit.
@@ -200,6 +218,8 @@ fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(create, list))
         .routes(routes!(get_one, delete))
         .routes(routes!(extend))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
         .routes(routes!(exec))
         .routes(routes!(list_commands))
         .routes(routes!(get_command))
@@ -217,6 +237,8 @@ fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(delete_context))
         .routes(routes!(restart_context))
         .routes(routes!(run_oneshot))
+        .routes(routes!(list_images))
+        .routes(routes!(pull_image))
         .routes(routes!(mcp_post, mcp_get, mcp_delete))
 }
 
@@ -230,10 +252,12 @@ pub fn router(st: Arc<AppState>) -> Router {
         .split_for_parts();
     let api = router
         .layer(DefaultBodyLimit::max(max_upload))
-        .with_state(st);
+        .with_state(st.clone());
     // Around the whole router, not route by route: the 405 answers get their `Allow` header
     // from the router itself, after any per-route layer has run.
+    // The E2B door answers its own paths (none of which this API uses) in E2B's shapes.
     Router::new()
+        .merge(crate::e2b::router(st))
         .fallback_service(api)
         .layer(middleware::from_fn(json_errors))
 }
@@ -293,7 +317,7 @@ pub fn openapi() -> OpenApi {
 /// The error statuses an authenticated operation can answer (besides what its annotation
 /// lists): the key check (401, 429), bad input (400), a body over the limit (413), a sandbox
 /// or other resource that does not exist (404), a sandbox that cannot take the request now
-/// (409), and file system answers (403, 501, 507).
+/// (409), file system answers (403, 501, 507), and a pull's refusals (403, 422, 502).
 fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     let mut v = vec![400, 401, 429, 500];
     if has_body {
@@ -311,6 +335,9 @@ fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if path == "/mcp" {
         v.extend([403, 405, 406, 415]);
     }
+    if path == "/v1/images/pull" {
+        v.extend([403, 404, 422, 502]);
+    }
     v
 }
 
@@ -319,16 +346,18 @@ fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::Response> {
     let description = match status {
         400 => "The request is malformed: its body, query or path does not fit the schema, or a value is out of range (the message names the field)",
         401 => "No API key, or one that is invalid or revoked",
-        403 => "Not allowed: a path outside what the sandbox may touch, or (without keys) a request that is not local",
+        403 => "Not allowed: a path outside what the sandbox may touch, a registry this server may not pull from, or (without keys) a request that is not local",
         404 => "No such sandbox (or command, context, file, MCP session) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
         409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …)",
         413 => "The body is larger than this server accepts",
         415 => "A content type this endpoint does not take",
+        422 => "The image cannot be used: a digest that does not match, a format or feature not handled, a size cap reached, no image for the platform asked for",
         429 => "Rate limit or sandbox quota of this key reached; retry after `Retry-After` seconds",
         500 => "The server or the host failed (the message says what)",
         501 => "The sandbox's file system cannot do this",
+        502 => "The registry refused or failed (the message says what it answered)",
         507 => "The sandbox's disk is full",
         _ => "Error",
     };
@@ -594,6 +623,31 @@ async fn extend(
     JsonBody(req): JsonBody<ExtendTtl>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Paused: every process is frozen (`paused_by` says how), memory and files stay; \
+        commands answer 409 until it is resumed. It still counts against the key's quota and its TTL keeps running. \
+        409 `already_paused` when it is paused already")))]
+async fn pause(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(st.service.pause(&c, &id).await?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Running again (a sandbox that was not paused is left as it is)")))]
+async fn resume(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    st.service.resume(&c, &id).await?;
+    Ok(Json(st.service.get(&c, &id)?))
 }
 
 fn wants_stream(h: &HeaderMap) -> bool {
@@ -1140,6 +1194,63 @@ async fn delete_context(
         .end_context(&c, &id, &language, &name, ContextEnd::Delete)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/v1/images",
+    responses((status = 200, body = ImageList, description = "The images in this node's store (pulled through the API or with `cordon image pull|import` on the same data directory), newest first")))]
+async fn list_images(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+) -> Result<Json<ImageList>, ApiError> {
+    Ok(Json(st.service.list_images(&c).await?))
+}
+
+#[utoipa::path(post, path = "/v1/images/pull", request_body = PullRequest,
+    responses((status = 200, description = "The image is in the store; with `Accept: text/event-stream`, server-sent events instead: `progress` events (`{event: resolved|layer_cached|layer_start|layer_progress|layer_unpacking|layer_done|retry, …}`) as the pull goes, then one `done` with the result or one `error` with `{code, message}`",
+        content((PullResult = "application/json"), (PullEvent = "text/event-stream")))))]
+async fn pull_image(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<PullRequest>,
+) -> Result<Response, ApiError> {
+    if !wants_stream(&headers) {
+        return Ok(Json(st.service.pull_image(&c, req, None).await?).into_response());
+    }
+    // Refusals that need no registry (a malformed reference, a registry not allowed) come
+    // back as the JSON error, before any stream starts.
+    crate::service::validate_pull(&req)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<PullEvent>(64);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<PullResult, ApiError>>();
+    let svc = st.service.clone();
+    tokio::spawn(async move {
+        let r = svc.pull_image(&c, req, Some(tx)).await;
+        let _ = done_tx.send(r);
+    });
+    let progress = tokio_stream::wrappers::ReceiverStream::new(rx).map(|ev| {
+        Event::default()
+            .event("progress")
+            .data(serde_json::to_string(&ev).unwrap_or_default())
+    });
+    // The progress channel closes when the pull's sender is dropped, that is when the pull
+    // has ended; then its result follows as the last event.
+    let end = futures::stream::once(async move {
+        match done_rx.await {
+            Ok(Ok(r)) => Event::default()
+                .event("done")
+                .data(serde_json::to_string(&r).unwrap_or_default()),
+            Ok(Err(e)) => Event::default()
+                .event("error")
+                .data(json!({"code": e.code, "message": e.message}).to_string()),
+            Err(_) => Event::default().event("error").data(
+                json!({"code": "internal", "message": "the pull stopped unexpectedly"}).to_string(),
+            ),
+        }
+    });
+    let stream = progress.chain(end).map(Ok::<Event, Infallible>);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 #[utoipa::path(post, path = "/v1/run", request_body = RunRequest,

@@ -185,6 +185,9 @@ pub struct ContextInfo {
     pub name: String,
     pub execution_count: u64,
     pub alive: bool,
+    /// Where its kernel starts (not part of the API's JSON; the E2B door reports it).
+    #[serde(skip)]
+    pub cwd: String,
 }
 
 struct Kernel {
@@ -205,6 +208,8 @@ pub struct Slot {
     language: &'static str,
     name: String,
     count: std::sync::atomic::AtomicU64,
+    /// Where its kernel starts (default: `/workspace`).
+    cwd: Option<String>,
 }
 
 #[derive(Default)]
@@ -214,6 +219,16 @@ pub struct Contexts {
 
 impl Contexts {
     pub fn slot(&self, language: &'static str, name: &str) -> Result<Arc<Slot>, ApiError> {
+        self.slot_in(language, name, None)
+    }
+
+    /// A context's slot; a new one's kernel starts in `cwd` (an existing one keeps its own).
+    pub fn slot_in(
+        &self,
+        language: &'static str,
+        name: &str,
+        cwd: Option<&str>,
+    ) -> Result<Arc<Slot>, ApiError> {
         if name.is_empty()
             || name.len() > 64
             || !name
@@ -237,6 +252,7 @@ impl Contexts {
                     language,
                     name: name.to_string(),
                     count: Default::default(),
+                    cwd: cwd.map(String::from),
                 })
             })
             .clone())
@@ -259,6 +275,7 @@ impl Contexts {
                     .try_lock()
                     .map(|k| k.as_ref().is_some_and(|k| !k.dead))
                     .unwrap_or(true),
+                cwd: s.cwd.clone().unwrap_or_else(|| "/workspace".into()),
             })
             .collect();
         out.sort_by(|a, b| (&a.language, &a.name).cmp(&(&b.language, &b.name)));
@@ -282,7 +299,8 @@ impl Contexts {
     }
 }
 
-async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel, ApiError> {
+async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ApiError> {
+    let language = slot.language;
     let mut env = vec![
         ("MPLBACKEND".to_string(), "Agg".to_string()),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
@@ -299,7 +317,7 @@ async fn start_kernel(live: &Arc<Live>, language: &'static str) -> Result<Kernel
             language.into(),
         ],
         env,
-        cwd: None,
+        cwd: slot.cwd.clone(),
     };
     let (started, exit) = crate::service::spawn_exec(live, spec).await?;
     let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));
@@ -394,7 +412,7 @@ pub async fn run_cell(
         state_lost = true;
     }
     if guard.is_none() {
-        *guard = Some(start_kernel(live, slot.language).await?);
+        *guard = Some(start_kernel(live, slot).await?);
     }
     let Some(k) = guard.as_mut() else {
         return Err(ApiError::internal("kernel slot empty"));
@@ -411,7 +429,7 @@ pub async fn run_cell(
     if k.stdin.write_all(&req).await.is_err() {
         // The kernel died while idle (a crash between cells): start a fresh one and say the
         // state is gone, rather than failing the cell.
-        *guard = Some(start_kernel(live, slot.language).await?);
+        *guard = Some(start_kernel(live, slot).await?);
         result.state_lost = true;
         let Some(fresh) = guard.as_mut() else {
             return Err(ApiError::internal("kernel slot empty"));
@@ -657,7 +675,7 @@ pub async fn stop(live: &Arc<Live>, slot: &Arc<Slot>) {
 pub async fn ensure_started(live: &Arc<Live>, slot: &Arc<Slot>) -> Result<(), ApiError> {
     let mut guard = slot.kernel.lock().await;
     if guard.as_ref().is_none_or(|k| k.dead) {
-        *guard = Some(start_kernel(live, slot.language).await?);
+        *guard = Some(start_kernel(live, slot).await?);
     }
     Ok(())
 }

@@ -4,8 +4,10 @@
 
 pub mod audit;
 pub mod datadir;
+pub mod e2b;
 pub mod error;
 pub mod files;
+pub mod gateway;
 pub mod http;
 pub mod kernel;
 pub mod keys;
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::ApiError;
-pub use service::{Config, Service};
+pub use service::{Config, ImagePull, Service};
 
 /// Default limits of a new key.
 pub const DEFAULT_MAX_SANDBOXES: u32 = 50;

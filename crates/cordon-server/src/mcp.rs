@@ -13,7 +13,7 @@
 //! - every message that cannot be used is answered with the JSON-RPC error it deserves
 //!   ([`framing`]), on stdio and over HTTP.
 
-mod framing;
+pub(crate) mod framing;
 mod order;
 
 use std::collections::{BTreeMap, HashMap};
@@ -971,7 +971,7 @@ const DRAIN_AT_MOST: usize = 256 << 20;
 
 /// Answers a POST that is not a usable JSON-RPC message with the JSON-RPC error for it (rmcp
 /// would answer garbage with a plain-text 415 and a too-large body with a plain-text 413).
-async fn guard_json_rpc(
+pub(crate) async fn guard_json_rpc(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {

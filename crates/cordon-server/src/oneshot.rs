@@ -49,7 +49,7 @@ pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ApiError> {
 }
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
-    let profile = profile_from(
+    let mut profile = profile_from(
         req.profile.as_deref(),
         req.memory.as_ref(),
         req.cpus,
@@ -59,6 +59,10 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         &req.env,
         req.network.as_ref(),
     )?;
+    profile.image = req.image.clone();
+    // Held until the runner is done: the image's layers must not be pruned under it.
+    let _image = svc.attach_image(&mut profile, false).await?;
+    svc.add_required(&mut profile);
     let argv = req.cmd.checked_argv()?;
     crate::types::check_cwd(req.cwd.as_deref())?;
     let wasm_bytes = match &req.wasm {

@@ -375,6 +375,11 @@ pub struct CreateSandbox {
     pub metadata: BTreeMap<String, String>,
     /// Egress allowlist; none means no network.
     pub network: Option<NetworkPolicy>,
+    /// An image in the server's store (e.g. `python:3.12-slim`, or a manifest digest) whose
+    /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
+    /// command. Unknown images are refused (400) unless the server pulls on demand.
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -392,6 +397,7 @@ pub struct LimitsView {
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     Running,
+    Paused,
     Deleted,
     Expired,
     Reaped,
@@ -414,6 +420,10 @@ pub struct SandboxInfo {
     pub limits: Option<LimitsView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
+    /// While paused: how its processes are held, `cgroup-freezer` (the kernel's freezer) or
+    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -552,6 +562,10 @@ pub struct RunRequest {
     /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
     /// one-shot sandbox, with `cmd` as its argv (`cmd[0]` names it).
     pub wasm: Option<String>,
+    /// An image in the server's store whose root replaces the host's system directories
+    /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -22,6 +22,10 @@ pub struct BenchArgs {
     /// Skip the WebAssembly part (a cached module against native code and a process sandbox).
     #[arg(long)]
     no_wasm: bool,
+    /// Skip the image part (pull + unpack and cold starts from an image on a loopback
+    /// registry; needs docker-registry, umoci, skopeo and busybox).
+    #[arg(long)]
+    no_images: bool,
 }
 
 struct Variant {
@@ -34,7 +38,7 @@ struct Variant {
 /// every process it started is gone (bubblewrap exits before its sandbox's pid 1 has torn the
 /// namespaces down; cordon waits for that, so that nothing of the sandbox outlives it).
 pub(crate) struct Sample {
-    pub exited: Duration,
+    pub(crate) exited: Duration,
     gone: Duration,
     /// User + system CPU of the whole tree.
     cpu: Duration,
@@ -109,7 +113,24 @@ pub(crate) fn time_once(argv: &[String]) -> Result<Sample, String> {
     })
 }
 
-fn median(v: &mut [Duration]) -> Duration {
+/// `cordon __refuse-namespaces PROGRAM ARGS…`: execs PROGRAM under a seccomp filter that
+/// refuses namespace creation as Docker's default profile does; returns only on failure.
+pub fn exec_refusing_namespaces(argv: Vec<std::ffi::OsString>) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, args)) = argv.split_first() else {
+        eprintln!("cordon: __refuse-namespaces needs a program");
+        return 125;
+    };
+    if let Err(e) = cordon_linux::seccomp::refuse_namespaces() {
+        eprintln!("cordon: {e}");
+        return 125;
+    }
+    let e = Command::new(prog).args(args).exec();
+    eprintln!("cordon: {}: {e}", prog.to_string_lossy());
+    127
+}
+
+pub(crate) fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
@@ -170,9 +191,18 @@ pub fn main(a: BenchArgs) -> i32 {
         }
         let mut c = vec![me.clone(), "run".into(), "--".into()];
         c.extend(cmd.iter().map(|s| s.to_string()));
+        // The same run where the host refuses namespaces (Docker's seccomp profile): Landlock,
+        // seccomp, rlimits and the cgroup only (see the README's "Hosts that say no").
+        let mut d = vec![me.clone(), "__refuse-namespaces".into()];
+        d.extend(c.iter().cloned());
         variants.push(Variant {
             name: "cordon".into(),
             argv: c,
+            samples: Vec::new(),
+        });
+        variants.push(Variant {
+            name: "cordon-no-ns".into(),
+            argv: d,
             samples: Vec::new(),
         });
         // Warm the page cache once for each, then interleave.
@@ -230,6 +260,7 @@ pub fn main(a: BenchArgs) -> i32 {
             "cordon_vs_bwrap": bwrap.map(|b| ratio(cordon.exited, b.exited)),
             "cordon_vs_bwrap_gone": bwrap.map(|b| ratio(cordon.gone, b.gone)),
             "cordon_vs_bwrap_cpu": bwrap.map(|b| ratio(cordon.cpu, b.cpu)),
+            "cordon_no_ns_vs_cordon": get("cordon-no-ns").map(|d| ratio(d.exited, cordon.exited)),
         }));
         if !a.json {
             println!(
@@ -238,7 +269,7 @@ pub fn main(a: BenchArgs) -> i32 {
             );
             for (n, m) in &medians {
                 println!(
-                    "  {n:8} {:8.2} ms   gone {:8.2} ms   CPU {:8.2} ms",
+                    "  {n:12} {:8.2} ms   gone {:8.2} ms   CPU {:8.2} ms",
                     ms(m.exited),
                     ms(m.gone),
                     ms(m.cpu)
@@ -248,6 +279,12 @@ pub fn main(a: BenchArgs) -> i32 {
                 "  cordon / bare  = {:.2}x",
                 ratio(cordon.exited, bare.exited)
             );
+            if let Some(d) = get("cordon-no-ns") {
+                println!(
+                    "  cordon without namespaces (a host refusing them, as Docker's seccomp profile does) / cordon = {:.2}x",
+                    ratio(d.exited, cordon.exited)
+                );
+            }
             if let Some(b) = bwrap {
                 println!(
                     "  cordon / bwrap = {:.2}x  (target: <= 1.00x)",
@@ -269,6 +306,13 @@ pub fn main(a: BenchArgs) -> i32 {
                 return 125;
             }
         }
+    }
+    if !a.no_images {
+        let v = crate::bench_image::bench_images(&me, a.iterations);
+        if !a.json {
+            crate::bench_image::print(&v);
+        }
+        report.push(v);
     }
     if !a.no_serve {
         let cold_true = report

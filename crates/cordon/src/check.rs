@@ -80,7 +80,21 @@ pub fn main(a: CheckArgs) -> i32 {
                 .map(|_| "a uid range to map sandboxes to"),
         )
         .collect();
-    if missing.is_empty() {
+    if report.mode == "no_namespaces" {
+        println!(
+            "cordon sandboxes here without namespaces: Landlock (ABI {}), seccomp, rlimits{} hold; \
+             user_ns, pid_ns, net_ns, mount_ns, ipc_ns, uts_ns and cgroup_ns are missing (each run's \
+             enforcement says so and what it leaves open); one-shot runs only, `--require user_ns` \
+             refuses instead, `cordon serve` needs --allow-degraded. The fixes above give the full \
+             sandbox back.",
+            report.landlock_abi,
+            if report.cgroup == "none" {
+                String::new()
+            } else {
+                format!(", cgroup {}", report.cgroup)
+            }
+        );
+    } else if missing.is_empty() {
         println!("cordon can sandbox on this host.");
     } else {
         println!(

@@ -8,9 +8,12 @@
 #![cfg_attr(not(test), no_main)]
 #![cfg_attr(test, allow(dead_code))]
 
+mod audit;
 mod bench;
+mod bench_image;
 mod bench_wasm;
 mod check;
+mod gateway;
 mod image;
 mod mcp;
 mod run;
@@ -53,6 +56,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
     Image(image::ImageArgs),
+    /// An MCP gateway: allowlist, argument and path checks, rate limits, pinning, approvals
+    /// and a hash-chained audit log in front of tool servers run in sandboxes.
+    Gateway(Box<gateway::GatewayArgs>),
+    /// Check a hash-chained audit log (gateway or serve).
+    Audit(audit::AuditArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -73,6 +81,14 @@ fn cordon_main() -> i32 {
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
         return serve::oneshot_main().clamp(0, 255);
+    }
+    // `cordon __refuse-namespaces PROGRAM ARGS…`: PROGRAM on a host that refuses namespaces
+    // as Docker's default seccomp profile does (what `cordon bench` measures cordon on).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__refuse-namespaces")
+    {
+        return bench::exec_refusing_namespaces(std::env::args_os().skip(2).collect());
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -95,6 +111,8 @@ fn cordon_main() -> i32 {
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(*args),
         Command::Image(args) => image::main(args),
+        Command::Audit(args) => audit::main(args),
+        Command::Gateway(args) => gateway::main(*args),
     };
     code.clamp(0, 255)
 }

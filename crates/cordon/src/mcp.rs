@@ -29,8 +29,21 @@ pub fn main(a: McpArgs) -> i32 {
     cordon_linux::pin_name_service();
     // Checked now, not at the first tool call: a bad flag or profile file is the user's to fix
     // before an agent host starts relying on the server.
-    let profile = match a.sandbox.build_profile() {
+    let mut profile = match a.sandbox.build_profile() {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return 125;
+        }
+    };
+    // The image comes from the store the user pulls into (`--data-dir`, else the default one,
+    // not this session's temporary directory), and is held for the whole session.
+    let images = a
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| crate::serve::DataDir::default().resolve());
+    let _image = match crate::sandbox_args::attach_image(&mut profile, &images) {
+        Ok(i) => i,
         Err(e) => {
             eprintln!("cordon: {e}");
             return 125;
@@ -61,6 +74,9 @@ pub fn main(a: McpArgs) -> i32 {
         default_exec_timeout: Duration::from_secs(30),
         // A --timeout beyond the usual cap is the operator's choice: honour it.
         max_exec_timeout: profile.limits.timeout.max(Duration::from_secs(3600)),
+        // The session's image comes from its command line, resolved below, never a request.
+        image_pull: cordon_server::ImagePull::Never,
+        ..Default::default()
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -33,17 +33,28 @@ pub struct RunArgs {
     /// What the program reads on stdin: a file, or - for cordon's own stdin. Default: empty.
     #[arg(long, value_name = "FILE|-")]
     stdin: Option<String>,
-    /// Working directory inside the sandbox. [default: /workspace]
+    /// Working directory inside the sandbox. [default: the image's WorkingDir, else /workspace]
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments (with --image, optional: the image's Entrypoint and
+    /// Cmd run then, as with `docker run`).
+    #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+    #[command(flatten)]
+    data: crate::serve::DataDir,
 }
 
 pub fn main(a: RunArgs) -> i32 {
-    let profile = match a.sandbox.build_profile() {
+    let mut profile = match a.sandbox.build_profile() {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return exit::CORDON_FAILED;
+        }
+    };
+    // Held until the run is over: the image's layers must not be pruned under it.
+    let _image = match crate::sandbox_args::attach_image(&mut profile, &a.data.resolve()) {
+        Ok(i) => i,
         Err(e) => {
             eprintln!("cordon: {e}");
             return exit::CORDON_FAILED;

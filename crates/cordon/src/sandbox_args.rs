@@ -52,10 +52,18 @@ pub struct SandboxArgs {
     /// Resolve NAME to IP in the egress proxy instead of asking DNS (repeatable).
     #[arg(long = "add-host", value_name = "NAME:IP")]
     pub add_host: Vec<String>,
+    /// Run from an OCI image instead of the host's system directories: a name or digest in
+    /// the image store (see `cordon image pull`), or a directory (a path starting with / or .).
+    #[arg(long, value_name = "REF|DIR")]
+    pub image: Option<String>,
     /// Fail (exit 125) rather than run without these layers: user_ns, pid_ns, net_ns,
     /// mount_ns, ipc_ns, uts_ns, cgroup_ns, seccomp, landlock, cgroup, rlimits.
     #[arg(long, value_name = "LAYER,…", value_delimiter = ',')]
     pub require: Vec<String>,
+    /// Where the host refuses namespaces and has no Landlock either, run anyway (the host's
+    /// files then protected by their permissions only) instead of refusing (exit 125).
+    #[arg(long)]
+    pub allow_no_landlock: bool,
 }
 
 fn bad(flag: &str, msg: impl std::fmt::Display) -> String {
@@ -150,6 +158,12 @@ impl SandboxArgs {
                 p.require.push(layer);
             }
         }
+        if let Some(i) = &a.image {
+            p.image = Some(i.clone());
+        }
+        if a.allow_no_landlock {
+            p.allow_no_landlock = true;
+        }
         p.validate().map_err(|e| e.to_string())?;
         Ok(p)
     }
@@ -170,4 +184,27 @@ pub enum BackendChoice {
     Auto,
     Process,
     Wasm,
+}
+
+/// Resolves the profile's `image` in the store under `data_dir` and puts what the engine needs
+/// into the profile. The returned root holds the image's layers against prune: keep it until
+/// the sandbox is gone.
+pub fn attach_image(
+    profile: &mut cordon_policy::Profile,
+    data_dir: &std::path::Path,
+) -> Result<Option<cordon_image::ImageRoot>, String> {
+    let Some(name) = profile.image.clone() else {
+        return Ok(None);
+    };
+    let root = if cordon_image::store::names_directory(&name) {
+        cordon_image::ImageRoot::directory(std::path::Path::new(&name))
+    } else {
+        cordon_image::Store::open(data_dir)
+            .map_err(|e| format!("opening the image store in {}: {e}", data_dir.display()))?
+            .resolve(&name)
+    }
+    .map_err(|e| format!("--image {name}: {e}"))?;
+    profile.root_image = Some(root.root_image());
+    profile.validate().map_err(|e| e.to_string())?;
+    Ok(Some(root))
 }

@@ -40,14 +40,92 @@ pub struct ServeArgs {
     /// Largest file upload (and download).
     #[arg(long, default_value = "100M")]
     max_upload: String,
+    /// Start even where the host refuses namespaces: one-shot runs (`/v1/run`) then go on
+    /// without them, each Outcome's `enforcement` saying what is missing; persistent
+    /// sandboxes are refused. Without this flag the server refuses to start there (exit 125).
+    #[arg(long)]
+    allow_degraded: bool,
+    /// Layers every sandbox must have (as `cordon run --require`): the server refuses to
+    /// start on a host without them, and each sandbox is refused rather than run weaker.
+    #[arg(long, value_name = "LAYER,…", value_delimiter = ',')]
+    require: Vec<String>,
+    /// A registry (`HOST:PORT`) that `POST /v1/images/pull` may reach over plain HTTP.
+    /// Loopback registries always may; any other must speak HTTPS unless named here.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    insecure_registry: Vec<String>,
+    /// Pull only from this registry (`HOST[:PORT]`, `docker.io` for Docker Hub); repeat for
+    /// more. A pull makes this server connect wherever the caller says: name the registries
+    /// when API keys should not choose. [default: any registry]
+    #[arg(long = "pull-from", value_name = "REGISTRY")]
+    pull_from: Vec<String>,
+    /// A request naming an image the store (<data-dir>/images) lacks: refused (never), or
+    /// pulled from its registry first (missing).
+    #[arg(long, value_enum, default_value = "never")]
+    image_pull: ImagePullArg,
 }
 
-#[derive(Args, Debug, Clone)]
+/// Whether this host gives sandboxes what the server's configuration accepts: every required
+/// layer, and every namespace unless `allow_degraded`. Says why not.
+fn host_accepts(
+    report: &cordon_linux::detect::HostReport,
+    require: &[cordon_policy::Layer],
+    allow_degraded: bool,
+) -> Result<(), String> {
+    use cordon_policy::Layer;
+    let namespaces = report.mode == "full";
+    let missing: Vec<&str> = require
+        .iter()
+        .filter(|l| match l {
+            Layer::Landlock => report.landlock_abi == 0,
+            Layer::Cgroup => report.cgroup == "none",
+            Layer::Seccomp => !report.feature("seccomp").is_none_or(|f| f.available),
+            Layer::Rlimits => false,
+            _ => !namespaces,
+        })
+        .map(|l| l.name())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "this host cannot provide the required layer(s) {} (see `cordon check`)",
+            missing.join(",")
+        ));
+    }
+    match report.mode {
+        "full" => Ok(()),
+        _ if allow_degraded => Ok(()),
+        "no_namespaces" => Err(
+            "this host refuses namespaces: sandboxes would run without them (Landlock, seccomp and \
+             rlimits only; see `cordon check`). Start with --allow-degraded to accept that (every \
+             Outcome's enforcement then says what is missing; persistent sandboxes are refused), \
+             or give cordon namespaces"
+                .to_string(),
+        ),
+        _ => Err(
+            "this host cannot sandbox (see `cordon check`); --allow-degraded starts the server \
+             anyway, and each sandbox is refused"
+                .to_string(),
+        ),
+    }
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ImagePullArg {
+    Never,
+    Missing,
+}
+
+#[derive(Args, Debug, Clone, Default)]
 pub struct DataDir {
     /// Where the registry (SQLite), audit log and keys live.
     /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
     #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
+}
+
+/// cordon's data directory when none is given: $CORDON_DATA_DIR, /var/lib/cordon as root,
+/// else ~/.local/share/cordon.
+pub(crate) fn default_data_dir() -> PathBuf {
+    DataDir { data_dir: None }.resolve()
 }
 
 impl DataDir {
@@ -157,6 +235,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     if a.no_auth && !a.listen.ip().is_loopback() {
         return Err(format!("refusing to serve {} without authentication: drop --no-auth (keys are created for you) or listen on 127.0.0.1", a.listen));
     }
+    let mut require = Vec::new();
+    for r in &a.require {
+        let layer = cordon_policy::Layer::parse(r).map_err(|e| format!("--require: {e}"))?;
+        if !require.contains(&layer) {
+            require.push(layer);
+        }
+    }
+    // Before any thread: the probe forks.
+    host_accepts(&cordon_linux::detect::probe(), &require, a.allow_degraded)?;
     let dir = a.data.resolve();
     let dur = |flag: &str, v: &str| parse_duration(v).map_err(|e| format!("--{flag}: {e}"));
     let max_upload = parse_size(&a.max_upload).map_err(|e| format!("--max-upload: {e}"))?;
@@ -181,6 +268,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         max_download: max_upload,
         default_exec_timeout: Duration::from_secs(30),
         max_exec_timeout: Duration::from_secs(3600),
+        require,
+        images: cordon_server::service::ImagesConfig {
+            insecure: a.insecure_registry.clone(),
+            registries: (!a.pull_from.is_empty()).then(|| a.pull_from.clone()),
+        },
+        image_pull: match a.image_pull {
+            ImagePullArg::Never => cordon_server::ImagePull::Never,
+            ImagePullArg::Missing => cordon_server::ImagePull::Missing,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

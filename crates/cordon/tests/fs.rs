@@ -82,8 +82,9 @@ out()
         rows.push(("shadow", libc::EACCES));
     }
     expect_table(&o, &d, &rows);
-    // /home holds the sandbox's own home directory, none of the host's.
-    assert_eq!(d["home"], serde_json::json!(["sandbox"]), "{o}");
+    // /home holds the sandbox's own home directory (and `user`, a link to it for programs
+    // written for E2B), none of the host's.
+    assert_eq!(d["home"], serde_json::json!(["sandbox", "user"]), "{o}");
     assert_eq!(
         d["host_tmp_empty"],
         serde_json::json!([]),

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod serve;
+
 fn cordon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
@@ -1202,4 +1204,658 @@ fn multi_arch_indexes_and_zstd_layers() {
         err.contains("no image for linux/s390x") && err.contains("linux/amd64"),
         "{err}"
     );
+}
+
+/// The server's image routes, against a real registry on loopback: a streamed pull reports
+/// its layers and ends with the image, the list shows it, a plain (JSON) pull of the same
+/// image finds every layer cached, and refusals (a malformed reference, a registry the
+/// server was told not to pull from, no such image) are JSON errors with 4xx statuses.
+#[test]
+fn server_lists_and_pulls_images_with_progress() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("http");
+    let (oci, digest) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "team/app:v1", None);
+    let name = format!("{}/team/app:v1", reg.host());
+    let srv = serve::Server::start_in(work.path().join("data"), &[]);
+
+    let (status, list) = srv.call("GET", "/v1/images", None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["images"], serde_json::json!([]));
+
+    // Streamed: progress events as the pull goes, then `done`.
+    let resp = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": name}))
+        .expect("pull stream");
+    assert!(resp
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/event-stream")));
+    let body = resp.into_string().expect("stream body");
+    let events = sse_events(&body);
+    let kinds: Vec<String> = events
+        .iter()
+        .filter(|(e, _)| e == "progress")
+        .map(|(_, d)| d["event"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("resolved"),
+        "{body}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "layer_done").count(),
+        2,
+        "{body}"
+    );
+    assert!(kinds.iter().any(|k| k == "layer_progress"), "{body}");
+    let (last, result) = events.last().expect("events");
+    assert_eq!(last, "done", "{body}");
+    assert_eq!(result["reference"], name.as_str());
+    assert_eq!(result["image"]["digest"], digest.as_str());
+    assert_eq!(result["image"]["layers"], 2);
+    let total: u64 = layers_of(&oci, &digest).iter().map(|(_, s)| s).sum();
+    assert_eq!(result["image"]["size_bytes"], total);
+
+    let (_, list) = srv.call("GET", "/v1/images", None);
+    assert_eq!(list["images"][0]["digest"], digest.as_str(), "{list}");
+    assert_eq!(list["images"][0]["names"][0], name.as_str());
+
+    // The store is the node's: the CLI on the same data directory sees the same image.
+    let ls = ok_json(cordon(&work.path().join("data"), &["ls", "--json"]));
+    assert_eq!(ls[0]["digest"], digest.as_str(), "{ls}");
+
+    // Again, as plain JSON: nothing to fetch.
+    let (status, again) = srv.call(
+        "POST",
+        "/v1/images/pull",
+        Some(serde_json::json!({"reference": name})),
+    );
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["image"]["digest"], digest.as_str());
+
+    for (body, want) in [
+        (serde_json::json!({"reference": "Bad Name!"}), 400),
+        (
+            serde_json::json!({"reference": format!("{}/team/none:v1", reg.host())}),
+            502,
+        ),
+        (serde_json::json!({"reference": name, "nope": 1}), 400),
+        (serde_json::json!({}), 400),
+    ] {
+        let (status, err) = srv.call("POST", "/v1/images/pull", Some(body.clone()));
+        assert_eq!(status, want, "{body} -> {err}");
+        assert!(err["error"]["message"].is_string(), "{err}");
+    }
+    // A refusal found before any stream starts comes back as the JSON error, not a stream.
+    let err = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": "Bad Name!"}))
+        .expect_err("refused");
+    match err {
+        ureq::Error::Status(400, r) => {
+            let v: Value = r.into_json().expect("json error");
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+        e => panic!("expected 400, got {e:?}"),
+    }
+    // A failure once streaming ends the stream with an `error` event.
+    let body = srv
+        .req("POST", "/v1/images/pull")
+        .set("Accept", "text/event-stream")
+        .send_json(serde_json::json!({"reference": format!("{}/team/none:v1", reg.host())}))
+        .expect("stream")
+        .into_string()
+        .expect("body");
+    let events = sse_events(&body);
+    let (last, err) = events.last().expect("events");
+    assert_eq!(last, "error", "{body}");
+    assert_eq!(err["code"], "registry", "{body}");
+    drop(srv);
+
+    // An operator who names the registries: any other is refused before a connection.
+    let data2 = work.path().join("data2");
+    let srv = serve::Server::start_in(data2, &["--pull-from", "registry.example.invalid"]);
+    let (status, err) = srv.call(
+        "POST",
+        "/v1/images/pull",
+        Some(serde_json::json!({"reference": name})),
+    );
+    assert_eq!(status, 403, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--pull-from")),
+        "{err}"
+    );
+}
+
+/// `(event, data as JSON)` of each server-sent event in `body`.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = Some(e.trim().to_string());
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim_start());
+                }
+            }
+            let event = event?;
+            Some((event, serde_json::from_str(&data).unwrap_or(Value::Null)))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandboxes run from images (`--image`): the same busybox image, pulled from the loopback
+// registry into a fresh store, run by the real binary — as root and as an unprivileged user.
+
+/// `cordon run --json --data-dir DATA ARGS…`: its Outcome.
+fn run_json_in(data: &Path, args: &[&str], stdin: Option<&Path>) -> Value {
+    let mut cmd = Command::new(cordon_bin());
+    cmd.args(["run", "--json", "--data-dir"]).arg(data);
+    if let Some(f) = stdin {
+        cmd.arg("--stdin").arg(f);
+    }
+    let out = cmd
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cordon run");
+    ok_json(out)
+}
+
+fn stdout_of(o: &Value) -> &str {
+    o["stdout"].as_str().unwrap_or("")
+}
+
+fn assert_exited_0(o: &Value) {
+    assert_eq!(o["status"], "exited", "{o:#}");
+    assert_eq!(o["exit_code"], 0, "{o:#}");
+}
+
+/// `build_image`'s image pushed to a loopback registry and pulled into `<work>/data`.
+struct PulledImage {
+    reg: Registry,
+    work: Tmp,
+    oci: PathBuf,
+    reference: String,
+    digest: String,
+}
+
+impl PulledImage {
+    fn new() -> PulledImage {
+        let work = Tmp::new("run");
+        let (oci, digest) = build_image(work.path());
+        let reg = Registry::start("");
+        reg.push(&oci, "run/busybox:1", None);
+        let reference = format!("{}/run/busybox:1", reg.host());
+        ok_json(cordon(
+            &work.path().join("data"),
+            &["pull", &reference, "--json"],
+        ));
+        PulledImage {
+            reg,
+            work,
+            oci,
+            reference,
+            digest,
+        }
+    }
+    fn data(&self) -> PathBuf {
+        self.work.path().join("data")
+    }
+    /// Changes the image's config with `umoci config ARGS…`, pushes it as `name` and pulls it.
+    fn variant(&self, name: &str, args: &[&str]) -> String {
+        let layout = format!("{}:t", self.oci.display());
+        run(Command::new("umoci")
+            .args(["config", "--image", &layout])
+            .args(args));
+        self.reg.push(&self.oci, name, None);
+        let reference = format!("{}/{name}", self.reg.host());
+        ok_json(cordon(&self.data(), &["pull", &reference, "--json"]));
+        reference
+    }
+}
+
+/// Everything about every entry of the store's unpacked layers: path, type, mode, owner,
+/// size, content, symlink target and overlay xattrs.
+fn store_snapshot(data: &Path) -> Vec<String> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            use std::hash::{Hash, Hasher};
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(&p).expect("lstat");
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            if m.is_file() {
+                std::fs::read(&p).expect("read").hash(&mut h);
+            }
+            let link = std::fs::read_link(&p).ok();
+            let x = ["user.overlay.whiteout", "user.overlay.opaque"].map(|n| xattr(&p, n));
+            out.push(format!(
+                "{} {:o} {}:{} {} {:x} {:?} {:?} {}",
+                p.strip_prefix(base).unwrap_or(&p).display(),
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                m.size(),
+                h.finish(),
+                link,
+                x,
+                m.mtime()
+            ));
+            if m.is_dir() {
+                walk(&p, base, out);
+            }
+        }
+    }
+    let layers = data.join("images/layers");
+    let mut out = Vec::new();
+    walk(&layers, &layers, &mut out);
+    out
+}
+
+#[test]
+fn a_pulled_image_runs_with_its_config_honoured() {
+    if !have_all() {
+        return;
+    }
+    let img = PulledImage::new();
+    let data = img.data();
+    let r = img.reference.as_str();
+
+    // Its Env and WorkingDir; the layers' deletion (a whiteout) holds; the sandbox user.
+    let o = run_json_in(
+        &data,
+        &[
+            "--image",
+            r,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $FOO; /bin/busybox pwd; /bin/busybox cat /etc/other; \
+             test -e /etc/greeting || echo gone; /bin/busybox id -u; test -e /usr/bin/python3 || echo no-host",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(
+        stdout_of(&o),
+        "bar\n/w\nother\ngone\n1000\nno-host\n",
+        "{o:#}"
+    );
+    assert_eq!(o["image"]["reference"], r, "{o:#}");
+    assert_eq!(o["image"]["digest"], img.digest.as_str(), "{o:#}");
+    assert_eq!(o["enforcement"]["seccomp"], true, "{o:#}");
+    assert_eq!(o["enforcement"]["user_ns"], true, "{o:#}");
+
+    // --env on top of the image's Env; --cwd over its WorkingDir.
+    let o = run_json_in(
+        &data,
+        &[
+            "--image",
+            r,
+            "--env",
+            "FOO=baz",
+            "--cwd",
+            "/tmp",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $FOO; /bin/busybox pwd",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "baz\n/tmp\n", "{o:#}");
+
+    // No command: the image's Cmd (/bin/sh, reading the script on stdin).
+    let script = img.work.path().join("script.sh");
+    std::fs::write(&script, "echo from-cmd\n").expect("script");
+    let o = run_json_in(&data, &["--image", r], Some(&script));
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "from-cmd\n", "{o:#}");
+
+    // Entrypoint + Cmd; a given command replaces Cmd only. User root is the sandbox user,
+    // who owns (in its writable layer) what the image's root owns.
+    let e = img.variant(
+        "run/entry:1",
+        &[
+            "--config.entrypoint",
+            "/bin/busybox",
+            "--config.entrypoint",
+            "echo",
+            "--config.cmd",
+            "default-arg",
+            "--config.user",
+            "0:0",
+        ],
+    );
+    let o = run_json_in(&data, &["--image", &e], None);
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "default-arg\n", "{o:#}");
+    let o = run_json_in(&data, &["--image", &e, "--", "given"], None);
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "given\n", "{o:#}");
+    let u = img.variant(
+        "run/user:1",
+        &["--clear=config.entrypoint", "--config.cmd", "/bin/sh"],
+    );
+    let o = run_json_in(
+        &data,
+        &[
+            "--image",
+            &u,
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox id -u; /bin/busybox stat -c %u /etc/other; echo changed > /etc/other && /bin/busybox cat /etc/other",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "1000\n1000\nchanged\n", "{o:#}");
+
+    // An image the store lacks: a clear refusal that says how to get it.
+    let out = Command::new(cordon_bin())
+        .args(["run", "--data-dir"])
+        .arg(&data)
+        .args(["--image", "nowhere/none:1", "--", "/bin/true"])
+        .output()
+        .expect("cordon run");
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nowhere/none:1"), "{err}");
+}
+
+#[test]
+fn sandboxes_of_one_image_share_no_writes_and_the_store_stays_unchanged() {
+    if !have_all() {
+        return;
+    }
+    let img = PulledImage::new();
+    let data = img.data();
+    let before = store_snapshot(&data);
+    assert!(before.len() > 4, "{before:?}");
+    // Every file of the image overwritten, its /bin removed, a directory's mode changed, a
+    // new file at the top: all in the sandbox's own writable layer. (The shell runs from a
+    // copy in /tmp, so that busybox itself can be overwritten too.)
+    let attack = "for f in $(/tmp/busybox find / -xdev -type f); do echo pwned > \"$f\" || echo FAILED $f; done; \
+                  /tmp/busybox chmod 777 /etc; /tmp/busybox rm -rf /bin; echo A > /etc/marker; \
+                  /tmp/busybox cat /etc/other; /tmp/busybox ls /bin 2>&1 | /tmp/busybox head -c 0; echo done";
+    let o = run_json_in(
+        &data,
+        &[
+            "--image",
+            &img.reference,
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox cp /bin/busybox /tmp/busybox && exec /tmp/busybox sh -c \"$0\"",
+            attack,
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "pwned\ndone\n", "{o:#}");
+    // A second sandbox of the same image sees none of it.
+    let o = run_json_in(
+        &data,
+        &[
+            "--image",
+            &img.reference,
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox cat /etc/other; test -e /etc/marker || echo no-marker; /bin/busybox stat -c %a /etc",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "other\nno-marker\n755\n", "{o:#}");
+    assert_eq!(store_snapshot(&data), before, "the store changed");
+}
+
+/// A plain directory as the root, with what an attacker would plant in one: a setuid-root
+/// binary (as root; rootless, only a setuid-to-self one can be made) and a device node (as
+/// root only: an unprivileged user cannot make one).
+#[test]
+fn a_directory_runs_as_a_root_and_what_it_plants_grants_nothing() {
+    if !have("busybox") {
+        return;
+    }
+    let work = Tmp::new("dir");
+    let root = work.path().join("rootfs");
+    for d in ["bin", "etc", "sbin"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    let busybox = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("busybox");
+    std::fs::copy(&busybox, root.join("bin/busybox")).expect("copy");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("symlink");
+    // busybox picks its applet by its own name: the setuid copy is another `busybox`.
+    let suid = root.join("sbin/busybox");
+    std::fs::copy(&busybox, &suid).expect("copy");
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+    assert_eq!(mode(&suid), 0o4755);
+    std::fs::write(root.join("etc/greeting"), "hello\n").expect("greeting");
+    let as_root = rustix::process::geteuid().is_root();
+    if as_root {
+        let mem = root.join("etc/mem");
+        let made = Command::new("mknod")
+            .arg(&mem)
+            .args(["c", "1", "1"])
+            .status();
+        assert!(made.is_ok_and(|s| s.success()), "mknod");
+    } else {
+        eprintln!("SKIPPED (device node part): an unprivileged user cannot make a device node");
+    }
+    let dir = root.to_str().expect("utf-8 path");
+    let o = run_json_in(
+        work.path(),
+        &[
+            "--image",
+            dir,
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox cat /etc/greeting; echo changed > /etc/greeting; /bin/busybox cat /etc/greeting; \
+             /sbin/busybox grep -E '^(Uid|Gid):' /proc/self/status; /sbin/busybox id -u; \
+             if test -e /etc/mem; then /bin/busybox head -c 16 /etc/mem >/dev/null 2>&1 && echo READ-MEM || echo mem-refused; fi",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    let out = stdout_of(&o);
+    assert!(out.starts_with("hello\nchanged\n"), "{o:#}");
+    let ids: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Uid:") || l.starts_with("Gid:"))
+        .collect();
+    assert_eq!(ids.len(), 2, "{o:#}");
+    for line in ids {
+        let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert_eq!(ids, ["1000"; 4], "setuid gave something: {line}");
+    }
+    assert!(out.contains("\n1000\n"), "{o:#}");
+    assert!(!out.contains("READ-MEM"), "{o:#}");
+    if as_root {
+        assert!(out.contains("mem-refused"), "{o:#}");
+    }
+    assert_eq!(o["image"]["reference"], dir, "{o:#}");
+    assert_eq!(o["image"]["digest"], Value::Null, "{o:#}");
+    // The same root named by a profile.
+    let profile = work.path().join("p.toml");
+    std::fs::write(&profile, format!("image = \"{dir}\"\n")).expect("profile");
+    let p = profile.to_str().expect("utf-8 path");
+    let o = run_json_in(
+        work.path(),
+        &["--profile", p, "--", "/bin/busybox", "cat", "/etc/greeting"],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "hello\n", "{o:#}");
+    assert_eq!(o["image"]["reference"], dir, "{o:#}");
+    // The writable layer is capped by --disk, and filling it is reported like a full /tmp.
+    let o = run_json_in(
+        work.path(),
+        &[
+            "--image",
+            dir,
+            "--disk",
+            "2M",
+            "--",
+            "/bin/sh",
+            "-c",
+            "/bin/busybox dd if=/dev/zero of=/etc/big bs=1M count=4 2>/dev/null || echo full",
+        ],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "full\n", "{o:#}");
+    assert_eq!(o["limits_hit"], serde_json::json!(["disk"]), "{o:#}");
+    // Nothing reached the directory.
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/greeting")).expect("read"),
+        "hello\n"
+    );
+    assert!(!root.join("etc/big").exists());
+}
+
+#[test]
+fn the_server_creates_and_runs_from_images_it_has_and_refuses_others() {
+    if !have_all() {
+        return;
+    }
+    let img = PulledImage::new();
+    let s = serve::Server::start_in(img.data(), &[]);
+    let (status, created) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(serde_json::json!({"image": img.reference})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id");
+    let (status, o) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(serde_json::json!({"cmd": ["/bin/sh", "-c", "echo $FOO; /bin/busybox pwd; /bin/busybox cat /etc/other"]})),
+    );
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(stdout_of(&o), "bar\n/w\nother\n", "{o:#}");
+    assert_eq!(o["image"]["digest"], img.digest.as_str(), "{o:#}");
+
+    let (status, o) = s.call(
+        "POST",
+        "/v1/run",
+        Some(serde_json::json!({"image": img.reference, "cmd": ["/bin/sh", "-c", "echo $FOO"]})),
+    );
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(stdout_of(&o), "bar\n", "{o:#}");
+    assert_eq!(o["image"]["reference"], img.reference.as_str(), "{o:#}");
+
+    // Unknown images are refused, saying how to pull; host paths are not images for a client.
+    for body in [
+        serde_json::json!({"image": "nowhere/none:1"}),
+        serde_json::json!({"image": "nowhere/none:1", "cmd": ["/bin/true"]}),
+    ] {
+        let path = if body.get("cmd").is_some() {
+            "/v1/run"
+        } else {
+            "/v1/sandboxes"
+        };
+        let (status, e) = s.call("POST", path, Some(body));
+        assert_eq!(status, 400, "{e}");
+        assert!(e.to_string().contains("pull"), "{e}");
+    }
+    let (status, e) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(serde_json::json!({"image": "/etc"})),
+    );
+    assert_eq!(status, 400, "{e}");
+
+    // A server that pulls on demand: a fresh store, the image fetched by the first request.
+    let fresh = Tmp::new("serve-pull");
+    let p = serve::Server::start_in(fresh.path().to_path_buf(), &["--image-pull", "missing"]);
+    let (status, o) = p.call(
+        "POST",
+        "/v1/run",
+        Some(serde_json::json!({"image": img.reference, "cmd": ["/bin/sh", "-c", "echo $FOO"]})),
+    );
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(stdout_of(&o), "bar\n", "{o:#}");
+    assert_eq!(o["image"]["digest"], img.digest.as_str(), "{o:#}");
+    assert!(fresh.path().join("images/index.json").is_file());
+}
+
+/// The escape suite's cases that apply to an image root (busybox has no Python): the root
+/// being the image's own hands back none of what the host root took away.
+#[test]
+fn an_image_root_hands_back_nothing_the_sandbox_took_away() {
+    if !have("busybox") {
+        return;
+    }
+    let work = Tmp::new("escape");
+    let root = work.path().join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).expect("mkdir");
+    let busybox = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("busybox");
+    std::fs::copy(&busybox, root.join("bin/busybox")).expect("copy");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("symlink");
+    // Something of the host's that must stay out of reach.
+    let secret = work.path().join("host-secret");
+    std::fs::write(&secret, "s3cret\n").expect("secret");
+    let dir = root.to_str().expect("utf-8 path");
+    let script = format!(
+        "b=/bin/busybox; \
+         $b mount -t tmpfs x /tmp 2>/dev/null && echo MOUNTED; \
+         $b mount --bind / /tmp 2>/dev/null && echo BOUND; \
+         $b unshare -U -r true 2>/dev/null && echo USERNS; \
+         $b unshare -m true 2>/dev/null && echo MOUNTNS; \
+         $b chroot / true 2>/dev/null && echo CHROOT; \
+         $b mknod /tmp/null c 1 3 2>/dev/null && echo MKNOD; \
+         echo 1 > /proc/sys/kernel/printk 2>/dev/null && echo PROCSYS; \
+         $b cat /proc/1/root/etc/hostname 2>/dev/null && echo INITROOT; \
+         $b cat {secret} 2>/dev/null && echo HOSTFILE; \
+         $b nsenter -t 1 -m true 2>/dev/null && echo NSENTER; \
+         $b setpriv --reuid=0 true 2>/dev/null && echo SETUID; \
+         echo done",
+        secret = secret.display()
+    );
+    let o = run_json_in(
+        work.path(),
+        &["--image", dir, "--", "/bin/sh", "-c", &script],
+        None,
+    );
+    assert_exited_0(&o);
+    assert_eq!(stdout_of(&o), "done\n", "an escape worked: {o:#}");
+    assert_eq!(o["enforcement"]["seccomp"], true, "{o:#}");
+    // From outside: the host's file and the directory are as they were.
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("secret"),
+        "s3cret\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(&root)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
 }

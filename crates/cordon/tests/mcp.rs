@@ -213,9 +213,14 @@ mod tempdir {
 
 impl McpProcess {
     fn start() -> McpProcess {
+        McpProcess::start_with(&[])
+    }
+
+    fn start_with(args: &[&str]) -> McpProcess {
         let data = tempdir::Dir::new("stdio");
         let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .arg("mcp")
+            .args(args)
             .arg("--data-dir")
             .arg(&data.0)
             .stdin(Stdio::piped())
@@ -472,6 +477,7 @@ fn cordon_mcp_refuses_a_bad_profile_or_flag_before_serving() {
         (vec!["--memory", "lots"], "--memory"),
         (vec!["--allow-net", "*"], "allow"),
         (vec!["--require", "teleport"], "--require"),
+        (vec!["--image", missing.as_str()], "--image"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .arg("mcp")
@@ -487,4 +493,37 @@ fn cordon_mcp_refuses_a_bad_profile_or_flag_before_serving() {
         );
         assert!(out.stdout.is_empty(), "{args:?} wrote to stdout");
     }
+}
+
+/// `cordon mcp --image DIR`: the session's sandbox has the directory as its root (and writes
+/// stay in the sandbox's own layer).
+#[test]
+fn cordon_mcp_runs_its_session_from_an_image() {
+    let Some(busybox) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+    else {
+        eprintln!("SKIPPED: busybox is not installed (scripts/test.sh installs busybox-static)");
+        return;
+    };
+    let dir = tempdir::Dir::new("image");
+    let root = dir.0.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).expect("mkdir");
+    std::fs::create_dir_all(root.join("etc")).expect("mkdir");
+    std::fs::copy(&busybox, root.join("bin/busybox")).expect("copy");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("symlink");
+    std::fs::write(root.join("etc/greeting"), "from-the-image\n").expect("greeting");
+    let mut p = McpProcess::start_with(&["--image", root.to_str().expect("utf-8 path")]);
+    p.call(&initialize(1));
+    p.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let v = p.call(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_command", "arguments": {"command":
+            "/bin/busybox cat /etc/greeting; echo changed > /etc/greeting; test -e /usr/bin/python3 || echo no-host"}}}));
+    let text = v["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    assert!(text.contains("from-the-image\nno-host\n"), "{v}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/greeting")).expect("read"),
+        "from-the-image\n"
+    );
 }

@@ -676,6 +676,7 @@ fn background_stdin_is_writable_as_soon_as_the_command_exists() {
             max_download: 1 << 20,
             default_exec_timeout: Duration::from_secs(30),
             max_exec_timeout: Duration::from_secs(60),
+            ..Default::default()
         })
         .map_err(|e| format!("service: {}", e.message))?;
         let caller = Caller {
@@ -723,5 +724,115 @@ fn background_stdin_is_writable_as_soon_as_the_command_exists() {
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {
         panic!("{e}");
+    }
+}
+
+/// State letter of a host process (`/proc/PID/stat`, after the command name).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+#[test]
+fn pause_freezes_every_process_and_resume_thaws() {
+    let s = Server::start();
+    let id = s.create(json!({}));
+    let marker = format!("pause-marker-{}", serve::unique());
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({
+            "cmd": format!("i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.05; done # {marker}"),
+            "background": true
+        })),
+    );
+    assert_eq!(st, 202, "{v}");
+    let count = || -> u64 {
+        match s
+            .req(
+                "GET",
+                &format!("/v1/sandboxes/{id}/files?path=/workspace/n"),
+            )
+            .call()
+        {
+            Ok(r) => r
+                .into_string()
+                .unwrap_or_default()
+                .trim()
+                .parse()
+                .unwrap_or(0),
+            Err(_) => 0,
+        }
+    };
+    wait_until("the counter to run", || count() >= 3);
+
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["state"], "paused");
+    let root = rustix::process::geteuid().is_root();
+    let method = v["paused_by"].as_str().unwrap_or_default().to_string();
+    if !root {
+        assert_eq!(method, "sigstop", "rootless has no freezer cgroup to make");
+    } else if std::path::Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        assert_eq!(method, "cgroup-freezer");
+    }
+    // From the host: every process of the counter is held.
+    let pids = processes_with(&marker);
+    assert!(!pids.is_empty());
+    for p in &pids {
+        match method.as_str() {
+            "sigstop" => assert_eq!(proc_state(*p), Some('T'), "pid {p} runs on"),
+            _ => {
+                let cg = std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default();
+                assert!(cg.contains("cordon-pause-"), "pid {p} is not frozen: {cg}");
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let frozen = count();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(count(), frozen, "a paused sandbox went on counting");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "true"})),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("sandbox_paused")),
+        "{v}"
+    );
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("already_paused")),
+        "{v}"
+    );
+
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["state"], "running");
+    assert!(v.get("paused_by").is_none());
+    // It counts on from where it stood: the shell's memory was kept.
+    wait_until("the counter to go on", || count() > frozen + 2);
+    assert!(count() < frozen + 200);
+    assert_eq!(s.exec(&id, json!({"cmd": "echo back"}))["stdout"], "back\n");
+
+    // Deleting a paused sandbox ends every process (a frozen one would ignore SIGKILL).
+    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(st, 200);
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    wait_until("the paused processes to end", || {
+        processes_with(&marker).is_empty()
+    });
+    if method == "cgroup-freezer" {
+        let left = std::fs::read_dir("/sys/fs/cgroup/freezer")
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().contains(&id))
+            })
+            .unwrap_or(false);
+        assert!(!left, "the freezer cgroup was left behind");
     }
 }

@@ -312,9 +312,12 @@ def create_body(
     network: NetworkSpec,
     output_limit: Optional[Size] = None,
     cpu_time: Optional[Duration] = None,
+    image: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if image is not None:
+        body["image"] = str(image)
     if profile is not None:
         body["profile"] = profile
     if memory is not None:
@@ -378,9 +381,10 @@ def run_body(
     cwd: Optional[str],
     network: NetworkSpec,
     wasm: Optional[bytes] = None,
+    image: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/run``; with ``wasm`` (a WebAssembly module's bytes) ``cmd`` is its argv."""
-    body = create_body(profile, memory, cpus, pids, disk, None, env, None, network)
+    body = create_body(profile, memory, cpus, pids, disk, None, env, None, network, image=image)
     body["cmd"] = cmd_json(cmd)
     if wasm is not None:
         if not isinstance(wasm, (bytes, bytearray, memoryview)):
@@ -393,6 +397,14 @@ def run_body(
         body["stdin"] = s
     if cwd is not None:
         body["cwd"] = cwd
+    return body
+
+
+def pull_body(reference: str, platform: Optional[str]) -> Dict[str, Any]:
+    """``POST /v1/images/pull``."""
+    body: Dict[str, Any] = {"reference": reference}
+    if platform is not None:
+        body["platform"] = platform
     return body
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "Usage",
     "Enforcement",
     "NetworkEvent",
+    "ImageRef",
     "Outcome",
     "Limits",
     "SandboxInfo",
@@ -29,6 +30,8 @@ __all__ = [
     "ContextInfo",
     "NetworkPolicy",
     "NetworkInfo",
+    "ImageInfo",
+    "PullResult",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -184,6 +187,21 @@ class NetworkEvent:
 
 
 @dataclass
+class ImageRef:
+    """The image a run's root came from: the reference it was found by and its manifest
+    digest (``None`` for a plain directory)."""
+
+    __schema__: ClassVar[Optional[str]] = "ImageRef"
+
+    reference: str
+    digest: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ImageRef":
+        return cls(reference=_str(d.get("reference")), digest=_opt_str(d.get("digest")))
+
+
+@dataclass
 class Outcome:
     """How a command ended.
 
@@ -213,6 +231,7 @@ class Outcome:
     stdout_b64: Optional[str] = None
     stderr_b64: Optional[str] = None
     limits_hit: List[str] = field(default_factory=list)
+    image: Optional[ImageRef] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -232,6 +251,7 @@ class Outcome:
             enforcement=Enforcement.from_dict(d.get("enforcement")),
             network=[NetworkEvent.from_dict(n) for n in _objs(d.get("network"))],
             limits_hit=_strs(d.get("limits_hit")),
+            image=ImageRef.from_dict(d["image"]) if isinstance(d.get("image"), Mapping) else None,
             raw=dict(d),
         )
 
@@ -282,9 +302,10 @@ class Limits:
 class SandboxInfo:
     """What the server knows about a sandbox.
 
-    ``state`` is ``"running"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or ``"failed"``;
-    ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and ``limits`` are
-    only known while the sandbox runs.
+    ``state`` is ``"running"``, ``"paused"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or
+    ``"failed"``; ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and
+    ``limits`` are only known while the sandbox lives; ``paused_by`` (``"cgroup-freezer"`` or
+    ``"sigstop"``) only while it is paused.
     """
 
     __schema__: ClassVar[Optional[str]] = "SandboxInfo"
@@ -298,6 +319,7 @@ class SandboxInfo:
     enforcement: Optional[Enforcement]
     limits: Optional[Limits] = None
     ended_reason: Optional[str] = None
+    paused_by: Optional[str] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -314,6 +336,7 @@ class SandboxInfo:
             enforcement=Enforcement.from_dict(enf) if isinstance(enf, Mapping) else None,
             limits=Limits.from_dict(lim) if isinstance(lim, Mapping) else None,
             ended_reason=_opt_str(d.get("ended_reason")),
+            paused_by=_opt_str(d.get("paused_by")),
             raw=dict(d),
         )
 
@@ -643,3 +666,52 @@ class NetworkInfo:
             events=[NetworkEvent.from_dict(e) for e in _objs(d.get("events"))],
             raw=dict(d),
         )
+
+
+# ---- images ------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageInfo:
+    """An image in the server's store (``GET /v1/images``): the references that name it, its
+    manifest digest, platform, layer count and sizes."""
+
+    __schema__: ClassVar[Optional[str]] = "ImageView"
+
+    names: List[str]
+    digest: str
+    platform: str
+    layers: int
+    size_bytes: int
+    unpacked_bytes: int
+    added: int
+    source: str
+    created: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ImageInfo":
+        return cls(
+            names=_strs(d.get("names")),
+            digest=_str(d.get("digest")),
+            platform=_str(d.get("platform")),
+            layers=_int(d.get("layers")),
+            size_bytes=_int(d.get("size_bytes")),
+            unpacked_bytes=_int(d.get("unpacked_bytes")),
+            added=_int(d.get("added")),
+            source=_str(d.get("source")),
+            created=_opt_str(d.get("created")),
+        )
+
+
+@dataclass
+class PullResult:
+    """What ``POST /v1/images/pull`` did: the normalised reference and the image now stored."""
+
+    __schema__: ClassVar[Optional[str]] = "PullResult"
+
+    reference: str
+    image: ImageInfo
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PullResult":
+        return cls(reference=_str(d.get("reference")), image=ImageInfo.from_dict(_obj(d.get("image"))))

@@ -33,10 +33,12 @@ from .models import (
     CommandInfo,
     ContextInfo,
     Entry,
+    ImageInfo,
     MimeBundle,
     NetworkInfo,
     NetworkPolicy,
     Outcome,
+    PullResult,
     SandboxInfo,
 )
 
@@ -579,6 +581,7 @@ class Sandbox:
         *,
         output_limit: Optional[Size] = None,
         cpu_time: Optional[Duration] = None,
+        image: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -591,10 +594,12 @@ class Sandbox:
         :meth:`list`; ``network`` is an egress allowlist (``["pypi.org"]``), none by default.
         ``output_limit`` (a size) is how much of each command's stdout and stderr is kept (the
         rest is dropped: ``limits_hit`` has ``"output"``); ``cpu_time`` (a duration) the CPU
-        time each command may use (``status == "cpu_time"`` when it runs out).
+        time each command may use (``status == "cpu_time"`` when it runs out). ``image`` names
+        an image in the server's store (``"python:3.12-slim"``) whose root replaces the host's
+        system directories.
         """
         body = _core.create_body(
-            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time
+            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time, image
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating
@@ -662,6 +667,7 @@ class Sandbox:
         cwd: Optional[str] = None,
         network: NetworkSpec = None,
         wasm: Optional[bytes] = None,
+        image: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -671,13 +677,73 @@ class Sandbox:
         ``timeout`` here is the command's wall-clock limit; ``request_timeout`` the API's.
         With ``wasm`` (a WebAssembly module's bytes), ``cmd`` is the module's argv and the
         server's wasm runtime runs it.
+        ``image`` names an image in the server's store to run from.
         """
-        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, wasm)
+        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, wasm=wasm, image=image)
         http = _Http(base_url, api_key, request_timeout)
         try:
             return Outcome.from_dict(
                 http.post_json("/v1/run", body, "outcome", _core.exec_timeout(http.timeout, timeout))
             )
+        finally:
+            http.close()
+
+    @classmethod
+    def list_images(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[ImageInfo]:
+        """The images in the server's store (``GET /v1/images``), newest first."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            body = http.get_json("/v1/images", "image list")
+            return [ImageInfo.from_dict(i) for i in body.get("images") or [] if isinstance(i, Mapping)]
+        finally:
+            http.close()
+
+    @classmethod
+    def pull_image(
+        cls,
+        reference: str,
+        *,
+        platform: Optional[str] = None,
+        on_progress: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = 600.0,
+    ) -> PullResult:
+        """Pulls ``reference`` into the server's store (``POST /v1/images/pull``), so that
+        sandboxes can be created from it. ``on_progress`` gets each progress event (a dict with
+        ``event``: ``resolved``, ``layer_cached``, ``layer_start``, ``layer_progress``,
+        ``layer_unpacking``, ``layer_done`` or ``retry``) as the pull goes."""
+        body = _core.pull_body(reference, platform)
+        http = _Http(base_url, api_key, timeout)
+        try:
+            if on_progress is None:
+                return PullResult.from_dict(http.post_json("/v1/images/pull", body, "pull result"))
+            result: Optional[PullResult] = None
+
+            def handle_event(name: str, payload: Any) -> bool:
+                nonlocal result
+                if name == "progress" and isinstance(payload, Mapping):
+                    _core.call(on_progress, payload)
+                elif name == "done":
+                    result = PullResult.from_dict(_core.expect_mapping(payload, "pull result"))
+                    return True
+                elif name == "error":
+                    err = _core.expect_mapping(payload, "pull error")
+                    raise _core.error_for(None, str(err.get("code", "error")), str(err.get("message", "")))
+                return False
+
+            plain = http.sse("/v1/images/pull", body, http.timeout, handle_event)
+            if plain is not None:
+                return PullResult.from_dict(_core.expect_mapping(plain, "pull result"))
+            if result is None:
+                raise SandboxError("the stream ended before the pull's result", code="stream_ended")
+            return result
         finally:
             http.close()
 
@@ -696,6 +762,19 @@ class Sandbox:
     def set_ttl(self, ttl: Duration) -> SandboxInfo:
         """Sets the time to live, counted from now (``"30m"`` or seconds)."""
         info = SandboxInfo.from_dict(self._http.post_json(self._path + "/ttl", _core.ttl_body(ttl), "sandbox"))
+        self._last_info = info
+        return info
+
+    def pause(self) -> SandboxInfo:
+        """Freezes every process of the sandbox; memory and files stay. Commands are refused
+        until :meth:`resume`; the sandbox still counts against the key's quota and its TTL runs."""
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/pause", {}, "sandbox"))
+        self._last_info = info
+        return info
+
+    def resume(self) -> SandboxInfo:
+        """Thaws a paused sandbox (one that is not paused is left as it is)."""
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/resume", {}, "sandbox"))
         self._last_info = info
         return info
 

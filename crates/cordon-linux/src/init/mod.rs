@@ -53,6 +53,11 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     std::mem::forget(stdio);
     let keep: Vec<RawFd> = std::iter::once(ch.raw())
         .chain(plan.workspace_tree)
+        .chain(
+            plan.image
+                .iter()
+                .flat_map(|i| i.layer_trees.iter().copied()),
+        )
         .collect();
     if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);
@@ -70,7 +75,16 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     // nothing from here on, mounts included, acts as host root. (The supervisor dropped its
     // supplementary groups before the clone; setgroups is denied in here for good.) Run by
     // an ordinary user, our ids are already the mapped ones.
-    if plan.drop_root {
+    if plan.drop_root && plan.no_namespaces {
+        // No user namespace: we are host root itself. The bounding set goes while we still
+        // may drop it; giving up uid 0 then clears every other capability.
+        if let Err(e) = caps_drop::drop_bounding() {
+            fail(&ch, "dropping capabilities", e);
+        }
+        if let Err(e) = sys::setresgid(plan.host_gid).and_then(|_| sys::setresuid(plan.host_uid)) {
+            fail(&ch, "taking on the sandbox identity", e);
+        }
+    } else if plan.drop_root {
         if let Err(e) = sys::setresgid(INNER_ID).and_then(|_| sys::setresuid(INNER_ID)) {
             fail(&ch, "taking on the sandbox identity", e);
         }
@@ -89,7 +103,123 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
     if let Err(e) = sys::set_dumpable(false) {
         fail(&ch, "set non-dumpable", e);
     }
+    if plan.no_namespaces {
+        init_main_degraded(plan.clone(), ch)
+    }
     init_main(plan, ch)
+}
+
+/// The init of a sandbox the host gave no namespaces (see `launcher::spawn_init`): it lives in
+/// the host's process, mount and network namespaces, so what those would have done is done
+/// with what needs none — a subreaper keeps the tree under it, Landlock fences the host's
+/// filesystem (and TCP but to the proxy), a second seccomp filter the socket families, and
+/// the scratch dirs are a per-run host directory the supervisor made.
+/// Waits for the supervisor's go and joins the cgroup it names (if any); returns whether the
+/// sandbox is in one. Until then nothing runs on the sandbox's behalf; joining while this is
+/// still the only thread, with no child yet, puts everything the sandbox ever runs inside.
+fn wait_for_go(ch: &Channel) -> bool {
+    match ch.recv::<ToSandbox>() {
+        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
+            if cgroup && files.is_empty() {
+                fail(ch, "joining the cgroup", "no cgroup files came with go");
+            }
+            if let Err(e) = crate::cgroup::join(&files) {
+                fail(ch, "joining the cgroup", e);
+            }
+            // These carry cordon's authority over the cgroup: gone before anything else runs.
+            drop(files);
+            cgroup
+        }
+        _ => sys::exit_now(EXIT_SETUP_FAILED),
+    }
+}
+
+fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
+    if let Err(e) = sys::set_child_subreaper() {
+        fail(&ch, "becoming the sandbox's subreaper", e);
+    }
+    let in_cgroup = wait_for_go(&ch);
+    let mut landlock = plan.host_landlock.clone();
+    if plan.network {
+        // No loopback of our own: the proxy listens on the host's, on a port the kernel
+        // picks; the payload's proxy variables and Landlock's one allowed port follow it.
+        match std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| {
+            let port = l.local_addr()?.port();
+            Ok((l, port))
+        }) {
+            Ok((l, port)) => {
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
+                    fail(&ch, "handing the proxy socket to the supervisor", e);
+                }
+                let url = format!("http://127.0.0.1:{port}");
+                for k in [
+                    "HTTP_PROXY",
+                    "HTTPS_PROXY",
+                    "http_proxy",
+                    "https_proxy",
+                    "ALL_PROXY",
+                    "all_proxy",
+                ] {
+                    plan.set_env(k, &url);
+                }
+                if let Some(ports) = landlock.tcp_connect.as_mut() {
+                    ports.push(port);
+                }
+            }
+            Err(e) => fail(&ch, "proxy listener", e),
+        }
+    }
+    let plan = &plan;
+    let mut notes = Vec::new();
+    if !in_cgroup && !plan.drop_root {
+        notes.push(format!(
+            "pids: without a cgroup or a user namespace, RLIMIT_NPROC counts every process of \
+             host uid {}: the sandbox got --pids on top of what that uid ran when it started, \
+             so the uid's other processes starting or ending move its share",
+            sys::geteuid()
+        ));
+    }
+    if let Err(e) = apply_rlimits(plan, !in_cgroup) {
+        fail(&ch, "rlimits", e);
+    }
+    if let Err(e) = sys::cloexec_from(3) {
+        fail(&ch, "closing inherited fds", e);
+    }
+    if let Err(e) = caps_drop::drop_without_userns() {
+        fail(&ch, "dropping capabilities", e);
+    }
+    if let Err(e) = sys::set_no_new_privs() {
+        fail(&ch, "no_new_privs", e);
+    }
+    let (landlock_abi, landlock_partial) = if plan.kernel_landlock_abi > 0 {
+        match landlock_rules::apply(&landlock, plan.kernel_landlock_abi) {
+            Ok(a) => (a.abi, a.partial),
+            Err(e) => fail(&ch, "landlock", e),
+        }
+    } else {
+        notes.push("Landlock is not available on this kernel".to_string());
+        (0, false)
+    };
+    if let Err(e) = seccomp::install() {
+        fail(&ch, "seccomp", e);
+    }
+    // TCP to the proxy only where Landlock can hold it to the proxy's port.
+    if let Err(e) = seccomp::install_no_netns(plan.network && landlock_abi >= 4) {
+        fail(&ch, "seccomp", e);
+    }
+    let confined = ToSupervisor::Confined {
+        landlock_abi,
+        landlock_partial,
+        seccomp: true,
+        rlimits: true,
+        notes,
+        watch: Vec::new(),
+    };
+    if let Err(e) = ch.send_with_fds(&confined, &[]) {
+        fail(&ch, "reporting the confinement", e);
+    }
+    let payload = start_payload(plan, &ch);
+    one_shot::wait(&ch, payload, true)
 }
 
 /// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
@@ -106,20 +236,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     // The supervisor creates the cgroup while we built the root. Nothing runs on the sandbox's
     // behalf before it says go: then we join the cgroup (still our only thread, no child yet,
     // so everything the sandbox ever runs is born inside) and root a cgroup namespace there.
-    let in_cgroup = match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
-            if cgroup && files.is_empty() {
-                fail(&ch, "joining the cgroup", "no cgroup files came with go");
-            }
-            if let Err(e) = crate::cgroup::join(&files) {
-                fail(&ch, "joining the cgroup", e);
-            }
-            // These carry cordon's authority over the cgroup: gone before anything else runs.
-            drop(files);
-            cgroup
-        }
-        _ => sys::exit_now(EXIT_SETUP_FAILED),
-    };
+    let in_cgroup = wait_for_go(&ch);
     if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
         fail(&ch, "creating the cgroup namespace", e);
     }
@@ -195,7 +312,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload)
+    one_shot::wait(&ch, payload, false)
 }
 
 /// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs
@@ -207,6 +324,10 @@ fn open_watched(plan: &Plan, in_cgroup: bool) -> (Vec<Watched>, Vec<OwnedFd>) {
     let mut scratch = vec!["/tmp", "/dev/shm", cordon_policy::profile::HOME];
     if plan.workspace.is_none() {
         scratch.push("/workspace");
+    }
+    // An image's root: overlayfs reports its writable layer's tmpfs, capped the same way.
+    if plan.image.is_some() {
+        scratch.push("/");
     }
     let open = |path: &str, flags: libc::c_int| {
         std::fs::OpenOptions::new()
@@ -242,8 +363,15 @@ fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
         apply_cpu_rlimit(plan)?;
     }
     if fallback {
-        // Without a cgroup these per-process limits are the best the host allows.
-        sys::setrlimit(libc::RLIMIT_NPROC, nproc_limit(plan), nproc_limit(plan))?;
+        // Without a cgroup these per-process limits are the best the host allows. Without a
+        // user namespace the kernel counts every task of our uid, the host's included: the
+        // sandbox gets its own share on top of what the uid already runs.
+        let nproc = if plan.no_namespaces {
+            nproc_limit(plan) + sys::tasks_of_uid(sys::geteuid())
+        } else {
+            nproc_limit(plan)
+        };
+        sys::setrlimit(libc::RLIMIT_NPROC, nproc, nproc)?;
         sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
     }
     Ok(())

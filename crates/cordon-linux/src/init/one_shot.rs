@@ -26,7 +26,9 @@ fn end_message(exit: &sys::Exit) -> ToSupervisor {
 /// processes when its init exits) is what gets their CPU time counted: a process is counted
 /// in its reaper's rusage, and the supervisor reads ours — the kernel's kill at our exit
 /// leaves them reaped by no one.
-pub(super) fn wait(ch: &Channel, payload: libc::pid_t) -> ! {
+/// `no_pid_ns`: the sandbox shares the host's pid namespace, where `kill(-1)` would reach
+/// every process of our uid: the tree below us (we are its subreaper) is ended instead.
+pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool) -> ! {
     let mut end: Option<ToSupervisor> = None;
     // Made after the payload is spawned, so the payload never starts with SIGCHLD blocked; an
     // exit before it is found by the first reaping pass.
@@ -74,7 +76,11 @@ pub(super) fn wait(ch: &Channel, payload: libc::pid_t) -> ! {
     // Everything else goes now. A process forking at this very moment is caught by the next
     // round: kill(-1) again whenever a child is reaped, until none is left.
     loop {
-        let _ = sys::kill_all_others(libc::SIGKILL);
+        if no_pid_ns {
+            sys::kill_descendants(sys::getpid());
+        } else {
+            let _ = sys::kill_all_others(libc::SIGKILL);
+        }
         if !reap(&mut end) {
             break;
         }

@@ -478,7 +478,12 @@ fn subinit(
     let leader = match unsafe { sys::fork() } {
         Err(e) => refuse(e),
         Ok(sys::Fork::Child) => {
-            if sys::unblock_all_signals().is_err()
+            // The command reports its own pid, before it can run anything: were the sub-init
+            // to write it after the fork, a command that kills everything it can see
+            // (`kill -9 -1`) could kill its sub-init first on a loaded host, and the init
+            // would take a started command for one that failed to start.
+            if sys::write_all(pid_w.as_raw_fd(), &sys::getpid().to_ne_bytes()).is_err()
+                || sys::unblock_all_signals().is_err()
                 || sys::dup2(stdio.stdin.as_raw_fd(), 0).is_err()
                 || sys::dup2(stdio.stdout.as_raw_fd(), 1).is_err()
                 || sys::dup2(stdio.stderr.as_raw_fd(), 2).is_err()
@@ -502,10 +507,7 @@ fn subinit(
     // The channel is the init's; nothing here speaks on it.
     // SAFETY: our copy of the init's fd; this process never uses it again.
     unsafe { sys::close_raw(ch.raw()) };
-    if sys::write_all(pid_w.as_raw_fd(), &leader.to_ne_bytes()).is_err() {
-        let _ = sys::kill(leader, libc::SIGKILL);
-        sys::exit_now(EXIT_SETUP_FAILED);
-    }
+    // The command itself wrote its pid (above).
     drop(pid_w);
     loop {
         match sys::wait_peek() {

@@ -75,6 +75,8 @@ pub struct Sandbox {
     pub host_gid: u32,
     /// O_PATH fd of the sandbox's root directory (in its own mount namespace).
     root: OwnedFd,
+    /// Set while the sandbox is paused.
+    frozen: Mutex<Option<crate::freeze::Frozen>>,
 }
 
 impl Sandbox {
@@ -195,6 +197,7 @@ impl Sandbox {
             host_uid,
             host_gid,
             root,
+            frozen: Mutex::new(None),
         })
     }
 
@@ -279,8 +282,50 @@ impl Sandbox {
         rx.recv_timeout(Duration::from_secs(1)).ok().flatten()
     }
 
+    /// Freezes every process of the sandbox (see [`crate::freeze`]); `name` is unique to it.
+    /// Pausing a paused sandbox changes nothing.
+    pub fn pause(&self, name: &str) -> Result<crate::freeze::FreezeMethod, EngineError> {
+        if !self.is_alive() {
+            return Err(EngineError::Invalid("the sandbox has ended".into()));
+        }
+        let mut f = self
+            .frozen
+            .lock()
+            .map_err(|_| EngineError::Invalid("pause state poisoned".into()))?;
+        if let Some(fr) = f.as_ref() {
+            return Ok(fr.method);
+        }
+        let fr = crate::freeze::freeze(self.init_pid, name)
+            .map_err(|e| EngineError::io("pausing the sandbox", e))?;
+        let m = fr.method;
+        *f = Some(fr);
+        Ok(m)
+    }
+
+    /// Lets a paused sandbox run again; true if it was paused.
+    pub fn resume(&self) -> bool {
+        let fr = self.frozen.lock().ok().and_then(|mut f| f.take());
+        match fr {
+            Some(fr) => {
+                fr.thaw();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How the sandbox is paused, if it is.
+    pub fn paused(&self) -> Option<crate::freeze::FreezeMethod> {
+        self.frozen
+            .lock()
+            .ok()
+            .and_then(|f| f.as_ref().map(|f| f.method))
+    }
+
     /// Kills the sandbox and everything in it; waits for the helper to clean up.
     pub fn shutdown(&self) {
+        // A frozen process does not even die of SIGKILL until thawed.
+        self.resume();
         let _ = self.control.send(&ToHelper::Shutdown);
         if let Ok(mut child) = self.helper.lock() {
             // The helper removes the cgroup itself; give it a moment, then insist.

@@ -89,7 +89,7 @@ pub fn helper_main() -> i32 {
     };
     let mut enforcement = prepared.enforcement();
     let (host_uid, host_gid) = (prepared.plan.host_uid, prepared.plan.host_gid);
-    let cgroup = prepared.cgroup;
+    let cgroup = prepared.cgroup.take();
     let mut domains = Domains {
         init_pid,
         reaped: false,
@@ -144,7 +144,7 @@ pub fn helper_main() -> i32 {
                 if let ToSupervisor::Confined { watch, .. } = &msg {
                     domains.scratch = scratch_fds(watch, fds);
                 }
-                apply_confined(&mut enforcement, &msg);
+                apply_confined(&mut enforcement, &msg, None);
                 confined = true;
             }
             Ok(Some((

@@ -27,6 +27,18 @@ impl Service {
         req: crate::kernel::CodeRequest,
         events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
     ) -> Result<crate::kernel::CodeResult, ApiError> {
+        self.run_code_in(caller, id, req, events, None).await
+    }
+
+    /// [`Self::run_code`]; a context this creates has its kernel start in `cwd`.
+    pub async fn run_code_in(
+        &self,
+        caller: &Caller,
+        id: &str,
+        req: crate::kernel::CodeRequest,
+        events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
+        cwd: Option<&str>,
+    ) -> Result<crate::kernel::CodeResult, ApiError> {
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(&req.language)?;
         let context = req.context.clone().unwrap_or_else(|| "default".into());
@@ -35,7 +47,7 @@ impl Service {
             None => live.profile.limits.timeout,
         };
         at_most(timeout, self.cfg.max_exec_timeout, "timeout")?;
-        let slot = live.contexts.slot(language, &context)?;
+        let slot = live.contexts.slot_in(language, &context, cwd)?;
         self.audit.record(
             "sandbox.code",
             &caller.key_id,
@@ -64,9 +76,22 @@ impl Service {
         language: &str,
         name: &str,
     ) -> Result<crate::kernel::ContextInfo, ApiError> {
+        self.create_context_in(caller, id, language, name, None)
+            .await
+    }
+
+    /// [`Self::create_context`] with its kernel started in `cwd`.
+    pub async fn create_context_in(
+        &self,
+        caller: &Caller,
+        id: &str,
+        language: &str,
+        name: &str,
+        cwd: Option<&str>,
+    ) -> Result<crate::kernel::ContextInfo, ApiError> {
         let live = self.get_live(caller, id)?;
         let language = crate::kernel::normalize_language(language)?;
-        let slot = live.contexts.slot(language, name)?;
+        let slot = live.contexts.slot_in(language, name, cwd)?;
         crate::kernel::ensure_started(&live, &slot).await?;
         self.audit.record(
             "sandbox.context.create",
@@ -79,6 +104,7 @@ impl Service {
             name: name.into(),
             execution_count: 0,
             alive: true,
+            cwd: cwd.unwrap_or("/workspace").to_string(),
         })
     }
 

@@ -35,9 +35,30 @@ pub struct BgCommand {
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
     output: Mutex<(OutputCap, OutputCap)>,
     done: watch::Receiver<Option<Outcome>>,
+    /// Output as it comes, for front ends that attach to a running command (E2B's
+    /// `commands.connect`); a subscriber sees what is produced after it subscribed.
+    events: tokio::sync::broadcast::Sender<ExecEvent>,
+    /// The command's own environment and working directory, as asked (for listings).
+    pub env: std::collections::BTreeMap<String, String>,
+    pub cwd: Option<String>,
 }
 
 impl BgCommand {
+    /// Output from now on, and the outcome if the command has already ended. Subscribe
+    /// before looking at the outcome: an ending between the two is then seen by one of them.
+    pub fn subscribe(
+        &self,
+    ) -> (
+        tokio::sync::broadcast::Receiver<ExecEvent>,
+        watch::Receiver<Option<Outcome>>,
+    ) {
+        (self.events.subscribe(), self.done.clone())
+    }
+
+    pub fn running(&self) -> bool {
+        self.done.borrow().is_none()
+    }
+
     pub fn info(&self) -> CommandInfo {
         let (out, err) = self
             .output
@@ -88,10 +109,13 @@ async fn drain_now(
     is_stdout: bool,
     events: &Option<mpsc::Sender<ExecEvent>>,
 ) {
+    use std::os::fd::AsFd;
     let mut buf = [0u8; 32 * 1024];
-    // Bounded: a writer that never stops must not keep us here.
+    // Bounded: a writer that never stops must not keep us here. The read goes to the pipe
+    // itself (it is non-blocking), not through tokio's readiness: on a loaded host the reactor
+    // may not have seen the last write yet, and `try_read` would then report nothing.
     for _ in 0..64 {
-        match pipe.try_read(&mut buf) {
+        match rustix::io::read(pipe.as_fd(), &mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => take_output(&buf[..n], keep, bg, is_stdout, events).await,
         }
@@ -116,6 +140,14 @@ pub(crate) async fn spawn_exec(
     ),
     ApiError,
 > {
+    if live.sandbox.paused().is_some() {
+        // Its init is frozen too: the command would wait for the resume, and time out first.
+        return Err(ApiError::new(
+            409,
+            "sandbox_paused",
+            format!("sandbox '{}' is paused; resume it first", live.id),
+        ));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sb = live.sandbox.clone();
     let started = tokio::task::spawn_blocking(move || {
@@ -303,7 +335,7 @@ async fn pump(
         peak_pids: exit.usage.peak_pids,
     };
     let network = egress_during(live, started_ms, unix_ms());
-    let outcome = Outcome::from_ending(
+    let mut outcome = Outcome::from_ending(
         classify(&facts),
         so.finish(),
         se.finish(),
@@ -311,6 +343,14 @@ async fn pump(
         live.sandbox.enforcement.clone(),
         network,
     );
+    outcome.image = live
+        .profile
+        .root_image
+        .as_ref()
+        .map(|i| cordon_policy::ImageRef {
+            reference: i.reference.clone(),
+            digest: i.digest.clone(),
+        });
     if let Some(tx) = &events {
         let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
     }
@@ -375,6 +415,19 @@ impl Service {
         id: &str,
         req: ExecRequest,
     ) -> Result<CommandInfo, ApiError> {
+        Ok(self.exec_attached(caller, id, req, true).await?.0.info())
+    }
+
+    /// Starts a background command and subscribes to its output before any of it is read,
+    /// so the subscriber misses nothing. With `keep_stdin: false` its stdin is closed at once
+    /// (a command that reads it sees end of file instead of waiting).
+    pub async fn exec_attached(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        keep_stdin: bool,
+    ) -> Result<(Arc<BgCommand>, tokio::sync::broadcast::Receiver<ExecEvent>), ApiError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         let argv = spec.argv.clone();
@@ -382,14 +435,18 @@ impl Service {
         let cid = format!("cmd-{}", crate::keys::random_hex(6));
         let (stdin, output) = split(start(&live, spec).await?)?;
         let limit = live.profile.limits.output_limit;
+        let (events, first) = tokio::sync::broadcast::channel(1024);
         let cmd = Arc::new(BgCommand {
             id: cid.clone(),
             exec_id: output.exec_id,
             argv,
             started_at_ms: unix_ms(),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            stdin: tokio::sync::Mutex::new(keep_stdin.then_some(stdin)),
             output: Mutex::new((OutputCap::new(limit), OutputCap::new(limit))),
             done: done_rx,
+            events,
+            env: req.env.clone(),
+            cwd: req.cwd.clone(),
         });
         if let Ok(mut c) = live.commands.lock() {
             // Keep the table bounded: forget finished commands beyond 100.
@@ -414,14 +471,38 @@ impl Service {
         let svc = self.clone();
         let live2 = live.clone();
         let cmd2 = cmd.clone();
+        // The pump streams into a channel; a forwarder fans it out to whoever subscribed.
+        let (tx, mut rx) = mpsc::channel::<ExecEvent>(64);
+        let fan_out = cmd.events.clone();
         tokio::spawn(async move {
-            let outcome = pump(&live2, output, timeout, None, Some(&cmd2)).await;
+            while let Some(ev) = rx.recv().await {
+                let _ = fan_out.send(ev);
+            }
+        });
+        tokio::spawn(async move {
+            let outcome = pump(&live2, output, timeout, Some(tx), Some(&cmd2)).await;
             let outcome = outcome
                 .unwrap_or_else(|e| Outcome::error(e.message, live2.sandbox.enforcement.clone()));
             svc.metrics.observe_exec(outcome.usage.wall_ms as f64);
             let _ = done_tx.send(Some(outcome));
         });
-        Ok(cmd.info())
+        Ok((cmd, first))
+    }
+
+    /// The background commands of a sandbox, oldest first.
+    pub fn background_commands(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Vec<Arc<BgCommand>>, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let c = live
+            .commands
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?;
+        let mut v: Vec<Arc<BgCommand>> = c.values().cloned().collect();
+        v.sort_by_key(|c| (c.started_at_ms, c.exec_id));
+        Ok(v)
     }
 
     fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
@@ -475,18 +556,31 @@ impl Service {
         cid: &str,
         req: StdinRequest,
     ) -> Result<(), ApiError> {
+        self.command_input(caller, id, cid, req.data.as_bytes(), req.close)
+            .await
+    }
+
+    /// Writes bytes to a background command's stdin, then closes it if `close`.
+    pub async fn command_input(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+        data: &[u8],
+        close: bool,
+    ) -> Result<(), ApiError> {
         let cmd = self.command(caller, id, cid)?;
         let mut guard = cmd.stdin.lock().await;
         if let Some(w) = guard.as_mut() {
-            if !req.data.is_empty() {
-                w.write_all(req.data.as_bytes())
+            if !data.is_empty() {
+                w.write_all(data)
                     .await
                     .map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
             }
-        } else if !req.data.is_empty() {
+        } else if !data.is_empty() {
             return Err(ApiError::conflict("stdin of this command is closed"));
         }
-        if req.close {
+        if close {
             *guard = None;
         }
         Ok(())
@@ -509,5 +603,75 @@ impl Service {
             json!({"command_id": cid, "signal": signal}),
         );
         Ok(())
+    }
+}
+
+/// A long-running process in a sandbox whose stdin and stdout are the caller's to speak a
+/// protocol over (the gateway's upstream MCP servers). Its stderr is kept, capped, for
+/// diagnostics; it lives until it exits, is signalled, or its sandbox is deleted — no timeout.
+pub struct PipedProcess {
+    pub exec_id: u64,
+    pub stdin: tokio::net::unix::pipe::Sender,
+    pub stdout: tokio::net::unix::pipe::Receiver,
+    /// The last bytes it wrote to stderr (up to the profile's output limit).
+    pub stderr: Arc<Mutex<OutputCap>>,
+    /// Its exit, once it happens.
+    pub exit: tokio::sync::oneshot::Receiver<ExitInfo>,
+}
+
+impl Service {
+    /// Starts `argv` in sandbox `id` with its stdin and stdout piped to the caller.
+    pub async fn exec_piped(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        argv: Vec<String>,
+        env: std::collections::BTreeMap<String, String>,
+        cwd: Option<String>,
+    ) -> Result<PipedProcess, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let req = ExecRequest {
+            cmd: Cmd::Argv(argv),
+            cwd,
+            env,
+            stdin: None,
+            timeout: None,
+            background: true,
+        };
+        let (spec, _timeout) = self.exec_parts(&live, &req)?;
+        self.audit.record(
+            "sandbox.exec",
+            &caller.key_id,
+            Some(id),
+            json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "piped": true}),
+        );
+        let (started, exit) = spawn_exec(&live, spec).await?;
+        let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+        let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
+        let stderr_pipe =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(started.stderr).map_err(io)?;
+        let stderr = Arc::new(Mutex::new(OutputCap::new(live.profile.limits.output_limit)));
+        let keep = stderr.clone();
+        // Drained always: a server that logs to stderr must never block on a full pipe.
+        tokio::spawn(async move {
+            let mut pipe = stderr_pipe;
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut k) = keep.lock() {
+                    k.push(&buf[..n]);
+                }
+            }
+        });
+        Ok(PipedProcess {
+            exec_id: started.id,
+            stdin,
+            stdout,
+            stderr,
+            exit,
+        })
     }
 }

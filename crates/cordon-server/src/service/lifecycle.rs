@@ -15,6 +15,19 @@ use crate::error::ApiError;
 use crate::registry::now;
 use crate::types::*;
 
+/// A sandbox's resource use at one moment (see [`Service::sandbox_metrics`]).
+#[derive(Debug, Clone)]
+pub struct SandboxMetrics {
+    pub timestamp_ms: u64,
+    pub cpu_count: u64,
+    /// Of all its CPUs together, 0 to 100.
+    pub cpu_used_pct: f64,
+    pub mem_used: u64,
+    pub mem_total: u64,
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
 /// A sandbox slot held by a create under way; given back on drop.
 struct Reservation<'a> {
     pending: &'a Mutex<HashMap<String, usize>>,
@@ -105,10 +118,12 @@ impl Service {
         if let Ok(l) = self.live.read() {
             for s in l.values() {
                 *m.entry(
-                    if s.sandbox.is_alive() {
-                        "running"
-                    } else {
+                    if !s.sandbox.is_alive() {
                         "failed"
+                    } else if s.sandbox.paused().is_some() {
+                        "paused"
+                    } else {
+                        "running"
                     }
                     .to_string(),
                 )
@@ -141,11 +156,15 @@ impl Service {
         if let Some(c) = &req.cpu_time {
             profile.limits.cpu_time = Some(duration(c, "cpu_time")?);
         }
+        profile.image = req.image.clone();
         // A front end's own profile (create_with_profile) replaces the built-in.
-        let profile = trusted.unwrap_or(profile);
+        let trusted_profile = trusted.is_some();
+        let mut profile = trusted.unwrap_or(profile);
+        self.add_required(&mut profile);
         profile
             .validate()
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let image = self.attach_image(&mut profile, trusted_profile).await?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -198,6 +217,8 @@ impl Service {
             contexts: Default::default(),
             egress,
             network: Mutex::new(live_network),
+            image,
+            cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -211,7 +232,7 @@ impl Service {
             "sandbox.create",
             &caller.key_id,
             Some(&id),
-            json!({"profile": live.profile.name, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
+            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
         );
         Ok(live.info())
     }
@@ -259,6 +280,7 @@ impl Service {
                 enforcement: None,
                 limits: None,
                 ended_reason: row.ended_reason,
+                paused_by: None,
             }),
             _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
         }
@@ -305,6 +327,99 @@ impl Service {
         })
         .await;
         let _ = self.registry.mark_ended(&live.id, state, reason);
+    }
+
+    /// Freezes every process of the sandbox; memory and files stay. A paused sandbox still
+    /// counts against the key's quota and its TTL keeps running. Pausing twice is a conflict.
+    pub async fn pause(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+        let live = self.get_live(caller, id)?;
+        if live.sandbox.paused().is_some() {
+            return Err(ApiError {
+                code: "already_paused",
+                ..ApiError::conflict(format!("sandbox '{id}' is already paused"))
+            });
+        }
+        let sb = live.sandbox.clone();
+        let name = live.id.clone();
+        let method = tokio::task::spawn_blocking(move || sb.pause(&name))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+        self.audit.record(
+            "sandbox.pause",
+            &caller.key_id,
+            Some(id),
+            json!({"method": method.name()}),
+        );
+        Ok(live.info())
+    }
+
+    /// What the sandbox uses now: its processes' CPU since the previous request (or since it
+    /// started), their resident memory, and its scratch filesystems' use, against its limits.
+    pub async fn sandbox_metrics(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<SandboxMetrics, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let l = live.clone();
+        let root = live
+            .sandbox
+            .root_dir()
+            .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
+        tokio::task::spawn_blocking(move || {
+            use std::os::fd::AsFd;
+            let scratch = [
+                "/tmp",
+                "/workspace",
+                cordon_policy::profile::HOME,
+                "/dev/shm",
+            ];
+            let take = || cordon_linux::snapshot::take(l.sandbox.init_pid, root.as_fd(), &scratch);
+            let (since, before) = l
+                .cpu_seen
+                .lock()
+                .map(|g| *g)
+                .unwrap_or((std::time::Instant::now(), 0));
+            let mut snap = take();
+            // A window too short says nothing about the rate: look again a little later.
+            if since.elapsed() < std::time::Duration::from_millis(100) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                snap = take();
+            }
+            let wall = since.elapsed().as_nanos().max(1) as f64;
+            let cpus = l.profile.limits.cpus.ceil().max(1.0);
+            // Processes that ended since take their CPU time with them: never below zero.
+            let used = snap.cpu_ns.saturating_sub(before) as f64;
+            if let Ok(mut g) = l.cpu_seen.lock() {
+                *g = (std::time::Instant::now(), snap.cpu_ns);
+            }
+            SandboxMetrics {
+                timestamp_ms: super::unix_ms(),
+                cpu_count: cpus as u64,
+                cpu_used_pct: (used / wall / cpus * 100.0).clamp(0.0, 100.0),
+                mem_used: snap.memory_bytes,
+                mem_total: l.profile.limits.memory,
+                disk_used: snap.disk_used_bytes,
+                disk_total: snap.disk_total_bytes,
+            }
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
+    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ApiError> {
+        let live = self.get_live(caller, id)?;
+        let sb = live.sandbox.clone();
+        let was = tokio::task::spawn_blocking(move || sb.resume())
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if was {
+            self.audit
+                .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
+        }
+        Ok(was)
     }
 
     pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {

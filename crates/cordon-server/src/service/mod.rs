@@ -3,13 +3,19 @@
 
 mod code;
 mod exec;
+mod images;
 mod lifecycle;
 mod network;
 mod requests;
 
 pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
-pub use exec::{BgCommand, ExecEvent};
+pub use exec::{BgCommand, ExecEvent, PipedProcess};
+pub use images::{
+    image_error, validate as validate_pull, ImageList, ImageView, ImagesConfig, PullEvent,
+    PullRequest, PullResult,
+};
+pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +40,7 @@ pub struct Caller {
     pub max_sandboxes: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// The cordon binary, re-executed as the per-sandbox helper.
     pub helper_exe: PathBuf,
@@ -47,6 +53,25 @@ pub struct Config {
     pub max_download: u64,
     pub default_exec_timeout: Duration,
     pub max_exec_timeout: Duration,
+    /// Layers every sandbox of this server must have (`cordon serve --require`): added to
+    /// each sandbox's profile, so a host without them refuses each sandbox (and, checked at
+    /// start, the server itself).
+    pub require: Vec<cordon_policy::Layer>,
+    /// Where images may be pulled from.
+    pub images: ImagesConfig,
+    /// What a request naming an image this node's store (`<data_dir>/images`) lacks gets.
+    pub image_pull: ImagePull,
+}
+
+/// What `cordon serve` does with a request for an image its store does not have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImagePull {
+    /// Refuse it (400), saying how to pull it: what a client runs is the operator's choice.
+    #[default]
+    Never,
+    /// Pull it from its registry first (credentials from the store's login or
+    /// `~/.docker/config.json`).
+    Missing,
 }
 
 /// A sandbox this node is running.
@@ -64,6 +89,11 @@ pub struct Live {
     /// until the policy allows something).
     pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
     pub network: Mutex<cordon_policy::network::NetworkPolicy>,
+    /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
+    /// as the sandbox lives.
+    pub image: Option<cordon_image::ImageRoot>,
+    /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
+    pub cpu_seen: Mutex<(std::time::Instant, u64)>,
 }
 
 impl Live {
@@ -71,10 +101,12 @@ impl Live {
         let l = &self.profile.limits;
         SandboxInfo {
             id: self.id.clone(),
-            state: if self.sandbox.is_alive() {
-                "running".into()
-            } else {
+            state: if !self.sandbox.is_alive() {
                 "failed".into()
+            } else if self.sandbox.paused().is_some() {
+                "paused".into()
+            } else {
+                "running".into()
             },
             profile: self.profile.name.clone(),
             created_at: self.created_at,
@@ -89,6 +121,7 @@ impl Live {
                 output_limit_bytes: l.output_limit,
             }),
             ended_reason: self.sandbox.ended(),
+            paused_by: self.sandbox.paused().map(|m| m.name().to_string()),
         }
     }
 }
@@ -133,6 +166,15 @@ fn unix_ms() -> u64 {
 }
 
 impl Service {
+    /// Adds the server's required layers (see [`Config::require`]) to a sandbox's profile.
+    pub fn add_required(&self, profile: &mut Profile) {
+        for layer in &self.cfg.require {
+            if !profile.require.contains(layer) {
+                profile.require.push(*layer);
+            }
+        }
+    }
+
     pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
         if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
             .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?

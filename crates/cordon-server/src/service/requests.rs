@@ -75,3 +75,68 @@ pub fn profile_from(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(p)
 }
+
+impl super::Service {
+    /// Resolves `profile.image` in this node's store (pulling it first if the server is
+    /// configured to) and puts what the engine needs into the profile. A request (`trusted`
+    /// false) may only name images: a directory would be a host path of the client's choosing.
+    /// The returned root holds the image's layers: keep it for the sandbox's lifetime.
+    pub(crate) async fn attach_image(
+        &self,
+        profile: &mut Profile,
+        trusted: bool,
+    ) -> Result<Option<cordon_image::ImageRoot>, ApiError> {
+        let Some(name) = profile.image.clone() else {
+            return Ok(None);
+        };
+        if profile.root_image.is_some() {
+            // A front end resolved it from its own configuration and holds it.
+            return Ok(None);
+        }
+        if !trusted && cordon_image::store::names_directory(&name) {
+            return Err(ApiError::bad_request(format!(
+                "image: '{name}' is a path; name an image in the server's store (a directory \
+                 as a root is only for cordon run and cordon mcp)"
+            )));
+        }
+        let store = cordon_image::Store::open(&self.cfg.data_dir)
+            .map_err(|e| ApiError::internal(format!("the image store: {e}")))?;
+        // Checked before the store is asked: an image the server may not pull is refused
+        // the same way whether or not it would have to be pulled.
+        let pull = match self.cfg.image_pull {
+            super::ImagePull::Missing => match cordon_image::Reference::parse(&name) {
+                Ok(r) => Some(self.pull_options(&r, cordon_image::Platform::host())?),
+                // A digest prefix or other store-only name: nothing to pull.
+                Err(_) => None,
+            },
+            super::ImagePull::Never => None,
+        };
+        let root = tokio::task::spawn_blocking(move || {
+            match store.resolve(&name) {
+                Err(cordon_image::ImageError::NotFound { .. }) if pull.is_some() => {
+                    let opts = pull.unwrap_or_default();
+                    cordon_image::pull(&store, &name, &opts, &cordon_image::Quiet).map_err(
+                        |e| ApiError::bad_request(format!("image: pulling {name}: {e}")),
+                    )?;
+                    store.resolve(&name)
+                }
+                other => other,
+            }
+            .map_err(|e| match e {
+                cordon_image::ImageError::NotFound { .. } => ApiError::bad_request(format!(
+                    "image: {name} is not in this server's image store; pull it first \
+                     (cordon image pull {name} --data-dir <the server's data dir>), or start \
+                     cordon serve with --image-pull missing to pull on demand"
+                )),
+                other => ApiError::bad_request(format!("image: {name}: {other}")),
+            })
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        profile.root_image = Some(root.root_image());
+        profile
+            .validate()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(Some(root))
+    }
+}

@@ -227,7 +227,7 @@ impl Cmd {
         self
     }
 
-    fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut c = Command::new(&self.program);
         c.args(&self.args);
         // Never the repository: relative paths in a test are bugs.

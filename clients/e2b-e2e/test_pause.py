@@ -1,0 +1,99 @@
+"""pause() and resume through connect(), with the published SDK: a paused sandbox runs nothing,
+keeps its processes' memory and its files, is listed as paused, refuses commands, and runs on
+from where it was once connected to again."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done"
+
+
+def _native(server, id: str) -> dict:
+    r = httpx.get(f"{server.url}/v1/sandboxes/{id}", headers={"Authorization": f"Bearer {server.api_key}"})
+    r.raise_for_status()
+    return r.json()
+
+
+def _count(s) -> int:
+    return int(s.files.read("/tmp/n").strip() or "0")
+
+
+def _wait_count(s, at_least: int) -> int:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            n = _count(s)
+            if n >= at_least:
+                return n
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the counter never reached {at_least}")
+
+
+def test_pause_freezes_and_connect_resumes(sbx, server):
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    sbx.files.write("/home/user/kept.txt", "still here")
+    sbx.commands.run(COUNTER, background=True)
+    _wait_count(sbx, 5)
+
+    assert sbx.pause() is True
+    # Listed and described as paused, by the native API too (which says how it is held).
+    states = {s.sandbox_id: s.state.value for s in Sandbox.list().next_items()}
+    assert states.get(sbx.sandbox_id) == "paused"
+    native = _native(server, sbx.sandbox_id)
+    assert native["state"] == "paused"
+    assert native["paused_by"] in ("cgroup-freezer", "sigstop")
+
+    # Nothing runs: the counter stands still (a write under way settles within a tick).
+    time.sleep(0.3)
+    frozen = _count(sbx)
+    time.sleep(1.0)
+    assert _count(sbx) == frozen, "a paused sandbox went on counting"
+    # Commands are refused with a message that says why, rather than hanging.
+    with pytest.raises(SandboxException) as e:
+        sbx.commands.run("echo hi", timeout=10)
+    assert "paused" in str(e.value)
+    # Pausing again is not an error for the SDK (E2B's 409: already paused).
+    assert Sandbox.pause(sbx.sandbox_id) is False
+
+    # connect() resumes: the counter goes on from its value (the shell's memory was kept),
+    # the file is there, commands run.
+    again = Sandbox.connect(sbx.sandbox_id)
+    n = _wait_count(again, frozen + 3)
+    assert n < frozen + 200, "the counter restarted or ran while paused"
+    assert again.files.read("/home/user/kept.txt") == "still here"
+    assert again.commands.run("echo back").stdout == "back\n"
+    states = {s.sandbox_id: s.state.value for s in Sandbox.list().next_items()}
+    assert states.get(sbx.sandbox_id) == "running"
+
+
+def test_paused_sandbox_can_be_killed(server):
+    from e2b import Sandbox
+
+    s = Sandbox.create(timeout=120)
+    s.commands.run("sleep 1000", background=True)
+    s.pause()
+    # A frozen process would not die of SIGKILL; kill must thaw first and end it all.
+    s.kill()
+    assert _native(server, s.sandbox_id)["state"] == "deleted"
+
+
+def test_paused_sandbox_counts_against_the_quota(server):
+    from e2b import Sandbox
+    from e2b.exceptions import RateLimitException
+
+    key = server.new_key(max_sandboxes=1)
+    s = Sandbox.create(api_key=key, timeout=60)
+    try:
+        s.pause()
+        with pytest.raises(RateLimitException):
+            Sandbox.create(api_key=key, timeout=60)
+    finally:
+        s.kill()

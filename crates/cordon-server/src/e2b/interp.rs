@@ -1,0 +1,284 @@
+//! The code interpreter's `/execute` stream and `/contexts`, over the service's code cells.
+//! A context's E2B id is its cordon name; the default context of each language is `default`.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::{sandbox_path, E2bError, St, HOME};
+use crate::error::ApiError;
+use crate::kernel::{normalize_language, CellEvent, CodeRequest, CodeResult, ContextInfo};
+use crate::service::{Caller, ContextEnd};
+
+const DEFAULT_CONTEXT: &str = "default";
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ExecuteReq {
+    code: Option<String>,
+    context_id: Option<String>,
+    language: Option<String>,
+    env_vars: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NewContext {
+    language: Option<String>,
+    cwd: Option<String>,
+}
+
+fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+fn context_json(c: &ContextInfo) -> Value {
+    json!({"id": c.name, "language": c.language, "cwd": c.cwd})
+}
+
+fn find_context(e2b: &St, caller: &Caller, id: &str, ctx: &str) -> Result<ContextInfo, ApiError> {
+    e2b.st
+        .service
+        .list_contexts(caller, id)?
+        .into_iter()
+        .find(|c| c.name == ctx)
+        .ok_or_else(|| ApiError::not_found(format!("context '{ctx}' not found")))
+}
+
+/// One result bundle (MIME types) in E2B's field names.
+fn result_line(bundle: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("type".into(), json!("result"));
+    let mut extra = Map::new();
+    if let Some(b) = bundle.as_object() {
+        for (k, v) in b {
+            let name = match k.as_str() {
+                "is_main_result" => "is_main_result",
+                "text/plain" => "text",
+                "text/html" => "html",
+                "text/markdown" => "markdown",
+                "image/svg+xml" => "svg",
+                "image/png" => "png",
+                "image/jpeg" => "jpeg",
+                "application/pdf" => "pdf",
+                "text/latex" => "latex",
+                "application/json" => "json",
+                "application/javascript" => "javascript",
+                _ => {
+                    extra.insert(k.clone(), v.clone());
+                    continue;
+                }
+            };
+            out.insert(name.into(), v.clone());
+        }
+    }
+    if !extra.is_empty() {
+        out.insert("extra".into(), Value::Object(extra));
+    }
+    Value::Object(out)
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+fn error_line(name: &str, value: &str, traceback: &str) -> Value {
+    json!({"type": "error", "name": name, "value": value, "traceback": traceback})
+}
+
+/// The lines a finished cell adds: an error if it ended otherwise than by finishing, its
+/// execution count, and the end marker.
+fn closing_lines(r: &CodeResult) -> Vec<Value> {
+    let mut v = Vec::new();
+    if r.error.is_none() && r.status != cordon_policy::Status::Exited {
+        let status = serde_json::to_value(r.status).unwrap_or(Value::Null);
+        v.push(error_line(
+            "CellEnded",
+            &format!(
+                "the cell's kernel ended ({}); limits hit: {:?}; the context's state was lost",
+                status.as_str().unwrap_or("error"),
+                r.limits_hit
+            ),
+            "",
+        ));
+    }
+    v.push(json!({"type": "number_of_executions", "execution_count": r.execution_count}));
+    v.push(json!({"type": "end_of_execution"}));
+    v
+}
+
+pub(super) async fn execute(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    body: Bytes,
+) -> Result<Response, E2bError> {
+    let (caller, id) = e2b.sandbox(&h)?;
+    let req: ExecuteReq = parse(&body)?;
+    let code = req
+        .code
+        .ok_or_else(|| ApiError::bad_request("code: required"))?;
+    if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Err(ApiError::bad_request(
+            "env_vars per execution are not supported by this server: give them as envs when creating the sandbox",
+        )
+        .into());
+    }
+    let (language, context) = match (req.context_id, req.language) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("give context_id or language, not both").into())
+        }
+        (Some(ctx), None) => {
+            let c = find_context(&e2b, &caller, &id, &ctx)?;
+            (c.language, ctx)
+        }
+        (None, lang) => (
+            normalize_language(lang.as_deref().unwrap_or("python"))?.to_string(),
+            DEFAULT_CONTEXT.to_string(),
+        ),
+    };
+    let (tx, mut rx) = mpsc::channel::<CellEvent>(64);
+    let (out_tx, out_rx) = mpsc::channel::<Bytes>(64);
+    let svc = e2b.st.service.clone();
+    let max = svc.cfg.max_exec_timeout;
+    tokio::spawn(async move {
+        let line = |v: Value| {
+            let mut s = v.to_string();
+            s.push('\n');
+            Bytes::from(s)
+        };
+        let run = svc.run_code_in(
+            &caller,
+            &id,
+            CodeRequest {
+                language,
+                code,
+                context: Some(context),
+                timeout: Some(crate::types::Amount::Number(max.as_secs_f64())),
+            },
+            Some(tx),
+            Some(HOME),
+        );
+        tokio::pin!(run);
+        let mut result: Option<Result<CodeResult, ApiError>> = None;
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(CellEvent::Stdout(t)) => { let _ = out_tx.send(line(json!({"type": "stdout", "text": t, "timestamp": now_us()}))).await; }
+                    Some(CellEvent::Stderr(t)) => { let _ = out_tx.send(line(json!({"type": "stderr", "text": t, "timestamp": now_us()}))).await; }
+                    Some(CellEvent::Result(b)) => { let _ = out_tx.send(line(result_line(&b))).await; }
+                    Some(CellEvent::Error(e)) => { let _ = out_tx.send(line(error_line(&e.name, &e.value, &e.traceback.join("\n")))).await; }
+                    Some(CellEvent::Done(_)) => {}
+                    None => break,
+                },
+                r = &mut run, if result.is_none() => result = Some(r),
+            }
+        }
+        let r = match result {
+            Some(r) => r,
+            None => run.await,
+        };
+        let lines = match r {
+            Ok(r) => closing_lines(&r),
+            Err(e) => vec![
+                error_line("SandboxError", &e.message, ""),
+                json!({"type": "end_of_execution"}),
+            ],
+        };
+        for l in lines {
+            let _ = out_tx.send(line(l)).await;
+        }
+    });
+    let stream = futures::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(out_rx),
+        Ok::<_, std::convert::Infallible>,
+    );
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+pub(super) async fn create_context(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, E2bError> {
+    let (caller, id) = e2b.sandbox(&h)?;
+    let req: NewContext = parse(&body)?;
+    let language = normalize_language(req.language.as_deref().unwrap_or("python"))?;
+    let cwd = sandbox_path(req.cwd.as_deref().unwrap_or(HOME))?;
+    let name = format!("ctx-{}", crate::keys::random_hex(8));
+    let c = e2b
+        .st
+        .service
+        .create_context_in(&caller, &id, language, &name, Some(&cwd))
+        .await?;
+    Ok(Json(context_json(&c)))
+}
+
+pub(super) async fn list_contexts(
+    State(e2b): State<St>,
+    h: HeaderMap,
+) -> Result<Json<Vec<Value>>, E2bError> {
+    let (caller, id) = e2b.sandbox(&h)?;
+    let list = e2b.st.service.list_contexts(&caller, &id)?;
+    Ok(Json(list.iter().map(context_json).collect()))
+}
+
+pub(super) async fn delete_context(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    Path(ctx): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let (caller, id) = e2b.sandbox(&h)?;
+    let c = find_context(&e2b, &caller, &id, &ctx)?;
+    e2b.st
+        .service
+        .end_context(&caller, &id, &c.language, &ctx, ContextEnd::Delete)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn restart_context(
+    State(e2b): State<St>,
+    h: HeaderMap,
+    Path(ctx): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let (caller, id) = e2b.sandbox(&h)?;
+    let c = find_context(&e2b, &caller, &id, &ctx)?;
+    e2b.st
+        .service
+        .end_context(&caller, &id, &c.language, &ctx, ContextEnd::Restart)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundles_get_e2b_names() {
+        let r = result_line(
+            &json!({"text/plain": "2", "image/png": "iVBO", "is_main_result": true, "image/gif": "R0lG"}),
+        );
+        assert_eq!(r["type"], "result");
+        assert_eq!(r["text"], "2");
+        assert_eq!(r["png"], "iVBO");
+        assert_eq!(r["is_main_result"], true);
+        assert_eq!(r["extra"]["image/gif"], "R0lG");
+    }
+}

@@ -1,0 +1,355 @@
+//! The E2B door: the REST control plane, envd's Connect RPCs and `/files`, and the code
+//! interpreter's `/execute` and `/contexts`, as the published E2B SDKs speak them
+//! (`E2B_API_URL` and `E2B_SANDBOX_URL` pointed at `cordon serve`). A front end like the others:
+//! every sandbox, command, file and code cell goes through [`crate::service`].
+//!
+//! Requests for a sandbox carry no API key: the SDK names the sandbox in `E2b-Sandbox-Id` and
+//! proves it may use it with the access token the control plane handed out at create or
+//! connect (`X-Access-Token`, or `E2B-Traffic-Access-Token` on the code-context calls, which
+//! carry no other).
+
+mod control;
+mod envd;
+mod interp;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::service::Caller;
+
+/// The envd version reported to the SDK: it gates features on it, and this one enables all
+/// the SDK knows of (stdin control, octet-stream uploads, file metadata).
+pub const ENVD_VERSION: &str = "0.6.4";
+/// The default template, as the code-interpreter SDK names it.
+pub const DEFAULT_TEMPLATE: &str = "code-interpreter-v1";
+/// Where E2B programs expect to be: the sandbox user's home (`/home/user` is a link to cordon's
+/// `/home/sandbox` in every sandbox).
+pub const HOME: &str = "/home/user";
+
+/// What the E2B door knows of a sandbox beyond the service: the token that opens its envd
+/// and interpreter routes, and the template it was created from.
+#[derive(Clone)]
+struct Door {
+    caller: Caller,
+    token: String,
+    template: String,
+}
+
+pub(crate) struct E2b {
+    st: Arc<AppState>,
+    doors: Mutex<HashMap<String, Door>>,
+    watchers: watch::Watchers,
+}
+
+type St = Arc<E2b>;
+
+/// An error as the E2B control plane and envd's plain-HTTP routes give it:
+/// `{"code": <status>, "message"}` (the SDK reads `message` and maps the status to its
+/// exception types; any other shape makes it fail).
+pub(crate) struct E2bError(pub ApiError);
+
+impl From<ApiError> for E2bError {
+    fn from(e: ApiError) -> Self {
+        E2bError(e)
+    }
+}
+
+impl IntoResponse for E2bError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"code": status.as_u16(), "message": e.message}).to_string(),
+        )
+            .into_response();
+        if let Some(s) = e.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+pub fn router(st: Arc<AppState>) -> Router {
+    let max_upload = st.service.cfg.max_upload as usize;
+    let e2b: St = Arc::new(E2b {
+        st,
+        doors: Mutex::new(HashMap::new()),
+        watchers: Default::default(),
+    });
+    Router::new()
+        // Control plane (API key in `X-API-KEY`).
+        .route("/sandboxes", post(control::create).get(control::list_v1))
+        .route("/v2/sandboxes", post(control::create).get(control::list))
+        .route("/sandboxes/{id}", get(control::info).delete(control::kill))
+        .route("/sandboxes/{id}/timeout", post(control::set_timeout))
+        .route("/sandboxes/{id}/connect", post(control::connect))
+        .route("/v2/sandboxes/{id}/connect", post(control::connect))
+        .route("/sandboxes/{id}/refreshes", post(control::refresh))
+        .route("/sandboxes/{id}/pause", post(control::pause))
+        .route("/sandboxes/{id}/resume", post(control::resume))
+        .route("/sandboxes/{id}/metrics", get(control::metrics))
+        // envd (access token).
+        .route("/health", get(envd::health))
+        .route("/process.Process/{method}", post(envd::process))
+        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
+        .route("/files", get(envd::download).post(envd::upload))
+        // The code interpreter (access token).
+        .route("/execute", post(interp::execute))
+        .route(
+            "/contexts",
+            post(interp::create_context).get(interp::list_contexts),
+        )
+        .route("/contexts/{id}", delete(interp::delete_context))
+        .route("/contexts/{id}/restart", post(interp::restart_context))
+        .layer(axum::extract::DefaultBodyLimit::max(max_upload))
+        .layer(middleware::from_fn(e2b_errors))
+        .with_state(e2b)
+}
+
+/// What axum answers by itself on these routes (a wrong method, a body it cannot take) gets
+/// E2B's error shape too.
+async fn e2b_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/connect"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let mut message = String::from_utf8_lossy(&text).trim().to_string();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("error").to_string();
+    }
+    let mut out = E2bError(ApiError::new(status.as_u16(), "error", message)).into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
+}
+
+impl E2b {
+    /// The caller of a control-plane request: its `X-API-KEY` is a cordon API key.
+    fn caller(&self, h: &HeaderMap) -> Result<Caller, ApiError> {
+        let key = h
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim);
+        crate::http::authenticate(
+            &self.st,
+            h,
+            key,
+            "missing API key: set E2B_API_KEY to a key of this cordon server",
+        )
+    }
+
+    /// Records (or finds) the door of a sandbox the caller may use, with a fresh token the
+    /// first time.
+    fn door(&self, caller: &Caller, id: &str, template: Option<&str>) -> Result<Door, ApiError> {
+        let mut doors = self.doors.lock().map_err(|_| ApiError::internal("lock"))?;
+        if let Some(d) = doors.get(id).filter(|d| d.caller.key_id == caller.key_id) {
+            return Ok(d.clone());
+        }
+        let template = match template {
+            Some(t) => t.to_string(),
+            None => self
+                .st
+                .service
+                .get(caller, id)
+                .map(|i| i.profile)
+                .unwrap_or_else(|_| DEFAULT_TEMPLATE.to_string()),
+        };
+        let d = Door {
+            caller: caller.clone(),
+            token: crate::keys::random_hex(24),
+            template,
+        };
+        // Doors of sandboxes that ended meanwhile (their time ran out, or another door
+        // deleted them) go now, so the table stays as large as the live sandboxes.
+        let svc = &self.st.service;
+        doors.retain(|sid, d| svc.get_live(&d.caller, sid).is_ok());
+        doors.insert(id.to_string(), d.clone());
+        Ok(d)
+    }
+
+    fn template_of(&self, id: &str, fallback: &str) -> String {
+        self.doors
+            .lock()
+            .ok()
+            .and_then(|d| d.get(id).map(|d| d.template.clone()))
+            .unwrap_or_else(|| fallback.to_string())
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut d) = self.doors.lock() {
+            d.remove(id);
+        }
+    }
+
+    /// The sandbox a request to its envd or interpreter is for, and who owns it: the
+    /// `E2b-Sandbox-Id` header names it, its access token opens it.
+    fn sandbox(&self, h: &HeaderMap) -> Result<(Caller, String), ApiError> {
+        let id = h
+            .get("e2b-sandbox-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ApiError::bad_request("missing E2b-Sandbox-Id header: which sandbox is this for?")
+            })?;
+        let given: Vec<&str> = ["x-access-token", "e2b-traffic-access-token"]
+            .iter()
+            .filter_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
+            .collect();
+        let door = self
+            .doors
+            .lock()
+            .map_err(|_| ApiError::internal("lock"))?
+            .get(id)
+            .cloned();
+        // E2B's proxy answers 502 "… was not found" for a sandbox that is gone: the SDK
+        // reads that as "killed or timed out".
+        let gone = || {
+            ApiError::new(
+                502,
+                "sandbox_not_found",
+                format!("The sandbox {id} was not found"),
+            )
+        };
+        let Some(door) = door else {
+            return Err(gone());
+        };
+        if given.is_empty() {
+            self.st.service.metrics.deny("unauthenticated");
+            return Err(ApiError::unauthorized(
+                "missing access token: send the envdAccessToken of this sandbox as X-Access-Token",
+            ));
+        }
+        if !given.iter().any(|t| same_secret(t, &door.token)) {
+            self.st.service.metrics.deny("bad_key");
+            return Err(ApiError::unauthorized(
+                "invalid access token for this sandbox",
+            ));
+        }
+        // A sandbox that ended since: its door closes with it.
+        if self.st.service.get_live(&door.caller, id).is_err() {
+            self.forget(id);
+            return Err(gone());
+        }
+        Ok((door.caller, id.to_string()))
+    }
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    x.iter()
+        .zip(y.iter())
+        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
+        == 0
+}
+
+/// RFC 3339 in UTC for seconds since the epoch.
+fn rfc3339(secs: u64) -> String {
+    chrono::DateTime::from_timestamp(secs as i64, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
+}
+
+/// A path as E2B programs give it: relative ones are in the user's home.
+fn sandbox_path(p: &str) -> Result<String, ApiError> {
+    if p.contains('\0') {
+        return Err(ApiError::bad_request("path: no NUL bytes"));
+    }
+    let p = if let Some(rest) = p.strip_prefix("~/") {
+        format!("{HOME}/{rest}")
+    } else if p == "~" || p.is_empty() {
+        HOME.to_string()
+    } else if p.starts_with('/') {
+        p.to_string()
+    } else {
+        format!("{HOME}/{p}")
+    };
+    Ok(p)
+}
+
+/// The OS user a request asks for (`authorization: Basic base64("<user>:")` on envd, or
+/// `?username=`): `user` is the sandbox's user; `root` is accepted and runs as that same
+/// unprivileged user — no one is root in a cordon sandbox.
+fn check_user(h: &HeaderMap, query_user: Option<&str>) -> Result<(), ApiError> {
+    use base64::Engine;
+    let from_header = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .map(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()
+                .and_then(|d| String::from_utf8(d).ok())
+                .map(|s| s.split(':').next().unwrap_or("").to_string())
+                .unwrap_or_default()
+        });
+    for u in from_header.as_deref().into_iter().chain(query_user) {
+        if !matches!(u, "" | "user" | "root") {
+            return Err(ApiError::bad_request(format!(
+                "user '{u}' does not exist in this sandbox (there is 'user'; 'root' runs as it)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_are_in_the_home() {
+        assert_eq!(
+            sandbox_path("a.txt").ok().as_deref(),
+            Some("/home/user/a.txt")
+        );
+        assert_eq!(sandbox_path("~/b").ok().as_deref(), Some("/home/user/b"));
+        assert_eq!(sandbox_path("/tmp/c").ok().as_deref(), Some("/tmp/c"));
+        assert!(sandbox_path("x\0y").is_err());
+    }
+
+    #[test]
+    fn secrets_compare_exactly() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "ab"));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+}

@@ -1,0 +1,242 @@
+//! `files.watch_dir`, for the sync SDKs (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`)
+//! and the async ones (the `WatchDir` stream, which polls every 200 ms): a poller. Each `GetWatcherEvents` lists the watched directory again (inside the sandbox,
+//! as its user, like any file call) and answers what changed since the previous look. It needs
+//! no inotify in the sandbox and works the same rootless; what it cannot see is a change undone
+//! between two looks, and a rename shows as a remove and a create.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cordon_linux::fsview::{EntryType, SandboxFs};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::service::{Caller, Service};
+
+/// Watchers one sandbox may hold at once.
+const MAX_PER_SANDBOX: usize = 64;
+/// Deepest a recursive watcher looks, and most entries it keeps.
+const MAX_DEPTH: u32 = 16;
+const MAX_ENTRIES: usize = 50_000;
+
+/// What tells one entry's state from another: directory or not, size, mode, mtime.
+type Sig = (bool, u64, u32, u64);
+
+pub(super) struct Watcher {
+    sandbox: String,
+    key_id: String,
+    path: String,
+    recursive: bool,
+    seen: BTreeMap<String, Sig>,
+}
+
+#[derive(Default)]
+pub(super) struct Watchers(std::sync::Mutex<HashMap<String, Watcher>>);
+
+/// The watched tree now, by path relative to the watched directory.
+async fn scan(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    recursive: bool,
+) -> Result<BTreeMap<String, Sig>, ApiError> {
+    let live = svc.sandbox_for_files(caller, id)?;
+    let owner = (live.sandbox.host_uid, live.sandbox.host_gid);
+    let root = live
+        .sandbox
+        .root_dir()
+        .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
+    let base = path.to_string();
+    tokio::task::spawn_blocking(move || {
+        let _live = live;
+        cordon_linux::fsview::as_sandbox_user(owner, move || {
+            let fs = SandboxFs::from_root_fd(root, owner)?;
+            let top = fs.stat(&base)?;
+            // A link to a directory (E2B's /home/user is one) is watched as that directory.
+            if !matches!(top.r#type, EntryType::Dir | EntryType::Symlink) {
+                return Err(cordon_linux::fsview::FsError::NotADirectory { path: base.clone() });
+            }
+            let prefix = format!("{}/", base.trim_end_matches('/'));
+            let mut out = BTreeMap::new();
+            let mut level = vec![base.clone()];
+            for _ in 0..if recursive { MAX_DEPTH } else { 1 } {
+                let mut next = Vec::new();
+                for dir in level {
+                    // A directory removed under us is seen as removed at the next look.
+                    let Ok(entries) = fs.list(&dir) else { continue };
+                    for e in entries {
+                        let dir = e.r#type == EntryType::Dir;
+                        if dir {
+                            next.push(e.path.clone());
+                        }
+                        if out.len() < MAX_ENTRIES {
+                            let rel = e.path.strip_prefix(&prefix).unwrap_or(&e.name).to_string();
+                            out.insert(rel, (dir, e.size, e.mode, e.modified));
+                        }
+                    }
+                }
+                level = next;
+            }
+            Ok(out)
+        })?
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(crate::files::fs_error)
+}
+
+fn event(name: &str, t: &str) -> Value {
+    json!({"name": name, "type": t})
+}
+
+/// What changed from `old` to `new`, as E2B's events.
+fn diff(old: &BTreeMap<String, Sig>, new: &BTreeMap<String, Sig>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, sig) in new {
+        match old.get(name) {
+            None => out.push(event(name, "EVENT_TYPE_CREATE")),
+            Some(o) if o.0 != sig.0 => {
+                out.push(event(name, "EVENT_TYPE_REMOVE"));
+                out.push(event(name, "EVENT_TYPE_CREATE"));
+            }
+            Some(o) => {
+                if !sig.0 && (o.1 != sig.1 || o.3 != sig.3) {
+                    out.push(event(name, "EVENT_TYPE_WRITE"));
+                }
+                if o.2 != sig.2 {
+                    out.push(event(name, "EVENT_TYPE_CHMOD"));
+                }
+            }
+        }
+    }
+    for name in old.keys().filter(|n| !new.contains_key(*n)) {
+        out.push(event(name, "EVENT_TYPE_REMOVE"));
+    }
+    out
+}
+
+impl Watchers {
+    pub(super) async fn create(
+        &self,
+        svc: &Service,
+        caller: &Caller,
+        id: &str,
+        path: String,
+        recursive: bool,
+    ) -> Result<String, ApiError> {
+        let seen = scan(svc, caller, id, &path, recursive).await?;
+        let mut w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
+        // Watchers of sandboxes that ended go now, so the table stays bounded.
+        w.retain(|_, x| {
+            svc.get_live(
+                &Caller {
+                    key_id: x.key_id.clone(),
+                    max_sandboxes: 0,
+                },
+                &x.sandbox,
+            )
+            .is_ok()
+        });
+        if w.values().filter(|x| x.sandbox == id).count() >= MAX_PER_SANDBOX {
+            return Err(ApiError::too_many(
+                format!("a sandbox may have at most {MAX_PER_SANDBOX} directory watchers; stop one first"),
+                1,
+            ));
+        }
+        let wid = crate::keys::random_hex(12);
+        w.insert(
+            wid.clone(),
+            Watcher {
+                sandbox: id.to_string(),
+                key_id: caller.key_id.clone(),
+                path,
+                recursive,
+                seen,
+            },
+        );
+        Ok(wid)
+    }
+
+    fn find(&self, caller: &Caller, id: &str, wid: &str) -> Result<(String, bool), ApiError> {
+        let w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
+        match w.get(wid) {
+            Some(x) if x.sandbox == id && x.key_id == caller.key_id => {
+                Ok((x.path.clone(), x.recursive))
+            }
+            _ => Err(ApiError::not_found(format!("no watcher '{wid}'"))),
+        }
+    }
+
+    pub(super) async fn events(
+        &self,
+        svc: &Service,
+        caller: &Caller,
+        id: &str,
+        wid: &str,
+    ) -> Result<Vec<Value>, ApiError> {
+        let (path, recursive) = self.find(caller, id, wid)?;
+        // An ended sandbox ends its watchers (rather than reading as an emptied directory).
+        svc.get_live(caller, id)?;
+        let now = scan(svc, caller, id, &path, recursive).await;
+        let mut w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
+        let Some(x) = w.get_mut(wid) else {
+            return Err(ApiError::not_found(format!("no watcher '{wid}'")));
+        };
+        let now = match now {
+            Ok(n) => n,
+            // The watched directory itself went away: everything in it is removed.
+            Err(e) if e.status == 404 => BTreeMap::new(),
+            Err(e) => return Err(e),
+        };
+        let ev = diff(&x.seen, &now);
+        x.seen = now;
+        Ok(ev)
+    }
+
+    pub(super) fn remove(&self, caller: &Caller, id: &str, wid: &str) -> Result<(), ApiError> {
+        self.find(caller, id, wid)?;
+        if let Ok(mut w) = self.0.lock() {
+            w.remove(wid);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_each_kind_of_change() {
+        let old: BTreeMap<String, Sig> = [
+            ("a".to_string(), (false, 1, 0o644, 10)),
+            ("b".to_string(), (false, 1, 0o644, 10)),
+            ("c".to_string(), (false, 1, 0o644, 10)),
+        ]
+        .into();
+        let new: BTreeMap<String, Sig> = [
+            ("a".to_string(), (false, 2, 0o644, 10)),
+            ("b".to_string(), (false, 1, 0o600, 10)),
+            ("d".to_string(), (true, 0, 0o755, 11)),
+        ]
+        .into();
+        let ev: Vec<(String, String)> = diff(&old, &new)
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or("").into(),
+                    e["type"].as_str().unwrap_or("").into(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ev,
+            [
+                ("a".into(), "EVENT_TYPE_WRITE".into()),
+                ("b".into(), "EVENT_TYPE_CHMOD".into()),
+                ("d".into(), "EVENT_TYPE_CREATE".into()),
+                ("c".into(), "EVENT_TYPE_REMOVE".into()),
+            ]
+        );
+    }
+}

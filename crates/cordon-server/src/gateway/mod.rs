@@ -1,0 +1,834 @@
+//! `cordon gateway`: an MCP proxy between an agent host and tool servers. Every call passes
+//! the allowlist, the tool's own input schema and the rule's, the path rules, a rate limit
+//! and, where a rule asks, a person's approval; tool definitions are pinned; every decision
+//! goes to the hash-chained audit log. The policy itself is `cordon_gateway` (data, no
+//! syscalls); this module connects it to MCP and to the upstream servers, each of which runs
+//! as a persistent cordon sandbox created through the service layer.
+
+pub mod state;
+mod upstream;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_gateway::audit::{ChainHead, ChainWriter};
+use cordon_gateway::config::ScriptTool;
+use cordon_gateway::{Config, Policy, Reason, Refusal};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Map, Value};
+
+use crate::service::{Caller, Service};
+use state::{Answer, Approval, StateDir};
+use upstream::Upstream;
+
+/// The JSON-RPC error code of a call the gateway refused (policy, pin, approval, rate).
+pub const REFUSED: i32 = -32003;
+/// The JSON-RPC error code of a call an upstream could not answer (crashed, hung, garbage).
+pub const UPSTREAM_FAILED: i32 = -32004;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Counters for `/metrics` (Prometheus text).
+#[derive(Default)]
+pub struct GatewayMetrics {
+    calls: AtomicU64,
+    allowed: AtomicU64,
+    refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// Latency of forwarded calls: sum (µs) and count, and a few buckets.
+    latency_us_sum: AtomicU64,
+    latency_buckets: [AtomicU64; 6],
+}
+
+const BUCKETS_MS: [f64; 6] = [1.0, 5.0, 25.0, 100.0, 1000.0, f64::INFINITY];
+
+impl GatewayMetrics {
+    fn refused(&self, r: Reason) {
+        if let Ok(mut m) = self.refused.lock() {
+            *m.entry(r.as_str()).or_default() += 1;
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        self.latency_us_sum
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        let ms = d.as_secs_f64() * 1000.0;
+        for (i, b) in BUCKETS_MS.iter().enumerate() {
+            if ms <= *b {
+                self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "# TYPE cordon_gateway_calls_total counter");
+        let _ = writeln!(
+            s,
+            "cordon_gateway_calls_total {}",
+            self.calls.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(s, "# TYPE cordon_gateway_allowed_total counter");
+        let _ = writeln!(
+            s,
+            "cordon_gateway_allowed_total {}",
+            self.allowed.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(s, "# TYPE cordon_gateway_refused_total counter");
+        if let Ok(m) = self.refused.lock() {
+            for (k, v) in m.iter() {
+                let _ = writeln!(s, "cordon_gateway_refused_total{{reason=\"{k}\"}} {v}");
+            }
+        }
+        let _ = writeln!(s, "# TYPE cordon_gateway_call_seconds histogram");
+        let mut count = 0;
+        for (i, b) in BUCKETS_MS.iter().enumerate() {
+            count = self.latency_buckets[i].load(Ordering::Relaxed);
+            let le = if b.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                format!("{}", b / 1000.0)
+            };
+            let _ = writeln!(
+                s,
+                "cordon_gateway_call_seconds_bucket{{le=\"{le}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "cordon_gateway_call_seconds_sum {}",
+            self.latency_us_sum.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(s, "cordon_gateway_call_seconds_count {count}");
+        s
+    }
+}
+
+/// The audit log: hash-chained, one record per decision. Never argument values unless the
+/// config opts in, and then with secret-looking fields masked.
+struct AuditLog {
+    w: Mutex<ChainWriter<std::fs::File>>,
+}
+
+impl AuditLog {
+    fn open(path: &Path) -> std::io::Result<AuditLog> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let head = ChainHead::after(crate::audit::last_line(path)?.as_deref());
+        let f = crate::datadir::open_private(
+            path,
+            std::fs::OpenOptions::new().create(true).append(true),
+        )?;
+        Ok(AuditLog {
+            w: Mutex::new(ChainWriter::new(f, head)),
+        })
+    }
+
+    fn record(&self, event: &str, fields: Value) {
+        let mut m = Map::new();
+        m.insert("time_ms".into(), now_ms().into());
+        m.insert("event".into(), event.into());
+        if let Value::Object(f) = fields {
+            m.extend(f);
+        }
+        if let Ok(mut w) = self.w.lock() {
+            if let Err(e) = w.append(m) {
+                eprintln!("cordon gateway: audit log: {e}");
+            }
+        }
+    }
+}
+
+/// Keys whose values are masked even where argument values are logged.
+fn secret_looking(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "key",
+        "auth",
+        "credential",
+        "cookie",
+        "session",
+        "private",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+fn masked(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    if secret_looking(k) {
+                        (k.clone(), Value::from("***"))
+                    } else {
+                        (k.clone(), masked(v))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(masked).collect()),
+        other => other.clone(),
+    }
+}
+
+pub struct GatewayOptions {
+    pub config: Config,
+    pub config_path: PathBuf,
+    pub audit_path: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+/// Shared by every session of one gateway.
+pub struct Gateway {
+    service: Arc<Service>,
+    caller: Caller,
+    policy: Policy,
+    audit: AuditLog,
+    state: StateDir,
+    upstreams: BTreeMap<String, Arc<Upstream>>,
+    scripts: BTreeMap<String, ScriptTool>,
+    script_validators: BTreeMap<String, cordon_gateway::jsonschema::Validator>,
+    /// A sandbox per script tool, created on first use.
+    script_sandboxes: tokio::sync::Mutex<BTreeMap<String, String>>,
+    base: PathBuf,
+    pub metrics: GatewayMetrics,
+}
+
+impl Gateway {
+    /// Compiles the policy, opens the audit log and the state, and starts every upstream
+    /// (each stdio server in its sandbox). A server that fails to start is reported and its
+    /// tools stay unavailable; the others serve.
+    pub async fn start(
+        service: Arc<Service>,
+        opts: GatewayOptions,
+    ) -> Result<Arc<Gateway>, String> {
+        let policy = Policy::compile(&opts.config).map_err(|e| e.to_string())?;
+        let audit = AuditLog::open(&opts.audit_path)
+            .map_err(|e| format!("audit log {}: {e}", opts.audit_path.display()))?;
+        let state = StateDir::open(&opts.state_dir)
+            .map_err(|e| format!("state dir {}: {e}", opts.state_dir.display()))?;
+        let caller = Caller {
+            key_id: "gateway".into(),
+            max_sandboxes: (opts.config.servers.len() + opts.config.tools.len() + 8) as u32,
+        };
+        let mut script_validators = BTreeMap::new();
+        for (name, t) in &opts.config.tools {
+            let schema = t.input.clone().unwrap_or_else(|| json!({"type": "object"}));
+            let v = cordon_gateway::policy::compile_schema(&schema)
+                .map_err(|e| format!("{}: tools.{name}.input: {e}", opts.config.file))?;
+            script_validators.insert(name.clone(), v);
+        }
+        let mut upstreams = BTreeMap::new();
+        for (name, s) in &opts.config.servers {
+            let denied = policy.denied_paths_for_server(name);
+            let up = Upstream::new(name, s, &opts.config.base, denied)?;
+            upstreams.insert(name.clone(), Arc::new(up));
+        }
+        let gw = Arc::new(Gateway {
+            service,
+            caller,
+            policy,
+            audit,
+            state,
+            upstreams,
+            scripts: opts.config.tools.clone(),
+            script_validators,
+            script_sandboxes: Default::default(),
+            base: opts.config.base.clone(),
+            metrics: GatewayMetrics::default(),
+        });
+        // All at once: one slow server must not hold the others (or the agent host) up.
+        let starts = gw.upstreams.values().map(|up| {
+            let gw = gw.clone();
+            async move {
+                if let Err(e) = up.ensure(&gw).await {
+                    eprintln!("cordon gateway: server {}: {e}", up.name);
+                }
+            }
+        });
+        futures::future::join_all(starts).await;
+        let idle = Arc::downgrade(&gw);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                match idle.upgrade() {
+                    Some(g) => g.policy.forget_idle_clients(),
+                    None => return,
+                }
+            }
+        });
+        Ok(gw)
+    }
+
+    /// Stops every upstream and deletes its sandbox.
+    pub async fn stop(&self) {
+        for up in self.upstreams.values() {
+            up.stop(self).await;
+        }
+        let boxes: Vec<String> = self
+            .script_sandboxes
+            .lock()
+            .await
+            .values()
+            .cloned()
+            .collect();
+        for id in boxes {
+            let _ = self.service.delete(&self.caller, &id).await;
+        }
+    }
+
+    fn refusal_error(&self, r: &Refusal) -> McpError {
+        let mut data = json!({"reason": r.reason.as_str(), "rule": r.rule});
+        if let Some(d) = r.retry_after {
+            data["retry_after_ms"] = json!(d.as_millis() as u64);
+        }
+        McpError::new(ErrorCode(REFUSED), r.to_string(), Some(data))
+    }
+
+    /// Every tool the agent may see, named `server.tool` (script tools by their own name).
+    async fn list(&self, client: &str) -> Vec<Tool> {
+        let mut out = Vec::new();
+        let pins = self.state.load_pins().unwrap_or_default();
+        for up in self.upstreams.values() {
+            for t in up.tools(self, &pins).await {
+                let full = format!("{}.{}", up.name, t.name);
+                if self.policy.allows(&full).is_ok() {
+                    let mut t = t.clone();
+                    t.name = full.into();
+                    out.push(t);
+                }
+            }
+        }
+        for (name, s) in &self.scripts {
+            if self.policy.allows(name).is_ok() {
+                let schema = s.input.clone().unwrap_or_else(|| json!({"type": "object"}));
+                let obj = match schema {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                out.push(Tool::new(
+                    name.clone(),
+                    s.description.clone(),
+                    Arc::new(obj),
+                ));
+            }
+        }
+        self.audit.record(
+            "tools/list",
+            json!({"client": client, "shown": out.iter().map(|t| t.name.to_string()).collect::<Vec<_>>()}),
+        );
+        out
+    }
+
+    async fn call(
+        self: &Arc<Self>,
+        client: &str,
+        req: CallToolRequestParams,
+    ) -> Result<CallToolResponse, McpError> {
+        let t0 = Instant::now();
+        self.metrics.calls.fetch_add(1, Ordering::Relaxed);
+        let name = req.name.to_string();
+        let args = Value::Object(req.arguments.clone().unwrap_or_default());
+        let digest = cordon_gateway::pin::digest(&args);
+        let result = Box::pin(self.decide_and_forward(client, &name, &args, req)).await;
+        let mut rec = json!({
+            "client": client,
+            "tool": name,
+            "args_digest": digest,
+            "duration_ms": t0.elapsed().as_secs_f64() * 1000.0,
+        });
+        let out = match result {
+            Ok((admitted, resp, bytes)) => {
+                self.metrics.allowed.fetch_add(1, Ordering::Relaxed);
+                self.metrics.observe(t0.elapsed());
+                rec["verdict"] = "allowed".into();
+                rec["rules"] = json!(admitted.rules);
+                rec["result_bytes"] = bytes.into();
+                if admitted.log_args {
+                    rec["args"] = masked(&admitted.arguments);
+                }
+                Ok(resp)
+            }
+            Err(r) => {
+                self.metrics.refused(r.reason);
+                rec["verdict"] = if r.reason == Reason::Upstream {
+                    "failed".into()
+                } else {
+                    "refused".into()
+                };
+                rec["reason"] = r.reason.as_str().into();
+                rec["rule"] = r.rule.clone().into();
+                rec["message"] = r.message.clone().into();
+                Err(if r.reason == Reason::Upstream {
+                    McpError::new(ErrorCode(UPSTREAM_FAILED), r.to_string(), None)
+                } else {
+                    self.refusal_error(&r)
+                })
+            }
+        };
+        self.audit.record("tools/call", rec);
+        out
+    }
+
+    async fn decide_and_forward(
+        self: &Arc<Self>,
+        client: &str,
+        name: &str,
+        args: &Value,
+        mut req: CallToolRequestParams,
+    ) -> Result<(cordon_gateway::Admitted, CallToolResponse, usize), Refusal> {
+        let unknown = || Refusal {
+            reason: Reason::Unknown,
+            rule: "the gateway".into(),
+            message: format!("no tool named {name}"),
+            retry_after: None,
+        };
+        // Hidden tools answer exactly like missing ones: the agent learns nothing of them.
+        if self.policy.allows(name).is_err() {
+            let r = self.policy.allows(name).err().unwrap_or_else(unknown);
+            return Err(Refusal {
+                message: format!("no tool named {name} is available ({})", r.message),
+                ..r
+            });
+        }
+        if let Some(script) = self.scripts.get(name) {
+            let admitted =
+                self.policy
+                    .check(client, name, self.script_validators.get(name), args)?;
+            self.approval(client, name, &admitted).await?;
+            // Boxed: the exec future is large, and so would be every future that holds it.
+            let result = Box::pin(self.run_script(name, script, &admitted.arguments)).await?;
+            let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
+            return Ok((admitted, CallToolResponse::Complete(result), bytes));
+        }
+        let (server, tool) = name.split_once('.').ok_or_else(unknown)?;
+        let up = self.upstreams.get(server).ok_or_else(unknown)?;
+        let pins = self.state.load_pins().unwrap_or_default();
+        let def = up.definition(self, &pins, tool).await?;
+        let admitted = self
+            .policy
+            .check(client, name, def.validator.as_deref(), args)?;
+        self.approval(client, name, &admitted).await?;
+        req.name = tool.to_string().into();
+        req.arguments = match &admitted.arguments {
+            Value::Object(m) => Some(m.clone()),
+            _ => None,
+        };
+        let resp = up.call(self, req).await?;
+        let bytes = match &resp {
+            CallToolResponse::Complete(r) => serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0),
+            _ => 0,
+        };
+        Ok((admitted, resp, bytes))
+    }
+
+    /// Holds a call until a person answers it, when a rule asks for approval.
+    async fn approval(
+        &self,
+        client: &str,
+        tool: &str,
+        admitted: &cordon_gateway::Admitted,
+    ) -> Result<(), Refusal> {
+        let Some((rule, timeout)) = &admitted.approve else {
+            return Ok(());
+        };
+        let refuse = |message: String| Refusal {
+            reason: Reason::Approval,
+            rule: rule.clone(),
+            message,
+            retry_after: None,
+        };
+        let id = format!("call-{}", crate::keys::random_hex(8));
+        let digest = cordon_gateway::pin::digest(&admitted.arguments);
+        let requested = now_ms();
+        let a = Approval {
+            id: id.clone(),
+            tool: tool.to_string(),
+            rule: rule.clone(),
+            client: client.to_string(),
+            args_digest: digest.clone(),
+            requested_ms: requested,
+            expires_ms: requested + timeout.as_millis() as u64,
+            answer: Answer::Pending,
+            answered_digest: None,
+        };
+        self.state
+            .save_approval(&a)
+            .map_err(|e| refuse(format!("cannot hold the call for approval: {e}")))?;
+        self.audit.record(
+            "approval.requested",
+            json!({"id": id, "tool": tool, "rule": rule, "client": client, "args_digest": digest, "expires_ms": a.expires_ms}),
+        );
+        eprintln!(
+            "cordon gateway: {tool} is waiting for approval: cordon gateway approve {id} (or deny {id}); expires in {} s",
+            timeout.as_secs()
+        );
+        let deadline = Instant::now() + *timeout;
+        let verdict = loop {
+            if let Some(cur) = self.state.load_approval(&id) {
+                match cur.answer {
+                    Answer::Granted
+                        if cur.answered_digest.as_deref() == Some(digest.as_str())
+                            && cur.rule == *rule
+                            && now_ms() <= cur.expires_ms =>
+                    {
+                        break Ok(());
+                    }
+                    Answer::Granted => break Err(refuse(
+                        "the approval does not match this call (other arguments, rule or expiry)"
+                            .into(),
+                    )),
+                    Answer::Refused => break Err(refuse(format!("a person refused call {id}"))),
+                    Answer::Pending => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                break Err(refuse(format!(
+                    "nobody approved call {id} within {} s",
+                    timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.state.remove_approval(&id);
+        self.audit.record(
+            "approval.answered",
+            json!({"id": id, "tool": tool, "rule": rule, "verdict": if verdict.is_ok() { "granted" } else { "refused" }}),
+        );
+        verdict
+    }
+
+    /// A script tool: a fresh process in the tool's sandbox, arguments as JSON on stdin,
+    /// stdout is the result.
+    async fn run_script(
+        &self,
+        name: &str,
+        s: &ScriptTool,
+        args: &Value,
+    ) -> Result<CallToolResult, Refusal> {
+        let fail = |message: String| Refusal {
+            reason: Reason::Upstream,
+            rule: format!("tools.{name}"),
+            message,
+            retry_after: None,
+        };
+        let id = {
+            let mut boxes = self.script_sandboxes.lock().await;
+            let alive = boxes
+                .get(name)
+                .and_then(|id| self.service.get(&self.caller, id).ok())
+                .filter(|i| i.state == "running");
+            match alive {
+                Some(info) => info.id,
+                None => {
+                    let profile = upstream::build_profile(
+                        s.profile.as_deref(),
+                        &s.ro,
+                        &[],
+                        &s.env,
+                        &self.base,
+                        &[],
+                    )
+                    .map_err(fail)?;
+                    let info = self
+                        .service
+                        .create_with_profile(
+                            &self.caller,
+                            profile,
+                            Some(crate::types::Amount::Number(
+                                self.service.cfg.max_ttl.as_secs_f64(),
+                            )),
+                            BTreeMap::from([("gateway_tool".to_string(), name.to_string())]),
+                        )
+                        .await
+                        .map_err(|e| fail(format!("cannot create its sandbox: {}", e.message)))?;
+                    boxes.insert(name.to_string(), info.id.clone());
+                    info.id
+                }
+            }
+        };
+        let req = crate::types::ExecRequest {
+            cmd: crate::types::Cmd::Argv(s.command.clone()),
+            cwd: None,
+            env: Default::default(),
+            stdin: Some(args.to_string()),
+            timeout: s.timeout.clone().map(crate::types::Amount::Text),
+            background: false,
+        };
+        let o = self
+            .service
+            .exec(&self.caller, &id, req, None)
+            .await
+            .map_err(|e| fail(e.message))?;
+        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
+        let mut text = o.stdout.trim_end_matches('\n').to_string();
+        if !ok {
+            text = format!(
+                "the tool failed ({}{}): {}",
+                serde_json::to_value(o.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                o.exit_code
+                    .map(|c| format!(", exit code {c}"))
+                    .unwrap_or_default(),
+                o.stderr.trim_end()
+            );
+        }
+        let content = vec![ContentBlock::text(text)];
+        Ok(if ok {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        })
+    }
+}
+
+/// One MCP session's handler.
+#[derive(Clone)]
+pub struct GatewayMcp {
+    gw: Arc<Gateway>,
+    /// stdio: the one local client.
+    local: bool,
+}
+
+impl GatewayMcp {
+    pub fn new(gw: Arc<Gateway>, local: bool) -> GatewayMcp {
+        GatewayMcp { gw, local }
+    }
+
+    fn client(&self, ctx: &RequestContext<RoleServer>) -> Result<String, McpError> {
+        if self.local {
+            return Ok("stdio".into());
+        }
+        ctx.extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .map(|c| c.key_id.clone())
+            .ok_or_else(|| McpError::invalid_request("unauthenticated", None))
+    }
+}
+
+impl ServerHandler for GatewayMcp {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cordon-gateway", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "cordon gateway: tools of several servers, named server.tool. Each call is checked \
+                 against the operator's rules; a refused call's error says which rule refused it \
+                 and why.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let client = self.client(&context)?;
+        Ok(ListToolsResult::with_all_items(self.gw.list(&client).await))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let client = self.client(&context)?;
+        self.gw.call(&client, request).await
+    }
+}
+
+/// Serves the gateway on stdin/stdout until the client goes away.
+pub async fn serve_stdio(gw: Arc<Gateway>) -> Result<(), String> {
+    use rmcp::ServiceExt;
+    let (input, output) = rmcp::transport::stdio_pipes();
+    let transport = crate::mcp::framing::LineTransport::new(input, output);
+    let running = GatewayMcp::new(gw, true)
+        .serve(transport)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = running.waiting().await;
+    Ok(())
+}
+
+/// `GET /approvals`: the calls waiting for a person.
+async fn list_approvals(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+) -> axum::Json<Value> {
+    let waiting: Vec<Approval> = gw
+        .state
+        .approvals()
+        .into_iter()
+        .filter(|a| a.answer == Answer::Pending)
+        .collect();
+    axum::Json(json!({ "approvals": waiting }))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalAnswer {
+    approve: bool,
+    /// The argument digest the person saw; a grant binds to it.
+    args_digest: String,
+}
+
+/// `POST /approvals/{id}` `{"approve": bool, "args_digest": "…"}`: answers a held call.
+async fn answer_approval(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<axum::Json<ApprovalAnswer>, axum::extract::rejection::JsonRejection>,
+) -> Result<axum::Json<Value>, crate::ApiError> {
+    let axum::Json(body) = body.map_err(|e| crate::ApiError::bad_request(format!("body: {e}")))?;
+    let mut a = gw
+        .state
+        .load_approval(&id)
+        .ok_or_else(|| crate::ApiError::not_found(format!("no call {id} is waiting")))?;
+    if a.answer != Answer::Pending {
+        return Err(crate::ApiError::conflict(format!(
+            "call {id} is already answered"
+        )));
+    }
+    if now_ms() > a.expires_ms {
+        return Err(crate::ApiError::conflict(format!("call {id} expired")));
+    }
+    if body.approve && body.args_digest != a.args_digest {
+        return Err(crate::ApiError::conflict(
+            "args_digest is not the digest of the held call's arguments",
+        ));
+    }
+    a.answer = if body.approve {
+        Answer::Granted
+    } else {
+        Answer::Refused
+    };
+    a.answered_digest = Some(body.args_digest);
+    gw.state
+        .save_approval(&a)
+        .map_err(|e| crate::ApiError::internal(e.to_string()))?;
+    gw.audit.record(
+        "approval.http",
+        json!({"id": id, "by": caller.map(|c| c.0.key_id), "approve": body.approve}),
+    );
+    Ok(axum::Json(json!({ "id": id, "answer": a.answer })))
+}
+
+/// Checks `Authorization: Bearer KEY` against `cordon serve`'s keys (the same registry).
+async fn gateway_auth(
+    axum::extract::State(registry): axum::extract::State<Arc<crate::registry::Registry>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let token = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(token) = token else {
+        return crate::ApiError::unauthorized(
+            "missing API key: send 'Authorization: Bearer <key>' (a key of `cordon keys create`)",
+        )
+        .into_response();
+    };
+    match registry.key_by_hash(&crate::keys::hash(token)) {
+        Ok(Some(r)) if !r.revoked => {
+            req.extensions_mut().insert(Caller {
+                key_id: r.id,
+                max_sandboxes: r.max_sandboxes,
+            });
+            next.run(req).await
+        }
+        Ok(_) => crate::ApiError::unauthorized("invalid or revoked API key").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The gateway over streamable HTTP: `/mcp` behind the API keys of `cordon serve`,
+/// `/metrics` and `/healthz` open.
+pub fn http_router(gw: Arc<Gateway>, registry: Arc<crate::registry::Registry>) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let g = gw.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(GatewayMcp::new(g.clone(), false)),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_max_request_body_bytes(crate::mcp::MAX_MESSAGE),
+    );
+    let mcp = axum::Router::new()
+        .fallback_service(mcp)
+        .layer(axum::middleware::from_fn(crate::mcp::guard_json_rpc))
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            gateway_auth,
+        ));
+    let approvals = axum::Router::new()
+        .route("/approvals", axum::routing::get(list_approvals))
+        .route("/approvals/{id}", axum::routing::post(answer_approval))
+        .with_state(gw.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            gateway_auth,
+        ));
+    let m = gw.clone();
+    axum::Router::new()
+        .merge(approvals)
+        .nest_service("/mcp", mcp)
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = m.clone();
+                async move { m.metrics.render() }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+/// Serves the gateway over HTTP until SIGINT/SIGTERM.
+pub async fn serve_http(
+    gw: Arc<Gateway>,
+    registry: Arc<crate::registry::Registry>,
+    listen: std::net::SocketAddr,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ready(addr);
+    axum::serve(listener, http_router(gw, registry))
+        .with_graceful_shutdown(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,554 @@
+//! One upstream MCP server: a command run as a persistent cordon sandbox (through the service
+//! layer), spoken to over its stdin/stdout; started at launch, restarted after a crash or a
+//! hang, its tool definitions compared with their pins.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_gateway::config::ServerConfig;
+use cordon_gateway::paths::{is_within, normalise, PathGlob};
+use cordon_gateway::pin::{compare, tool_digest, PinFile, ServerPin};
+use cordon_gateway::{Reason, Refusal};
+use cordon_policy::profile::{Bind, EnvEntry};
+use cordon_policy::Profile;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
+use rmcp::service::RunningService;
+use rmcp::RoleClient;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::Gateway;
+
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a starting server may take to answer `initialize` and `tools/list`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed start, calls and listings do not wait for another attempt this long.
+const RETRY_AFTER_FAILED_START: Duration = Duration::from_secs(30);
+
+/// A sandbox profile from a server's or script tool's settings. Binds that a deny path set
+/// covers are not mounted at all: what the sandbox cannot see, no symlink can reach.
+pub(super) fn build_profile(
+    name: Option<&str>,
+    ro: &[String],
+    rw: &[String],
+    env: &[String],
+    base: &Path,
+    denied: &[PathGlob],
+) -> Result<Profile, String> {
+    let name = name.unwrap_or("default");
+    let mut p = if name.contains('/') || name.ends_with(".toml") {
+        let path = if Path::new(name).is_absolute() {
+            PathBuf::from(name)
+        } else {
+            base.join(name)
+        };
+        Profile::load(&path).map_err(|e| e.to_string())?
+    } else {
+        Profile::resolve(name).map_err(|e| e.to_string())?
+    };
+    for (list, writable) in [(ro, false), (rw, true)] {
+        for spec in list {
+            let b = Bind::parse(spec, writable).map_err(|e| e.to_string())?;
+            let dest = normalise(&b.dest.to_string_lossy())
+                .map_err(|e| format!("bind {spec}: the destination {e}"))?;
+            if let Some(g) = denied.iter().find(|g| g.matches(&dest)) {
+                eprintln!(
+                    "cordon gateway: {spec} is not mounted: a path rule denies {} and the sandbox must not see it",
+                    g.text()
+                );
+                continue;
+            }
+            for g in denied {
+                let prefix = g.fixed_prefix();
+                if is_within(&prefix, &dest) && prefix != "/" {
+                    eprintln!(
+                        "cordon gateway: warning: {spec} is mounted and contains {prefix}, which a path rule denies ({}): only the gateway's argument check guards it",
+                        g.text()
+                    );
+                }
+            }
+            p.binds.push(b);
+        }
+    }
+    for e in env {
+        p.env.push(EnvEntry::parse(e).map_err(|e| e.to_string())?);
+    }
+    p.validate().map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+fn file_digest(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(format!("sha256:{}", hex::encode(Sha256::digest(&bytes))))
+}
+
+/// The digest of what a server runs: its command, the digest of every file its command line
+/// names (the executable, found on the sandbox's PATH, and its script), and its profile.
+fn runs_digest(argv: &[String], profile: &Profile) -> String {
+    let mut files = BTreeMap::new();
+    for (i, a) in argv.iter().enumerate() {
+        let candidates: Vec<PathBuf> = if i == 0 && !a.contains('/') {
+            [
+                "/usr/local/bin",
+                "/usr/bin",
+                "/bin",
+                "/usr/local/sbin",
+                "/usr/sbin",
+                "/sbin",
+            ]
+            .iter()
+            .map(|d| Path::new(d).join(a))
+            .collect()
+        } else {
+            vec![PathBuf::from(a)]
+        };
+        if let Some((p, d)) = candidates
+            .iter()
+            .find_map(|p| file_digest(p).map(|d| (p.clone(), d)))
+        {
+            files.insert(p.display().to_string(), d);
+        }
+    }
+    cordon_gateway::pin::digest(&json!({
+        "command": argv,
+        "files": files,
+        "profile": serde_json::to_value(profile).unwrap_or(Value::Null),
+    }))
+}
+
+pub(super) struct Def {
+    pub validator: Option<Arc<cordon_gateway::jsonschema::Validator>>,
+}
+
+struct Conn {
+    client: RunningService<RoleClient, ()>,
+    /// `None`: a remote `url` server (not sandboxed by cordon).
+    sandbox: Option<String>,
+    seen: ServerPin,
+    tools: BTreeMap<String, (Tool, Option<Arc<cordon_gateway::jsonschema::Validator>>)>,
+}
+
+pub(super) struct Upstream {
+    pub name: String,
+    /// A remote streamable-HTTP server instead of a command.
+    url: Option<String>,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    profile: Profile,
+    runs: String,
+    pin: Option<String>,
+    call_timeout: Duration,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    /// The last failed start: when, and why.
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+impl Upstream {
+    pub fn new(
+        name: &str,
+        cfg: &ServerConfig,
+        base: &Path,
+        denied: Vec<PathGlob>,
+    ) -> Result<Upstream, String> {
+        if let Some(u) = &cfg.url {
+            if u.starts_with("https://") {
+                return Err(format!(
+                    "servers.{name}.url: https is not supported by this build (no TLS client); use http:// on loopback or run the server with command = [...] in a sandbox"
+                ));
+            }
+            eprintln!(
+                "cordon gateway: server {name} ({u}) is remote: its calls are checked and recorded, but cordon does not sandbox it"
+            );
+        }
+        let argv = cfg.command.clone().unwrap_or_default();
+        let profile = build_profile(
+            cfg.profile.as_deref(),
+            &cfg.ro,
+            &cfg.rw,
+            &cfg.env,
+            base,
+            &denied,
+        )
+        .map_err(|e| format!("servers.{name}: {e}"))?;
+        let call_timeout = match &cfg.call_timeout {
+            Some(t) => cordon_policy::units::parse_duration(t)
+                .map_err(|e| format!("servers.{name}.call_timeout: {e}"))?,
+            None => DEFAULT_CALL_TIMEOUT,
+        };
+        Ok(Upstream {
+            name: name.to_string(),
+            url: cfg.url.clone(),
+            runs: match &cfg.url {
+                Some(u) => cordon_gateway::pin::digest(&json!({ "url": u })),
+                None => runs_digest(&argv, &profile),
+            },
+            argv,
+            cwd: cfg.cwd.clone(),
+            profile,
+            pin: cfg.pin.clone(),
+            call_timeout,
+            conn: Default::default(),
+            failed: Default::default(),
+        })
+    }
+
+    fn fail(&self, message: String) -> Refusal {
+        Refusal {
+            reason: Reason::Upstream,
+            rule: format!("servers.{}", self.name),
+            message,
+            retry_after: None,
+        }
+    }
+
+    /// Starts the server if it is not running.
+    pub async fn ensure(&self, gw: &Gateway) -> Result<(), String> {
+        let mut slot = self.conn.lock().await;
+        if slot.as_ref().is_some_and(|c| !c.client.is_closed()) {
+            return Ok(());
+        }
+        if let Some(old) = slot.take() {
+            if let Some(id) = &old.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
+        }
+        if let Ok(f) = self.failed.lock() {
+            if let Some((at, why)) = f.as_ref() {
+                let left = RETRY_AFTER_FAILED_START.saturating_sub(at.elapsed());
+                if !left.is_zero() {
+                    return Err(format!(
+                        "{why} (next start attempt in {} s)",
+                        left.as_secs() + 1
+                    ));
+                }
+            }
+        }
+        let t0 = std::time::Instant::now();
+        let conn = match self.start(gw).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Its stderr stays on the operator's console: it may hold anything.
+                let brief = e.split("; its stderr:").next().unwrap_or("");
+                gw.audit.record(
+                    "server.failed",
+                    json!({"server": self.name, "error": brief}),
+                );
+                if let Ok(mut f) = self.failed.lock() {
+                    *f = Some((std::time::Instant::now(), e.clone()));
+                }
+                return Err(e);
+            }
+        };
+        if let Ok(mut f) = self.failed.lock() {
+            *f = None;
+        }
+        gw.audit.record(
+            "server.started",
+            json!({"server": self.name, "sandbox": conn.sandbox, "start_ms": t0.elapsed().as_secs_f64() * 1000.0, "tools": conn.tools.len()}),
+        );
+        self.check_pins(gw, &conn.seen);
+        *slot = Some(conn);
+        Ok(())
+    }
+
+    async fn start(&self, gw: &Gateway) -> Result<Conn, String> {
+        use rmcp::ServiceExt;
+        if let Some(url) = &self.url {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
+                .await
+                .map_err(|_| format!("{url} did not answer initialize in time"))?
+                .map_err(|e| format!("{url}: initialize failed: {e}"))?;
+            let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
+                .await
+                .map_err(|_| format!("{url} did not answer tools/list in time"))?
+                .map_err(|e| format!("{url}: tools/list failed: {e}"))?;
+            return Ok(self.conn_from(client, None, tools));
+        }
+        let info = gw
+            .service
+            .create_with_profile(
+                &gw.caller,
+                self.profile.clone(),
+                Some(crate::types::Amount::Number(
+                    gw.service.cfg.max_ttl.as_secs_f64(),
+                )),
+                BTreeMap::from([("gateway_server".to_string(), self.name.clone())]),
+            )
+            .await
+            .map_err(|e| format!("cannot create its sandbox: {}", e.message))?;
+        let started = async {
+            let p = gw
+                .service
+                .exec_piped(
+                    &gw.caller,
+                    &info.id,
+                    self.argv.clone(),
+                    Default::default(),
+                    self.cwd.clone(),
+                )
+                .await
+                .map_err(|e| format!("cannot start {}: {}", self.argv[0], e.message))?;
+            let stderr = p.stderr.clone();
+            let why = |e: String| {
+                let tail = stderr.lock().map(|s| s.text().text).unwrap_or_default();
+                let tail = tail.trim();
+                if tail.is_empty() {
+                    e
+                } else {
+                    format!(
+                        "{e}; its stderr: {}",
+                        tail.chars()
+                            .rev()
+                            .take(2000)
+                            .collect::<String>()
+                            .chars()
+                            .rev()
+                            .collect::<String>()
+                    )
+                }
+            };
+            let client = tokio::time::timeout(START_TIMEOUT, ().serve((p.stdout, p.stdin)))
+                .await
+                .map_err(|_| why("it did not answer initialize in time".into()))?
+                .map_err(|e| why(format!("initialize failed: {e}")))?;
+            let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
+                .await
+                .map_err(|_| why("it did not answer tools/list in time".into()))?
+                .map_err(|e| why(format!("tools/list failed: {e}")))?;
+            Ok::<_, String>((client, tools))
+        }
+        .await;
+        let (client, tools) = match started {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = gw.service.delete(&gw.caller, &info.id).await;
+                return Err(e);
+            }
+        };
+        Ok(self.conn_from(client, Some(info.id), tools))
+    }
+
+    fn conn_from(
+        &self,
+        client: RunningService<RoleClient, ()>,
+        sandbox: Option<String>,
+        tools: Vec<Tool>,
+    ) -> Conn {
+        let mut seen = ServerPin {
+            runs: self.runs.clone(),
+            tools: BTreeMap::new(),
+        };
+        let mut defs = BTreeMap::new();
+        for t in tools {
+            let schema = Value::Object((*t.input_schema).clone());
+            seen.tools.insert(
+                t.name.to_string(),
+                tool_digest(&t.name, t.description.as_deref(), &schema),
+            );
+            // A schema the validator cannot compile refuses every call (fail closed).
+            let v = cordon_gateway::policy::compile_schema(&schema)
+                .ok()
+                .map(Arc::new);
+            if v.is_none() {
+                eprintln!(
+                    "cordon gateway: server {}: tool {} has an input schema that cannot be compiled; its calls are refused",
+                    self.name, t.name
+                );
+            }
+            defs.insert(t.name.to_string(), (t, v));
+        }
+        Conn {
+            client,
+            sandbox,
+            seen,
+            tools: defs,
+        }
+    }
+
+    /// First sight: recorded. A change: withheld, and written as pending for `approve`.
+    fn check_pins(&self, gw: &Gateway, seen: &ServerPin) {
+        let mut pins = gw.state.load_pins().unwrap_or_default();
+        let before = pins.clone();
+        if let Some(p) = &self.pin {
+            if seen.digest() != *p {
+                pins.pending.insert(self.name.clone(), seen.clone());
+                gw.audit.record(
+                    "pin.mismatch",
+                    json!({"server": self.name, "pinned": p, "seen": seen.digest()}),
+                );
+            }
+        } else {
+            match pins.approved.get(&self.name) {
+                None => {
+                    pins.approved.insert(self.name.clone(), seen.clone());
+                    gw.audit.record(
+                        "pin.recorded",
+                        json!({"server": self.name, "digest": seen.digest(), "tools": seen.tools}),
+                    );
+                }
+                Some(old) => {
+                    let c = compare(old, seen);
+                    if c.withheld.is_empty() {
+                        pins.pending.remove(&self.name);
+                    } else {
+                        pins.pending.insert(self.name.clone(), seen.clone());
+                        gw.audit.record(
+                            "pin.changed",
+                            json!({"server": self.name, "withheld": c.withheld, "runs_changed": c.runs_changed, "digest": seen.digest()}),
+                        );
+                        eprintln!(
+                            "cordon gateway: server {}: the definitions of {} changed; withheld until `cordon gateway approve {}`",
+                            self.name,
+                            c.withheld.join(", "),
+                            self.name
+                        );
+                    }
+                }
+            }
+        }
+        if pins != before {
+            if let Err(e) = gw.state.save_pins(&pins) {
+                eprintln!("cordon gateway: pins: {e}");
+            }
+        }
+    }
+
+    fn approved(&self, pins: &PinFile, seen: &ServerPin) -> Vec<String> {
+        if let Some(p) = &self.pin {
+            let ok =
+                seen.digest() == *p || pins.approved.get(&self.name).is_some_and(|a| a == seen);
+            return if ok {
+                seen.tools.keys().cloned().collect()
+            } else {
+                Vec::new()
+            };
+        }
+        match pins.approved.get(&self.name) {
+            Some(old) => compare(old, seen).approved,
+            None => Vec::new(),
+        }
+    }
+
+    /// The server's approved tools (starting it if it is down).
+    pub async fn tools(&self, gw: &Gateway, pins: &PinFile) -> Vec<Tool> {
+        if let Err(e) = self.ensure(gw).await {
+            eprintln!("cordon gateway: server {}: {e}", self.name);
+            return Vec::new();
+        }
+        let slot = self.conn.lock().await;
+        let Some(c) = slot.as_ref() else {
+            return Vec::new();
+        };
+        self.approved(pins, &c.seen)
+            .iter()
+            .filter_map(|n| c.tools.get(n).map(|(t, _)| t.clone()))
+            .collect()
+    }
+
+    pub async fn definition(
+        &self,
+        gw: &Gateway,
+        pins: &PinFile,
+        tool: &str,
+    ) -> Result<Def, Refusal> {
+        self.ensure(gw)
+            .await
+            .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
+        let slot = self.conn.lock().await;
+        let c = slot
+            .as_ref()
+            .ok_or_else(|| self.fail("the server is not running".into()))?;
+        let Some((_, v)) = c.tools.get(tool) else {
+            return Err(Refusal {
+                reason: Reason::Unknown,
+                rule: "the gateway".into(),
+                message: format!("server {} has no tool {tool}", self.name),
+                retry_after: None,
+            });
+        };
+        if !self.approved(pins, &c.seen).iter().any(|n| n == tool) {
+            return Err(Refusal {
+                reason: Reason::Pinned,
+                rule: format!("the pin of server {}", self.name),
+                message: format!(
+                    "the definition of {}.{tool} changed since it was approved; a person must run `cordon gateway approve {}`",
+                    self.name, self.name
+                ),
+                retry_after: None,
+            });
+        }
+        if v.is_none() {
+            return Err(Refusal {
+                reason: Reason::Schema,
+                rule: format!("{}.{tool}'s inputSchema", self.name),
+                message: "the tool's input schema cannot be compiled, so no call can be checked"
+                    .into(),
+                retry_after: None,
+            });
+        }
+        Ok(Def {
+            validator: v.clone(),
+        })
+    }
+
+    /// Forwards one call; a crash or a hang ends the server (it is restarted at the next use)
+    /// and this call gets the error.
+    pub async fn call(
+        &self,
+        gw: &Gateway,
+        req: CallToolRequestParams,
+    ) -> Result<CallToolResponse, Refusal> {
+        let peer = {
+            let slot = self.conn.lock().await;
+            let c = slot
+                .as_ref()
+                .ok_or_else(|| self.fail("the server is not running".into()))?;
+            c.client.peer().clone()
+        };
+        match tokio::time::timeout(self.call_timeout, peer.call_tool_once(req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                self.restart(gw).await;
+                Err(self.fail(format!(
+                    "the server failed during the call ({e}); it was restarted"
+                )))
+            }
+            Err(_) => {
+                self.restart(gw).await;
+                Err(self.fail(format!(
+                    "the server did not answer within {} s; it was restarted",
+                    self.call_timeout.as_secs()
+                )))
+            }
+        }
+    }
+
+    async fn restart(&self, gw: &Gateway) {
+        let old = self.conn.lock().await.take();
+        if let Some(c) = old {
+            gw.audit.record(
+                "server.ended",
+                json!({"server": self.name, "sandbox": c.sandbox}),
+            );
+            c.client.cancellation_token().cancel();
+            if let Some(id) = &c.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
+        }
+        if let Err(e) = self.ensure(gw).await {
+            eprintln!("cordon gateway: server {}: restart failed: {e}", self.name);
+        }
+    }
+
+    pub async fn stop(&self, gw: &Gateway) {
+        if let Some(c) = self.conn.lock().await.take() {
+            c.client.cancellation_token().cancel();
+            if let Some(id) = &c.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
+        }
+    }
+}

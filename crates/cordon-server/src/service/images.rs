@@ -1,0 +1,404 @@
+//! Images through the service: what the node's image store holds, and pulls into it, for
+//! every front end. The store is the node's (`<data-dir>/images`, shared with
+//! `cordon image …` on the same data directory), not a key's: any caller may list it, and a
+//! pull makes the image available to every key.
+//!
+//! Pulling is blocking work (`cordon_image` speaks to the registry with a blocking client and
+//! unpacks on the calling thread), so it runs on tokio's blocking pool; its progress events
+//! come back over a channel, coalesced so a fast download does not become thousands of events.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cordon_image::{Event, ImageError, Platform, PullOptions, Reference, Store};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use utoipa::ToSchema;
+
+use super::{Caller, Service};
+use crate::error::ApiError;
+
+/// How the service may pull images (from `cordon serve`'s flags).
+#[derive(Debug, Clone, Default)]
+pub struct ImagesConfig {
+    /// Registries (`host[:port]`) that may be reached over plain HTTP besides loopback ones.
+    pub insecure: Vec<String>,
+    /// When set, the only registries the API may pull from (`host[:port]`, `docker.io` for
+    /// Docker Hub). A pull makes the server connect where the caller says; an operator who
+    /// does not want API keys to choose that names the registries here.
+    pub registries: Option<Vec<String>>,
+}
+
+/// One image in the node's store.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImageView {
+    /// Normalised references that name it (`docker.io/library/python:3.12-slim`); empty when
+    /// only its digest does.
+    pub names: Vec<String>,
+    /// The image manifest's digest (`sha256:…`): what the image is.
+    pub digest: String,
+    /// `os/arch[/variant]`.
+    pub platform: String,
+    /// Number of layers.
+    pub layers: usize,
+    /// Sum of the layers' compressed sizes, in bytes.
+    pub size_bytes: u64,
+    /// Sum of the layers' unpacked file sizes, in bytes.
+    pub unpacked_bytes: u64,
+    /// When the image was built (from its config), as the image states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    /// When it entered this store (Unix seconds).
+    pub added: u64,
+    /// Where it came from: `pull REGISTRY` or `import PATH`.
+    pub source: String,
+}
+
+/// `GET /v1/images`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImageList {
+    pub images: Vec<ImageView>,
+}
+
+/// `POST /v1/images/pull`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// `NAME[:TAG][@DIGEST]`, Docker's way: `python:3.12-slim`, `ghcr.io/org/app:1`,
+    /// `127.0.0.1:5000/team/tool@sha256:…`.
+    #[schema(min_length = 1, max_length = 512)]
+    pub reference: String,
+    /// `os/arch[/variant]` to pick from a multi-platform image; the server's own by default.
+    #[serde(default)]
+    #[schema(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")]
+    pub platform: Option<String>,
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PullResult {
+    /// The normalised reference pulled.
+    pub reference: String,
+    pub image: ImageView,
+}
+
+/// A pull's progress, as `POST /v1/images/pull` streams it (`Accept: text/event-stream`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PullEvent {
+    /// The manifest is fetched and verified: what will be fetched is known.
+    Resolved {
+        reference: String,
+        digest: String,
+        layers: usize,
+    },
+    /// A layer the store already has (shared with another image, or pulled before).
+    LayerCached { digest: String },
+    /// Download of a layer starts (`from` > 0: resumed where an interrupted one stopped).
+    LayerStart {
+        digest: String,
+        size: u64,
+        from: u64,
+    },
+    /// Bytes of a layer so far (at most a few per second per layer, and at its end).
+    LayerProgress {
+        digest: String,
+        bytes: u64,
+        size: u64,
+    },
+    /// The layer's blob is verified; it is being unpacked.
+    LayerUnpacking { digest: String },
+    /// The layer is in the store.
+    LayerDone { digest: String },
+    /// A download broke and is retried from byte `from`.
+    Retry {
+        digest: String,
+        from: u64,
+        error: String,
+    },
+}
+
+fn view(names: Vec<String>, r: &cordon_image::store::ImageRecord) -> ImageView {
+    ImageView {
+        names,
+        digest: r.digest.to_string(),
+        platform: r.platform.clone(),
+        layers: r.layers.len(),
+        size_bytes: r.layers.iter().map(|l| l.size).sum(),
+        unpacked_bytes: r.unpacked_bytes,
+        created: r.created.clone(),
+        added: r.added,
+        source: r.source.clone(),
+    }
+}
+
+/// The HTTP status an image error deserves: the caller's mistake (4xx) or the registry's
+/// (502), never a bare 500 for a refusal that was on purpose.
+pub fn image_error(e: ImageError) -> ApiError {
+    let message = e.to_string();
+    match e {
+        ImageError::InvalidReference { .. } | ImageError::InvalidPlatform(_) => {
+            ApiError::bad_request(message)
+        }
+        ImageError::NotFound { .. } => ApiError::not_found(message),
+        ImageError::Ambiguous { .. } => ApiError::bad_request(message),
+        ImageError::Insecure { .. } => ApiError::new(403, "forbidden", message),
+        ImageError::Auth { .. } => ApiError::new(502, "registry_auth", message),
+        ImageError::Registry { .. } => ApiError::new(502, "registry", message),
+        ImageError::NoPlatform { .. } => ApiError::new(422, "no_platform", message),
+        ImageError::DigestMismatch { .. }
+        | ImageError::Limit(_)
+        | ImageError::Unsupported(_)
+        | ImageError::Format { .. } => ApiError::new(422, "bad_image", message),
+        ImageError::Io { .. } => ApiError::internal(message),
+    }
+}
+
+/// Coalesces byte events: one `layer_progress` per layer at most every `EVERY`, and one when
+/// the layer's bytes are all there.
+const EVERY: Duration = Duration::from_millis(250);
+
+struct Forward {
+    tx: mpsc::Sender<PullEvent>,
+    /// Per layer: (bytes so far, size, when the last progress event went).
+    layers: Mutex<HashMap<String, (u64, u64, Instant)>>,
+}
+
+impl Forward {
+    fn send(&self, ev: PullEvent) {
+        // The caller may have gone away; the pull goes on (the image is wanted by whoever
+        // asks next), so a closed channel is not an error.
+        let _ = self.tx.blocking_send(ev);
+    }
+}
+
+impl cordon_image::Progress for Forward {
+    fn event(&self, event: Event<'_>) {
+        let ev = match event {
+            Event::Resolved {
+                reference,
+                digest,
+                layers,
+            } => PullEvent::Resolved {
+                reference: reference.to_string(),
+                digest: digest.to_string(),
+                layers,
+            },
+            Event::LayerCached { digest } => PullEvent::LayerCached {
+                digest: digest.to_string(),
+            },
+            Event::LayerStart { digest, size, from } => {
+                if let Ok(mut m) = self.layers.lock() {
+                    m.insert(digest.to_string(), (from, size, Instant::now()));
+                }
+                PullEvent::LayerStart {
+                    digest: digest.to_string(),
+                    size,
+                    from,
+                }
+            }
+            Event::LayerBytes { digest, n } => {
+                let key = digest.to_string();
+                let due = match self.layers.lock() {
+                    Ok(mut m) => {
+                        let e = m.entry(key.clone()).or_insert((0, 0, Instant::now()));
+                        e.0 += n;
+                        let done = e.1 > 0 && e.0 >= e.1;
+                        if done || e.2.elapsed() >= EVERY {
+                            e.2 = Instant::now();
+                            Some((e.0, e.1))
+                        } else {
+                            None
+                        }
+                    }
+                    Err(_) => None,
+                };
+                match due {
+                    Some((bytes, size)) => PullEvent::LayerProgress {
+                        digest: key,
+                        bytes,
+                        size,
+                    },
+                    None => return,
+                }
+            }
+            Event::LayerUnpacking { digest } => PullEvent::LayerUnpacking {
+                digest: digest.to_string(),
+            },
+            Event::LayerDone { digest } => PullEvent::LayerDone {
+                digest: digest.to_string(),
+            },
+            Event::Retry {
+                digest,
+                from,
+                error,
+            } => PullEvent::Retry {
+                digest: digest.to_string(),
+                from,
+                error: error.to_string(),
+            },
+        };
+        self.send(ev);
+    }
+}
+
+impl Service {
+    fn image_store(&self) -> Result<Store, ApiError> {
+        Store::open(&self.cfg.data_dir).map_err(image_error)
+    }
+
+    /// How this server pulls `reference` (its insecure registries), or the refusal when
+    /// its registry is not one the server may pull from. Every pull of the service — asked
+    /// for, or on demand for a sandbox — goes through here.
+    pub(crate) fn pull_options(
+        &self,
+        reference: &Reference,
+        platform: Platform,
+    ) -> Result<PullOptions, ApiError> {
+        if let Some(allowed) = &self.cfg.images.registries {
+            if !allowed
+                .iter()
+                .any(|a| registry_matches(a, &reference.registry))
+            {
+                return Err(ApiError::new(
+                    403,
+                    "forbidden",
+                    format!(
+                        "this server pulls only from {}; {} is not one of them (its operator \
+                         names registries with `cordon serve --pull-from`)",
+                        allowed.join(", "),
+                        reference.registry
+                    ),
+                ));
+            }
+        }
+        Ok(PullOptions {
+            insecure: self.cfg.images.insecure.clone(),
+            platform,
+            ..PullOptions::default()
+        })
+    }
+
+    /// Every image in the node's store, newest first.
+    pub async fn list_images(&self, _caller: &Caller) -> Result<ImageList, ApiError> {
+        let dir = self.cfg.data_dir.clone();
+        let list = tokio::task::spawn_blocking(move || Store::open(&dir).and_then(|s| s.list()))
+            .await
+            .map_err(|e| ApiError::internal(format!("listing images: {e}")))?
+            .map_err(image_error)?;
+        let mut images: Vec<ImageView> = list
+            .iter()
+            .map(|s| view(s.names.clone(), &s.record))
+            .collect();
+        images.sort_by(|a, b| b.added.cmp(&a.added).then_with(|| a.digest.cmp(&b.digest)));
+        Ok(ImageList { images })
+    }
+
+    /// Pulls an image into the node's store; with `progress`, reports as it goes.
+    pub async fn pull_image(
+        &self,
+        caller: &Caller,
+        req: PullRequest,
+        progress: Option<mpsc::Sender<PullEvent>>,
+    ) -> Result<PullResult, ApiError> {
+        let reference = validate(&req)?;
+        let platform = match &req.platform {
+            Some(p) => Platform::parse(p).map_err(image_error)?,
+            None => Platform::host(),
+        };
+        let opts = self.pull_options(&reference, platform)?;
+        let store = self.image_store()?;
+        let name = req.reference.clone();
+        let pulled = tokio::task::spawn_blocking(move || {
+            let quiet = cordon_image::Quiet;
+            match progress {
+                Some(tx) => {
+                    let fwd = Forward {
+                        tx,
+                        layers: Mutex::new(HashMap::new()),
+                    };
+                    cordon_image::pull(&store, &name, &opts, &fwd)
+                }
+                None => cordon_image::pull(&store, &name, &opts, &quiet),
+            }
+            .and_then(|p| {
+                let names = store.find(&p.record.digest.to_string())?.names;
+                Ok((p, names))
+            })
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("pulling {}: {e}", req.reference)))?
+        .map_err(image_error);
+        self.audit.record(
+            "image.pull",
+            &caller.key_id,
+            None,
+            match &pulled {
+                Ok((p, _)) => serde_json::json!({"reference": p.reference, "digest": p.record.digest.to_string()}),
+                Err(e) => serde_json::json!({"reference": reference.to_string(), "error": e.code}),
+            },
+        );
+        let (p, names) = pulled?;
+        Ok(PullResult {
+            reference: p.reference.clone(),
+            image: view(names, &p.record),
+        })
+    }
+}
+
+/// Checks what the OpenAPI document promises before anything reaches the network.
+pub fn validate(req: &PullRequest) -> Result<Reference, ApiError> {
+    if req.reference.is_empty() || req.reference.len() > 512 {
+        return Err(ApiError::bad_request(
+            "reference: 1 to 512 characters, NAME[:TAG][@DIGEST]",
+        ));
+    }
+    if let Some(p) = &req.platform {
+        Platform::parse(p).map_err(image_error)?;
+    }
+    Reference::parse(&req.reference).map_err(image_error)
+}
+
+/// `docker.io` also answers to Docker Hub's other spellings.
+fn registry_matches(allowed: &str, registry: &str) -> bool {
+    let norm = |s: &str| match s {
+        "docker.io" | "index.docker.io" | "registry-1.docker.io" => "docker.io".to_string(),
+        s => s.to_ascii_lowercase(),
+    };
+    norm(allowed) == norm(registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_hub_spellings_match() {
+        assert!(registry_matches("docker.io", "registry-1.docker.io"));
+        assert!(registry_matches("127.0.0.1:5000", "127.0.0.1:5000"));
+        assert!(!registry_matches("127.0.0.1:5000", "127.0.0.1:5001"));
+        assert!(!registry_matches("ghcr.io", "docker.io"));
+    }
+
+    #[test]
+    fn refusals_are_not_server_errors() {
+        let cases = [
+            ImageError::InvalidReference {
+                reference: "x".into(),
+                reason: "y".into(),
+            },
+            ImageError::Insecure {
+                registry: "10.0.0.1:5000".into(),
+            },
+            ImageError::DigestMismatch {
+                what: "layer".into(),
+                expected: "a".into(),
+                actual: "b".into(),
+            },
+        ];
+        for e in cases {
+            assert!(image_error(e).status < 500);
+        }
+    }
+}

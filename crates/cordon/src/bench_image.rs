@@ -1,0 +1,417 @@
+//! `cordon bench`'s image part: the same multi-layer busybox image, built here with umoci and
+//! served by Debian's docker-registry on loopback, (1) pulled and unpacked cold by cordon and by
+//! `skopeo copy` + `umoci unpack`, and (2) cold-started with `cordon run --image` next to a
+//! host-root `cordon run` and `podman run --rm` (when podman is installed).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::bench::{median, ms, ratio, time_once};
+
+/// Layers of the benchmark image (busybox, then one file of `LAYER_BYTES` each).
+const EXTRA_LAYERS: usize = 4;
+const LAYER_BYTES: usize = 4 << 20;
+
+fn have(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+fn sh(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Removed (with everything in it) on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwX")
+            .arg(&self.0)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// docker-registry on 127.0.0.1 (its pid), stopped on drop. It is not our child: the bench
+/// times each run until every child it has is gone (`reaping::wait_all`), which a registry
+/// running beside the timed commands would never be.
+struct Registry(rustix::process::Pid);
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::TERM);
+    }
+}
+
+fn start_registry(dir: &Path) -> Result<(Registry, String), String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("a free port: {e}"))?;
+    let cfg = dir.join("registry.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.join("registry").display()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    // Started by a shell that exits at once, while we are not a subreaper: the registry is
+    // adopted by init, not by us.
+    rustix::process::set_child_subreaper(None).map_err(|e| format!("prctl: {e}"))?;
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("docker-registry serve \"$0\" >/dev/null 2>&1 </dev/null & echo $!")
+        .arg(&cfg)
+        .stderr(Stdio::null())
+        .output();
+    cordon_linux::reaping::become_subreaper().map_err(|e| format!("prctl: {e}"))?;
+    let out = out.map_err(|e| format!("starting docker-registry: {e}"))?;
+    let pid = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<i32>()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or("docker-registry did not start")?;
+    let reg = Registry(pid);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err("docker-registry did not start".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((reg, format!("127.0.0.1:{port}")))
+}
+
+/// A busybox rootfs in `EXTRA_LAYERS + 1` layers at `<dir>/oci:t`.
+fn build_image(dir: &Path, rootless: bool) -> Result<PathBuf, String> {
+    let oci = dir.join("oci");
+    let bundle = dir.join("bundle");
+    let layout = format!("{}:t", oci.display());
+    sh(Command::new("umoci").arg("init").arg("--layout").arg(&oci))?;
+    sh(Command::new("umoci").args(["new", "--image", &layout]))?;
+    let mut unpack = Command::new("umoci");
+    unpack.arg("unpack");
+    if rootless {
+        unpack.arg("--rootless");
+    }
+    sh(unpack.args(["--image", &layout]).arg(&bundle))?;
+    let root = bundle.join("rootfs");
+    let busybox = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("busybox"))
+        .find(|p| p.is_file())
+        .ok_or("busybox not found")?;
+    let io = |e: std::io::Error| e.to_string();
+    std::fs::create_dir_all(root.join("bin")).map_err(io)?;
+    std::fs::copy(&busybox, root.join("bin/busybox")).map_err(io)?;
+    for applet in ["sh", "true"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).map_err(io)?;
+    }
+    let repack = || {
+        sh(Command::new("umoci")
+            .args(["repack", "--refresh-bundle", "--image", &layout])
+            .arg(&bundle))
+    };
+    repack()?;
+    // Incompressible content, so that gzip does not make the layers trivial.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..EXTRA_LAYERS {
+        let bytes: Vec<u8> = (0..LAYER_BYTES / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect();
+        std::fs::create_dir_all(root.join("data")).map_err(io)?;
+        std::fs::write(root.join(format!("data/blob{i}")), bytes).map_err(io)?;
+        repack()?;
+    }
+    Ok(oci)
+}
+
+/// The `podman run --rm` command line for the image (pulled once into a storage root under
+/// `root`, so that no run is timed with a pull), and the OCI runtime it works with: crun, as
+/// Debian's podman defaults to, or runc where crun refuses the host (crun will not run on a
+/// hybrid cgroup v1/v2 host whose v2 hierarchy has controllers). Both limits podman sets by
+/// default as root (RLIMIT_NOFILE 1048576, RLIMIT_NPROC 4194304) need CAP_SYS_RESOURCE to
+/// raise, which a containerised host often lacks; a lower value needs nothing, and neither
+/// changes what a start of /bin/true costs.
+fn podman_variant(root: &Path, reference: &str) -> Result<(Vec<String>, &'static str), String> {
+    let base = |runtime: &str| -> Vec<String> {
+        let mut v: Vec<String> = vec!["podman".into(), "--root".into()];
+        v.push(root.join("root").display().to_string());
+        v.push("--runroot".into());
+        v.push(root.join("run").display().to_string());
+        // Or podman bind-mounts its overlay directory onto itself and leaves that mount
+        // behind in the scratch dir.
+        v.extend(
+            [
+                "--storage-opt",
+                "overlay.skip_mount_home=true",
+                "--runtime",
+                runtime,
+            ]
+            .map(String::from),
+        );
+        v
+    };
+    let mut pull = base("crun");
+    pull.extend(["pull", "-q", "--tls-verify=false", reference].map(String::from));
+    sh(Command::new(&pull[0]).args(&pull[1..]))
+        .map_err(|e| format!("podman could not pull the image: {e}"))?;
+    let mut refused = Vec::new();
+    for runtime in ["crun", "runc"] {
+        if !have(runtime) {
+            refused.push(format!("{runtime} not installed"));
+            continue;
+        }
+        let mut argv = base(runtime);
+        argv.extend(
+            [
+                "run",
+                "--rm",
+                "--network=none",
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+                reference,
+                "/bin/true",
+            ]
+            .map(String::from),
+        );
+        match sh(Command::new(&argv[0]).args(&argv[1..])) {
+            Ok(()) => return Ok((argv, runtime)),
+            Err(e) => refused.push(e),
+        }
+    }
+    Err(format!(
+        "podman could not run the image: {}",
+        refused.join("; ")
+    ))
+}
+
+/// Times `f` (which prepares nothing it is not timed for) `n` times: the median.
+fn timed(n: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Duration, String> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed());
+    }
+    Ok(median(&mut v))
+}
+
+/// The image part of the report (one JSON object), or why it was skipped.
+pub fn bench_images(me: &str, iterations: u32) -> Value {
+    let missing: Vec<&str> = ["docker-registry", "umoci", "skopeo", "busybox"]
+        .into_iter()
+        .filter(|t| !have(t))
+        .collect();
+    if !missing.is_empty() {
+        return json!({"command": "image", "skipped": format!("{} not installed", missing.join(", "))});
+    }
+    match run(me, iterations) {
+        Ok(v) => v,
+        Err(e) => json!({"command": "image", "error": e}),
+    }
+}
+
+fn run(me: &str, iterations: u32) -> Result<Value, String> {
+    let dir =
+        Scratch(std::env::temp_dir().join(format!("cordon-bench-image-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).map_err(|e| e.to_string())?;
+    let rootless = !rustix::process::geteuid().is_root();
+    let oci = build_image(&dir.0, rootless)?;
+    let (_registry, host) = start_registry(&dir.0)?;
+    let reference = format!("{host}/bench/busybox:1");
+    sh(Command::new("skopeo")
+        .args(["--insecure-policy", "copy", "-q", "--dest-tls-verify=false"])
+        .arg(format!("oci:{}:t", oci.display()))
+        .arg(format!("docker://{reference}"))
+        .env("TMPDIR", &dir.0))?;
+
+    // Cold pull + unpack: a fresh store (and a fresh skopeo/umoci target) each time.
+    let pulls = (iterations as usize).clamp(3, 10);
+    let mut k = 0;
+    let cordon_pull = timed(pulls, || {
+        k += 1;
+        let data = dir.0.join(format!("pull-{k}"));
+        let r = sh(Command::new(me)
+            .args(["image", "pull", "--data-dir"])
+            .arg(&data)
+            .arg(&reference));
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwX")
+            .arg(&data)
+            .output();
+        let _ = std::fs::remove_dir_all(&data);
+        r
+    })?;
+    let skopeo_umoci = timed(pulls, || {
+        k += 1;
+        let layout = dir.0.join(format!("skopeo-{k}"));
+        let bundle = dir.0.join(format!("umoci-{k}"));
+        let r = sh(Command::new("skopeo")
+            .args(["--insecure-policy", "copy", "-q", "--src-tls-verify=false"])
+            .arg(format!("docker://{reference}"))
+            .arg(format!("oci:{}:t", layout.display()))
+            .env("TMPDIR", &dir.0))
+        .and_then(|_| {
+            let mut u = Command::new("umoci");
+            u.arg("unpack");
+            if rootless {
+                u.arg("--rootless");
+            }
+            sh(u.arg("--image")
+                .arg(format!("{}:t", layout.display()))
+                .arg(&bundle))
+        });
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwX")
+            .arg(&bundle)
+            .output();
+        let _ = std::fs::remove_dir_all(&layout);
+        let _ = std::fs::remove_dir_all(&bundle);
+        r
+    })?;
+
+    // Cold starts, interleaved: from the image, from the host's root, and podman.
+    let data = dir.0.join("store");
+    sh(Command::new(me)
+        .args(["image", "pull", "--data-dir"])
+        .arg(&data)
+        .arg(&reference))?;
+    let data_s = data.display().to_string();
+    let mut variants: Vec<(&str, Vec<String>)> = vec![
+        (
+            "cordon --image",
+            [
+                me,
+                "run",
+                "--data-dir",
+                &data_s,
+                "--image",
+                &reference,
+                "--",
+                "/bin/true",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        (
+            "cordon host root",
+            [me, "run", "--", "/bin/true"].map(String::from).to_vec(),
+        ),
+    ];
+    let podman = if have("podman") {
+        match podman_variant(&dir.0.join("podman"), &reference) {
+            Ok((argv, runtime)) => {
+                variants.push(("podman run --rm", argv));
+                Some(format!("runtime {runtime}"))
+            }
+            Err(e) => Some(e),
+        }
+    } else {
+        Some("podman not installed".to_string())
+    };
+    let runs = (iterations as usize).max(3);
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+    for (_, argv) in &variants {
+        time_once(argv)?;
+    }
+    for _ in 0..runs {
+        for (i, (_, argv)) in variants.iter().enumerate() {
+            samples[i].push(time_once(argv)?.exited);
+        }
+    }
+    let medians: Vec<Duration> = samples.iter_mut().map(|s| median(s)).collect();
+    let image = medians[0];
+    let host = medians[1];
+    let podman_ms = medians.get(2).copied();
+    Ok(json!({
+        "command": "image",
+        "layers": EXTRA_LAYERS + 1,
+        "image_bytes": EXTRA_LAYERS * LAYER_BYTES,
+        "pull_runs": pulls,
+        "cold_pull_unpack_ms": {"cordon": ms(cordon_pull), "skopeo+umoci": ms(skopeo_umoci)},
+        "pull_vs_skopeo_umoci": ratio(cordon_pull, skopeo_umoci),
+        "start_runs": runs,
+        "start_median_ms": {
+            "cordon --image": ms(image),
+            "cordon host root": ms(host),
+            "podman run --rm": podman_ms.map(ms),
+        },
+        "image_vs_host_root": ratio(image, host),
+        "image_vs_podman": podman_ms.map(|p| ratio(image, p)),
+        // The runtime podman used, or why there is no podman row.
+        "podman": podman,
+    }))
+}
+
+pub fn print(v: &Value) {
+    if let Some(why) = v["skipped"].as_str() {
+        println!("images: skipped ({why})");
+        return;
+    }
+    if let Some(e) = v["error"].as_str() {
+        println!("images: failed: {e}");
+        return;
+    }
+    let f = |a: &str, b: &str| v[a][b].as_f64().unwrap_or(0.0);
+    println!(
+        "images: a {}-layer busybox image ({} MiB) from docker-registry on loopback:",
+        v["layers"],
+        v["image_bytes"].as_u64().unwrap_or(0) >> 20
+    );
+    println!(
+        "  cold pull + unpack ({} runs, medians): cordon {:8.2} ms   skopeo copy + umoci unpack {:8.2} ms   = {:.2}x (target <= 1.00x)",
+        v["pull_runs"],
+        f("cold_pull_unpack_ms", "cordon"),
+        f("cold_pull_unpack_ms", "skopeo+umoci"),
+        v["pull_vs_skopeo_umoci"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "  cold start of /bin/true ({} runs each, medians): --image {:8.2} ms   host root {:8.2} ms   = {:.2}x (target <= 1.30x)",
+        v["start_runs"],
+        f("start_median_ms", "cordon --image"),
+        f("start_median_ms", "cordon host root"),
+        v["image_vs_host_root"].as_f64().unwrap_or(0.0)
+    );
+    match v["image_vs_podman"].as_f64() {
+        Some(r) => println!(
+            "  podman run --rm ({}) {:8.2} ms   --image / podman = {:.3}x (target <= 0.05x)",
+            v["podman"].as_str().unwrap_or("?"),
+            f("start_median_ms", "podman run --rm"),
+            r
+        ),
+        None => println!(
+            "  podman: {}",
+            v["podman"].as_str().unwrap_or("not measured")
+        ),
+    }
+}
