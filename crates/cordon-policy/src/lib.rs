@@ -10,6 +10,7 @@ pub mod outcome;
 pub mod output;
 pub mod profile;
 pub mod units;
+pub mod wasm;
 
 pub use ending::{classify, EndFacts, Ending, ExecFailure, LimitHit, ProcessEnd, Stopped};
 pub use outcome::{Backend, Enforcement, ImageRef, NetworkEvent, Outcome, Status, Usage};

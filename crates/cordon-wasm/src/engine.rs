@@ -22,7 +22,7 @@ impl Kind {
 }
 
 /// `\0asm`, the first four bytes of every WebAssembly binary.
-pub const MAGIC: [u8; 4] = *b"\0asm";
+pub const MAGIC: [u8; 4] = cordon_policy::wasm::MAGIC;
 
 /// True when `head` (a file's first bytes, at least four) starts like a WebAssembly binary.
 pub fn is_wasm(head: &[u8]) -> bool {

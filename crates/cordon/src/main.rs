@@ -75,10 +75,6 @@ fn cordon_main() -> i32 {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
         return cordon_linux::persistent::helper_main().clamp(0, 255);
     }
-    // The wasm runtime inside a sandbox (cordon_wasm::confined).
-    if std::env::args_os().nth(1).is_some_and(|a| a == "__wasm") {
-        return run_wasm::inner_main().clamp(0, 255);
-    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
         return serve::oneshot_main().clamp(0, 255);
     }

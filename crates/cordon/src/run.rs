@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::run_wasm::Stdin;
 use clap::Args;
 use cordon_linux::{OutputMode, RunRequest, StdinSource};
 use cordon_policy::network::entry_to_allow;
 use cordon_policy::outcome::exit;
 use cordon_policy::units::{format_duration, format_size};
 use cordon_policy::{LimitHit, Limits, Outcome};
-use cordon_wasm::confined::Stdin;
 
 use crate::sandbox_args::{BackendArgs, SandboxArgs};
 
@@ -84,7 +84,7 @@ pub fn main(a: RunArgs) -> i32 {
         None
     };
     let limits = profile.limits.clone();
-    // A WebAssembly module runs in the confined wasm runtime (see cordon_wasm::confined).
+    // A WebAssembly module runs in the separate cordon-wasm binary (see run_wasm).
     let module = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
         Ok(m) => m,
         Err(e) => {

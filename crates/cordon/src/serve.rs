@@ -349,8 +349,8 @@ pub fn oneshot_main() -> i32 {
     let ran = match &req.wasm {
         Some(b64) => {
             let stdin = match stdin {
-                Some(b) => cordon_wasm::confined::Stdin::Bytes(b),
-                None => cordon_wasm::confined::Stdin::Empty,
+                Some(b) => crate::run_wasm::Stdin::Bytes(b),
+                None => crate::run_wasm::Stdin::Empty,
             };
             crate::run_wasm::run_bytes(&req.profile, b64, &req.argv, &req.env, stdin)
                 .map_err(|e| e.to_string())
