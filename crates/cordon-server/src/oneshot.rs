@@ -35,7 +35,7 @@ pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ApiError> {
         .decode(b64.trim())
         .map_err(|e| ApiError::bad_request(format!("wasm: not base64: {e}")))?;
     // The runner reads the rest; the header is enough to refuse the wrong thing early.
-    if bytes.len() < 8 || !bytes.starts_with(b"\0asm") {
+    if bytes.len() < 8 || !cordon_policy::wasm::is_wasm(&bytes) {
         return Err(ApiError::bad_request(
             "wasm: not a WebAssembly module or component (no \\0asm header)",
         ));
@@ -49,6 +49,12 @@ pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ApiError> {
 }
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
+    if req.wasm.is_some() && req.image.is_some() {
+        return Err(ApiError::bad_request(
+            "image: a WebAssembly module runs without a root filesystem; send wasm or image, \
+             not both",
+        ));
+    }
     let mut profile = profile_from(
         req.profile.as_deref(),
         req.memory.as_ref(),

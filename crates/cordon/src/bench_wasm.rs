@@ -87,6 +87,17 @@ fn medians(samples: &[Sample]) -> Duration {
 
 /// Runs the wasm rows; prints them unless `json`, and returns them as a JSON report.
 pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value, String> {
+    // The runtime is the separate cordon-wasm binary, looked for as `cordon run` does.
+    let runtime = match crate::run_wasm::locate() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon bench: wasm rows skipped: {e}");
+            return Ok(serde_json::json!({"wasm": "skipped", "why": e}));
+        }
+    };
+    if !json {
+        println!("wasm runtime: {}", runtime.display());
+    }
     let p = match build() {
         Ok(p) => p,
         Err(e) => {

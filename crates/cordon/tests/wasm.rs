@@ -50,6 +50,13 @@ fn compile(args: &[&str], out: &Path, src: &Path) {
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
+        let runtime = Path::new(cordon_bin()).with_file_name("cordon-wasm");
+        assert!(
+            runtime.is_file(),
+            "{} is missing: the wasm backend is its own binary; build it first (cargo build \
+             -p cordon-wasm, or the workspace as scripts/test.sh does)",
+            runtime.display()
+        );
         let dir = HostDir::new("wasm-build");
         let src = dir.file("tool.c", TOOL_C, 0o644);
         let wasm = dir.join("tool.wasm");
@@ -172,6 +179,56 @@ fn a_module_is_recognised_and_runs_in_the_confined_wasm_backend() {
     // The process backend's own runs say so too.
     let o = native(&[], &["hello"]);
     assert_eq!(o.enforcement()["backend"], "process", "{o}");
+}
+
+/// The runtime is a separate binary: `cordon` finds it beside itself (and `cordon check` says
+/// where); a `cordon` installed without it refuses a module with what to install, exit 125.
+#[test]
+fn the_runtime_binary_is_found_or_named() {
+    let c = Cmd::cordon().args(["check", "--json"]).run();
+    let v: serde_json::Value = serde_json::from_str(&c.stdout).unwrap_or_default();
+    let beside = Path::new(cordon_bin()).with_file_name("cordon-wasm");
+    assert_eq!(v["wasm_backend"]["available"], true, "{c:?}");
+    assert_eq!(
+        v["wasm_backend"]["path"].as_str().map(PathBuf::from),
+        Some(beside),
+        "{c:?}"
+    );
+    // A cordon alone in its directory, with no cordon-wasm on PATH either.
+    let d = HostDir::new("lone-cordon");
+    let lone = d.join("cordon");
+    std::fs::copy(cordon_bin(), &lone).expect("copy cordon");
+    set_mode(&lone, 0o755);
+    let alone = |args: &[&str]| {
+        Cmd::new(&lone)
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("CORDON_WASM_BIN")
+            .args(args.iter().copied())
+            .run()
+    };
+    let module = built().wasm.to_string_lossy().into_owned();
+    let f = alone(&["run", "--", &module, "hello"]);
+    assert_eq!(f.code, Some(125), "{f:?}");
+    for want in [
+        "the WebAssembly backend is not installed",
+        "cordon-wasm",
+        "scripts/install.sh",
+        "--backend process",
+    ] {
+        assert!(f.stderr.contains(want), "{want:?} missing: {f:?}");
+    }
+    let c = alone(&["check"]);
+    assert!(
+        c.stdout.contains("MISSING  wasm") && c.stdout.contains("scripts/install.sh"),
+        "{c:?}"
+    );
+    // An explicit override that names nothing is refused, not ignored.
+    let f = Cmd::cordon()
+        .env("CORDON_WASM_BIN", "/nonexistent/cordon-wasm")
+        .args(["run", "--", &module])
+        .run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(f.stderr.contains("CORDON_WASM_BIN"), "{f:?}");
 }
 
 #[test]
