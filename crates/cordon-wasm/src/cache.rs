@@ -1,9 +1,9 @@
 //! The compiled-code cache: only the first run of a module pays for compiling it.
 //!
 //! - **Content-addressed**: an entry's name is the SHA-256 of the module's bytes, its kind,
-//!   and the engine's compatibility hash (wasmtime's version, cordon's engine settings and the
-//!   CPU features code is compiled for), so a changed module, a new wasmtime or another CPU
-//!   never meets an old artifact.
+//!   wasmtime's version, cordon's engine settings and the target, so a changed module or a new
+//!   wasmtime never meets an old artifact (and one compiled for another CPU's features is
+//!   refused by wasmtime's check on load, then recompiled).
 //! - **Safe against concurrent processes**: an entry is written to a temporary file in the
 //!   same directory and renamed into place, so a reader sees a whole entry or none; two
 //!   processes compiling the same module both rename, and either result is correct.
@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use wasmtime::Engine;
 
 use crate::engine::Kind;
 use crate::WasmError;
@@ -54,23 +53,21 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// The cache key of `bytes` for this engine: hex SHA-256.
-pub fn key(engine: &Engine, kind: Kind, bytes: &[u8]) -> String {
-    struct Feed(Sha256);
-    impl std::hash::Hasher for Feed {
-        fn finish(&self) -> u64 {
-            0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            self.0.update(bytes);
-        }
+/// The cache key of `bytes`: hex SHA-256 of the module, its kind, wasmtime's version, the
+/// engine's settings and the target — computed without building an `Engine`.
+pub fn key(kind: Kind, bytes: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"\0cordon-wasm cache v2\0");
+    for part in [
+        wasmtime_environ::VERSION,
+        &crate::engine::settings(),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        kind.name(),
+    ] {
+        h.update(part.as_bytes());
+        h.update(b"\0");
     }
-    let mut feed = Feed(Sha256::new());
-    std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut feed);
-    let mut h = feed.0;
-    h.update(b"\0cordon-wasm cache v1\0");
-    h.update(kind.name().as_bytes());
-    h.update(b"\0");
     h.update(bytes);
     hex::encode(h.finalize())
 }

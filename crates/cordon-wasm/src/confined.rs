@@ -177,8 +177,7 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
     })?;
     let cache = match req.cache {
         Some(c) => {
-            let engine = engine::new_engine()?;
-            let key = crate::cache::key(&engine, kind, &bytes);
+            let key = crate::cache::key(kind, &bytes);
             Some((c, key))
         }
         None => None,

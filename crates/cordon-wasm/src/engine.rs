@@ -46,8 +46,19 @@ pub fn detect(bytes: &[u8]) -> Option<Kind> {
 /// `call stack exhausted` trap, never a crash of the runtime.
 const MAX_WASM_STACK: usize = 1 << 20;
 
-/// The engine every run uses. Its settings are part of the compiled-code cache key (through
-/// `Engine::precompile_compatibility_hash`), so a change here never meets old artifacts.
+/// What [`new_engine`] sets, as it enters the compiled-code cache key (with wasmtime's
+/// version and the target): the supervisor names an entry without building an `Engine`
+/// (~40 ms of a debug run). Change it with the settings. An artifact that still does not fit
+/// (another CPU's features, say) is refused by wasmtime's own check on load and recompiled.
+pub fn settings() -> String {
+    format!(
+        "epoch_interruption;max_wasm_stack={MAX_WASM_STACK};async_stack={};features=default",
+        MAX_WASM_STACK + (2 << 20)
+    )
+}
+
+/// The engine every run uses. Its settings are part of the compiled-code cache key (see
+/// [`settings`]), so a change here never meets old artifacts.
 pub fn new_engine() -> Result<Engine, WasmError> {
     let mut c = Config::new();
     c.epoch_interruption(true);

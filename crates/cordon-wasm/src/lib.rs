@@ -102,10 +102,7 @@ pub fn run(req: WasmRequest) -> Result<Outcome, WasmError> {
     let kind = detect(&req.module).ok_or_else(|| {
         WasmError::Invalid("not a WebAssembly module or component (no \\0asm header)".into())
     })?;
-    let key = req
-        .cache
-        .as_ref()
-        .map(|_| cache::key(&engine, kind, &req.module));
+    let key = req.cache.as_ref().map(|_| cache::key(kind, &req.module));
     let cached = match (&req.cache, &key) {
         (Some(c), Some(k)) => c.lookup(k),
         _ => None,
