@@ -133,8 +133,10 @@ pub fn confine(c: &SelfConfinement) -> Result<Held, String> {
         read_only: c.read_only.clone(),
         read_write: c.read_write.clone(),
         // A static binary's getrandom cannot find the libc function (no dlsym) and reads
-        // /dev/urandom instead: WASI's random and wasmtime's own need it.
-        files_rw: vec!["/dev/urandom".into()],
+        // /dev/urandom instead, after polling /dev/random once for the pool being ready (an
+        // EACCES there failed every run of the static cordon-wasm): WASI's random and
+        // wasmtime's own need them. Writing either only mixes bytes in, with no credit.
+        files_rw: vec!["/dev/urandom".into(), "/dev/random".into()],
         ..FsRules::default()
     };
     let abi = crate::detect::landlock_abi();
