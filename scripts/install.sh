@@ -2,8 +2,12 @@
 # Installs what cordon needs on a Debian machine, builds cordon, installs it and runs one real
 # sandboxed program.
 #
-#   ./scripts/install.sh           build the release binary and install it
-#   ./scripts/install.sh BINARY    install a cordon binary built elsewhere (no toolchain needed)
+#   ./scripts/install.sh           build the release binaries and install them
+#   ./scripts/install.sh BINARY    install a cordon binary built elsewhere (no toolchain needed),
+#                                  and the cordon-wasm beside it if there is one
+#
+# Two binaries: cordon, and cordon-wasm, the WebAssembly runtime (wasmtime + Cranelift, kept out
+# of cordon's size and start-up), which cordon looks for beside itself, then on PATH.
 #
 # Where to: /usr/local/bin when run as root, else ~/.local/bin; CORDON_BIN_DIR=DIR overrides.
 # The last lines printed say where cordon went and, if that directory is not on PATH, the line
@@ -53,6 +57,13 @@ dest=$dir/cordon
 install -d "$dir"
 [ "$bin" -ef "$dest" ] || install -m 0755 "$bin" "$dest"
 echo "== installed $dest"
+wasm_bin=$(dirname "$bin")/cordon-wasm
+if [ -x "$wasm_bin" ]; then
+  [ "$wasm_bin" -ef "$dir/cordon-wasm" ] || install -m 0755 "$wasm_bin" "$dir/cordon-wasm"
+  echo "== installed $dir/cordon-wasm (the WebAssembly backend)"
+else
+  echo "install.sh: no cordon-wasm beside $bin: WebAssembly modules will not run (cordon run -- X.wasm); build it with ./scripts/build-release.sh" >&2
+fi
 
 # Where AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later), cordon needs
 # its profile (packaging/apparmor/cordon), which lets cordon — and nothing else — create them.

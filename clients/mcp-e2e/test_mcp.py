@@ -38,7 +38,7 @@ from mcp.client.stdio import stdio_client
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "clients"))
 import payloads  # noqa: E402  (clients/payloads.py: the programs every door is tested with)
-TOOLS = {"run_code", "run_command", "read_file", "write_file", "list_files", "reset_sandbox"}
+TOOLS = {"run_code", "run_command", "run_wasm", "read_file", "write_file", "list_files", "reset_sandbox"}
 CALL_TIMEOUT = 120  # seconds for one whole test's MCP conversation
 
 

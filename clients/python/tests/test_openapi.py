@@ -49,7 +49,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     ),
     "RunRequest": (
         lambda: _core.run_body(
-            ["true"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"], "python:3.12-slim"
+            ["m.wasm"], "strict", 1 << 28, 1, 16, "64M", "5s", {"A": "1"}, "in", "/tmp", ["pypi.org"], b"\0asm", "python:3.12-slim"
         ),
         lambda: _core.run_body("true", None, None, None, None, None, None, None, None, None, None),
     ),

@@ -33,6 +33,7 @@ mod plan;
 mod init;
 pub mod reaping;
 pub mod seccomp;
+pub mod selfconfine;
 pub mod snapshot;
 mod supervisor;
 mod sys;

@@ -549,6 +549,56 @@ pub fn install() -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// What a runtime confining itself (see `selfconfine`) never needs on top of [`main_filter`],
+/// with no pid or network namespace around it: a socket, an exec, a new process (a `clone`
+/// without `CLONE_THREAD`; `clone3` is already answered `ENOSYS`, `fork`/`vfork` are legacy
+/// calls libc does not use).
+pub fn runtime_filter() -> Result<BpfProgram, SeccompError> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_socket,
+        libc::SYS_socketpair,
+        libc::SYS_execve,
+        libc::SYS_execveat,
+    ] {
+        rules.insert(nr, Vec::new());
+    }
+    #[cfg(target_arch = "x86_64")]
+    for nr in [libc::SYS_fork, libc::SYS_vfork] {
+        rules.insert(nr, Vec::new());
+    }
+    let no_thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        0,
+    )
+    .map_err(seccompiler::Error::Backend)?;
+    let rule = SeccompRule::new(vec![no_thread]).map_err(seccompiler::Error::Backend)?;
+    rules.insert(libc::SYS_clone, vec![rule]);
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(seccompiler::Error::Backend)?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(seccompiler::Error::Backend)?;
+    Ok(filter.try_into().map_err(seccompiler::Error::Backend)?)
+}
+
+/// Installs [`main_filter`] and [`runtime_filter`] on every thread of the process (TSYNC).
+/// Requires `no_new_privs`.
+pub fn install_runtime() -> Result<(), SeccompError> {
+    seccompiler::apply_filter_all_threads(&main_filter()?)?;
+    seccompiler::apply_filter_all_threads(&runtime_filter()?)?;
+    Ok(())
+}
+
 /// The second filter of a sandbox that has no network namespace (see `init`'s degraded
 /// mode), stacked on the main one (the kernel applies both; the stricter answer wins). With
 /// no namespace holding only loopback, every socket would reach the host's network and its

@@ -10,8 +10,9 @@ pub mod outcome;
 pub mod output;
 pub mod profile;
 pub mod units;
+pub mod wasm;
 
 pub use ending::{classify, EndFacts, Ending, ExecFailure, LimitHit, ProcessEnd, Stopped};
-pub use outcome::{Enforcement, ImageRef, NetworkEvent, Outcome, Status, Usage};
+pub use outcome::{Backend, Enforcement, ImageRef, NetworkEvent, Outcome, Status, Usage};
 pub use output::{CapturedText, OutputCap};
 pub use profile::{Bind, EnvEntry, Layer, Limits, Profile, ProfileError, RootImage, SystemView};

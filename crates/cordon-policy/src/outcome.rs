@@ -30,10 +30,23 @@ pub struct Usage {
     pub peak_pids: u64,
 }
 
+/// What ran the program: a confined process tree, or a WebAssembly runtime.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    Process,
+    Wasm,
+}
+
 /// Which layers actually held for this run. Never claims more than the host enforced.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
+    /// The backend that ran the program; absent where a door does not say (the process
+    /// backend, as in every Outcome written before wasm existed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub backend: Option<Backend>,
     pub user_ns: bool,
     pub pid_ns: bool,
     pub net_ns: bool,
@@ -239,6 +252,18 @@ mod tests {
         v.as_object_mut().unwrap().remove("limits_hit");
         let back: Outcome = serde_json::from_value(v).unwrap();
         assert!(back.limits_hit.is_empty());
+    }
+
+    #[test]
+    fn backend_is_named_only_when_known() {
+        let mut o = Outcome::error("x", Enforcement::default());
+        let v = serde_json::to_value(&o).unwrap();
+        assert!(v["enforcement"].get("backend").is_none());
+        o.enforcement.backend = Some(Backend::Wasm);
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["enforcement"]["backend"], "wasm");
+        let back: Outcome = serde_json::from_value(v).unwrap();
+        assert_eq!(back.enforcement.backend, Some(Backend::Wasm));
     }
 
     #[test]

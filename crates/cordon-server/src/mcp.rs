@@ -196,6 +196,21 @@ pub struct RunCommandParams {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunWasmParams {
+    /// Path of the WebAssembly module in the sandbox (e.g. /workspace/tool.wasm; relative paths are under /workspace). Give this or module_base64.
+    pub path: Option<String>,
+    /// The module itself, base64 (a WASI preview 1 module or preview 2 component).
+    pub module_base64: Option<String>,
+    /// Its arguments (after its name).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// What it reads on stdin. Default: nothing.
+    pub stdin: Option<String>,
+    /// Seconds before it is stopped. Default: the sandbox's timeout.
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct PathParams {
     /// A path inside the sandbox; relative paths are under /workspace.
     pub path: String,
@@ -587,6 +602,89 @@ impl CordonMcp {
         };
         r.structured_content = outcome_facts(&o);
         Ok(sb.annotate(r))
+    }
+
+    #[tool(
+        description = "Run a WebAssembly module (WASI preview 1 module or preview 2 component) in a fresh WebAssembly runtime of its own: no network, no files but /workspace — the session's /workspace only when the server was started with one (cordon mcp --workspace), else an empty one. Give the module's path in the sandbox or the module as base64. Returns how it ended (status, exit code, limits hit), stdout and stderr."
+    )]
+    async fn run_wasm(
+        &self,
+        Parameters(p): Parameters<RunWasmParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        use base64::Engine;
+        let svc = &self.state.service;
+        let (b64, name, bound) = match (p.path, p.module_base64) {
+            (Some(path), None) => {
+                let sb = match self.sandbox(&ctx).await {
+                    Ok(sb) => sb,
+                    Err(r) => return Ok(r),
+                };
+                let data = match crate::files::read(svc, &sb.caller, &sb.id, &path).await {
+                    Ok(d) => d,
+                    Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+                };
+                let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+                (b64, path, Some(sb))
+            }
+            (None, Some(b64)) => (b64, "module.wasm".to_string(), None),
+            _ => return Ok(tool_error("give either path or module_base64")),
+        };
+        let caller = match &bound {
+            Some(sb) => sb.caller.clone(),
+            None => self.session(&ctx)?.caller.clone(),
+        };
+        let annotate = |r: CallToolResult| match &bound {
+            Some(sb) => sb.annotate(r),
+            None => r,
+        };
+        let mut profile = match self.state.profile.clone() {
+            Some(pr) => pr,
+            None => match Profile::builtin("default") {
+                Ok(pr) => pr,
+                Err(e) => return Ok(annotate(tool_error(e.to_string()))),
+            },
+        };
+        // A module has no sockets: the session's egress policy has nothing to apply to.
+        profile.network = Default::default();
+        if let Some(t) = p.timeout_seconds {
+            if !(t.is_finite() && t > 0.0 && t <= 86_400.0) {
+                return Ok(annotate(tool_error(
+                    "timeout_seconds: give a number of seconds between 0 and 86400",
+                )));
+            }
+            profile.limits.timeout = Duration::from_secs_f64(t);
+        }
+        let size = match crate::oneshot::check_wasm(&b64, false) {
+            Ok(n) => n,
+            Err(e) => return Ok(annotate(tool_error(e.message))),
+        };
+        svc.audit.record(
+            "run_wasm",
+            &caller.key_id,
+            bound.as_ref().map(|sb| sb.id.as_str()),
+            serde_json::json!({"module": name, "bytes": size, "args": p.args.len()}),
+        );
+        let req = crate::oneshot::OneShot {
+            profile,
+            argv: std::iter::once(name).chain(p.args).collect(),
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: p.stdin,
+            wasm: Some(b64),
+        };
+        let o = match crate::oneshot::execute(svc, req).await {
+            Ok(o) => o,
+            Err(e) => return Ok(annotate(tool_error(e.message))),
+        };
+        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
+        let mut r = if ok {
+            CallToolResult::success(vec![text(outcome_text(&o))])
+        } else {
+            CallToolResult::error(vec![text(outcome_text(&o))])
+        };
+        r.structured_content = outcome_facts(&o);
+        Ok(annotate(r))
     }
 
     #[tool(

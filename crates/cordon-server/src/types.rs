@@ -593,6 +593,9 @@ pub struct RunRequest {
     #[schema(pattern = r"^/[^\x00]*$")]
     pub cwd: Option<String>,
     pub network: Option<NetworkPolicy>,
+    /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
+    /// one-shot sandbox, with `cmd` as its argv (`cmd[0]` names it).
+    pub wasm: Option<String>,
     /// An image in the server's store whose root replaces the host's system directories
     /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
     #[schema(max_length = 4096)]

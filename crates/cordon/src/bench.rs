@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Skip the `cordon serve` part (persistent sandboxes and code cells over HTTP).
     #[arg(long)]
     no_serve: bool,
+    /// Skip the WebAssembly part (a cached module against native code and a process sandbox).
+    #[arg(long)]
+    no_wasm: bool,
     /// Skip the image part (pull + unpack and cold starts from an image on a loopback
     /// registry; needs docker-registry, umoci, skopeo and busybox).
     #[arg(long)]
@@ -132,7 +135,7 @@ pub(crate) fn median(v: &mut [Duration]) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
+pub(crate) fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> Duration) -> Duration {
     let mut v: Vec<Duration> = samples.iter().map(f).collect();
     median(&mut v)
 }
@@ -292,6 +295,15 @@ pub fn main(a: BenchArgs) -> i32 {
                     ratio(cordon.gone, b.gone),
                     ratio(cordon.cpu, b.cpu)
                 );
+            }
+        }
+    }
+    if !a.no_wasm {
+        match crate::bench_wasm::bench(&me, a.iterations, a.json) {
+            Ok(v) => report.push(v),
+            Err(e) => {
+                eprintln!("cordon bench: wasm part: {e}");
+                return 125;
             }
         }
     }

@@ -11,8 +11,19 @@ pub struct CheckArgs {
 
 pub fn main(a: CheckArgs) -> i32 {
     let report = cordon_linux::detect::probe();
+    let wasm = wasm_backend();
     if a.json {
-        match serde_json::to_string_pretty(&report) {
+        let mut v = match serde_json::to_value(&report) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return 125;
+            }
+        };
+        if let Some(o) = v.as_object_mut() {
+            o.insert("wasm_backend".into(), wasm);
+        }
+        match serde_json::to_string_pretty(&v) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("cordon: {e}");
@@ -39,6 +50,16 @@ pub fn main(a: CheckArgs) -> i32 {
             println!("           cost: {}", f.cost_if_missing);
         }
     }
+    let mark = if wasm["available"] == true {
+        "ok  "
+    } else {
+        "MISSING"
+    };
+    println!(
+        "  {mark:8} {:10} {}",
+        "wasm",
+        wasm["detail"].as_str().unwrap_or_default()
+    );
     let env = &report.environment;
     let mut seen = Vec::new();
     if let Some(c) = &env.container {
@@ -103,4 +124,33 @@ pub fn main(a: CheckArgs) -> i32 {
         );
     }
     0
+}
+
+/// Whether the WebAssembly backend (the separate `cordon-wasm` binary) is installed, where,
+/// and that it starts: `{available, path, detail}`.
+fn wasm_backend() -> serde_json::Value {
+    let found = crate::run_wasm::locate().and_then(|path| {
+        let out = std::process::Command::new(&path)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: does not start: {e}", path.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{}: --version failed ({})",
+                path.display(),
+                out.status
+            ));
+        }
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok((path, version))
+    });
+    match found {
+        Ok((path, version)) => serde_json::json!({
+            "available": true,
+            "path": path,
+            "detail": format!("{version} at {} (cordon run -- MODULE.wasm)", path.display()),
+        }),
+        Err(e) => serde_json::json!({"available": false, "path": null, "detail": e}),
+    }
 }

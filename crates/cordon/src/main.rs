@@ -11,6 +11,7 @@
 mod audit;
 mod bench;
 mod bench_image;
+mod bench_wasm;
 mod check;
 mod gateway;
 mod image;
@@ -18,6 +19,7 @@ mod mcp;
 mod run;
 mod run_egress;
 mod run_tty;
+mod run_wasm;
 mod sandbox_args;
 mod serve;
 

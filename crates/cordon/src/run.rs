@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::run_wasm::Stdin;
 use clap::Args;
 use cordon_linux::{OutputMode, RunRequest, StdinSource};
 use cordon_policy::network::entry_to_allow;
@@ -10,7 +11,7 @@ use cordon_policy::outcome::exit;
 use cordon_policy::units::{format_duration, format_size};
 use cordon_policy::{LimitHit, Limits, Outcome};
 
-use crate::sandbox_args::SandboxArgs;
+use crate::sandbox_args::{BackendArgs, SandboxArgs};
 
 #[derive(Args, Debug)]
 #[command(
@@ -25,6 +26,8 @@ cordon run -t --rw ./src -- bash"
 pub struct RunArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print one JSON Outcome on stdout instead of streaming the program's output.
     #[arg(long)]
     json: bool,
@@ -92,20 +95,62 @@ pub fn main(a: RunArgs) -> i32 {
         None
     };
     let limits = profile.limits.clone();
-    let req = RunRequest {
-        profile,
-        argv: a.command.clone(),
-        cwd: a.cwd.clone(),
-        env: BTreeMap::new(),
-        stdin,
-        output: if a.json {
-            OutputMode::Capture
-        } else {
-            OutputMode::Stream
-        },
-        egress,
+    // A WebAssembly module runs in the separate cordon-wasm binary (see run_wasm).
+    let module = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return exit::CORDON_FAILED;
+        }
     };
-    match cordon_linux::run(req) {
+    let ran = match module {
+        Some(module) => {
+            if a.cwd.is_some() {
+                eprintln!("cordon: --cwd: a WebAssembly module has no working directory to set");
+                return exit::CORDON_FAILED;
+            }
+            let stdin = match stdin {
+                StdinSource::Empty => Stdin::Empty,
+                StdinSource::Bytes(b) => Stdin::Bytes(b),
+                StdinSource::File(p) => Stdin::File(p),
+                StdinSource::Inherit => Stdin::Inherit,
+            };
+            match crate::run_wasm::run(
+                &profile,
+                &module,
+                &a.command,
+                &BTreeMap::new(),
+                stdin,
+                !a.json,
+            ) {
+                Ok(o) => Ok(o),
+                Err(e) => {
+                    eprintln!("cordon: {e}");
+                    return exit::CORDON_FAILED;
+                }
+            }
+        }
+        None => {
+            let req = RunRequest {
+                profile,
+                argv: a.command.clone(),
+                cwd: a.cwd.clone(),
+                env: BTreeMap::new(),
+                stdin,
+                output: if a.json {
+                    OutputMode::Capture
+                } else {
+                    OutputMode::Stream
+                },
+                egress,
+            };
+            cordon_linux::run(req).map(|mut o| {
+                o.enforcement.backend = Some(cordon_policy::Backend::Process);
+                o
+            })
+        }
+    };
+    match ran {
         Ok(outcome) => {
             if a.json {
                 match serde_json::to_string(&outcome) {

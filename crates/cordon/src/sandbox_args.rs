@@ -169,6 +169,23 @@ impl SandboxArgs {
     }
 }
 
+/// What runs the command: `cordon run`'s `--backend`.
+#[derive(Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// auto: a WebAssembly module (recognised by its first bytes, \0asm) runs in the wasm
+    /// runtime, anything else as a process; process or wasm to choose. The wasm runtime
+    /// confines itself (seccomp, Landlock, rlimits, no privileges).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Process,
+    Wasm,
+}
+
 /// Resolves the profile's `image` in the store under `data_dir` and puts what the engine needs
 /// into the profile. The returned root holds the image's layers against prune: keep it until
 /// the sandbox is gone.

@@ -358,19 +358,35 @@ pub fn oneshot_main() -> i32 {
     } else {
         None
     };
-    let run = cordon_linux::RunRequest {
-        profile: req.profile,
-        argv: req.argv,
-        cwd: req.cwd,
-        env: req.env,
-        stdin: match req.stdin {
-            Some(s) => cordon_linux::StdinSource::Bytes(s.into_bytes()),
-            None => cordon_linux::StdinSource::Empty,
-        },
-        output: cordon_linux::OutputMode::Capture,
-        egress,
+    // A module from the request: written where only this runner reads it, then run like
+    // `cordon run -- MODULE` (the confined wasm runtime).
+    let stdin = req.stdin.map(String::into_bytes);
+    let ran = match &req.wasm {
+        Some(b64) => {
+            let stdin = match stdin {
+                Some(b) => crate::run_wasm::Stdin::Bytes(b),
+                None => crate::run_wasm::Stdin::Empty,
+            };
+            crate::run_wasm::run_bytes(&req.profile, b64, &req.argv, &req.env, stdin)
+                .map_err(|e| e.to_string())
+        }
+        None => {
+            let run = cordon_linux::RunRequest {
+                profile: req.profile,
+                argv: req.argv,
+                cwd: req.cwd,
+                env: req.env,
+                stdin: match stdin {
+                    Some(b) => cordon_linux::StdinSource::Bytes(b),
+                    None => cordon_linux::StdinSource::Empty,
+                },
+                output: cordon_linux::OutputMode::Capture,
+                egress,
+            };
+            cordon_linux::run(run).map_err(|e| e.to_string())
+        }
     };
-    match cordon_linux::run(run) {
+    match ran {
         Ok(o) => match serde_json::to_string(&o) {
             Ok(s) => {
                 println!("{s}");

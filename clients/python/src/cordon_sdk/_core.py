@@ -380,11 +380,16 @@ def run_body(
     stdin: Union[str, bytes, None],
     cwd: Optional[str],
     network: NetworkSpec,
+    wasm: Optional[bytes] = None,
     image: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """``POST /v1/run``."""
+    """``POST /v1/run``; with ``wasm`` (a WebAssembly module's bytes) ``cmd`` is its argv."""
     body = create_body(profile, memory, cpus, pids, disk, None, env, None, network, image=image)
     body["cmd"] = cmd_json(cmd)
+    if wasm is not None:
+        if not isinstance(wasm, (bytes, bytearray, memoryview)):
+            raise TypeError("wasm: expected the module's bytes")
+        body["wasm"] = base64.b64encode(bytes(wasm)).decode("ascii")
     if timeout is not None:
         body["timeout"] = duration_json(timeout, "timeout")
     s = stdin_json(stdin)

@@ -670,6 +670,7 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         cwd: Optional[str] = None,
         network: NetworkSpec = None,
+        wasm: Optional[bytes] = None,
         image: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -678,9 +679,11 @@ class AsyncSandbox:
         """Runs one command in a fresh sandbox that is gone afterwards (``POST /v1/run``).
 
         ``timeout`` here is the command's wall-clock limit; ``request_timeout`` the API's.
+        With ``wasm`` (a WebAssembly module's bytes), ``cmd`` is the module's argv and the
+        server's wasm runtime runs it.
         ``image`` names an image in the server's store to run from.
         """
-        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, image)
+        body = _core.run_body(cmd, profile, memory, cpus, pids, disk, timeout, env, stdin, cwd, network, wasm=wasm, image=image)
         http = _AsyncHttp(base_url, api_key, request_timeout)
         try:
             return Outcome.from_dict(

@@ -133,6 +133,9 @@ class Enforcement:
     rlimits: bool
     host_uid: Optional[int] = None
     notes: List[str] = field(default_factory=list)
+    #: What ran the program: ``"process"`` or ``"wasm"`` (None where the server does not say:
+    #: the process backend).
+    backend: Optional[str] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -152,6 +155,7 @@ class Enforcement:
             rlimits=bool(d.get("rlimits")),
             host_uid=_opt_int(d.get("host_uid")),
             notes=_strs(d.get("notes")),
+            backend=_opt_str(d.get("backend")),
             raw=dict(d),
         )
 
