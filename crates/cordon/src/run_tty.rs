@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use cordon_linux::persistent::{ExecSpec, ExitInfo, PtySize, Sandbox};
 use cordon_linux::Egress;
-use cordon_policy::{
-    classify, EndFacts, ExecFailure, Outcome, OutputCap, ProcessEnd, Profile, Stopped, Usage,
-};
+use cordon_policy::{classify, Outcome, OutputCap, Profile, Usage};
 use rustix::termios::{self, Termios};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -256,31 +254,7 @@ fn outcome(
     wall: Duration,
     network: Vec<cordon_policy::NetworkEvent>,
 ) -> Outcome {
-    let facts = EndFacts {
-        end: match (exit.code, exit.signal) {
-            (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
-            (Some(code), None) => Some(ProcessEnd::Exited(code)),
-            (None, None) => None,
-        },
-        stopped: if timed_out {
-            Some(Stopped::Timeout)
-        } else if exit.usage.cpu_time_exceeded {
-            Some(Stopped::CpuTime)
-        } else {
-            None
-        },
-        exec_failure: exit
-            .exec_error
-            .clone()
-            .map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
-        sandbox_ended: exit.sandbox_ended.clone(),
-        oom_kills: exit.usage.oom_kills,
-        pids_refused: exit.usage.pids_refused,
-        output_truncated: kept.truncated(),
-        disk_full: exit.usage.disk_full,
-        inodes_exhausted: exit.usage.inodes_exhausted,
-        ..EndFacts::default()
-    };
+    let facts = exit.end_facts(timed_out, kept.truncated());
     let usage = Usage {
         wall_ms: wall.as_millis() as u64,
         cpu_user_ms: exit.cpu_user_us / 1000,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use cordon_policy::{Enforcement, Profile};
+use cordon_policy::{EndFacts, Enforcement, ExecFailure, ProcessEnd, Profile, Stopped};
 
 use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD};
 use crate::channel::{Channel, ExecSpec, ToSupervisor};
@@ -31,6 +31,39 @@ pub struct ExitInfo {
     pub sandbox_ended: Option<String>,
     /// What the command's accounting domain counted.
     pub usage: CommandUsage,
+}
+
+impl ExitInfo {
+    /// The facts `cordon_policy::classify` judges a command's end by: every front end that
+    /// runs a persistent command (the service's exec, `cordon run -t`) reads them from here,
+    /// so a command ends the same way whichever door started it.
+    pub fn end_facts(&self, timed_out: bool, output_truncated: bool) -> EndFacts {
+        EndFacts {
+            end: match (self.code, self.signal) {
+                (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
+                (Some(code), None) => Some(ProcessEnd::Exited(code)),
+                (None, None) => None,
+            },
+            stopped: if timed_out {
+                Some(Stopped::Timeout)
+            } else if self.usage.cpu_time_exceeded {
+                Some(Stopped::CpuTime)
+            } else {
+                None
+            },
+            exec_failure: self
+                .exec_error
+                .clone()
+                .map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
+            sandbox_ended: self.sandbox_ended.clone(),
+            oom_kills: self.usage.oom_kills,
+            pids_refused: self.usage.pids_refused,
+            output_truncated,
+            disk_full: self.usage.disk_full,
+            inodes_exhausted: self.usage.inodes_exhausted,
+            ..EndFacts::default()
+        }
+    }
 }
 
 /// A started command: write its stdin, read its stdout and stderr.

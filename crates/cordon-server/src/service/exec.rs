@@ -5,9 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_linux::persistent::{ExecSpec, ExitInfo};
-use cordon_policy::{
-    classify, EndFacts, ExecFailure, Outcome, OutputCap, ProcessEnd, Stopped, Usage,
-};
+use cordon_policy::{classify, Outcome, OutputCap, Usage};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -333,31 +331,7 @@ async fn pump(
     }
     let wall = t0.elapsed();
     let exit = exit.unwrap_or_default();
-    let facts = EndFacts {
-        end: match (exit.code, exit.signal) {
-            (_, Some(sig)) => Some(ProcessEnd::Signaled(sig)),
-            (Some(code), None) => Some(ProcessEnd::Exited(code)),
-            (None, None) => None,
-        },
-        stopped: if timed_out {
-            Some(Stopped::Timeout)
-        } else if exit.usage.cpu_time_exceeded {
-            Some(Stopped::CpuTime)
-        } else {
-            None
-        },
-        exec_failure: exit
-            .exec_error
-            .clone()
-            .map(|(errno, path, cwd)| ExecFailure { errno, path, cwd }),
-        sandbox_ended: exit.sandbox_ended.clone(),
-        oom_kills: exit.usage.oom_kills,
-        pids_refused: exit.usage.pids_refused,
-        output_truncated: so.truncated() || se.truncated(),
-        disk_full: exit.usage.disk_full,
-        inodes_exhausted: exit.usage.inodes_exhausted,
-        ..EndFacts::default()
-    };
+    let facts = exit.end_facts(timed_out, so.truncated() || se.truncated());
     let usage = Usage {
         wall_ms: wall.as_millis() as u64,
         cpu_user_ms: exit.cpu_user_us / 1000,
