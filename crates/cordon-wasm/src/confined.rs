@@ -199,21 +199,7 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
         file(name, b"")?;
     }
 
-    let mut preopens = Vec::new();
-    if let Some(ws) = &profile.workspace {
-        preopens.push(Preopen {
-            host: ws.clone(),
-            guest: "/workspace".into(),
-            writable: true,
-        });
-    }
-    for b in &profile.binds {
-        preopens.push(Preopen {
-            host: b.source.clone(),
-            guest: b.dest.to_string_lossy().into_owned(),
-            writable: b.writable,
-        });
-    }
+    let preopens = Preopen::of_profile(profile);
     let disk = profile.limits.disk;
     let mut env: Vec<(String, String)> = profile
         .environment(|k| std::env::var(k).ok())

@@ -39,6 +39,24 @@ pub struct Preopen {
     pub writable: bool,
 }
 
+impl Preopen {
+    /// A profile's directories as the guest sees them: `--workspace` read-write at
+    /// `/workspace`, each bind where the process backend would mount it, with its mode.
+    pub fn of_profile(profile: &cordon_policy::Profile) -> Vec<Preopen> {
+        let workspace = profile.workspace.iter().map(|ws| Preopen {
+            host: ws.clone(),
+            guest: "/workspace".into(),
+            writable: true,
+        });
+        let binds = profile.binds.iter().map(|b| Preopen {
+            host: b.source.clone(),
+            guest: b.dest.to_string_lossy().into_owned(),
+            writable: b.writable,
+        });
+        workspace.chain(binds).collect()
+    }
+}
+
 /// What the guest reads.
 pub enum GuestStdin {
     Empty,

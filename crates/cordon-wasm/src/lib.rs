@@ -83,21 +83,7 @@ pub fn run(req: WasmRequest) -> Result<Outcome, WasmError> {
         .environment(|k| std::env::var(k).ok())
         .into_iter()
         .collect();
-    let mut preopens = Vec::new();
-    if let Some(ws) = &profile.workspace {
-        preopens.push(Preopen {
-            host: ws.clone(),
-            guest: "/workspace".into(),
-            writable: true,
-        });
-    }
-    for b in &profile.binds {
-        preopens.push(Preopen {
-            host: b.source.clone(),
-            guest: b.dest.to_string_lossy().into_owned(),
-            writable: b.writable,
-        });
-    }
+    let preopens = Preopen::of_profile(profile);
     let engine = engine::new_engine()?;
     let kind = detect(&req.module).ok_or_else(|| {
         WasmError::Invalid("not a WebAssembly module or component (no \\0asm header)".into())
