@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use cordon_linux::persistent::{ExecSpec, ExitInfo, PtySize, Sandbox};
 use cordon_linux::Egress;
-use cordon_policy::{classify, Outcome, OutputCap, Profile, Usage};
+use cordon_policy::{classify, Outcome, OutputCap, Profile};
 use rustix::termios::{self, Termios};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -255,16 +255,7 @@ fn outcome(
     network: Vec<cordon_policy::NetworkEvent>,
 ) -> Outcome {
     let facts = exit.end_facts(timed_out, kept.truncated());
-    let usage = Usage {
-        wall_ms: wall.as_millis() as u64,
-        cpu_user_ms: exit.cpu_user_us / 1000,
-        cpu_system_ms: exit.cpu_system_us / 1000,
-        peak_memory_bytes: match exit.usage.peak_memory_bytes {
-            0 => exit.max_rss_kb * 1024,
-            n => n,
-        },
-        peak_pids: exit.usage.peak_pids,
-    };
+    let usage = exit.usage(wall);
     let mut o = Outcome::from_ending(
         classify(&facts),
         kept.finish(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use cordon_policy::{EndFacts, Enforcement, ExecFailure, ProcessEnd, Profile, Stopped};
+use cordon_policy::{EndFacts, Enforcement, ExecFailure, ProcessEnd, Profile, Stopped, Usage};
 
 use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD};
 use crate::channel::{Channel, ExecSpec, ToSupervisor};
@@ -62,6 +62,22 @@ impl ExitInfo {
             disk_full: self.usage.disk_full,
             inodes_exhausted: self.usage.inodes_exhausted,
             ..EndFacts::default()
+        }
+    }
+
+    /// The command's usage as an Outcome reports it, `wall` being what its caller timed.
+    pub fn usage(&self, wall: Duration) -> Usage {
+        Usage {
+            wall_ms: wall.as_millis() as u64,
+            cpu_user_ms: self.cpu_user_us / 1000,
+            cpu_system_ms: self.cpu_system_us / 1000,
+            // The command's cgroup counts all of its processes together; without one, the
+            // largest single process is what is known.
+            peak_memory_bytes: match self.usage.peak_memory_bytes {
+                0 => self.max_rss_kb * 1024,
+                n => n,
+            },
+            peak_pids: self.usage.peak_pids,
         }
     }
 }

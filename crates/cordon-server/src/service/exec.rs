@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_linux::persistent::{ExecSpec, ExitInfo};
-use cordon_policy::{classify, Outcome, OutputCap, Usage};
+use cordon_policy::{classify, Outcome, OutputCap};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -332,18 +332,7 @@ async fn pump(
     let wall = t0.elapsed();
     let exit = exit.unwrap_or_default();
     let facts = exit.end_facts(timed_out, so.truncated() || se.truncated());
-    let usage = Usage {
-        wall_ms: wall.as_millis() as u64,
-        cpu_user_ms: exit.cpu_user_us / 1000,
-        cpu_system_ms: exit.cpu_system_us / 1000,
-        // The command's cgroup counts all of its processes together; without one, the
-        // largest single process is what is known.
-        peak_memory_bytes: match exit.usage.peak_memory_bytes {
-            0 => exit.max_rss_kb * 1024,
-            n => n,
-        },
-        peak_pids: exit.usage.peak_pids,
-    };
+    let usage = exit.usage(wall);
     let network = egress_during(live, started_ms, unix_ms());
     let mut outcome = Outcome::from_ending(
         classify(&facts),
