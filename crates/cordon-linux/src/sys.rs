@@ -40,6 +40,28 @@ pub unsafe fn fork() -> io::Result<Fork> {
     }
 }
 
+/// [`fork`], retried while the kernel answers `EAGAIN` for up to ~250 ms, as shells retry
+/// theirs: `EAGAIN` is the sandbox's own process limit, which a moment does not change (the
+/// retries only delay that answer), but also the host's pid or thread table, or a uid's
+/// count that other processes are leaving, which a moment does. Only for forks cordon makes
+/// on a command's behalf (starting it), never for the payload's own.
+///
+/// # Safety
+/// As for [`fork`].
+pub unsafe fn fork_retrying() -> io::Result<Fork> {
+    let mut wait_ms = 5;
+    loop {
+        // SAFETY: forwarded to the caller's contract above.
+        match unsafe { fork() } {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait_ms <= 160 => {
+                std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+                wait_ms *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `fork`, but the child starts in the new namespaces `flags` asks for (`CLONE_NEW*`), so that
 /// with `CLONE_NEWPID` the child itself is the new pid namespace's init. The raw `clone`
 /// syscall, as bubblewrap and youki use: glibc's `fork` takes no namespace flags, and

@@ -436,7 +436,7 @@ fn spawn_command(
     };
     let (pid_r, pid_w) = sys::pipe()?;
     // SAFETY: the init is single-threaded.
-    match unsafe { sys::fork() }? {
+    match unsafe { sys::fork_retrying() }? {
         sys::Fork::Child => {
             drop((in_w, out_r, err_r, pid_r));
             let stdio = Stdio {
@@ -505,7 +505,7 @@ fn subinit(
         refuse(e);
     }
     // SAFETY: the sub-init is single-threaded (a fork of the single-threaded init).
-    let leader = match unsafe { sys::fork() } {
+    let leader = match unsafe { sys::fork_retrying() } {
         Err(e) => refuse(e),
         Ok(sys::Fork::Child) => {
             // The command reports its own pid, before it can run anything: were the sub-init
