@@ -17,6 +17,17 @@ pub const REQUEST_FILE: &str = "request.json";
 /// The reply file `cordon-wasm run DIR` writes there: a [`Reply`].
 pub const REPLY_FILE: &str = "reply.json";
 
+/// The only variables `cordon-wasm run` is started with (its runtime is a fork of it and must
+/// not inherit the caller's environment): where its compiled-code cache and its private
+/// directories go. `Pass` entries of the request's profile are resolved by the caller.
+pub const SUPERVISOR_ENV: [&str; 5] = [
+    "CORDON_WASM_CACHE",
+    "XDG_CACHE_HOME",
+    "HOME",
+    "XDG_RUNTIME_DIR",
+    "TMPDIR",
+];
+
 /// The first bytes of every WebAssembly binary (module or component).
 pub const MAGIC: [u8; 4] = *b"\0asm";
 
@@ -36,8 +47,8 @@ pub struct Request {
     pub module: PathBuf,
     /// The guest's argv; `argv[0]` is the name the user gave.
     pub argv: Vec<String>,
-    /// Environment on top of the profile's (whose pass-through entries are resolved from the
-    /// binary's own environment, the caller's).
+    /// Environment on top of the profile's (whose pass-through entries the caller resolves:
+    /// the binary gets only [`SUPERVISOR_ENV`]).
     pub extra_env: Vec<(String, String)>,
     /// Echo the guest's output live (what is kept is capped either way).
     pub echo: bool,

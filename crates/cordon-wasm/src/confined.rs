@@ -1,27 +1,27 @@
-//! A guest run by a confined runtime process: `cordon run` (or the server's one-shot runner)
-//! starts `cordon __wasm SPEC`, which confines itself — no privileges, rlimits, Landlock,
-//! seccomp, its other fds closed, an environment of exactly the guest's — *before* it looks at
-//! the module's bytes, and only then loads, compiles and runs the guest. No process sandbox
-//! is built around it: a guest makes no syscall of its own, so namespaces, a new root and a
-//! cgroup would guard a process whose only untrusted input is checked by wasmtime, and cost
-//! more than the whole run (see the README's Benchmarks). The one namespace pair is
+//! A guest run by a confined runtime process: the supervisor (`cordon-wasm run`, started by
+//! `cordon run` or the server's one-shot runner) forks the runtime, which confines itself — no
+//! privileges, rlimits, Landlock, seccomp, its other fds closed, an empty environment — *before*
+//! it looks at the module's bytes, and only then loads, compiles and runs the guest. No process
+//! sandbox is built around it: a guest makes no syscall of its own, so namespaces, a new root
+//! and a cgroup would guard a process whose only untrusted input is checked by wasmtime, and
+//! cost more than the whole run (see the README's Benchmarks). The one namespace pair is
 //! `cordon_linux::selfconfine::scratch_tmpfs`'s, for a `--disk`-capped scratch `/workspace`
 //! when there is no `--workspace`.
 //!
-//! The caller's side ([`run`]) reads the module, looks its compiled code up in the cache
-//! (checking its HMAC: the key never reaches the runtime), writes what the runtime needs into
-//! a private directory, starts the runtime, stops it at the backstop deadline if it has not
-//! stopped itself, and turns its report into the Outcome. Nothing the runtime writes is
-//! trusted beyond its own run: the report is size-capped and parsed; a compiled artifact is
-//! tagged only for the module hash the caller computed from the bytes it handed in, so a
-//! compromised runtime can only spoil the cache entry of its own module.
+//! The supervisor's side ([`run`]) forks the runtime first — before it reads the cache's key,
+//! so the runtime never holds it — then reads the module, looks its compiled code up in the
+//! cache (checking its HMAC), hands spec, module and checked artifact down a pipe, stops the
+//! runtime at the backstop deadline if it has not stopped itself, and turns what it wrote back
+//! (memory files: report, what held, fresh compiled code) into the Outcome. Nothing the runtime
+//! writes is trusted beyond its own run: the report is size-capped and parsed; a compiled
+//! artifact is tagged only for the module hash the supervisor computed from the bytes it
+//! handed in, so a compromised runtime can only spoil the cache entry of its own module.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,15 +33,6 @@ use crate::cache::Cache;
 use crate::engine::{self, Kind};
 use crate::guest::{self, Guest, GuestEnd, GuestLimits, GuestOutput, GuestStdin, Preopen};
 use crate::WasmError;
-
-const MODULE: &str = "module.wasm";
-const ARTIFACT: &str = "artifact";
-const COMPILED: &str = "compiled";
-const REPORT: &str = "report";
-const HELD: &str = "held";
-/// The guest's environment, as JSON: a file, not the spec, because the spec is the runtime's
-/// argv, which every user on the host can read in /proc (and `--env` values may be secrets).
-const ENV: &str = "env.json";
 
 /// Private writable memory the runtime may hold on top of `--memory` (`RLIMIT_DATA`):
 /// wasmtime, Cranelift while it compiles, the guest's stack and the host's buffers. The
@@ -57,14 +48,14 @@ const MAX_ARTIFACT: u64 = 512 << 20;
 /// Open files the runtime may hold (the guest's preopens and descriptors count here).
 const NOFILE: u64 = 256;
 
-/// What `cordon __wasm` is told (as one JSON argument).
+/// What the runtime is told (as JSON, through a pipe from the supervisor).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spec {
     /// `"module"` or `"component"`.
     pub kind: String,
-    /// The private directory with the module and the report files.
-    pub dir: PathBuf,
     pub argv: Vec<String>,
+    /// The guest's whole environment (never on a command line: `--env` values may be secrets).
+    pub env: Vec<(String, String)>,
     pub preopens: Vec<Preopen>,
     /// A size-capped scratch `/workspace`: `(bytes, inodes)`.
     pub scratch: Option<(u64, u64)>,
@@ -77,9 +68,8 @@ pub struct Spec {
     pub run_as: Option<(u32, u32)>,
     /// As root, the `--workspace` is root's: write it through an idmapped copy.
     pub idmap_workspace: bool,
-    /// A checked artifact is at `dir/artifact`.
-    pub artifact: bool,
-    /// Write a fresh compile's artifact to `dir/compiled` if at most this large (0: skip).
+    /// Write a fresh compile's artifact to the compiled-code file if at most this large (0:
+    /// skip).
     pub write_compiled: u64,
 }
 
@@ -111,11 +101,11 @@ impl From<Text> for CapturedText {
     }
 }
 
-/// What `cordon __wasm` reports (as JSON in `dir/report`).
+/// What the runtime reports (as JSON, in its report file).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Report {
     end: GuestEnd,
-    /// Bytes of a fresh artifact written to `dir/compiled` (0: none).
+    /// Bytes of a fresh artifact written to the compiled-code file (0: none).
     compiled: u64,
     stdout: Text,
     stderr: Text,
@@ -159,15 +149,75 @@ pub struct Request<'a> {
     pub stdin: Stdin,
     /// Echo output live (what is kept is capped either way).
     pub echo: bool,
-    /// The cordon binary, re-executed as `cordon __wasm`.
-    pub exe: &'a Path,
-    pub cache: Option<Cache>,
+    /// Where compiled code is kept (`None`: compile every time). Opened only once the runtime
+    /// is forked, so that the runtime never holds the cache's key.
+    pub cache_dir: Option<PathBuf>,
 }
 
-/// Runs the module in a confined runtime process and reports it as an [`Outcome`].
+/// Runs the module in a confined runtime process and reports it as an [`Outcome`]. The
+/// caller must be single-threaded (the runtime is a fork of it: see
+/// `cordon_linux::selfconfine::fork_child`), and its environment holds nothing the runtime
+/// may not see (the guest's is computed from the profile; `cordon` hands over only the
+/// variables that locate the cache and scratch directories).
 pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
     let started = Instant::now();
     let profile = req.profile;
+    let io = |what: &str, e: std::io::Error| WasmError::Io(format!("{what}: {e}"));
+    // The runtime's stdio, then the runtime itself: forked before anything else is read.
+    let null = |write: bool| {
+        std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(|e| io("/dev/null", e))
+    };
+    let mut feed = None;
+    let stdin = match req.stdin {
+        Stdin::Empty => Some(null(false)?),
+        Stdin::Inherit => None,
+        Stdin::File(p) => {
+            Some(OwnedFd::from(File::open(&p).map_err(|e| {
+                WasmError::Io(format!("--stdin {}: {e}", p.display()))
+            })?))
+        }
+        Stdin::Bytes(b) => {
+            let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| io("a pipe for stdin", e.into()))?;
+            feed = Some((w, b));
+            Some(r)
+        }
+    };
+    // Without echo, nothing the runtime prints reaches the caller's streams (which may carry
+    // the Outcome itself): what the guest wrote comes back in the report.
+    let (out, err) = if req.echo {
+        (None, None)
+    } else {
+        (Some(null(true)?), Some(null(true)?))
+    };
+    // What the runtime writes back: memory files it inherits (nothing on a disk, where the
+    // filesystem's writeback of a rewritten file and its unlink cost more than the guest's run).
+    let memfd = |name: &std::ffi::CStr| {
+        rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
+            .map(File::from)
+            .map_err(|e| io("a memory file for the runtime's report", e.into()))
+    };
+    let mut back = RuntimeFiles {
+        report: memfd(c"cordon-wasm-report")?,
+        held: memfd(c"cordon-wasm-held")?,
+        compiled: memfd(c"cordon-wasm-compiled")?,
+    };
+    let theirs = back
+        .try_clone()
+        .map_err(|e| io("a memory file for the runtime's report", e))?;
+    let (spec_r, spec_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| io("a pipe for the spec", e.into()))?;
+    let pid = selfconfine::fork_child(c"cordon-wasm-rt", [stdin, out, err], move || {
+        runtime_main(spec_r, theirs)
+    })
+    .map_err(|e| io("cannot start the wasm runtime", e))?;
+    let mut runtime = RuntimeChild { pid, reaped: false };
+
     let bytes = read_module(req.module)?;
     let kind = engine::detect(&bytes).ok_or_else(|| {
         WasmError::Invalid(format!(
@@ -175,29 +225,19 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
             req.module.display()
         ))
     })?;
-    let cache = match req.cache {
-        Some(c) => {
+    let cache = match req.cache_dir.as_deref().map(Cache::open) {
+        Some(Ok(c)) => {
             let key = crate::cache::key(kind, &bytes);
             Some((c, key))
+        }
+        Some(Err(e)) => {
+            eprintln!("cordon: {e}; compiling without a cache");
+            None
         }
         None => None,
     };
     let artifact = cache.as_ref().and_then(|(c, k)| c.lookup(k));
     let (owner, store_compiled) = exchange_owner(profile);
-    let dir = PrivateDir(private_dir(owner)?);
-    let file = |name: &str, data: &[u8]| -> Result<(), WasmError> {
-        let path = dir.0.join(name);
-        write_private(&path, data, owner)
-            .map_err(|e| WasmError::Io(format!("cannot prepare {}: {e}", path.display())))
-    };
-    file(MODULE, &bytes)?;
-    drop(bytes);
-    if let Some(a) = &artifact {
-        file(ARTIFACT, a)?;
-    }
-    for name in [COMPILED, REPORT, HELD] {
-        file(name, b"")?;
-    }
 
     let preopens = Preopen::of_profile(profile);
     let disk = profile.limits.disk;
@@ -210,14 +250,10 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
         env.push((k, v));
     }
     env.sort();
-    file(
-        ENV,
-        &serde_json::to_vec(&env).map_err(|e| WasmError::Io(e.to_string()))?,
-    )?;
     let spec = Spec {
         kind: kind.name().into(),
-        dir: dir.0.clone(),
         argv: req.argv,
+        env,
         preopens,
         scratch: profile
             .workspace
@@ -234,58 +270,38 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
                 .as_ref()
                 .and_then(|w| std::fs::metadata(w).ok())
                 .is_some_and(|m| m.uid() == 0),
-        artifact: artifact.is_some(),
         write_compiled: if cache.is_some() && store_compiled {
             profile.limits.file_size.min(MAX_ARTIFACT)
         } else {
             0
         },
     };
-    let spec_json = serde_json::to_string(&spec).map_err(|e| WasmError::Io(e.to_string()))?;
-    let mut cmd = Command::new(req.exe);
-    cmd.arg("__wasm").arg(spec_json).env_clear();
-    let mut feed = None;
-    match req.stdin {
-        Stdin::Empty => cmd.stdin(Stdio::null()),
-        Stdin::Inherit => cmd.stdin(Stdio::inherit()),
-        Stdin::File(p) => {
-            let f = File::open(&p)
-                .map_err(|e| WasmError::Io(format!("--stdin {}: {e}", p.display())))?;
-            cmd.stdin(f)
-        }
-        Stdin::Bytes(b) => {
-            feed = Some(b);
-            cmd.stdin(Stdio::piped())
-        }
-    };
-    // Without echo, nothing the runtime prints reaches the caller's streams (which may carry
-    // the Outcome itself): what the guest wrote comes back in the report.
-    let out = |echo: bool| {
-        if echo {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        }
-    };
-    cmd.stdout(out(req.echo)).stderr(out(req.echo));
-    let mut child = cmd.spawn().map_err(|e| {
-        WasmError::Io(format!(
-            "cannot start the wasm runtime {}: {e}",
-            req.exe.display()
-        ))
-    })?;
-    if let (Some(b), Some(mut sink)) = (feed, child.stdin.take()) {
+    let spec_json = serde_json::to_vec(&spec).map_err(|e| WasmError::Io(e.to_string()))?;
+    // Spec, module, checked artifact: each a little-endian length, then the bytes.
+    let mut spec_w = File::from(spec_w);
+    [
+        &spec_json[..],
+        &bytes[..],
+        artifact.as_deref().unwrap_or_default(),
+    ]
+    .iter()
+    .try_for_each(|part| {
+        spec_w.write_all(&(part.len() as u64).to_le_bytes())?;
+        spec_w.write_all(part)
+    })
+    .map_err(|e| io("handing the module to the wasm runtime", e))?;
+    drop((spec_w, bytes, artifact));
+    if let Some((w, b)) = feed {
         // A guest that stops reading is no reason to hang: the writer goes on its own.
         std::thread::spawn(move || {
-            let _ = sink.write_all(&b);
+            let _ = File::from(w).write_all(&b);
         });
     }
-    let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let backstop = profile.limits.timeout + GRACE;
     let killer = std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(backstop) {
-            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
                 // Still unreaped (the waiter has not said so), so still ours.
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
             }
@@ -293,16 +309,16 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
         }
         false
     });
-    let status = child.wait();
+    let status = runtime.wait();
     drop(tx);
     let killed = killer.join().unwrap_or(false);
     let wall_ms = started.elapsed().as_millis() as u64;
 
-    let held = read_capped(&dir.0.join(HELD), MAX_REPORT)
+    let held = read_capped(&mut back.held, MAX_REPORT)
         .and_then(|b| serde_json::from_slice::<HeldReport>(&b).ok());
     let max = MAX_REPORT + 8 * profile.limits.output_limit.min(64 << 20);
-    let report = read_capped(&dir.0.join(REPORT), max)
-        .and_then(|b| serde_json::from_slice::<Report>(&b).ok());
+    let report =
+        read_capped(&mut back.report, max).and_then(|b| serde_json::from_slice::<Report>(&b).ok());
     let mut enforcement = Enforcement {
         backend: Some(Backend::Wasm),
         cgroup: "none".into(),
@@ -346,7 +362,7 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
     };
     if report.compiled > 0 && store_compiled {
         if let Some((cache, key)) = &cache {
-            if let Some(a) = read_capped(&dir.0.join(COMPILED), MAX_ARTIFACT) {
+            if let Some(a) = read_capped(&mut back.compiled, MAX_ARTIFACT) {
                 if a.len() as u64 == report.compiled {
                     // Not cached costs the next run a compile, nothing else.
                     let _ = cache.store(key, &a);
@@ -381,12 +397,94 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
     ))
 }
 
-/// Removed when the run is over, whatever happened.
-struct PrivateDir(PathBuf);
+/// The forked runtime: killed and reaped if the run ends before it is waited for (an error
+/// while preparing its files, say), so that no runtime is left waiting for its spec.
+struct RuntimeChild {
+    pid: i32,
+    reaped: bool,
+}
 
-impl Drop for PrivateDir {
+impl RuntimeChild {
+    fn wait(&mut self) -> Option<rustix::process::WaitStatus> {
+        let pid = rustix::process::Pid::from_raw(self.pid)?;
+        loop {
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => {
+                    self.reaped = true;
+                    return r.ok().flatten().map(|(_, s)| s);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RuntimeChild {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.reaped {
+            if let Some(p) = rustix::process::Pid::from_raw(self.pid) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            let _ = self.wait();
+        }
+    }
+}
+
+/// The memory files the runtime writes back to the supervisor through: its report, what held
+/// (written once, and closed, before the guest's bytes are looked at), and a fresh compile.
+struct RuntimeFiles {
+    report: File,
+    held: File,
+    compiled: File,
+}
+
+impl RuntimeFiles {
+    fn try_clone(&self) -> std::io::Result<RuntimeFiles> {
+        Ok(RuntimeFiles {
+            report: self.report.try_clone()?,
+            held: self.held.try_clone()?,
+            compiled: self.compiled.try_clone()?,
+        })
+    }
+}
+
+/// The forked runtime's first steps: an empty environment, then what the supervisor hands
+/// over once it has looked the cache up (the spec, the module, a checked artifact), then
+/// [`inner_main`].
+fn runtime_main(spec_r: OwnedFd, files: RuntimeFiles) -> i32 {
+    for (k, _) in std::env::vars_os() {
+        std::env::remove_var(k);
+    }
+    let mut from = File::from(spec_r);
+    let mut part = |max: u64| -> Option<Vec<u8>> {
+        let mut len = [0u8; 8];
+        from.read_exact(&mut len).ok()?;
+        let len = u64::from_le_bytes(len);
+        if len > max {
+            return None;
+        }
+        let mut data = Vec::new();
+        (&mut from).take(len).read_to_end(&mut data).ok()?;
+        (data.len() as u64 == len).then_some(data)
+    };
+    let (Some(spec), Some(module), Some(artifact)) =
+        (part(64 << 20), part(MAX_ARTIFACT), part(MAX_ARTIFACT))
+    else {
+        // The supervisor gave up before the run (and kills us anyway).
+        return cordon_policy::outcome::exit::CORDON_FAILED;
+    };
+    drop(from);
+    match String::from_utf8(spec) {
+        Ok(spec) => inner_main(
+            &spec,
+            module,
+            (!artifact.is_empty()).then_some(artifact),
+            files,
+        ),
+        Err(_) => {
+            eprintln!("cordon: the wasm runtime got a bad spec");
+            cordon_policy::outcome::exit::CORDON_FAILED
+        }
     }
 }
 
@@ -420,49 +518,11 @@ fn exchange_owner(profile: &Profile) -> (Option<(u32, u32)>, bool) {
     (Some((unique, unique)), true)
 }
 
-fn private_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, WasmError> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir() && !rustix::process::geteuid().is_root())
-        .unwrap_or_else(std::env::temp_dir);
-    let mut rnd = [0u8; 16];
-    getrandom::getrandom(&mut rnd).map_err(|e| WasmError::Io(e.to_string()))?;
-    let dir = base.join(format!("cordon-wasm-{}", hex::encode(rnd)));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| WasmError::Io(format!("cannot create {}: {e}", dir.display())))?;
-    if let Some((uid, gid)) = owner {
-        chown(&dir, uid, gid)
-            .map_err(|e| WasmError::Io(format!("cannot hand {} over: {e}", dir.display())))?;
-    }
-    Ok(dir)
-}
-
-fn chown(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    rustix::fs::chown(
-        path,
-        Some(rustix::fs::Uid::from_raw(uid)),
-        Some(rustix::fs::Gid::from_raw(gid)),
-    )
-    .map_err(std::io::Error::from)
-}
-
-fn write_private(path: &Path, data: &[u8], owner: Option<(u32, u32)>) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(data)?;
-    if let Some((uid, gid)) = owner {
-        chown(path, uid, gid)?;
-    }
-    Ok(())
-}
-
-fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let f = File::open(path).ok()?;
+/// What the runtime wrote to `f` (one of its [`RuntimeFiles`]), if it is at most `max` bytes.
+fn read_capped(f: &mut File, max: u64) -> Option<Vec<u8>> {
+    use std::io::{Seek, SeekFrom};
+    // The runtime shared this file's offset and left it at the end.
+    f.seek(SeekFrom::Start(0)).ok()?;
     let mut data = Vec::new();
     f.take(max + 1).read_to_end(&mut data).ok()?;
     (data.len() as u64 <= max && !data.is_empty()).then_some(data)
@@ -509,9 +569,9 @@ fn empty_report(end: GuestEnd) -> Report {
     }
 }
 
-/// `cordon __wasm SPEC`: confines this process, runs the guest, writes the report, and exits
+/// The runtime, given its spec: confines this process, runs the guest, writes the report, and exits
 /// with the guest's exit code (or the CLI's code for how it ended otherwise).
-pub fn inner_main(spec: &str) -> i32 {
+fn inner_main(spec: &str, module: Vec<u8>, artifact: Option<Vec<u8>>, files: RuntimeFiles) -> i32 {
     let started = Instant::now();
     let spec = match serde_json::from_str::<Spec>(spec) {
         Ok(s) => s,
@@ -539,28 +599,29 @@ pub fn inner_main(spec: &str) -> i32 {
             return cordon_policy::outcome::exit::CORDON_FAILED;
         }
     }
-    let open_w = |name: &str| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(spec.dir.join(name))
-    };
-    let (report, held_file, compiled) = match (open_w(REPORT), open_w(HELD), open_w(COMPILED)) {
-        (Ok(r), Ok(h), Ok(c)) => (r, h, c),
-        _ => {
-            eprintln!("cordon: the wasm runtime cannot open its report files");
-            return cordon_policy::outcome::exit::CORDON_FAILED;
-        }
-    };
+    let RuntimeFiles {
+        report,
+        held,
+        compiled,
+    } = files;
     *REPORT_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
-    match confined_main(spec, held_file, compiled, idmapped, notes, started) {
+    let handed = Handed { module, artifact };
+    match confined_main(spec, handed, held, compiled, idmapped, notes, started) {
         Ok(code) => code,
         Err(setup) => report_once(&empty_report(GuestEnd::Setup(setup))),
     }
 }
 
+/// What the supervisor handed over with the spec: read before confining, looked at only after.
+struct Handed {
+    module: Vec<u8>,
+    /// Compiled code the supervisor checked against its key.
+    artifact: Option<Vec<u8>>,
+}
+
 fn confined_main(
     spec: Spec,
+    handed: Handed,
     mut held_file: File,
     mut compiled_file: File,
     idmapped: Option<OwnedFd>,
@@ -572,18 +633,11 @@ fn confined_main(
         "component" => Kind::Component,
         other => return Err(format!("unknown kind '{other}'")),
     };
-    // Read before confining, looked at only after: the runtime never opens the directory again.
-    let bytes =
-        std::fs::read(spec.dir.join(MODULE)).map_err(|e| format!("cannot read the module: {e}"))?;
-    let env: Vec<(String, String)> = std::fs::read(spec.dir.join(ENV))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or("cannot read the guest's environment")?;
-    // Checked by the caller before it was handed in.
-    let cached = spec
-        .artifact
-        .then(|| std::fs::read(spec.dir.join(ARTIFACT)).ok())
-        .flatten();
+    let Handed {
+        module: bytes,
+        artifact: cached,
+    } = handed;
+    let env = spec.env;
     let scratch: Option<OwnedFd> = match spec.scratch {
         Some((size, inodes)) => Some(
             selfconfine::scratch_tmpfs(size, inodes)

@@ -4,17 +4,17 @@
 //! `run_wasm` start it (found beside `cordon`, then on PATH):
 //!
 //! - `cordon-wasm run DIR`: the supervisor. Reads `DIR/request.json` (a
-//!   `cordon_policy::wasm::Request`), looks the module's compiled code up in the cache (the
-//!   HMAC key stays in this process), starts the confined runtime, and writes the Outcome to
+//!   `cordon_policy::wasm::Request`), forks the confined runtime (see `cordon_wasm::confined`),
+//!   looks the module's compiled code up in the cache (the HMAC key is read after the fork and
+//!   stays in this process), hands the runtime its spec, and writes the Outcome to
 //!   `DIR/reply.json`. The guest's stdin is this process's stdin.
-//! - `cordon-wasm __wasm SPEC`: the confined runtime itself (see `cordon_wasm::confined`).
 //! - `cordon-wasm --version`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use cordon_policy::wasm::{Reply, Request, REPLY_FILE, REQUEST_FILE};
-use cordon_wasm::cache::{self, Cache};
+use cordon_wasm::cache;
 use cordon_wasm::confined::{self, Stdin};
 
 /// cordon's own failure (as `cordon run` exits).
@@ -23,13 +23,6 @@ const FAILED: u8 = 125;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("__wasm") => match args.get(2) {
-            Some(spec) => ExitCode::from(confined::inner_main(spec).clamp(0, 255) as u8),
-            None => {
-                eprintln!("cordon-wasm: __wasm needs its spec");
-                ExitCode::from(FAILED)
-            }
-        },
         Some("run") => match args.get(2) {
             Some(dir) => supervise(Path::new(dir)),
             None => {
@@ -70,16 +63,6 @@ fn run(dir: &Path) -> Reply {
     let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let req: Request =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find cordon-wasm's own binary: {e}"))?;
-    let cache = match cache::default_dir().map(|d| Cache::open(&d)) {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
-            eprintln!("cordon: {e}; compiling without a cache");
-            None
-        }
-        None => None,
-    };
     confined::run(confined::Request {
         profile: &req.profile,
         module: &req.module,
@@ -87,8 +70,7 @@ fn run(dir: &Path) -> Reply {
         extra_env: req.extra_env,
         stdin: Stdin::Inherit,
         echo: req.echo,
-        exe: &exe,
-        cache,
+        cache_dir: cache::default_dir(),
     })
     .map_err(|e| e.to_string())
 }

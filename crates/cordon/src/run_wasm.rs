@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 
 use cordon_policy::wasm::{self as wire, Reply};
-use cordon_policy::{Outcome, Profile};
+use cordon_policy::{EnvEntry, Outcome, Profile};
 
 use crate::sandbox_args::BackendChoice;
 
@@ -116,9 +116,30 @@ pub fn locate() -> Result<PathBuf, String> {
 struct RequestDir(PathBuf);
 
 impl RequestDir {
-    fn new() -> Result<RequestDir, String> {
+    /// In memory where the host offers a place (`$XDG_RUNTIME_DIR`, else a tmpfs `/dev/shm`)
+    /// when it will hold only the request and the reply: on a disk filesystem, creating and
+    /// removing them cost a measurable part of a warm module run. A module's bytes (`small`
+    /// false) go to the temporary directory, which may be larger.
+    fn new(small: bool) -> Result<RequestDir, String> {
         use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!(
+        let in_memory = || -> Option<PathBuf> {
+            if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+                if d.is_absolute() && d.is_dir() {
+                    return Some(d);
+                }
+            }
+            let shm = Path::new("/dev/shm");
+            rustix::fs::statfs(shm)
+                .ok()
+                // TMPFS_MAGIC (the crate has no libc of its own).
+                .filter(|s| s.f_type == 0x0102_1994)
+                .map(|_| shm.to_path_buf())
+        };
+        let base = small
+            .then(in_memory)
+            .flatten()
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!(
             "cordon-wasm-req-{}-{}",
             std::process::id(),
             std::time::SystemTime::now()
@@ -164,7 +185,7 @@ pub fn run(
     stdin: Stdin,
     echo: bool,
 ) -> Result<Outcome, String> {
-    let dir = RequestDir::new()?;
+    let dir = RequestDir::new(true)?;
     run_in(&dir, profile, module, command, extra_env, stdin, echo)
 }
 
@@ -188,8 +209,19 @@ fn run_in(
     let bin = locate()?;
     // The module's path must still name it for a runtime that may run elsewhere in the tree.
     let module = std::path::absolute(module).map_err(|e| format!("{}: {e}", module.display()))?;
+    // The runtime is a fork of the supervisor (`cordon-wasm run`), so the supervisor gets no
+    // environment it does not need: pass-through entries are resolved here, and only the
+    // variables that place its cache and scratch directories go along.
+    let mut profile = profile.clone();
+    profile.env = std::mem::take(&mut profile.env)
+        .into_iter()
+        .filter_map(|e| match e {
+            EnvEntry::Pass(k) => std::env::var(&k).ok().map(|v| EnvEntry::Set(k, v)),
+            set => Some(set),
+        })
+        .collect();
     let req = wire::Request {
-        profile: profile.clone(),
+        profile,
         module,
         argv: command.to_vec(),
         extra_env: extra_env
@@ -201,7 +233,12 @@ fn run_in(
     let json = serde_json::to_vec(&req).map_err(|e| e.to_string())?;
     dir.write(wire::REQUEST_FILE, &json)?;
     let mut cmd = Command::new(&bin);
-    cmd.arg("run").arg(&dir.0);
+    cmd.arg("run").arg(&dir.0).env_clear();
+    for k in wire::SUPERVISOR_ENV {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
     let mut feed = None;
     match stdin {
         Stdin::Empty => cmd.stdin(Stdio::null()),
@@ -259,7 +296,7 @@ pub fn run_bytes(
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|e| format!("wasm: not base64: {e}"))?;
-    let dir = RequestDir::new()?;
+    let dir = RequestDir::new(false)?;
     let path = dir.write("module.wasm", &bytes)?;
     drop(bytes);
     run_in(&dir, profile, &path, argv, extra_env, stdin, false)

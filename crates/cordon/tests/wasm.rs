@@ -552,23 +552,34 @@ fn both_backends_give_the_same_outcome_fields() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// The runtime process, seen from the host while it runs a guest: `(pid, status text)`.
-fn find_runtime(marker: &str) -> Option<(u32, String)> {
+/// The runtime process under `root` (cordon, then the `cordon-wasm run` supervisor, which
+/// forks the runtime, named `cordon-wasm-rt`), seen from the host while it runs a guest:
+/// `(pid, status text)`.
+fn find_runtime(root: u32) -> Option<(u32, String)> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The name is in parentheses and may hold anything; the parent's pid follows it.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != "cordon-wasm-rt" {
             continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_runtime = args.get(1) == Some(&&b"__wasm"[..])
-            && args
-                .get(2)
-                .is_some_and(|spec| String::from_utf8_lossy(spec).contains(marker));
-        if is_runtime {
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            return Some((pid, status));
+        }
+        let mut up = parent_of(pid);
+        for _ in 0..4 {
+            match up {
+                Some(p) if p == root => {
+                    let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+                    return Some((pid, status));
+                }
+                Some(p) if p > 1 => up = parent_of(p),
+                _ => break,
+            }
         }
     }
     None
@@ -592,18 +603,20 @@ fn the_runtime_itself_runs_confined() {
     let marker = unique("confined");
     let secret = unique("secret-value");
     let env_flag = format!("CORDON_TEST_SECRET={secret}");
+    let host_secret = unique("host-secret");
     let running = Cmd::cordon()
         .env(
             "CORDON_WASM_CACHE",
             built().cache.to_str().unwrap_or_default(),
         )
+        .env("CORDON_TEST_HOST_SECRET", &host_secret)
         .args(["run", "--json", "--timeout", "4s", "--env", &env_flag, "--"])
         .arg(&built().wasm)
         .args(["spin", &marker])
         .spawn();
     let t = std::time::Instant::now();
     let found = loop {
-        if let Some(f) = find_runtime(&marker) {
+        if let Some(f) = find_runtime(running.pid()) {
             // Confinement comes first, the guest after: wait for the guest's threads.
             if status_field(&f.1, "Threads:").parse::<u32>().unwrap_or(0) >= 2 {
                 break f;
@@ -611,17 +624,27 @@ fn the_runtime_itself_runs_confined() {
         }
         assert!(
             t.elapsed() < Duration::from_secs(3),
-            "no runtime process with {marker} in its spec"
+            "no runtime process under cordon (pid {})",
+            running.pid()
         );
         std::thread::sleep(Duration::from_millis(10));
     };
     let (pid, status) = found;
-    // The guest's environment is not in the runtime's argv, which every user can read.
+    // The guest's environment is not in the runtime's argv, which every user can read, and
+    // cordon's own environment (a host secret) never reaches the runtime, whose memory starts
+    // as its supervisor's: /proc/PID/environ shows what the supervisor was started with.
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     assert!(
         !String::from_utf8_lossy(&cmdline).contains(&secret),
         "an --env value is on the runtime's command line"
     );
+    if let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) {
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(
+            !environ.contains(&host_secret),
+            "cordon's environment reached the runtime: {environ}"
+        );
+    }
     assert_eq!(status_field(&status, "Seccomp:"), "2", "{status}");
     assert_eq!(status_field(&status, "Seccomp_filters:"), "2", "{status}");
     assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
