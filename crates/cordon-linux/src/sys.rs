@@ -198,6 +198,17 @@ pub fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// The hard limit of `resource` (`RLIM_INFINITY` as `u64::MAX`).
+pub fn hard_rlimit(resource: libc::__rlimit_resource_t) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit the call fills in.
+    cvt(unsafe { libc::getrlimit(resource, &mut lim) })?;
+    Ok(lim.rlim_max)
+}
+
 pub fn set_pdeathsig(sig: libc::c_int) -> io::Result<()> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number.
     cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
@@ -1239,11 +1250,17 @@ pub fn end_descendants() {
     }
 }
 
-/// How many tasks (threads included, as RLIMIT_NPROC counts them) run under real uid `uid`.
+/// How many tasks (threads included, as RLIMIT_NPROC counts them) run under real uid `uid` in
+/// this process's user namespace: the kernel checks the limit against that namespace's count
+/// (a task of the same uid number in another user namespace is another user). The namespace
+/// is told by its uid map as this process reads it (the kernel shows each map relative to the
+/// reader), not by `/proc/PID/ns/user`, which needs ptrace access — which Landlock refuses
+/// outside the sandbox's own domain. A task whose map cannot be read is counted.
 pub fn tasks_of_uid(uid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
     };
+    let own_ns = std::fs::read("/proc/self/uid_map").ok();
     let mut n = 0;
     for entry in dir.flatten() {
         let name = entry.file_name();
@@ -1258,7 +1275,11 @@ pub fn tasks_of_uid(uid: u32) -> u64 {
             .find_map(|l| l.strip_prefix("Uid:"))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse::<u32>().ok());
-        if real == Some(uid) {
+        let elsewhere = || match (&own_ns, std::fs::read(entry.path().join("uid_map"))) {
+            (Some(own), Ok(theirs)) => *own != theirs,
+            _ => false,
+        };
+        if real == Some(uid) && !elsewhere() {
             n += entry
                 .path()
                 .join("task")

@@ -19,6 +19,15 @@ use common::hosts::{refusing as hosts, HostLayout};
 use common::*;
 use serve::Server;
 
+/// One of these tests at a time. Rootless, a degraded sandbox's process limit is
+/// `RLIMIT_NPROC`, which counts every task of the uid — the other tests' servers, kernels and
+/// sandboxes included, as `enforcement` says. Run side by side, one test's Node kernel (a
+/// dozen threads) would eat into another's fork-counting disk loop.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A server started inside `layout`, accepting the degraded mode, with `env` added to its
 /// environment (a secret the sandboxes must not see, say).
 fn start(layout: &HostLayout, env: &[(&str, &str)]) -> Server {
@@ -86,6 +95,7 @@ fn run_dir(s: &Server, id: &str) -> PathBuf {
 /// all works without namespaces, says so, and delete leaves nothing.
 #[test]
 fn a_persistent_sandbox_works_and_says_what_held() {
+    let _one = one_at_a_time();
     for (name, layout) in hosts() {
         let s = start(&layout, &[]);
         let (id, info) = create(&s, json!({}));
@@ -205,6 +215,7 @@ fn a_persistent_sandbox_works_and_says_what_held() {
 /// sandbox's files and processes, inherited fds, privileges, a fork bomb and memory.
 #[test]
 fn attacks_through_exec_fail() {
+    let _one = one_at_a_time();
     for (name, layout) in hosts() {
         let secret_env = unique("SECRETVALUE");
         let s = start(&layout, &[("CORDON_TEST_SECRET", &secret_env)]);
@@ -329,6 +340,7 @@ R['setuid0'] = t(os.setuid, 0)",
 /// same for a one-shot run.
 #[test]
 fn disk_is_watched_without_a_tmpfs() {
+    let _one = one_at_a_time();
     for (name, layout) in hosts() {
         let s = start(&layout, &[]);
         let (id, _) = create(&s, json!({"disk": "16M"}));
@@ -401,6 +413,7 @@ fn mcp(s: &Server, session: Option<&str>, id: u64, method: &str, params: Value) 
 /// Code cells keep their state, and an MCP session's tools work, without namespaces.
 #[test]
 fn code_cells_and_mcp_sessions_work() {
+    let _one = one_at_a_time();
     for (name, layout) in hosts() {
         let s = start(&layout, &[]);
         let (id, _) = create(&s, json!({}));
@@ -452,5 +465,69 @@ fn code_cells_and_mcp_sessions_work() {
             text.contains("\"user_ns\":false"),
             "{name}: the session's enforcement: {r}"
         );
+    }
+}
+
+/// Rootless without a cgroup, the process limit is `RLIMIT_NPROC` over the whole uid: each
+/// command gets `pids` on top of what the uid runs outside the sandbox *when it starts*. So a
+/// sandbox made before the uid started 40 more processes (as a long-lived server's neighbours
+/// do) still runs a command with its `pids` (with the count taken at the sandbox's start it
+/// could not even start one), and a fork bomb in it still stops at the limit.
+#[test]
+fn the_process_limit_follows_the_uid_neighbours_rootless() {
+    let _one = one_at_a_time();
+    if is_root() {
+        // As root the sandbox runs as a uid of its own, which nothing else shares; the
+        // rootless pass (scripts/test.sh) runs this one.
+        return;
+    }
+    for (name, layout) in hosts() {
+        let s = start(&layout, &[]);
+        let (id, info) = create(&s, json!({"pids": 16}));
+        if info["enforcement"]["cgroup"] != "none" && !info["enforcement"]["cgroup"].is_null() {
+            // A delegated cgroup counts the sandbox alone: nothing to show here.
+            continue;
+        }
+        let _neighbours = Neighbours(
+            (0..40)
+                .map(|_| {
+                    std::process::Command::new("sleep")
+                        .arg("60")
+                        .spawn()
+                        .expect("sleep")
+                })
+                .collect(),
+        );
+        let r = py(
+            &s,
+            &id,
+            "pids = []
+for i in range(10):
+    p = os.fork()
+    if p == 0:
+        import time; time.sleep(0.5); os._exit(0)
+    pids.append(p)
+for p in pids: os.waitpid(p, 0)
+R['forked'] = len(pids)",
+        );
+        assert_eq!(r["forked"], 10, "{name}: {r}");
+        let bomb = py(&s, &id, FORK_BOMB_PY);
+        assert_eq!(bomb["refused"], libc::EAGAIN, "{name}: {bomb}");
+        assert!(
+            bomb["forked"].as_u64().unwrap_or(u64::MAX) < 16,
+            "{name}: more than --pids 16: {bomb}"
+        );
+    }
+}
+
+/// Processes of the test's own uid, ended however the test ends.
+struct Neighbours(Vec<std::process::Child>);
+
+impl Drop for Neighbours {
+    fn drop(&mut self) {
+        for n in &mut self.0 {
+            let _ = n.kill();
+            let _ = n.wait();
+        }
     }
 }

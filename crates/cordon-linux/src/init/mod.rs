@@ -174,8 +174,9 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
     if !in_cgroup && !plan.drop_root {
         notes.push(format!(
             "pids: without a cgroup or a user namespace, RLIMIT_NPROC counts every process of \
-             host uid {}: the sandbox got --pids on top of what that uid ran when it started, \
-             so the uid's other processes starting or ending move its share",
+             host uid {}: the sandbox got --pids on top of what that uid ran when it started \
+             (a persistent sandbox: when each command started), so the uid's other processes \
+             starting or ending meanwhile move its share",
             sys::geteuid()
         ));
     }
@@ -369,12 +370,17 @@ fn apply_rlimits(plan: &Plan, fallback: bool) -> std::io::Result<()> {
         // Without a cgroup these per-process limits are the best the host allows. Without a
         // user namespace the kernel counts every task of our uid, the host's included: the
         // sandbox gets its own share on top of what the uid already runs.
-        let nproc = if plan.no_namespaces {
-            nproc_limit(plan) + sys::tasks_of_uid(sys::geteuid())
-        } else {
-            nproc_limit(plan)
-        };
-        sys::setrlimit(libc::RLIMIT_NPROC, nproc, nproc)?;
+        // A persistent sandbox's init keeps the limit it inherited: each command's sub-init
+        // sets one from the uid's count at that command's start (see `persistent::fresh_nproc`),
+        // which a limit lowered here for good could not be raised to.
+        if !(plan.no_namespaces && plan.persistent) {
+            let nproc = if plan.no_namespaces {
+                nproc_limit(plan) + sys::tasks_of_uid(sys::geteuid())
+            } else {
+                nproc_limit(plan)
+            };
+            sys::setrlimit(libc::RLIMIT_NPROC, nproc, nproc)?;
+        }
         sys::setrlimit(libc::RLIMIT_DATA, l.memory, l.memory)?;
     }
     Ok(())

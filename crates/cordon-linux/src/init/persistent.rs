@@ -133,7 +133,8 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
                     cwd: &cwd,
                     pty,
                 };
-                match spawn_command(plan, &ch, &spec, files) {
+                let nproc = fresh_nproc(plan, in_cgroup);
+                match spawn_command(plan, &ch, &spec, files, nproc) {
                     Ok(started) => {
                         cmds.running.insert(
                             started.subinit,
@@ -161,6 +162,27 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
             }
         }
     }
+}
+
+/// The process limit for a command starting now, where only `RLIMIT_NPROC` holds one (no
+/// user namespace, no cgroup): the kernel counts every task of the uid, so the sandbox's
+/// `nproc_limit` goes on top of what the uid runs *outside* the sandbox at this moment — not
+/// at the init's start, which a long-lived sandbox's other-uid neighbours have long since
+/// changed. Clamped to the init's own hard limit (which the sub-init cannot exceed).
+fn fresh_nproc(plan: &Plan, in_cgroup: bool) -> Option<u64> {
+    if !plan.no_namespaces || in_cgroup {
+        return None;
+    }
+    let uid_tasks = sys::tasks_of_uid(sys::geteuid());
+    let ours: u64 = proctree::below(proctree::scan(), sys::getpid())
+        .values()
+        .map(|p| p.tasks)
+        .sum();
+    let want = uid_tasks.saturating_sub(ours) + nproc_limit(plan);
+    Some(match sys::hard_rlimit(libc::RLIMIT_NPROC) {
+        Ok(hard) => want.min(hard),
+        Err(_) => want,
+    })
 }
 
 /// How long the init goes on killing what an ended command left behind before it reports
@@ -412,6 +434,7 @@ fn spawn_command(
     ch: &Channel,
     spec: &CommandSpec,
     cgroup_files: Vec<OwnedFd>,
+    nproc: Option<u64>,
 ) -> std::io::Result<StartedCommand> {
     let (gate_r, gate_w) = sys::pipe()?;
     // On a pty the command's fds 0-2 are the slave, and the master goes back as both our
@@ -444,7 +467,17 @@ fn spawn_command(
                 stdout: out_w,
                 stderr: err_w,
             };
-            subinit(plan, ch, spec, cgroup_files, stdio, gate_r, gate_w, pid_w)
+            subinit(
+                plan,
+                ch,
+                spec,
+                cgroup_files,
+                nproc,
+                stdio,
+                gate_r,
+                gate_w,
+                pid_w,
+            )
         }
         sys::Fork::Parent(sub) => {
             // Only the sub-init may hold these: the cgroup files carry cordon's authority,
@@ -484,6 +517,7 @@ fn subinit(
     ch: &Channel,
     spec: &CommandSpec,
     cgroup_files: Vec<OwnedFd>,
+    nproc: Option<u64>,
     stdio: Stdio,
     gate_r: OwnedFd,
     gate_w: OwnedFd,
@@ -503,6 +537,11 @@ fn subinit(
     drop(cgroup_files);
     if let Err(e) = apply_cpu_rlimit(plan) {
         refuse(e);
+    }
+    if let Some(n) = nproc {
+        if let Err(e) = sys::setrlimit(libc::RLIMIT_NPROC, n, n) {
+            refuse(e);
+        }
     }
     // SAFETY: the sub-init is single-threaded (a fork of the single-threaded init).
     let leader = match unsafe { sys::fork_retrying() } {
