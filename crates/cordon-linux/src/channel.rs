@@ -194,9 +194,21 @@ impl Channel {
     pub fn recv<T: for<'de> Deserialize<'de>>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
         // Sized to the message, not to the limit: a fresh zeroed 192 KiB per message cost more
         // than everything else a sandbox start does with the channel.
-        let len = sys::peek_packet_len(self.fd.as_raw_fd())?;
-        let mut buf = vec![0u8; len.clamp(1, MAX_MESSAGE)];
-        let (n, fds, truncated) = sys::recv_packet(self.fd.as_raw_fd(), &mut buf)?;
+        let mut reset_seen = false;
+        let (buf, n, fds, truncated) = loop {
+            let len = sys::peek_packet_len(self.fd.as_raw_fd())?;
+            let mut buf = vec![0u8; len.clamp(1, MAX_MESSAGE)];
+            match sys::recv_packet(self.fd.as_raw_fd(), &mut buf) {
+                // The peer closed between our peek and this read, with a message of ours
+                // unread: the kernel reports that ECONNRESET before the datagram we peeked
+                // (an init's last word, its setup failure). Reporting it cleared it.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && !reset_seen => {
+                    reset_seen = true;
+                }
+                Err(e) => return Err(e),
+                Ok((n, fds, truncated)) => break (buf, n, fds, truncated),
+            }
+        };
         if truncated {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
