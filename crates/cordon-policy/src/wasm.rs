@@ -18,7 +18,7 @@ pub const REQUEST_FILE: &str = "request.json";
 pub const REPLY_FILE: &str = "reply.json";
 
 /// The only variables `cordon-wasm run` is started with (its runtime is a fork of it and must
-/// not inherit the caller's environment): where its compiled-code cache and its private
+/// not inherit the caller's environment): where its compiled-code cache and its temporary
 /// directories go. `Pass` entries of the request's profile are resolved by the caller.
 pub const SUPERVISOR_ENV: [&str; 5] = [
     "CORDON_WASM_CACHE",

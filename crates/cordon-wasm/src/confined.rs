@@ -237,7 +237,7 @@ pub fn run(req: Request<'_>) -> Result<Outcome, WasmError> {
         None => None,
     };
     let artifact = cache.as_ref().and_then(|(c, k)| c.lookup(k));
-    let (owner, store_compiled) = exchange_owner(profile);
+    let (owner, store_compiled) = runtime_identity(profile);
 
     let preopens = Preopen::of_profile(profile);
     let disk = profile.limits.disk;
@@ -499,13 +499,12 @@ fn read_module(path: &Path) -> Result<Vec<u8>, WasmError> {
     Ok(bytes)
 }
 
-/// Who the runtime runs as, and so who owns its files, when cordon runs as root: never root
-/// itself. The owner of a `--workspace` that is not root's (so that it can write there, as
+/// Who the runtime runs as when cordon runs as root: never root itself. The owner of a `--workspace` that is not root's (so that it can write there, as
 /// the process backend's sandbox does), else a uid of its own, 2000000000 + this process's
 /// pid (as the process backend's `ROOT_MODE_UID_BASE`). In the first case that user's own
-/// processes could tamper with what the runtime writes, so compiled code is not cached from
-/// such a run.
-fn exchange_owner(profile: &Profile) -> (Option<(u32, u32)>, bool) {
+/// processes could tamper with the runtime before it confines itself, so compiled code is not
+/// cached from such a run.
+fn runtime_identity(profile: &Profile) -> (Option<(u32, u32)>, bool) {
     if !rustix::process::geteuid().is_root() {
         return (None, true);
     }
