@@ -40,7 +40,7 @@ pub unsafe fn fork() -> io::Result<Fork> {
     }
 }
 
-/// [`fork`], retried while the kernel answers `EAGAIN` for up to ~250 ms, as shells retry
+/// [`fork`], retried while the kernel answers `EAGAIN` for up to ~300 ms, as shells retry
 /// theirs: `EAGAIN` is the sandbox's own process limit, which a moment does not change (the
 /// retries only delay that answer), but also the host's pid or thread table, or a uid's
 /// count that other processes are leaving, which a moment does. Only for forks cordon makes
@@ -49,12 +49,21 @@ pub unsafe fn fork() -> io::Result<Fork> {
 /// # Safety
 /// As for [`fork`].
 pub unsafe fn fork_retrying() -> io::Result<Fork> {
+    // SAFETY: forwarded to the caller's contract above.
+    retry_eagain(|| unsafe { fork() }, std::thread::sleep)
+}
+
+/// `op`, again after 5, 10, 20 … 160 ms (315 ms in all) while it fails with `EAGAIN`; any
+/// other result at once. `sleep` is a parameter so that the schedule can be tested.
+fn retry_eagain<T>(
+    mut op: impl FnMut() -> io::Result<T>,
+    mut sleep: impl FnMut(std::time::Duration),
+) -> io::Result<T> {
     let mut wait_ms = 5;
     loop {
-        // SAFETY: forwarded to the caller's contract above.
-        match unsafe { fork() } {
+        match op() {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait_ms <= 160 => {
-                std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+                sleep(std::time::Duration::from_millis(wait_ms));
                 wait_ms *= 2;
             }
             other => return other,
@@ -1336,4 +1345,63 @@ pub fn set_winsize(fd: RawFd, rows: u16, cols: u16) -> io::Result<()> {
 pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
     // SAFETY: TIOCSCTTY takes an int by value (0: do not steal it from another session).
     cvt(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn eagain() -> io::Error {
+        io::Error::from_raw_os_error(libc::EAGAIN)
+    }
+
+    #[test]
+    fn eagain_is_retried_with_backoff_until_the_operation_succeeds() {
+        let mut failures = 3;
+        let mut slept = Vec::new();
+        let r = retry_eagain(
+            || {
+                if failures > 0 {
+                    failures -= 1;
+                    Err(eagain())
+                } else {
+                    Ok(7)
+                }
+            },
+            |d| slept.push(d),
+        );
+        assert_eq!(r.ok(), Some(7));
+        assert_eq!(slept, [5, 10, 20].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn eagain_gives_up_after_the_last_wait_with_the_kernels_answer() {
+        let mut calls = 0;
+        let mut slept = Duration::ZERO;
+        let r: io::Result<()> = retry_eagain(
+            || {
+                calls += 1;
+                Err(eagain())
+            },
+            |d| slept += d,
+        );
+        assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::EAGAIN));
+        assert_eq!(calls, 7);
+        assert_eq!(slept, Duration::from_millis(315));
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut calls = 0;
+        let r: io::Result<()> = retry_eagain(
+            || {
+                calls += 1;
+                Err(io::Error::from_raw_os_error(libc::ENOMEM))
+            },
+            |_| panic!("slept on ENOMEM"),
+        );
+        assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::ENOMEM));
+        assert_eq!(calls, 1);
+    }
 }

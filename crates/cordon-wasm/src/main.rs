@@ -8,6 +8,10 @@
 //!   looks the module's compiled code up in the cache (the HMAC key is read after the fork and
 //!   stays in this process), hands the runtime its spec, and writes the Outcome to
 //!   `DIR/reply.json`. The guest's stdin is this process's stdin.
+//! - `cordon-wasm bench-unconfined MODULE`: for `cordon bench` only. Runs the module in this
+//!   process (`cordon_wasm::run`: the same engine, cache, limits and output capture) with no
+//!   confinement and no runtime process: what the runtime alone costs, the floor under any
+//!   confined run. Not a way to run untrusted code: nothing but WASI holds it.
 //! - `cordon-wasm --version`.
 
 use std::path::Path;
@@ -30,6 +34,13 @@ fn main() -> ExitCode {
                 ExitCode::from(FAILED)
             }
         },
+        Some("bench-unconfined") => match args.get(2) {
+            Some(module) => bench_unconfined(Path::new(module)),
+            None => {
+                eprintln!("cordon-wasm: bench-unconfined needs a module");
+                ExitCode::from(FAILED)
+            }
+        },
         Some("--version" | "-V") => {
             println!("cordon-wasm {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
@@ -37,8 +48,40 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "cordon-wasm: cordon's WebAssembly runtime, started by cordon itself \
-                 (cordon run -- MODULE.wasm); usage: cordon-wasm run DIR | --version"
+                 (cordon run -- MODULE.wasm); usage: cordon-wasm run DIR | bench-unconfined MODULE | --version"
             );
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+/// The bench's floor: the module in this process, its output printed after it ends.
+fn bench_unconfined(module: &Path) -> ExitCode {
+    let run = || -> Result<cordon_policy::Outcome, String> {
+        let profile = cordon_policy::Profile::builtin("default").map_err(|e| e.to_string())?;
+        let bytes = std::fs::read(module).map_err(|e| format!("{}: {e}", module.display()))?;
+        let cache = cache::default_dir()
+            .map(|d| cache::Cache::open(&d))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        cordon_wasm::run(cordon_wasm::WasmRequest {
+            profile,
+            module: bytes,
+            argv: vec![module.display().to_string()],
+            stdin: cordon_wasm::GuestStdin::Empty,
+            echo: false,
+            cache,
+        })
+        .map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(o) => {
+            print!("{}", o.stdout);
+            eprint!("{}", o.stderr);
+            ExitCode::from(o.exit_code.unwrap_or(FAILED as i32).clamp(0, 255) as u8)
+        }
+        Err(e) => {
+            eprintln!("cordon-wasm: {e}");
             ExitCode::from(FAILED)
         }
     }

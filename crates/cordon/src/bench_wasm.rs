@@ -121,6 +121,12 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
             "cordon wasm",
             vec![me.into(), "run".into(), "--".into(), s(&p.wasm)],
         ),
+        // The floor under any confined run: the same runtime, engine, cache and capture, in
+        // one process with no confinement (see cordon-wasm's `bench-unconfined`).
+        (
+            "wasm unconfined",
+            vec![s(&runtime), "bench-unconfined".into(), s(&p.wasm)],
+        ),
     ];
     let have_wasmtime = Command::new("wasmtime")
         .arg("--version")
@@ -155,6 +161,7 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
             .unwrap_or_default()
     };
     let wasm_vs_process = ratio(get("cordon wasm"), get("cordon process"));
+    let unconfined_vs_process = ratio(get("wasm unconfined"), get("cordon process"));
 
     // CPU-bound: the same loop, natively and in the confined wasm runtime (three
     // runs each; the module's start-up is the hello row's, a small part of it).
@@ -197,6 +204,11 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
              runtime confines itself, no process sandbox)"
         );
         println!(
+            "  wasm unconfined / cordon process = {unconfined_vs_process:.2}x  (the floor: the \
+             runtime alone in one process, before cordon's CLI, the runtime's confinement and \
+             the supervisor add theirs)"
+        );
+        println!(
             "CPU-bound loop ({COMPUTE_N} iterations, median of {runs}): native {:.0} ms, cordon \
              wasm {:.0} ms",
             ms(native_t),
@@ -212,6 +224,7 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
         "iterations": iterations,
         "median_ms": start.iter().map(|(n, d)| (n.clone(), serde_json::json!(ms(*d)))).collect::<serde_json::Map<_, _>>(),
         "wasm_vs_process": wasm_vs_process,
+        "wasm_unconfined_vs_process": unconfined_vs_process,
         "compute_native_ms": ms(native_t),
         "compute_wasm_ms": ms(wasm_t),
         "compute_speed_vs_native": speed,

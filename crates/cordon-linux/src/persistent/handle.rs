@@ -506,8 +506,8 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
                     let _ = tx.send(Err(EngineError::Setup {
                         step: "starting the command".into(),
                         message: if errno == libc::EAGAIN {
-                            "cannot start another process: the kernel refused the fork (EAGAIN) for a quarter \
-                             of a second; the sandbox is at its process limit (pids), or the \
+                            "cannot start another process: the kernel refused the fork (EAGAIN) for 300 ms; \
+                             the sandbox is at its process limit (pids), or the \
                              host is out of processes".to_string()
                         } else {
                             format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
