@@ -375,6 +375,29 @@ impl SandboxFs {
         self.write_in(parent.as_fd(), &name, data, limit, None, &p.shown)
     }
 
+    /// An `O_PATH` descriptor of the directory at `path` (symlinks followed inside the root,
+    /// never out of it), for handing the directory itself to another process: refused unless
+    /// it is a directory of the sandbox's own user, so that what was planted there (a
+    /// symlink to a directory the sandbox's user does not own) is never handed on.
+    pub fn own_dir(&self, path: &str) -> Result<OwnedFd, FsError> {
+        let p = SPath::parse(path)?;
+        let fd = openat2(
+            self.root.as_fd(),
+            &p.full(),
+            libc::O_PATH | libc::O_DIRECTORY,
+            RESOLVE,
+        )
+        .map_err(|e| p.err(e))?;
+        let st = fstat(fd.as_fd()).map_err(|e| p.err(e))?;
+        if st.st_uid != self.owner.0 {
+            return Err(FsError::PermissionDenied {
+                path: p.shown,
+                reason: "not a directory of the sandbox's own user",
+            });
+        }
+        Ok(fd)
+    }
+
     /// Lists a directory (following symlinks inside the root to reach it), sorted by name.
     pub fn list(&self, path: &str) -> Result<Vec<Entry>, FsError> {
         let p = SPath::parse(path)?;

@@ -1091,3 +1091,64 @@ fn open_requires_a_directory() {
         "not_a_directory"
     );
 }
+
+/// `own_dir` hands another process the workspace directory itself: what a sandbox planted in
+/// its place (a symlink out of the root, to a host directory, to a directory that is not its
+/// user's) is never handed on.
+#[test]
+fn own_dir_hands_on_only_the_sandbox_users_own_directory() {
+    let fx = Fx::new("own-dir");
+    let fs = fx.fs();
+    let ino = |fd: &std::os::fd::OwnedFd| {
+        let st = fs::metadata(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(fd)
+        ))
+        .unwrap();
+        (st.dev(), st.ino())
+    };
+    let ws = fs::metadata(&fx.ws).unwrap();
+    let got = fs.own_dir("/workspace").expect("the workspace");
+    assert_eq!(ino(&got), (ws.dev(), ws.ino()));
+
+    // The workspace swapped for symlinks: absolute to the host's secret directory, relative
+    // out of the root, to a file.
+    fs::rename(&fx.ws, fx.root.join("w0")).unwrap();
+    for target in [
+        fx.secret.display().to_string(),
+        "../secret".to_string(),
+        "../../../../../..".to_string() + &fx.secret.display().to_string(),
+    ] {
+        let _ = fs::remove_file(&fx.ws);
+        symlink(&target, &fx.ws).unwrap();
+        match fs.own_dir("/workspace") {
+            Err(_) => {}
+            Ok(fd) => {
+                let secret = fs::metadata(&fx.secret).unwrap();
+                assert_ne!(ino(&fd), (secret.dev(), secret.ino()), "{target}");
+                assert_ne!(
+                    fs::metadata(format!(
+                        "/proc/self/fd/{}",
+                        std::os::fd::AsRawFd::as_raw_fd(&fd)
+                    ))
+                    .unwrap()
+                    .ino(),
+                    fs::metadata(&fx.base).unwrap().ino(),
+                    "{target}"
+                );
+            }
+        }
+    }
+    let _ = fs::remove_file(&fx.ws);
+    fs::write(&fx.ws, b"a file").unwrap();
+    assert_eq!(code(fs.own_dir("/workspace")), "not_a_directory");
+
+    // A directory of another user (as root: one the sandbox user does not own).
+    if is_root() {
+        fs::remove_file(&fx.ws).unwrap();
+        fs::create_dir(&fx.ws).unwrap();
+        std::os::unix::fs::chown(&fx.ws, Some(4242), Some(4242)).unwrap();
+        assert_eq!(code(fs.own_dir("/workspace")), "permission_denied");
+    }
+    let _ = fs::remove_dir_all(&fx.base);
+}

@@ -592,6 +592,25 @@ fn inner_main(spec: &str, module: Vec<u8>, artifact: Option<Vec<u8>>, files: Run
             }
         }
     }
+    // Every other directory the guest gets is opened now, with the caller's credentials, as
+    // the process backend mounts its binds before it drops them: a path only those reach (a
+    // persistent sandbox's `/proc/PID/root/workspace`, which neither the dropped uid nor,
+    // once confined, Landlock's ptrace rule lets this process walk) still reaches the guest.
+    // What does not open stays a path, for `confined_main` to drop if it is no directory.
+    let mut spec = spec;
+    let mut opened: Vec<OwnedFd> = Vec::new();
+    for p in spec.preopens.iter_mut() {
+        if let Some(fd) = idmapped.as_ref().filter(|_| p.guest == "/workspace") {
+            p.host = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+            continue;
+        }
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if let Ok(fd) = rustix::fs::open(&p.host, flags, Mode::empty()) {
+            p.host = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+            opened.push(fd);
+        }
+    }
     if let Some((uid, gid)) = spec.run_as {
         if let Err(e) = selfconfine::drop_to(uid, gid) {
             eprintln!("cordon: the wasm runtime cannot drop root: {e}");
@@ -605,7 +624,8 @@ fn inner_main(spec: &str, module: Vec<u8>, artifact: Option<Vec<u8>>, files: Run
     } = files;
     *REPORT_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
     let handed = Handed { module, artifact };
-    match confined_main(spec, handed, held, compiled, idmapped, notes, started) {
+    opened.extend(idmapped);
+    match confined_main(spec, handed, held, compiled, opened, notes, started) {
         Ok(code) => code,
         Err(setup) => report_once(&empty_report(GuestEnd::Setup(setup))),
     }
@@ -623,7 +643,7 @@ fn confined_main(
     handed: Handed,
     mut held_file: File,
     mut compiled_file: File,
-    idmapped: Option<OwnedFd>,
+    opened: Vec<OwnedFd>,
     mut notes: Vec<String>,
     started: Instant,
 ) -> Result<i32, String> {
@@ -649,11 +669,6 @@ fn confined_main(
         .into_iter()
         .filter(|p| p.host.is_dir())
         .collect();
-    if let Some(fd) = &idmapped {
-        for p in preopens.iter_mut().filter(|p| p.guest == "/workspace") {
-            p.host = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-        }
-    }
     if let Some(fd) = &scratch {
         preopens.insert(
             0,
@@ -688,10 +703,10 @@ fn confined_main(
         Some(held_file.as_raw_fd()),
         Some(compiled_file.as_raw_fd()),
         scratch.as_ref().map(|f| f.as_raw_fd()),
-        idmapped.as_ref().map(|f| f.as_raw_fd()),
     ]
     .into_iter()
     .flatten()
+    .chain(opened.iter().map(|f| f.as_raw_fd()))
     .collect();
     let held: Held = selfconfine::confine(&c)?;
     notes.extend(held.notes);

@@ -91,6 +91,36 @@ fn run_dir(s: &Server, id: &str) -> PathBuf {
         .to_path_buf()
 }
 
+/// A WASI module that prints the file its argument names (`ERR` when it cannot open it),
+/// built once with clang + wasi-libc.
+fn cat_module() -> Vec<u8> {
+    static M: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    M.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("cordon-degraded-wasm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let src = dir.join("cat.c");
+        std::fs::write(
+            &src,
+            "#include <stdio.h>\nint main(int c, char **v) { FILE *f = c > 1 ? fopen(v[1], \"r\") : 0;\n\
+             if (!f) { printf(\"ERR\"); return 1; }\n\
+             int ch; while ((ch = fgetc(f)) != EOF) putchar(ch); return 0; }\n",
+        )
+        .expect("write source");
+        let out = dir.join("cat.wasm");
+        let r = std::process::Command::new("clang")
+            .args(["--target=wasm32-wasi", "-O2", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .output()
+            .expect("clang: install clang lld wasi-libc libclang-rt-dev-wasm32");
+        assert!(r.status.success(), "clang: {}", String::from_utf8_lossy(&r.stderr));
+        let bytes = std::fs::read(&out).expect("read module");
+        let _ = std::fs::remove_dir_all(&dir);
+        bytes
+    })
+    .clone()
+}
+
 /// Create, exec (foreground, background with stdin, a signal), files both ways, delete: it
 /// all works without namespaces, says so, and delete leaves nothing.
 #[test]
@@ -151,6 +181,27 @@ fn a_persistent_sandbox_works_and_says_what_held() {
             None,
         );
         assert_eq!(st, 200, "{name}");
+
+        // A module in its files runs in the confined wasm runtime, the workspace its own.
+        let r = s
+            .req(
+                "PUT",
+                &format!("/v1/sandboxes/{id}/files?path=/workspace/cat.wasm"),
+            )
+            .send_bytes(&cat_module());
+        assert!(r.is_ok(), "{name}: upload: {r:?}");
+        let o = exec(&s, &id, json!({"cmd": ["./cat.wasm", "/workspace/in.txt"]}));
+        assert_eq!(o["enforcement"]["backend"], "wasm", "{name}: {o}");
+        assert_eq!(o["stdout"], "from-the-api", "{name}: {o}");
+        let o = exec(
+            &s,
+            &id,
+            json!({"cmd": ["./cat.wasm", "/workspace/../../../etc/passwd"]}),
+        );
+        assert!(
+            o["stdout"].as_str().unwrap_or_default().starts_with("ERR"),
+            "{name}: {o}"
+        );
 
         // A background command: stdin in, output out, a signal ends it.
         let marker = unique("degraded-serve-bg");

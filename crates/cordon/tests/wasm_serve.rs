@@ -127,6 +127,122 @@ fn one_shot_runs_take_a_module() {
     assert_eq!(o["exit_code"], 126, "{o}");
 }
 
+/// A module in a persistent sandbox's files runs when a command names it: in the confined wasm
+/// runtime (the sandbox's kernel has no loader for it), with the sandbox's `/workspace` as its
+/// own and nothing else of the sandbox or the host.
+#[test]
+fn sandboxes_run_the_modules_in_their_files() {
+    let s = Server::start();
+    let (st, v) = s.call("POST", "/v1/sandboxes", Some(json!({})));
+    assert_eq!(st, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_string();
+    let exec = |body: Value| -> (u16, Value) {
+        s.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(body))
+    };
+    let put = s
+        .req(
+            "PUT",
+            &format!("/v1/sandboxes/{id}/files?path=/workspace/bin/tool.wasm"),
+        )
+        .send_bytes(&read(tool()))
+        .expect("upload the module");
+    assert!(put.status() < 300);
+    let (st, o) = exec(json!({"cmd": ["sh", "-c",
+        "echo from a process > /workspace/note.txt && ln -s /etc/passwd /workspace/link \
+         && ln -s .. /workspace/up && id -u"]}));
+    assert_eq!((st, &o["exit_code"]), (200, &json!(0)), "{o}");
+    let process_uid = o["stdout"].as_str().unwrap_or_default().trim().to_string();
+
+    // Found by its path from the working directory, or absolute; reads what processes wrote.
+    let (st, o) = exec(json!({"cmd": ["./bin/tool.wasm", "cat", "/workspace/note.txt"]}));
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["enforcement"]["backend"], "wasm", "{o}");
+    assert_eq!(o["status"], "exited", "{o}");
+    assert_eq!(o["stdout"], "from a process\n", "{o}");
+    let (_, o) = exec(json!({"cmd": ["tool.wasm", "hello", "x"], "cwd": "/workspace/bin"}));
+    assert_eq!(o["stdout"], "hello from wasm [x]\n", "{o}");
+
+    // What it writes, the sandbox's processes see, as their own user's.
+    let (_, o) = exec(
+        json!({"cmd": ["/workspace/bin/tool.wasm", "write", "/workspace/out.txt", "from wasm"]}),
+    );
+    assert_eq!(o["exit_code"], 0, "{o}");
+    let (_, o) = exec(
+        json!({"cmd": ["sh", "-c", "cat /workspace/out.txt; echo; stat -c %u /workspace/out.txt"]}),
+    );
+    assert_eq!(
+        o["stdout"].as_str().unwrap_or_default(),
+        format!("from wasm\n{process_uid}\n"),
+        "{o}"
+    );
+
+    // The environment, stdin and the timeout are the command's.
+    let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm", "env"], "env": {"GREETING": "hi"}}));
+    assert!(
+        o["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == "GREETING=hi"),
+        "{o}"
+    );
+    let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm", "stdin"], "stdin": "abc"}));
+    assert_eq!(o["stdout"], "ABC\n3 bytes\n", "{o}");
+    let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm", "spin"], "timeout": "500ms"}));
+    assert_eq!(o["status"], "timeout", "{o}");
+
+    // Hostile: out of the workspace by path, by `..`, by symlinks a process planted.
+    let host_file = std::env::temp_dir().join(format!("cordon-wasm-host-{}", serve::unique()));
+    std::fs::write(&host_file, "host secret").expect("host file");
+    for path in [
+        "/etc/passwd".to_string(),
+        "/workspace/../etc/passwd".to_string(),
+        "/workspace/link".to_string(),
+        "/workspace/up/etc/passwd".to_string(),
+        format!("/workspace/../../../..{}", host_file.display()),
+    ] {
+        let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm", "cat", path]}));
+        let out = o["stdout"].as_str().unwrap_or_default();
+        assert!(out.starts_with("ERR "), "{path}: {o}");
+        assert!(
+            !out.contains("root:") && !out.contains("host secret"),
+            "{path}: {o}"
+        );
+    }
+    let escape = std::env::temp_dir().join(format!("cordon-wasm-escape-{}", serve::unique()));
+    let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm", "write",
+        format!("/workspace/up/../../../..{}", escape.display()), "x"]}));
+    assert!(
+        o["stdout"].as_str().unwrap_or_default().starts_with("ERR "),
+        "{o}"
+    );
+    assert!(
+        !escape.exists(),
+        "a module wrote {} on the host",
+        escape.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&host_file).ok().as_deref(),
+        Some("host secret")
+    );
+    let _ = std::fs::remove_file(&host_file);
+
+    // A module runs to completion: not as a background command.
+    let (st, o) = exec(json!({"cmd": ["./bin/tool.wasm"], "background": true}));
+    assert_eq!(st, 400, "{o}");
+    assert!(
+        o["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("WebAssembly"),
+        "{o}"
+    );
+    // Other programs are still processes.
+    let (_, o) = exec(json!({"cmd": ["./bin/../note.txt"]}));
+    assert_eq!(o["exit_code"], 126, "{o}");
+    assert!(o["enforcement"]["backend"] != "wasm", "{o}");
+}
+
 /// `cordon mcp` on pipes.
 struct Mcp {
     child: std::process::Child,

@@ -397,6 +397,16 @@ impl Service {
     ) -> Result<Outcome, ApiError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
+        if let Some(argv0) = spec.argv.first() {
+            if let Some(module) = self
+                .module_in_sandbox(&live, argv0, req.cwd.as_deref())
+                .await?
+            {
+                return self
+                    .exec_wasm(caller, &live, module, spec.argv, &req, timeout, events)
+                    .await;
+            }
+        }
         self.audit.record(
             "sandbox.exec",
             &caller.key_id,
@@ -421,6 +431,19 @@ impl Service {
         id: &str,
         req: ExecRequest,
     ) -> Result<CommandInfo, ApiError> {
+        if let Some(argv0) = req.cmd.checked_argv()?.first() {
+            let live = self.get_live(caller, id)?;
+            if self
+                .module_in_sandbox(&live, argv0, req.cwd.as_deref())
+                .await?
+                .is_some()
+            {
+                return Err(ApiError::bad_request(format!(
+                    "background: {argv0} is a WebAssembly module, which runs to completion in \
+                     a runtime of its own; run it without background"
+                )));
+            }
+        }
         Ok(self.exec_attached(caller, id, req, true).await?.0.info())
     }
 

@@ -7,6 +7,7 @@ mod images;
 mod lifecycle;
 mod network;
 mod requests;
+mod wasm;
 
 pub use code::ContextEnd;
 pub(crate) use exec::spawn_exec;
