@@ -162,6 +162,23 @@ fn sandboxes_run_the_modules_in_their_files() {
     let (_, o) = exec(json!({"cmd": ["tool.wasm", "hello", "x"], "cwd": "/workspace/bin"}));
     assert_eq!(o["stdout"], "hello from wasm [x]\n", "{o}");
 
+    // Streamed: its output, then the exit event.
+    let body = s
+        .req("POST", &format!("/v1/sandboxes/{id}/exec"))
+        .set("Accept", "text/event-stream")
+        .send_json(json!({"cmd": ["./bin/tool.wasm", "hello", "sse"]}))
+        .expect("streamed exec")
+        .into_string()
+        .unwrap_or_default();
+    let out = body
+        .find("event: stdout")
+        .zip(body.find("hello from wasm [sse]"));
+    let exit = body.find("event: exit");
+    assert!(
+        matches!((out, exit), (Some((a, b)), Some(c)) if a < b && b < c),
+        "{body}"
+    );
+
     // What it writes, the sandbox's processes see, as their own user's.
     let (_, o) = exec(
         json!({"cmd": ["/workspace/bin/tool.wasm", "write", "/workspace/out.txt", "from wasm"]}),

@@ -155,11 +155,18 @@ impl Service {
         drop(workspace);
         let outcome = outcome?;
         if let Some(tx) = events {
-            for ev in [
-                ExecEvent::Stdout(outcome.stdout.clone().into_bytes()),
-                ExecEvent::Stderr(outcome.stderr.clone().into_bytes()),
+            // What the module printed, in one piece each: the runtime hands it back when the
+            // module has ended.
+            for (text, ev) in [
+                (
+                    &outcome.stdout,
+                    ExecEvent::Stdout as fn(Vec<u8>) -> ExecEvent,
+                ),
+                (&outcome.stderr, ExecEvent::Stderr),
             ] {
-                let _ = tx.send(ev).await;
+                if !text.is_empty() {
+                    let _ = tx.send(ev(text.clone().into_bytes())).await;
+                }
             }
             let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
         }
