@@ -29,15 +29,17 @@ pub(super) struct SandboxModule {
     workspace: OwnedFd,
 }
 
-/// Where `argv0` is in the sandbox if it names a file there: a path (with a `/`) against the
-/// command's working directory, or a bare name that ends in `.wasm` in that directory. Other
-/// bare names are a process's `PATH` lookup and are never looked at (no file read on the way
-/// of every `python3` or `ls`).
+/// Where `argv0` is in the sandbox if it may name a module there: a name ending in `.wasm`,
+/// a relative path (against the command's working directory), or a path in `/workspace`.
+/// Other programs — bare names (a process's `PATH` lookup) and absolute paths elsewhere
+/// (`/bin/sh`, `/usr/bin/python3`) — are never looked at: no file read on the way of every
+/// command.
 fn candidate(argv0: &str, cwd: Option<&str>) -> Option<String> {
+    let wasm_name = argv0.ends_with(".wasm");
     if argv0.starts_with('/') {
-        return Some(argv0.to_string());
+        return (wasm_name || argv0.starts_with("/workspace/")).then(|| argv0.to_string());
     }
-    if argv0.contains('/') || argv0.ends_with(".wasm") {
+    if argv0.contains('/') || wasm_name {
         let dir = cwd.unwrap_or("/workspace").trim_end_matches('/');
         return Some(format!("{dir}/{argv0}"));
     }
@@ -197,5 +199,10 @@ mod tests {
             Some("/srv/bin/tool")
         );
         assert_eq!(candidate("python3", None), None);
+        assert_eq!(candidate("/bin/sh", None), None);
+        assert_eq!(
+            candidate("/workspace/tool", None).as_deref(),
+            Some("/workspace/tool")
+        );
     }
 }
