@@ -24,7 +24,16 @@ const USER_HZ: u64 = 100;
 
 /// Takes a snapshot of the sandbox whose init is host pid `init_pid` and whose root directory
 /// is `root`; `scratch` are the paths (inside the sandbox) of its writable filesystems.
-pub fn take(init_pid: i32, root: BorrowedFd<'_>, scratch: &[&str]) -> Snapshot {
+/// `unmounted_disk`: the sandbox has no filesystems of its own (no mount namespace: its root
+/// is a directory on a host filesystem, watched against `--disk` by `watch::DiskWatch`);
+/// its disk is then what that directory holds, against this limit — not the host
+/// filesystem's totals.
+pub fn take(
+    init_pid: i32,
+    root: BorrowedFd<'_>,
+    scratch: &[&str],
+    unmounted_disk: Option<u64>,
+) -> Snapshot {
     let page = rustix::param::page_size() as u64;
     let mut s = Snapshot::default();
     for (pid, _) in crate::freeze::tree(init_pid) {
@@ -48,6 +57,12 @@ pub fn take(init_pid: i32, root: BorrowedFd<'_>, scratch: &[&str]) -> Snapshot {
                 s.memory_bytes += rss * page;
             }
         }
+    }
+    if let Some(limit) = unmounted_disk {
+        s.disk_total_bytes = limit;
+        // A tree too large to walk counts as full, as the watch treats it.
+        s.disk_used_bytes = crate::watch::dir_usage(root).unwrap_or(limit);
+        return s;
     }
     // Paths resolve inside the sandbox's root (its own mount namespace), never above it and
     // through no magic link, whatever the sandbox made of them; the same filesystem under two
@@ -170,5 +185,36 @@ mod usage_tests {
             ProcessUsage::default(),
             "a reaped process uses nothing"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn without_filesystems_of_its_own_the_disk_is_the_directory_against_the_limit() {
+        let dir = std::env::temp_dir().join(format!("cordon-snapshot-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("workspace")).expect("dir");
+        std::fs::write(dir.join("workspace/big"), vec![7u8; 3 << 20]).expect("write");
+        let root = rustix::fs::open(
+            &dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open");
+        let me = std::process::id() as i32;
+        let s = take(me, root.as_fd(), &["/workspace"], Some(64 << 20));
+        assert_eq!(s.disk_total_bytes, 64 << 20);
+        assert!(
+            (3 << 20..8 << 20).contains(&s.disk_used_bytes),
+            "{}",
+            s.disk_used_bytes
+        );
+        // With filesystems of its own, the totals are theirs (here: the host's, far more).
+        let host = take(me, root.as_fd(), &["/workspace"], None);
+        assert_ne!(host.disk_total_bytes, 64 << 20);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -8,7 +8,7 @@
 //! trusted beyond the Outcome of the sandbox that sent them, and each is checked to be what it
 //! claims (tmpfs, procfs) before it is used.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{Dir, StatFs};
 
@@ -167,7 +167,7 @@ impl DiskWatch {
         if !force && now < self.next {
             return false;
         }
-        let used = dir_usage(&self.root).unwrap_or(u64::MAX);
+        let used = dir_usage(self.root.as_fd()).unwrap_or(u64::MAX);
         let took = now.elapsed();
         self.next =
             std::time::Instant::now() + (took * 10).max(std::time::Duration::from_millis(100));
@@ -182,7 +182,7 @@ impl DiskWatch {
 /// from `root` by its relative path, beneath it, through no symlink and no other mount.
 /// `None`: the tree cannot be walked whole (more than `DISK_WALK_ENTRIES` entries, or a path
 /// too long to open) — a sandbox cannot hide usage there.
-fn dir_usage(root: &OwnedFd) -> Option<u64> {
+pub(crate) fn dir_usage(root: BorrowedFd<'_>) -> Option<u64> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
     let mut seen_inodes = std::collections::HashSet::new();
     let mut total = 0u64;
@@ -256,7 +256,7 @@ mod tests {
             rustix::fs::Mode::empty(),
         )
         .expect("open");
-        let used = dir_usage(&root).expect("walked");
+        let used = dir_usage(root.as_fd()).expect("walked");
         assert!(
             (1 << 20..2 << 20).contains(&used),
             "1 MiB linked twice, a symlink to 4 MiB: {used}"

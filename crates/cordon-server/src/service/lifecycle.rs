@@ -375,7 +375,12 @@ impl Service {
                 cordon_policy::profile::HOME,
                 "/dev/shm",
             ];
-            let take = || cordon_linux::snapshot::take(l.sandbox.init_pid, root.as_fd(), &scratch);
+            // Without a mount namespace the scratch paths are directories on a host
+            // filesystem, whose totals are not the sandbox's.
+            let unmounted = (!l.sandbox.enforcement.mount_ns).then_some(l.profile.limits.disk);
+            let take = || {
+                cordon_linux::snapshot::take(l.sandbox.init_pid, root.as_fd(), &scratch, unmounted)
+            };
             let (since, before) = l
                 .cpu_seen
                 .lock()
