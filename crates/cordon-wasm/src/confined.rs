@@ -594,9 +594,10 @@ fn inner_main(spec: &str, module: Vec<u8>, artifact: Option<Vec<u8>>, files: Run
     }
     // Every other directory the guest gets is opened now, with the caller's credentials, as
     // the process backend mounts its binds before it drops them: a path only those reach (a
-    // persistent sandbox's `/proc/PID/root/workspace`, which neither the dropped uid nor,
-    // once confined, Landlock's ptrace rule lets this process walk) still reaches the guest.
-    // What does not open stays a path, for `confined_main` to drop if it is no directory.
+    // persistent sandbox's workspace as `cordon serve` holds it open, `/proc/SERVER/fd/N`,
+    // which neither the dropped uid nor, once confined, Landlock's ptrace rule lets this
+    // process follow) still reaches the guest. What does not open stays a path, for
+    // `confined_main` to drop if it is no directory.
     let mut spec = spec;
     let mut opened: Vec<OwnedFd> = Vec::new();
     for p in spec.preopens.iter_mut() {
