@@ -244,6 +244,17 @@ fn sandboxes_run_the_modules_in_their_files() {
     );
     let _ = std::fs::remove_file(&host_file);
 
+    // A paused sandbox runs no module either, until it is resumed.
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert!(st < 300, "pause: {st} {v}");
+    let (st, o) = exec(json!({"cmd": ["./bin/tool.wasm"]}));
+    assert_eq!(st, 409, "{o}");
+    assert_eq!(o["error"]["code"], "sandbox_paused", "{o}");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/resume"), None);
+    assert!(st < 300, "resume: {st} {v}");
+    let (_, o) = exec(json!({"cmd": ["./bin/tool.wasm"]}));
+    assert_eq!(o["stdout"], "hello from wasm\n", "{o}");
+
     // A module runs to completion: not as a background command.
     let (st, o) = exec(json!({"cmd": ["./bin/tool.wasm"], "background": true}));
     assert_eq!(st, 400, "{o}");
