@@ -135,6 +135,18 @@ type StartedParts = (
     Instant,
 );
 
+/// 409 while the sandbox is paused: it runs nothing until it is resumed.
+pub(super) fn refuse_if_paused(live: &Live) -> Result<(), ApiError> {
+    match live.sandbox.paused() {
+        Some(_) => Err(ApiError::new(
+            409,
+            "sandbox_paused",
+            format!("sandbox '{}' is paused; resume it first", live.id),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Starts a process in the sandbox (off the async threads: the helper's socket blocks) and
 /// hands back its pipes and the receiver of its exit report. Commands and code kernels alike.
 pub(crate) async fn spawn_exec(
@@ -147,14 +159,8 @@ pub(crate) async fn spawn_exec(
     ),
     ApiError,
 > {
-    if live.sandbox.paused().is_some() {
-        // Its init is frozen too: the command would wait for the resume, and time out first.
-        return Err(ApiError::new(
-            409,
-            "sandbox_paused",
-            format!("sandbox '{}' is paused; resume it first", live.id),
-        ));
-    }
+    // Its init is frozen too: the command would wait for the resume, and time out first.
+    refuse_if_paused(live)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sb = live.sandbox.clone();
     let started = tokio::task::spawn_blocking(move || {

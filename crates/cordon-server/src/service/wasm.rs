@@ -117,14 +117,7 @@ impl Service {
         timeout: Duration,
         events: Option<mpsc::Sender<ExecEvent>>,
     ) -> Result<Outcome, ApiError> {
-        // As for a process: a paused sandbox runs nothing until it is resumed.
-        if live.sandbox.paused().is_some() {
-            return Err(ApiError::new(
-                409,
-                "sandbox_paused",
-                format!("sandbox '{}' is paused; resume it first", live.id),
-            ));
-        }
+        super::exec::refuse_if_paused(live)?;
         self.audit.record(
             "sandbox.exec",
             &caller.key_id,
