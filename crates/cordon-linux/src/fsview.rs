@@ -153,7 +153,8 @@ impl FsError {
         }
     }
 
-    fn from_io(err: io::Error, path: &str) -> FsError {
+    /// An I/O error on `path` (as the sandbox names it), as the API reports it.
+    pub fn from_io(err: io::Error, path: &str) -> FsError {
         let path = path.to_owned();
         match err.raw_os_error() {
             Some(libc::ENOENT) => FsError::NotFound { path },

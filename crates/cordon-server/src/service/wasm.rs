@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use cordon_linux::fsview::{as_sandbox_user, SandboxFs};
+use cordon_linux::fsview::{as_sandbox_user, FsError, SandboxFs};
 use cordon_policy::Outcome;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -78,13 +78,23 @@ impl Service {
                 if file.read_exact(&mut head).is_err() || !cordon_policy::wasm::is_wasm(&head) {
                     return Ok(None);
                 }
+                let too_large = || FsError::TooLarge {
+                    path: path.clone(),
+                    detail: format!("a module larger than the server's limit of {max} bytes"),
+                };
                 if meta.len() > max {
-                    return Err(cordon_linux::fsview::FsError::TooLarge {
-                        path: path.clone(),
-                        detail: format!("a module larger than the server's limit of {max} bytes"),
-                    });
+                    return Err(too_large());
                 }
-                let bytes = fs.read(&path, max)?;
+                // The rest from the file already open: the bytes run are those of the file
+                // whose header was checked, not of whatever the path names a moment later.
+                let mut bytes = head.to_vec();
+                (&mut file)
+                    .take(max.saturating_add(1).saturating_sub(head.len() as u64))
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| FsError::from_io(e, &path))?;
+                if bytes.len() as u64 > max {
+                    return Err(too_large());
+                }
                 // Resolved inside the sandbox's root and checked to be its user's: the host
                 // runtime never walks a path the sandbox could have pointed elsewhere.
                 let workspace = fs.own_dir("/workspace")?;
