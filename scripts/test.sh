@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 repo=$PWD
+# CI's machine has a disk of no fixed size (a run once failed with ENOSPC at its last step):
+# a fresh clone's one build gains nothing from incremental caches (~3.4 GB) or from full debug
+# info in the test binaries (line tables keep backtraces' file:line), and the debug build is
+# freed before the release build below.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only
+  df -h "$repo" /tmp | sed 's/^/disk: /'
+fi
 # cgroup v2 in a VM (see below): on by default in CI, where it adds about 1.5 min (apt ~20 s,
 # the VM ~35-60 s); CORDON_TEST_CGROUP2_VM=0 turns it off, =1 on elsewhere.
 cgroup2_vm=${CORDON_TEST_CGROUP2_VM:-$([ "${CI:-}" = true ] && echo 1 || echo 0)}
@@ -144,6 +152,11 @@ echo "== schemathesis against /openapi.json of a real server (0 failures allowed
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 
 echo "== the release binary, as installed (statically linked on glibc hosts)"
+if [ "${CI:-}" = true ]; then
+  # Nothing below uses the debug build or the aarch64 one.
+  rm -rf target/debug target/aarch64-unknown-linux-gnu "$(dirname "$venv")"
+  df -h "$repo" | sed 's/^/disk: /'
+fi
 bin=$(./scripts/build-release.sh)
 case "$(rustc -vV | sed -n 's/^host: //p')" in
   *-linux-gnu) for b in "$bin" "$(dirname "$bin")/cordon-wasm"; do
