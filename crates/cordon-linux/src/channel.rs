@@ -50,6 +50,11 @@ pub enum ToSupervisor {
         #[serde(default)]
         errno: Option<i32>,
     },
+    /// One-shot without a cgroup: the tasks in the sandbox, the init not counted, at the
+    /// moment the payload ended (counted before its zombie was reaped, while it still held its
+    /// place under `RLIMIT_NPROC`). What a fork bomb leaves behind is ended right after; the
+    /// supervisor's own looks, some milliseconds apart, can miss it.
+    TasksAtEnd { tasks: u64 },
     /// The payload exited with this code.
     Exited { code: i32 },
     /// The payload was killed by this signal.

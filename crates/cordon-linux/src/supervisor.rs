@@ -473,6 +473,9 @@ impl Supervision {
                     ToSupervisor::SetupFailed { step, message, .. } if setup_error.is_none() => {
                         setup_error = Some(format!("{step}: {message}"));
                     }
+                    ToSupervisor::TasksAtEnd { tasks } if payload_end.is_none() => {
+                        self.watch.saw_tasks(*tasks);
+                    }
                     ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
                         if payload_end.is_none() =>
                     {

@@ -428,6 +428,26 @@ pub fn wait_peek() -> io::Result<(libc::pid_t, ChildEnd)> {
     }
 }
 
+/// Whether child `pid` has ended, without reaping it (WNOHANG | WNOWAIT): until it is reaped
+/// its zombie keeps its pid and its place in the uid's process count.
+pub fn has_ended(pid: libc::pid_t) -> bool {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: info is a valid out-pointer, zeroed so that "nothing ended" (WNOHANG leaves it
+    // untouched or zeroes si_pid) reads as si_pid 0.
+    let ret = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            info.as_mut_ptr(),
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+        )
+    };
+    // SAFETY: zeroed at first, possibly filled in by waitid: initialised either way.
+    let info = unsafe { info.assume_init() };
+    // SAFETY: si_pid of a SIGCHLD siginfo (or of the zeroed one).
+    ret == 0 && unsafe { info.si_pid() } == pid
+}
+
 /// Marks this process a child subreaper: orphans of its descendants become its children
 /// instead of the pid namespace's init's.
 pub fn set_child_subreaper() -> io::Result<()> {

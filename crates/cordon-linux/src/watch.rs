@@ -83,9 +83,14 @@ impl Watch {
             }
         }
         if let Some(n) = self.count_tasks() {
-            let peak = self.seen.peak_tasks.get_or_insert(0);
-            *peak = (*peak).max(n);
+            self.saw_tasks(n);
         }
+    }
+
+    /// A count of the sandbox's tasks made elsewhere (the init's at the payload's end).
+    pub fn saw_tasks(&mut self, n: u64) {
+        let peak = self.seen.peak_tasks.get_or_insert(0);
+        *peak = (*peak).max(n);
     }
 
     /// Tasks in the sandbox's pid namespace but its init: for each process there, the

@@ -53,6 +53,46 @@ out()
     assert_host_healthy();
 }
 
+/// Children the payload leaves running when it exits are counted, though they live only
+/// until the teardown a moment later: without a cgroup the supervisor looks every 10 ms, and
+/// a payload that forks to its limit and exits at once used to slip between two looks (the
+/// fork bomb above once reported 7 of 16 tasks and no `pids` hit). The init counts them when
+/// the payload ends, before it ends the rest.
+#[test]
+fn children_left_at_the_payloads_end_are_counted() {
+    let pids = 10u64;
+    for _ in 0..3 {
+        // The shell and its 9 sleeps: the process limit exactly, reached by the last fork,
+        // and the shell exits right after it.
+        let f = Cmd::cordon()
+            .args([
+                "run",
+                "--json",
+                "--pids",
+                &pids.to_string(),
+                "--timeout",
+                "20s",
+                "--",
+                "/bin/sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8 9; do sleep 30 & done; exit 0",
+            ])
+            .run();
+        let o = f.outcome();
+        assert_eq!(o.status(), "exited", "{o}");
+        // A cgroup counts in the kernel (v2's pids.peak) or by the supervisor's samples (v1):
+        // only the count without one is the init's.
+        if !o.has_cgroup() {
+            assert_eq!(o.usage("peak_pids"), pids, "{o}");
+            assert!(o.hit("pids"), "{o}");
+        } else {
+            assert!(o.usage("peak_pids") <= pids, "{o}");
+        }
+        assert!(o.elapsed < Duration::from_secs(10), "{o}");
+    }
+    assert_host_healthy();
+}
+
 #[test]
 fn recursive_shell_fork_bomb_ends_and_leaves_nothing() {
     let marker = unique("bomb");

@@ -223,7 +223,7 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, true)
+    one_shot::wait(&ch, payload, true, !in_cgroup)
 }
 
 /// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
@@ -316,7 +316,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, false)
+    one_shot::wait(&ch, payload, false, !in_cgroup)
 }
 
 /// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs

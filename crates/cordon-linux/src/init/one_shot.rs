@@ -2,7 +2,7 @@
 
 use std::os::fd::AsRawFd;
 
-use super::EXIT_SETUP_FAILED;
+use super::{proctree, EXIT_SETUP_FAILED};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::sys;
 
@@ -28,7 +28,9 @@ fn end_message(exit: &sys::Exit) -> ToSupervisor {
 /// leaves them reaped by no one.
 /// `no_pid_ns`: the sandbox shares the host's pid namespace, where `kill(-1)` would reach
 /// every process of our uid: the tree below us (we are its subreaper) is ended instead.
-pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool) -> ! {
+/// `count_at_end`: no cgroup counts the sandbox's tasks; the init counts them once when the
+/// payload ends (see [`ToSupervisor::TasksAtEnd`]).
+pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool, count_at_end: bool) -> ! {
     let mut end: Option<ToSupervisor> = None;
     // Made after the payload is spawned, so the payload never starts with SIGCHLD blocked; an
     // exit before it is found by the first reaping pass.
@@ -46,6 +48,9 @@ pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool) -> ! {
         }
     };
     loop {
+        if count_at_end && end.is_none() && sys::has_ended(payload) {
+            report_tasks_at_end(ch, payload);
+        }
         reap(&mut end);
         if end.is_some() {
             break;
@@ -97,4 +102,21 @@ pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool) -> ! {
         let _ = ch.send(&msg);
     }
     sys::exit_now(0)
+}
+
+/// Counts the sandbox's tasks (the init not counted) while the payload's zombie is unreaped,
+/// and sends the count. A payload that leaves nothing behind — the init has no other child,
+/// since the payload's orphans became the init's at its exit — costs one read of the init's
+/// `children` file and sends nothing: the supervisor counts the payload itself.
+fn report_tasks_at_end(ch: &Channel, payload: libc::pid_t) {
+    if proctree::own_children().iter().all(|&p| p == payload) {
+        return;
+    }
+    let me = sys::getpid();
+    let tasks = proctree::below(proctree::scan(), me)
+        .into_iter()
+        .filter(|(pid, _)| *pid != me)
+        .map(|(_, p)| p.tasks)
+        .sum();
+    let _ = ch.send(&ToSupervisor::TasksAtEnd { tasks });
 }
