@@ -544,6 +544,11 @@ impl Cgroup {
         }
     }
 
+    /// A count of the cgroup's tasks made elsewhere (the init's at the payload's end).
+    pub fn saw_pids(&mut self, n: u64) {
+        self.peak_pids = self.peak_pids.max(n);
+    }
+
     /// Whether the kernel keeps the pids peak itself (else `sample` must be called often).
     pub fn keeps_peak_pids(&self) -> bool {
         self.kernel_peak_pids

@@ -50,7 +50,7 @@ pub enum ToSupervisor {
         #[serde(default)]
         errno: Option<i32>,
     },
-    /// One-shot without a cgroup: the tasks in the sandbox, the init not counted, at the
+    /// One-shot, asked to by `Go`'s `count_at_end`: the tasks in the sandbox, the init not counted, at the
     /// moment the payload ended (counted before its zombie was reaped, while it still held its
     /// place under `RLIMIT_NPROC`). What a fork bomb leaves behind is ended right after; the
     /// supervisor's own looks, some milliseconds apart, can miss it.
@@ -135,8 +135,14 @@ pub enum ToSandbox {
     Mapped,
     /// Go on. With `cgroup: true` the message carries the files through which the init joins
     /// its cgroup (`cgroup::join`); without one, per-process rlimits must stand in for the
-    /// memory and pid limits.
-    Go { cgroup: bool },
+    /// memory and pid limits. `count_at_end`: no kernel count keeps the peak of the sandbox's
+    /// tasks (no cgroup, or one without `pids.peak`), so the one-shot init counts them when
+    /// the payload ends ([`ToSupervisor::TasksAtEnd`]).
+    Go {
+        cgroup: bool,
+        #[serde(default)]
+        count_at_end: bool,
+    },
     /// Persistent sandbox: start a command. With `cgroup: true` the message carries the
     /// files through which the command's sub-init joins the command's own cgroup.
     Exec {

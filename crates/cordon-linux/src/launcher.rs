@@ -552,6 +552,10 @@ pub(crate) fn spawn_init(
             chan.send_with_fds(
                 &ToSandbox::Go {
                     cgroup: prepared.cgroup.is_some(),
+                    count_at_end: prepared
+                        .cgroup
+                        .as_ref()
+                        .is_none_or(|c| !c.keeps_peak_pids()),
                 },
                 &raw,
             )

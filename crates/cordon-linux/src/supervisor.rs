@@ -474,7 +474,11 @@ impl Supervision {
                         setup_error = Some(format!("{step}: {message}"));
                     }
                     ToSupervisor::TasksAtEnd { tasks } if payload_end.is_none() => {
-                        self.watch.saw_tasks(*tasks);
+                        match &mut self.cgroup {
+                            // The cgroup's count has the init in it too.
+                            Some(cg) => cg.saw_pids(tasks.saturating_add(1)),
+                            None => self.watch.saw_tasks(*tasks),
+                        }
                     }
                     ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
                         if payload_end.is_none() =>

@@ -114,12 +114,26 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
 /// with what needs none — a subreaper keeps the tree under it, Landlock fences the host's
 /// filesystem (and TCP but to the proxy), a second seccomp filter the socket families, and
 /// the scratch dirs are a per-run host directory the supervisor made.
-/// Waits for the supervisor's go and joins the cgroup it names (if any); returns whether the
-/// sandbox is in one. Until then nothing runs on the sandbox's behalf; joining while this is
-/// still the only thread, with no child yet, puts everything the sandbox ever runs inside.
-fn wait_for_go(ch: &Channel) -> bool {
+/// What the supervisor's go says.
+struct Go {
+    /// The sandbox is in a cgroup.
+    in_cgroup: bool,
+    /// Count the tasks when the payload ends (see `ToSandbox::Go`).
+    count_at_end: bool,
+}
+
+/// Waits for the supervisor's go and joins the cgroup it names (if any). Until then nothing
+/// runs on the sandbox's behalf; joining while this is still the only thread, with no child
+/// yet, puts everything the sandbox ever runs inside.
+fn wait_for_go(ch: &Channel) -> Go {
     match ch.recv::<ToSandbox>() {
-        Ok(Some((ToSandbox::Go { cgroup }, files))) => {
+        Ok(Some((
+            ToSandbox::Go {
+                cgroup,
+                count_at_end,
+            },
+            files,
+        ))) => {
             if cgroup && files.is_empty() {
                 fail(ch, "joining the cgroup", "no cgroup files came with go");
             }
@@ -128,7 +142,10 @@ fn wait_for_go(ch: &Channel) -> bool {
             }
             // These carry cordon's authority over the cgroup: gone before anything else runs.
             drop(files);
-            cgroup
+            Go {
+                in_cgroup: cgroup,
+                count_at_end,
+            }
         }
         _ => sys::exit_now(EXIT_SETUP_FAILED),
     }
@@ -138,7 +155,8 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
     if let Err(e) = sys::set_child_subreaper() {
         fail(&ch, "becoming the sandbox's subreaper", e);
     }
-    let in_cgroup = wait_for_go(&ch);
+    let go = wait_for_go(&ch);
+    let in_cgroup = go.in_cgroup;
     let mut landlock = plan.host_landlock.clone();
     if plan.network {
         // No loopback of our own: the proxy listens on the host's, on a port the kernel
@@ -223,7 +241,7 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, true, !in_cgroup)
+    one_shot::wait(&ch, payload, true, go.count_at_end)
 }
 
 /// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
@@ -240,7 +258,8 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
     // The supervisor creates the cgroup while we built the root. Nothing runs on the sandbox's
     // behalf before it says go: then we join the cgroup (still our only thread, no child yet,
     // so everything the sandbox ever runs is born inside) and root a cgroup namespace there.
-    let in_cgroup = wait_for_go(&ch);
+    let go = wait_for_go(&ch);
+    let in_cgroup = go.in_cgroup;
     if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
         fail(&ch, "creating the cgroup namespace", e);
     }
@@ -316,7 +335,7 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, false, !in_cgroup)
+    one_shot::wait(&ch, payload, false, go.count_at_end)
 }
 
 /// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs

@@ -28,8 +28,8 @@ fn end_message(exit: &sys::Exit) -> ToSupervisor {
 /// leaves them reaped by no one.
 /// `no_pid_ns`: the sandbox shares the host's pid namespace, where `kill(-1)` would reach
 /// every process of our uid: the tree below us (we are its subreaper) is ended instead.
-/// `count_at_end`: no cgroup counts the sandbox's tasks; the init counts them once when the
-/// payload ends (see [`ToSupervisor::TasksAtEnd`]).
+/// `count_at_end`: no kernel count keeps the peak of the sandbox's tasks; the init counts them
+/// once when the payload ends (see [`ToSupervisor::TasksAtEnd`]).
 pub(super) fn wait(ch: &Channel, payload: libc::pid_t, no_pid_ns: bool, count_at_end: bool) -> ! {
     let mut end: Option<ToSupervisor> = None;
     // Made after the payload is spawned, so the payload never starts with SIGCHLD blocked; an
