@@ -50,10 +50,10 @@ pub enum ToSupervisor {
         #[serde(default)]
         errno: Option<i32>,
     },
-    /// One-shot, asked to by `Go`'s `count_at_end`: the tasks in the sandbox, the init not counted, at the
-    /// moment the payload ended (counted before its zombie was reaped, while it still held its
-    /// place under `RLIMIT_NPROC`). What a fork bomb leaves behind is ended right after; the
-    /// supervisor's own looks, some milliseconds apart, can miss it.
+    /// One-shot, when `Go` asked for it (`count_at_end`): the tasks in the sandbox, the init
+    /// not counted, at the moment the payload ended — counted before its zombie was reaped,
+    /// while it still held its place in the kernel's count. What a fork bomb leaves behind is
+    /// ended right after; the supervisor's own looks, some milliseconds apart, can miss it.
     TasksAtEnd { tasks: u64 },
     /// The payload exited with this code.
     Exited { code: i32 },
