@@ -266,7 +266,19 @@ impl Cmd {
 
     /// Starts the process; the caller must `wait` it.
     pub fn spawn(&self) -> Running {
-        let mut child = self.command().spawn().expect("spawn");
+        // ETXTBSY: a program a test has just written (a copy of cordon, say) can still be
+        // open for writing in the child of another test thread's fork, until that child
+        // execs (close-on-exec closes only then). That lasts a moment: try again.
+        let mut busy = 0;
+        let mut child = loop {
+            match self.command().spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && busy < 100 => {
+                    busy += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => break r.expect("spawn"),
+            }
+        };
         let start = Instant::now();
         if let Some(data) = &self.stdin {
             let mut w = child.stdin.take().expect("stdin pipe");
