@@ -3,7 +3,8 @@
 # and prints cordon's path (cordon-wasm goes beside it: cordon looks for it there).
 #
 # cordon: profile `dist` (Cargo.toml), release plus whole-program optimisation.
-# cordon-wasm (the WebAssembly runtime: wasmtime + Cranelift): profile `wasm-dist`, plain
+# cordon-bench (the benchmarks, which drive cordon from outside) and cordon-wasm (the
+# WebAssembly runtime: wasmtime + Cranelift): profile `wasm-dist`, plain
 # release settings — under fat LTO it alone took ~43 min from scratch on 2 cores.
 #
 # On glibc hosts the binary is linked statically (static-pie: still position-independent, so
@@ -29,18 +30,21 @@ case "$host" in
     RUSTFLAGS="${RUSTFLAGS:-} $flags" \
       cargo build --profile dist --locked -p cordon --target "$host" >&2
     RUSTFLAGS="${RUSTFLAGS:-} $flags" \
-      cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm --target "$host" >&2
+      cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm -p cordon-bench --target "$host" >&2
     built="target/$host/dist/cordon"
     built_wasm="target/$host/wasm-dist/cordon-wasm"
+    built_bench="target/$host/wasm-dist/cordon-bench"
     ;;
   *)
     cargo build --profile dist --locked -p cordon >&2
-    cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm >&2
+    cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm -p cordon-bench >&2
     built="target/dist/cordon"
     built_wasm="target/wasm-dist/cordon-wasm"
+    built_bench="target/wasm-dist/cordon-bench"
     ;;
 esac
 mkdir -p target/install
 cp "$built" target/install/cordon
 cp "$built_wasm" target/install/cordon-wasm
+cp "$built_bench" target/install/cordon-bench
 echo target/install/cordon

@@ -140,7 +140,7 @@ chmod 755 "$(dirname "$venv")"
 export CORDON_BIN="$repo/target/debug/cordon"
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
-for suite in "clients/python/tests crates/cordon-server/src/kernels/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
+for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
   # shellcheck disable=SC2086 # the first entry names two directories
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
@@ -213,4 +213,4 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 echo "== benchmark (short run; see README for the full one)"
-"$bin" bench --iterations 30
+"$(dirname "$bin")/cordon-bench" --cordon "$bin" --iterations 30

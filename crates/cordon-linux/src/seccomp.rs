@@ -670,38 +670,6 @@ pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
     asm.finish()
 }
 
-/// A filter that refuses namespace creation the way Docker's default profile does (`unshare`
-/// and `clone` with a `CLONE_NEW*` flag: `EPERM`; `clone3`: `ENOSYS`), for measuring cordon on
-/// such a host (`cordon bench`, see `__refuse-namespaces` in the CLI). Sets `no_new_privs`
-/// and installs it on the calling thread; what this thread execs keeps it.
-pub fn refuse_namespaces() -> Result<(), SeccompError> {
-    let mut asm = Asm::default();
-    let deny = asm.label();
-    let allow = asm.label();
-    let arch_ok = asm.label();
-    asm.ld(DATA_ARCH);
-    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
-    asm.ret(RET_KILL);
-    asm.bind(arch_ok);
-    asm.ld(DATA_NR);
-    asm.jeq(libc::SYS_unshare as u32, Jump::To(deny), Jump::Next);
-    let not_clone3 = asm.label();
-    asm.jeq(libc::SYS_clone3 as u32, Jump::Next, Jump::To(not_clone3));
-    asm.ret(RET_ENOSYS);
-    asm.bind(not_clone3);
-    asm.jeq(libc::SYS_clone as u32, Jump::Next, Jump::To(allow));
-    asm.ld(arg_lo(0));
-    let any_new = CLONE_NEW_FLAGS.iter().fold(0, |m, f| m | f);
-    asm.jset(any_new, Jump::To(deny), Jump::To(allow));
-    asm.bind(allow);
-    asm.ret(RET_ALLOW);
-    asm.bind(deny);
-    asm.ret(RET_EPERM);
-    // seccompiler sets no_new_privs first.
-    seccompiler::apply_filter(&asm.finish()?)?;
-    Ok(())
-}
-
 /// The IPC syscalls whose objects live in the IPC namespace (refused without one).
 const HOST_IPC: &[i64] = &[
     libc::SYS_shmget,

@@ -1,74 +1,121 @@
-//! Errors of the service layer, each with a stable code and the HTTP status that fits it.
+//! How the HTTP doors say a service error: one mapping from the service's error kinds to HTTP
+//! statuses, and the `{"error": {"code", "message"}}` body. The E2B door reuses the statuses
+//! with its own body; MCP says errors its own way.
 
-use serde::Serialize;
+use std::ops::Deref;
 
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
-    /// Seconds to wait before retrying (rate limits).
-    pub retry_after: Option<u64>,
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+pub use cordon_service::error::{ErrorBody, ErrorDetail, ErrorKind, ServiceError};
+
+/// The HTTP status that says `kind`.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::UnsupportedMedia => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::RateLimited | ErrorKind::Quota => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+        ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
+        ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
+
+/// A service error on its way out of an HTTP door.
+#[derive(Debug, Clone)]
+pub struct ApiError(pub ServiceError);
 
 impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-        }
+    pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError(ServiceError::new(kind, code, message))
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "invalid_request", message)
+        ApiError(ServiceError::bad_request(message))
     }
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::new(404, "not_found", what)
+        ApiError(ServiceError::not_found(what))
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(401, "unauthorized", message)
+        ApiError(ServiceError::unauthorized(message))
     }
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(409, "conflict", message)
+        ApiError(ServiceError::conflict(message))
     }
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "internal", message)
+        ApiError(ServiceError::internal(message))
     }
     pub fn too_many(message: impl Into<String>, retry_after: u64) -> Self {
-        ApiError {
-            retry_after: Some(retry_after),
-            ..Self::new(429, "rate_limited", message)
-        }
+        ApiError(ServiceError::too_many(message, retry_after))
+    }
+    pub fn too_large(what: &str, limit: u64, option: &str) -> Self {
+        ApiError(ServiceError::too_large(what, limit, option))
+    }
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        status_of(self.0.kind)
     }
 }
 
-/// `{"error": {"code": "...", "message": "..."}}`
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
-
-impl From<&ApiError> for ErrorBody {
-    fn from(e: &ApiError) -> Self {
-        ErrorBody {
-            error: ErrorDetail {
-                code: e.code.to_string(),
-                message: e.message.clone(),
-            },
-        }
+impl Deref for ApiError {
+    type Target = ServiceError;
+    fn deref(&self) -> &ServiceError {
+        &self.0
     }
 }
 
-impl From<rusqlite::Error> for ApiError {
-    fn from(e: rusqlite::Error) -> Self {
-        ApiError::internal(format!("registry: {e}"))
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status(), Json(ErrorBody::from(&self.0))).into_response();
+        if let Some(s) = self.0.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_the_status_the_readme_lists() {
+        let cases = [
+            (ErrorKind::Invalid, 400),
+            (ErrorKind::Unauthenticated, 401),
+            (ErrorKind::Forbidden, 403),
+            (ErrorKind::NotFound, 404),
+            (ErrorKind::Conflict, 409),
+            (ErrorKind::TooLarge, 413),
+            (ErrorKind::RateLimited, 429),
+            (ErrorKind::Internal, 500),
+            (ErrorKind::NoSpace, 507),
+        ];
+        for (kind, status) in cases {
+            assert_eq!(status_of(kind).as_u16(), status, "{kind:?}");
+        }
     }
 }

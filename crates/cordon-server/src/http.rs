@@ -7,10 +7,10 @@
 //! including unmatched routes (404), wrong methods (405, with `Allow`) and what axum's own
 //! extractors reject.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
@@ -19,8 +19,8 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
-use cordon_linux::fsview::{FsError, SandboxFs};
 use cordon_policy::Outcome;
+use cordon_service::files;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
@@ -30,19 +30,17 @@ use utoipa::{IntoParams, OpenApi as _, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
-use crate::keys;
-use crate::service::{
+use crate::error::{ApiError, ErrorBody, ErrorKind};
+use cordon_service::types::*;
+use cordon_service::{
     signal_number, Caller, ContextEnd, ExecEvent, ImageList, PullEvent, PullRequest, PullResult,
     Service,
 };
-use crate::types::*;
 
 pub struct AppState {
     pub service: Arc<Service>,
     /// Authentication disabled (only allowed on loopback).
     pub open: bool,
-    limiter: Mutex<HashMap<String, (f64, Instant)>>,
     /// The MCP transport, served at `/mcp` by the handlers below.
     mcp: Router,
 }
@@ -50,44 +48,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(service: Arc<Service>, open: bool) -> Arc<AppState> {
         let mcp = crate::mcp::http_service(crate::mcp::McpState::new(service.clone(), None, None));
-        Arc::new(AppState {
-            service,
-            open,
-            limiter: Mutex::new(HashMap::new()),
-            mcp,
-        })
-    }
-
-    /// Token bucket per key: `rps` requests per second, bursts up to `rps`.
-    pub(crate) fn allow(&self, key: &str, rps: u32) -> bool {
-        let Ok(mut m) = self.limiter.lock() else {
-            return true;
-        };
-        let now = Instant::now();
-        let cap = f64::from(rps.max(1));
-        let entry = m.entry(key.to_string()).or_insert((cap, now));
-        let refill = now.duration_since(entry.1).as_secs_f64() * cap;
-        entry.0 = (entry.0 + refill).min(cap);
-        entry.1 = now;
-        if entry.0 >= 1.0 {
-            entry.0 -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (status, Json(ErrorBody::from(&self))).into_response();
-        if let Some(s) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        resp
+        Arc::new(AppState { service, open, mcp })
     }
 }
 
@@ -112,7 +73,7 @@ fn is_loopback_authority(authority: &str) -> bool {
 /// its own `Origin`, nor through a name of its own that resolves to 127.0.0.1 (DNS rebinding:
 /// its `Host` is that name).
 fn local_request(h: &HeaderMap) -> Result<(), ApiError> {
-    let forbidden = |what: String| ApiError::new(403, "forbidden", what);
+    let forbidden = |what: String| ApiError::new(ErrorKind::Forbidden, "forbidden", what);
     if let Some(host) = h.get(header::HOST) {
         let host = host.to_str().unwrap_or("");
         if !is_loopback_authority(host) {
@@ -168,7 +129,7 @@ pub(crate) fn authenticate(
 ) -> Result<Caller, ApiError> {
     if st.open {
         if let Err(e) = local_request(headers) {
-            st.service.metrics.deny("origin");
+            st.service.deny("origin");
             return Err(e);
         }
         return Ok(Caller {
@@ -176,38 +137,7 @@ pub(crate) fn authenticate(
             max_sandboxes: 1000,
         });
     }
-    let Some(token) = token else {
-        st.service.metrics.deny("unauthenticated");
-        return Err(ApiError::unauthorized(missing.to_string()));
-    };
-    let rec = match st.service.registry.key_by_hash(&keys::hash(token))? {
-        Some(r) if !r.revoked => r,
-        _ => {
-            st.service.metrics.deny("bad_key");
-            return Err(ApiError::unauthorized("invalid or revoked API key"));
-        }
-    };
-    rate_limit(st, &rec)?;
-    Ok(Caller {
-        key_id: rec.id,
-        max_sandboxes: rec.max_sandboxes,
-    })
-}
-
-/// Counts one request against `rec`'s rate limit: every request made on a key's behalf (with
-/// the key itself, or with a token of one of its sandboxes) spends from the same budget.
-pub(crate) fn rate_limit(st: &AppState, rec: &crate::registry::KeyRecord) -> Result<(), ApiError> {
-    if !st.allow(&rec.id, rec.requests_per_second) {
-        st.service.metrics.deny("rate_limit");
-        return Err(ApiError::too_many(
-            format!(
-                "rate limit of {} requests per second exceeded",
-                rec.requests_per_second
-            ),
-            1,
-        ));
-    }
-    Ok(())
+    Ok(st.service.authenticate(token, missing)?)
 }
 
 /// Routes anyone may call: no key, no rate limit.
@@ -253,7 +183,7 @@ fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
 const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/metrics", "/openapi.json"];
 
 pub fn router(st: Arc<AppState>) -> Router {
-    let max_upload = st.service.cfg.max_upload as usize;
+    let max_upload = st.service.config().max_upload as usize;
     let (router, _) = public_routes()
         .merge(protected_routes().route_layer(middleware::from_fn_with_state(st.clone(), auth)))
         .split_for_parts();
@@ -517,7 +447,7 @@ async fn openapi_json() -> Response {
 #[utoipa::path(get, path = "/metrics",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
 async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    let body = st.service.metrics.render(&st.service.by_state());
+    let body = st.service.metrics_text();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -544,9 +474,10 @@ where
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
-                    413,
+                    ErrorKind::TooLarge,
                     "too_large",
-                    "the request body is larger than this server accepts",
+                    "the request body is larger than this server accepts (uploads go to the \
+                     files routes, up to cordon serve --max-upload)",
                 )
             } else {
                 ApiError::bad_request(format!("reading the body: {}", e.body_text()))
@@ -864,17 +795,6 @@ fn checked_path(p: &str, field: &str) -> Result<String, ApiError> {
     Ok(p.to_string())
 }
 
-async fn with_fs<T: Send + 'static>(
-    st: &AppState,
-    c: &Caller,
-    id: &str,
-    event: &str,
-    path: &str,
-    op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
-) -> Result<T, ApiError> {
-    crate::files::with_fs(&st.service, c, id, event, path, op).await
-}
-
 /// Schema of raw bytes.
 struct Binary;
 
@@ -899,9 +819,7 @@ async fn file_read(
     Query(q): Query<PathQuery>,
 ) -> Result<Response, ApiError> {
     let path = checked_path(&q.path, "path")?;
-    let max = st.service.cfg.max_download;
-    let p = path.clone();
-    let data = with_fs(&st, &c, &id, "file.read", &path, move |fs| fs.read(&p, max)).await?;
+    let data = files::read(&st.service, &c, &id, &path).await?;
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
         Body::from(data),
@@ -914,13 +832,7 @@ async fn file_read(
 /// reset connection.
 async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
     const DRAIN_LIMIT: u64 = 64 << 20;
-    let too_large = || {
-        ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes"),
-        )
-    };
+    let too_large = || ApiError::too_large("the upload", max, "cordon serve --max-upload");
     let mut stream = body.into_data_stream();
     let mut data = Vec::new();
     let mut seen: u64 = 0;
@@ -953,9 +865,9 @@ async fn file_write(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let path = checked_path(&q.path, "path")?;
-    let max = st.service.cfg.max_upload;
+    let max = st.service.config().max_upload;
     let data = read_upload(body, max).await?;
-    let written = crate::files::write(&st.service, &c, &id, &path, data).await?;
+    let written = cordon_service::files::write(&st.service, &c, &id, &path, data).await?;
     Ok((
         StatusCode::CREATED,
         Json(Written {
@@ -974,12 +886,7 @@ async fn file_delete(
     Query(q): Query<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
     let path = checked_path(&q.path, "path")?;
-    let p = path.clone();
-    let rec = q.recursive.unwrap_or(false);
-    with_fs(&st, &c, &id, "file.delete", &path, move |fs| {
-        fs.remove(&p, rec)
-    })
-    .await?;
+    files::remove(&st.service, &c, &id, &path, q.recursive.unwrap_or(false)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -995,8 +902,7 @@ async fn file_list(
         Some(p) => checked_path(p, "path")?,
         None => "/workspace".into(),
     };
-    let p = path.clone();
-    let entries = with_fs(&st, &c, &id, "file.list", &path, move |fs| fs.list(&p)).await?;
+    let entries = files::list(&st.service, &c, &id, &path, 1, usize::MAX).await?;
     Ok(Json(json!({ "entries": entries })))
 }
 
@@ -1009,8 +915,7 @@ async fn file_stat(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let path = checked_path(&q.path, "path")?;
-    let p = path.clone();
-    let entry = with_fs(&st, &c, &id, "file.stat", &path, move |fs| fs.stat(&p)).await?;
+    let entry = files::stat(&st.service, &c, &id, &path).await?;
     Ok(Json(serde_json::to_value(entry).unwrap_or_default()))
 }
 
@@ -1023,10 +928,7 @@ async fn file_mkdir(
     JsonBody(req): JsonBody<MkdirRequest>,
 ) -> Result<StatusCode, ApiError> {
     let p = checked_path(&req.path, "path")?;
-    with_fs(&st, &c, &id, "file.mkdir", &req.path, move |fs| {
-        fs.mkdir(&p, req.parents)
-    })
-    .await?;
+    files::mkdir(&st.service, &c, &id, &p, req.parents).await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -1042,29 +944,21 @@ async fn file_move(
         checked_path(&req.from, "from")?,
         checked_path(&req.to, "to")?,
     );
-    with_fs(
-        &st,
-        &c,
-        &id,
-        "file.move",
-        &format!("{} -> {}", req.from, req.to),
-        move |fs| fs.rename(&from, &to),
-    )
-    .await?;
+    files::rename(&st.service, &c, &id, &from, &to).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(IdPath), request_body = crate::kernel::CodeRequest,
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(IdPath), request_body = cordon_service::interpreter::CodeRequest,
     responses((status = 200, description = "The cell's result; with `Accept: text/event-stream`, server-sent events instead: `stdout`, `stderr`, `result`, `error`, then one `done` with the whole result",
-        content((crate::kernel::CodeResult = "application/json"), (String = "text/event-stream")))))]
+        content((cordon_service::interpreter::CodeResult = "application/json"), (String = "text/event-stream")))))]
 async fn run_code(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<crate::kernel::CodeRequest>,
+    JsonBody(req): JsonBody<cordon_service::interpreter::CodeRequest>,
 ) -> Result<Response, ApiError> {
-    use crate::kernel::CellEvent;
+    use cordon_service::interpreter::CellEvent;
     if !wants_stream(&headers) {
         return Ok(Json(st.service.run_code(&c, &id, req, None).await?).into_response());
     }
@@ -1073,14 +967,7 @@ async fn run_code(
     let svc = st.service.clone();
     tokio::spawn(async move {
         if let Err(e) = svc.run_code(&c, &id, req, Some(tx.clone())).await {
-            let r = crate::kernel::CodeResult {
-                error: Some(crate::kernel::CodeError {
-                    name: e.code.to_string(),
-                    value: e.message,
-                    traceback: vec![],
-                }),
-                ..Default::default()
-            };
+            let r = cordon_service::interpreter::CodeResult::failed(&e);
             let _ = tx.send(CellEvent::Done(Box::new(r))).await;
         }
     });
@@ -1165,7 +1052,7 @@ async fn list_contexts(
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts", params(IdPath),
     request_body(content = Option<NewContext>, description = "An empty body is `{}`: the default Python context"),
-    responses((status = 201, body = crate::kernel::ContextInfo, description = "The context's kernel runs")))]
+    responses((status = 201, body = cordon_service::interpreter::ContextInfo, description = "The context's kernel runs")))]
 async fn create_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -1228,9 +1115,10 @@ async fn pull_image(
     }
     // Refusals that need no registry (a malformed reference, a registry not allowed) come
     // back as the JSON error, before any stream starts.
-    crate::service::validate_pull(&req)?;
+    cordon_service::validate_pull(&req)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<PullEvent>(64);
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<PullResult, ApiError>>();
+    let (done_tx, done_rx) =
+        tokio::sync::oneshot::channel::<Result<PullResult, cordon_service::error::ServiceError>>();
     let svc = st.service.clone();
     tokio::spawn(async move {
         let r = svc.pull_image(&c, req, Some(tx)).await;
@@ -1269,7 +1157,7 @@ async fn run_oneshot(
     Extension(c): Extension<Caller>,
     JsonBody(req): JsonBody<RunRequest>,
 ) -> Result<Response, ApiError> {
-    let outcome = crate::oneshot::run(&st.service, &c, req).await?;
+    let outcome = cordon_service::oneshot::run(&st.service, &c, req).await?;
     Ok(Json(outcome).into_response())
 }
 

@@ -1,45 +1,22 @@
-//! cordon's server: a registry of persistent sandboxes (SQLite), the service layer over the
-//! engine, and the HTTP API in front of it, with API keys, per-key quotas, an audit log and
-//! Prometheus metrics.
+//! cordon's doors: the native HTTP API, E2B's API, MCP (stdio and streamable HTTP) and the
+//! gateway runtime, each a thin translation of its protocol onto `cordon-service`. No door
+//! reaches the engine (`cordon-linux`): what a door needs of a sandbox, the service offers.
+//!
+//! Threat model: every byte a client sends is hostile until a door has parsed it into the
+//! service's types; authentication (`http::authenticate`) is shared by every HTTP door.
 
-pub mod audit;
-pub mod datadir;
 pub mod e2b;
 pub mod error;
-pub mod files;
 pub mod gateway;
 pub mod http;
-pub mod kernel;
-pub mod keys;
 pub mod mcp;
-pub mod metrics;
-pub mod oneshot;
-pub mod registry;
-pub mod service;
-pub mod types;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use cordon_service::{Config, ImagePull, Service};
 pub use error::ApiError;
-pub use service::{Config, ImagePull, Service};
-
-/// Default limits of a new key.
-pub const DEFAULT_MAX_SANDBOXES: u32 = 50;
-pub const DEFAULT_RPS: u32 = 100;
-
-/// Creates a key and returns (secret, id). The secret is shown once and stored hashed.
-pub fn create_key(
-    registry: &registry::Registry,
-    name: &str,
-    max_sandboxes: u32,
-    rps: u32,
-) -> Result<(String, String), ApiError> {
-    let (secret, id) = keys::generate().map_err(|e| ApiError::internal(e.to_string()))?;
-    registry.add_key(&id, name, &keys::hash(&secret), max_sandboxes, rps)?;
-    Ok((secret, id))
-}
 
 pub struct ServeOptions {
     pub listen: SocketAddr,

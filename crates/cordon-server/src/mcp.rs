@@ -36,9 +36,9 @@ use serde::Deserialize;
 
 pub use framing::MAX_MESSAGE;
 
-use crate::kernel::CodeRequest;
-use crate::service::{Caller, Service};
-use crate::types::{Amount, Cmd, CreateSandbox, ExecRequest, SandboxInfo};
+use cordon_service::interpreter::CodeRequest;
+use cordon_service::types::{Amount, Cmd, CreateSandbox, ExecRequest, SandboxInfo};
+use cordon_service::{Caller, Service};
 
 /// How long an HTTP session's sandbox lives without a call (each call extends it).
 const HTTP_IDLE_TTL: Duration = Duration::from_secs(2 * 3600);
@@ -79,9 +79,9 @@ impl McpState {
     ) -> Arc<McpState> {
         let idle_ttl = if local_caller.is_some() {
             // stdio: the session is the process; its sandbox lives as long as the service lets.
-            service.cfg.max_ttl
+            service.config().max_ttl
         } else {
-            HTTP_IDLE_TTL.min(service.cfg.max_ttl)
+            HTTP_IDLE_TTL.min(service.config().max_ttl)
         };
         Arc::new(McpState {
             service,
@@ -303,7 +303,7 @@ impl CordonMcp {
             {
                 Some(sid) => {
                     let key = format!("{}:{sid}", caller.key_id);
-                    let label = crate::keys::hash(sid).chars().take(16).collect();
+                    let label = cordon_service::keys::hash(sid).chars().take(16).collect();
                     (caller, key, label, true)
                 }
                 None => {
@@ -479,7 +479,7 @@ fn outcome_facts(o: &Outcome) -> Option<serde_json::Value> {
 
 /// A code cell's facts as structured content: everything the service reports about the
 /// cell except what the content blocks already carry (output, results, images).
-fn code_facts(r: &crate::kernel::CodeResult) -> Option<serde_json::Value> {
+fn code_facts(r: &cordon_service::interpreter::CodeResult) -> Option<serde_json::Value> {
     let mut v = serde_json::to_value(r).ok()?;
     if let Some(m) = v.as_object_mut() {
         for k in ["stdout", "stderr", "results"] {
@@ -620,7 +620,7 @@ impl CordonMcp {
                     Ok(sb) => sb,
                     Err(r) => return Ok(r),
                 };
-                let data = match crate::files::read(svc, &sb.caller, &sb.id, &path).await {
+                let data = match cordon_service::files::read(svc, &sb.caller, &sb.id, &path).await {
                     Ok(d) => d,
                     Err(e) => return Ok(sb.annotate(tool_error(e.message))),
                 };
@@ -655,17 +655,17 @@ impl CordonMcp {
             }
             profile.limits.timeout = Duration::from_secs_f64(t);
         }
-        let size = match crate::oneshot::check_wasm(&b64, false) {
+        let size = match cordon_service::oneshot::check_wasm(&b64, false) {
             Ok(n) => n,
             Err(e) => return Ok(annotate(tool_error(e.message))),
         };
-        svc.audit.record(
+        svc.audit(
             "run_wasm",
             &caller.key_id,
             bound.as_ref().map(|sb| sb.id.as_str()),
             serde_json::json!({"module": name, "bytes": size, "args": p.args.len()}),
         );
-        let req = crate::oneshot::OneShot {
+        let req = cordon_service::oneshot::OneShot {
             profile,
             argv: std::iter::once(name).chain(p.args).collect(),
             cwd: None,
@@ -673,7 +673,7 @@ impl CordonMcp {
             stdin: p.stdin,
             wasm: Some(b64),
         };
-        let o = match crate::oneshot::execute(svc, req).await {
+        let o = match cordon_service::oneshot::execute(svc, req).await {
             Ok(o) => o,
             Err(e) => return Ok(annotate(tool_error(e.message))),
         };
@@ -700,11 +700,13 @@ impl CordonMcp {
             Ok(sb) => sb,
             Err(r) => return Ok(r),
         };
-        let data = match crate::files::read(&self.state.service, &sb.caller, &sb.id, &p.path).await
-        {
-            Ok(d) => d,
-            Err(e) => return Ok(sb.annotate(tool_error(e.message))),
-        };
+        let data =
+            match cordon_service::files::read(&self.state.service, &sb.caller, &sb.id, &p.path)
+                .await
+            {
+                Ok(d) => d,
+                Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+            };
         let b64 = || base64::engine::general_purpose::STANDARD.encode(&data);
         let mime = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
             Some("image/png")
@@ -740,7 +742,7 @@ impl CordonMcp {
             Ok(sb) => sb,
             Err(r) => return Ok(r),
         };
-        let r = match crate::files::write(
+        let r = match cordon_service::files::write(
             &self.state.service,
             &sb.caller,
             &sb.id,
@@ -768,7 +770,16 @@ impl CordonMcp {
             Err(r) => return Ok(r),
         };
         let path = p.path.unwrap_or_else(|| "/workspace".into());
-        let r = match crate::files::list(&self.state.service, &sb.caller, &sb.id, &path).await {
+        let r = match cordon_service::files::list(
+            &self.state.service,
+            &sb.caller,
+            &sb.id,
+            &path,
+            1,
+            usize::MAX,
+        )
+        .await
+        {
             Ok(entries) => {
                 let lines: Vec<String> = entries
                     .iter()

@@ -103,6 +103,7 @@ pub fn serialize(program: &Program) -> Option<Vec<u8>> {
 /// Only for bytes that this crate's own compile step produced, which the caller proves: the
 /// cache checks their HMAC with a key that never leaves the host side (see `cache`), and the
 /// confined runtime gets them from the supervisor that checked them.
+#[allow(unsafe_code)] // the crate's one unsafe function: see Cargo.toml
 pub fn deserialize_trusted(engine: &Engine, kind: Kind, artifact: &[u8]) -> Option<Program> {
     match kind {
         // SAFETY: `Module::deserialize` turns the bytes into native code without validating

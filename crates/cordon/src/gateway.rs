@@ -269,7 +269,7 @@ fn run(
             None => cordon_server::gateway::serve_stdio(gw.clone()).await,
             Some(addr) => {
                 let keys = keys_dir.unwrap_or_else(crate::serve::default_data_dir);
-                let registry = cordon_server::registry::Registry::open(&keys.join("cordon.db"))
+                let registry = cordon_service::registry::Registry::open(&keys.join("cordon.db"))
                     .map_err(|e| format!("API keys in {}: {}", keys.display(), e.message))?;
                 cordon_server::gateway::serve_http(gw.clone(), Arc::new(registry), addr, |a| {
                     println!("cordon gateway listening on http://{a}/mcp");

@@ -9,9 +9,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod audit;
-mod bench;
-mod bench_image;
-mod bench_wasm;
 mod check;
 mod gateway;
 mod image;
@@ -53,8 +50,15 @@ enum Command {
     Mcp(Box<mcp::McpArgs>),
     /// Manage API keys of `cordon serve`.
     Keys(serve::KeysArgs),
-    /// Time cordon against bare exec and bubblewrap, side by side.
-    Bench(bench::BenchArgs),
+    /// Time cordon against bare exec, bubblewrap and podman, side by side (runs the separate
+    /// `cordon-bench` binary on this cordon; `cordon bench --help` lists its options).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Options for cordon-bench (`--iterations N`, `--json`, `--no-serve`, `--no-wasm`,
+        /// `--no-images`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Manage OCI images: pull, import, list, inspect, remove, prune, login.
     Image(image::ImageArgs),
     /// An MCP gateway: allowlist, argument and path checks, rate limits, pinning, approvals
@@ -79,14 +83,6 @@ fn cordon_main() -> i32 {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__oneshot") {
         return serve::oneshot_main().clamp(0, 255);
     }
-    // `cordon __refuse-namespaces PROGRAM ARGS…`: PROGRAM on a host that refuses namespaces
-    // as Docker's default seccomp profile does (what `cordon bench` measures cordon on).
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "__refuse-namespaces")
-    {
-        return bench::exec_refusing_namespaces(std::env::args_os().skip(2).collect());
-    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -102,8 +98,8 @@ fn cordon_main() -> i32 {
     };
     let code = match cli.command {
         Command::Run(args) => run::main(*args),
+        Command::Bench { args } => bench_launcher(args),
         Command::Check(args) => check::main(args),
-        Command::Bench(args) => bench::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
         Command::Mcp(args) => mcp::main(*args),
@@ -112,4 +108,27 @@ fn cordon_main() -> i32 {
         Command::Gateway(args) => gateway::main(*args),
     };
     code.clamp(0, 255)
+}
+
+/// `cordon bench …`: execs `cordon-bench --cordon <this binary> …` (beside cordon, else on
+/// PATH). The benchmarks live in their own binary so that cordon carries none of their code.
+fn bench_launcher(args: Vec<std::ffi::OsString>) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().ok();
+    let beside = me
+        .as_ref()
+        .and_then(|m| m.parent().map(|d| d.join("cordon-bench")))
+        .filter(|p| p.is_file());
+    let bench = beside.unwrap_or_else(|| std::path::PathBuf::from("cordon-bench"));
+    let mut cmd = std::process::Command::new(&bench);
+    if let Some(me) = me {
+        cmd.arg("--cordon").arg(me);
+    }
+    let e = cmd.args(args).exec();
+    eprintln!(
+        "cordon: cannot run {}: {e}; the benchmarks are the separate cordon-bench binary \
+         (scripts/build-release.sh builds it beside cordon)",
+        bench.display()
+    );
+    125
 }

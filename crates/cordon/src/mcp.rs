@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use clap::Args;
-use cordon_server::service::Caller;
 use cordon_server::{Config, Service};
+use cordon_service::Caller;
 
 use crate::sandbox_args::SandboxArgs;
 

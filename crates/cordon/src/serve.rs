@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use cordon_policy::units::{parse_duration, parse_size};
-use cordon_server::registry::Registry;
 use cordon_server::{Config, ServeOptions, Service};
+use cordon_service::registry::Registry;
 
 #[derive(Args, Debug)]
 #[command(
@@ -169,10 +169,10 @@ enum KeysCommand {
         #[arg(long, default_value = "default")]
         name: String,
         /// Sandboxes this key may run at once.
-        #[arg(long, default_value_t = cordon_server::DEFAULT_MAX_SANDBOXES)]
+        #[arg(long, default_value_t = cordon_service::DEFAULT_MAX_SANDBOXES)]
         max_sandboxes: u32,
         /// Requests per second this key may make.
-        #[arg(long, default_value_t = cordon_server::DEFAULT_RPS)]
+        #[arg(long, default_value_t = cordon_service::DEFAULT_RPS)]
         rps: u32,
     },
     /// List keys (ids and limits, never secrets).
@@ -183,7 +183,7 @@ enum KeysCommand {
 
 fn open_registry(dir: &std::path::Path) -> Result<Registry, String> {
     if let Some(warning) =
-        cordon_server::datadir::prepare(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+        cordon_service::datadir::prepare(dir).map_err(|e| format!("{}: {e}", dir.display()))?
     {
         eprintln!("cordon: warning: {warning}");
     }
@@ -200,7 +200,7 @@ pub fn keys_main(a: KeysArgs) -> i32 {
         }
     };
     let result = match a.command {
-        KeysCommand::Create { name, max_sandboxes, rps } => cordon_server::create_key(&reg, &name, max_sandboxes, rps).map(|(secret, id)| {
+        KeysCommand::Create { name, max_sandboxes, rps } => cordon_service::create_key(&reg, &name, max_sandboxes, rps).map(|(secret, id)| {
             println!("{secret}");
             eprintln!("created key {id} ({name}): at most {max_sandboxes} sandboxes, {rps} requests/s. The secret above is shown only once.");
         }),
@@ -276,7 +276,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         default_exec_timeout: Duration::from_secs(30),
         max_exec_timeout: Duration::from_secs(3600),
         require,
-        images: cordon_server::service::ImagesConfig {
+        images: cordon_service::ImagesConfig {
             insecure: a.insecure_registry.clone(),
             registries: (!a.pull_from.is_empty()).then(|| a.pull_from.clone()),
         },
@@ -300,14 +300,14 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     rt.block_on(async move {
         let service = Service::new(cfg).map_err(|e| e.to_string())?;
         let mut first_key = None;
-        if !a.no_auth && service.registry.active_keys().map_err(|e| e.to_string())? == 0 {
-            let (secret, id) = cordon_server::create_key(
-                &service.registry,
-                "default",
-                cordon_server::DEFAULT_MAX_SANDBOXES,
-                cordon_server::DEFAULT_RPS,
-            )
-            .map_err(|e| e.to_string())?;
+        if !a.no_auth && service.active_keys().map_err(|e| e.to_string())? == 0 {
+            let (secret, id) = service
+                .create_key(
+                    "default",
+                    cordon_service::DEFAULT_MAX_SANDBOXES,
+                    cordon_service::DEFAULT_RPS,
+                )
+                .map_err(|e| e.to_string())?;
             first_key = Some((secret, id));
         }
         let opts = ServeOptions {
@@ -340,7 +340,7 @@ pub fn oneshot_main() -> i32 {
         eprintln!("cordon: reading the request: {e}");
         return 125;
     }
-    let req: cordon_server::oneshot::OneShot = match serde_json::from_slice(&buf) {
+    let req: cordon_service::oneshot::OneShot = match serde_json::from_slice(&buf) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cordon: bad request: {e}");

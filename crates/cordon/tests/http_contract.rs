@@ -282,15 +282,16 @@ fn concurrent_creates_never_overshoot_the_quota() {
 /// start sandboxes, every create on a one-sandbox key fails for that reason, never for quota.
 #[test]
 fn a_failed_create_releases_its_quota_slot() {
-    use cordon_server::service::Caller;
     use cordon_server::{Config, Service};
+    use cordon_service::error::ErrorKind;
+    use cordon_service::Caller;
     let dir = scratch("failed-create");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let errors: Vec<(u16, String)> = rt.block_on(async {
+    let errors: Vec<(ErrorKind, String)> = rt.block_on(async {
         let svc = Service::new(Config {
             // Not cordon: the sandbox helper never comes up.
             helper_exe: "/bin/false".into(),
@@ -316,15 +317,15 @@ fn a_failed_create_releases_its_quota_slot() {
                 .await
             {
                 Ok(info) => panic!("created with /bin/false as the helper: {info:?}"),
-                Err(e) => errors.push((e.status, e.code.to_string())),
+                Err(e) => errors.push((e.kind, e.code.to_string())),
             }
         }
         errors
     });
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(errors.len(), 3);
-    for (status, code) in errors {
-        assert_eq!((status, code.as_str()), (500, "sandbox_failed"));
+    for (kind, code) in errors {
+        assert_eq!((kind, code.as_str()), (ErrorKind::Internal, "sandbox_failed"));
     }
 }
 

@@ -654,8 +654,8 @@ fn per_sandbox_egress_policy_changes_at_runtime() {
 /// it did: a loaded server answered such a write 409 "stdin of this command is closed").
 #[test]
 fn background_stdin_is_writable_as_soon_as_the_command_exists() {
-    use cordon_server::service::Caller;
     use cordon_server::{Config, Service};
+    use cordon_service::Caller;
     let dir = std::env::temp_dir().join(format!(
         "cordon-test-bg-stdin-{}-{}",
         std::process::id(),

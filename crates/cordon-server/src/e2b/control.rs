@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::{rfc3339, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
-use crate::service::Caller;
-use crate::types::{Amount, CreateSandbox, SandboxInfo};
+use cordon_service::types::{Amount, CreateSandbox, SandboxInfo};
+use cordon_service::Caller;
 
 /// E2B's default sandbox lifetime when a create names none (its SDKs send 300 s too).
 const DEFAULT_TIMEOUT_S: f64 = 300.0;
@@ -163,7 +163,7 @@ fn sandbox_body(e2b: &St, id: &str, template: &str, token: &str) -> Value {
     json!({
         "templateID": template,
         "sandboxID": id,
-        "clientID": e2b.st.service.cfg.node,
+        "clientID": e2b.st.service.config().node,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": token,
         "trafficAccessToken": token,
@@ -186,7 +186,7 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
     json!({
         "templateID": e2b.template_of(&info.id, &info.profile),
         "sandboxID": info.id,
-        "clientID": e2b.st.service.cfg.node,
+        "clientID": e2b.st.service.config().node,
         "startedAt": rfc3339(info.created_at),
         "endAt": rfc3339(info.expires_at),
         "cpuCount": cpus,
@@ -220,7 +220,7 @@ pub(super) async fn create(
     let allow = egress(
         req.allow_internet_access,
         req.network,
-        &e2b.st.service.cfg.e2b_allow_net,
+        &e2b.st.service.config().e2b_allow_net,
     )?;
     let info = e2b
         .st
@@ -264,7 +264,7 @@ pub(super) async fn connect(
     let info = live_info(&e2b, &caller, &id)?;
     if let Some(t) = req.timeout {
         // Connecting never shortens the sandbox's life.
-        let want = crate::registry::now() + t.max(0.0) as u64;
+        let want = cordon_service::registry::now() + t.max(0.0) as u64;
         if want > info.expires_at {
             e2b.st
                 .service
@@ -320,7 +320,7 @@ pub(super) async fn update_network(
     let allow = egress(
         req.allow_internet_access,
         Some(req.network),
-        &e2b.st.service.cfg.e2b_allow_net,
+        &e2b.st.service.config().e2b_allow_net,
     )?;
     e2b.st.service.set_network(
         &caller,
@@ -543,6 +543,7 @@ pub(super) async fn list_v1(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn list_query_reads_the_sdk_encoding() {
@@ -581,10 +582,8 @@ mod tests {
             json!({"rules": {"a.test": []}}),
         ] {
             assert_eq!(
-                egress(None, net(bad.clone()), &dflt)
-                    .err()
-                    .map(|e| e.status),
-                Some(400),
+                egress(None, net(bad.clone()), &dflt).err().map(|e| e.kind),
+                Some(ErrorKind::Invalid),
                 "{bad}"
             );
         }
@@ -601,6 +600,9 @@ mod tests {
             Some("default")
         );
         assert_eq!(profile_of("strict").ok().as_deref(), Some("strict"));
-        assert_eq!(profile_of("nope").err().map(|e| e.status), Some(404));
+        assert_eq!(
+            profile_of("nope").err().map(|e| e.kind),
+            Some(ErrorKind::NotFound)
+        );
     }
 }

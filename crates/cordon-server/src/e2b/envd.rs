@@ -16,17 +16,17 @@ use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use cordon_linux::fsview::{Entry, EntryType};
 use cordon_policy::{Outcome, Status};
+use cordon_service::files::{self, Entry, EntryType};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::{check_user, rfc3339, sandbox_path, E2bError, St, HOME};
-use crate::error::ApiError;
-use crate::service::{BgCommand, Caller, ExecEvent};
-use crate::types::{Amount, Cmd, ExecRequest, PtySize};
+use crate::error::{ApiError, ErrorKind};
+use cordon_service::types::{Amount, Cmd, ExecRequest, PtySize};
+use cordon_service::{BgCommand, Caller, ExecEvent};
 
 /// The largest Connect message taken (a request is a command, a path or a chunk of stdin).
 const MAX_MESSAGE: usize = 8 << 20;
@@ -87,21 +87,35 @@ impl RpcError {
     }
 }
 
+impl From<cordon_service::error::ServiceError> for RpcError {
+    fn from(e: cordon_service::error::ServiceError) -> Self {
+        ApiError(e).into()
+    }
+}
+
 impl From<ApiError> for RpcError {
     fn from(e: ApiError) -> Self {
-        let code = match (e.status, e.code) {
+        let code = match (e.kind, e.code) {
             (_, "already_exists") => "already_exists",
-            (400 | 422, _) => "invalid_argument",
-            (401, _) => "unauthenticated",
-            (403, _) => "permission_denied",
-            (404, _) => "not_found",
-            (409, _) => "failed_precondition",
-            (413 | 429 | 507, _) => "resource_exhausted",
-            (501, _) => "unimplemented",
-            (502 | 503, _) => "unavailable",
-            _ => "internal",
+            (ErrorKind::Invalid | ErrorKind::Unprocessable | ErrorKind::UnsupportedMedia, _) => {
+                "invalid_argument"
+            }
+            (ErrorKind::Unauthenticated, _) => "unauthenticated",
+            (ErrorKind::Forbidden, _) => "permission_denied",
+            (ErrorKind::NotFound, _) => "not_found",
+            (ErrorKind::Conflict, _) => "failed_precondition",
+            (
+                ErrorKind::TooLarge
+                | ErrorKind::RateLimited
+                | ErrorKind::Quota
+                | ErrorKind::NoSpace,
+                _,
+            ) => "resource_exhausted",
+            (ErrorKind::Unsupported, _) => "unimplemented",
+            (ErrorKind::Upstream | ErrorKind::Unavailable, _) => "unavailable",
+            (ErrorKind::Internal, _) => "internal",
         };
-        RpcError::new(code, e.message)
+        RpcError::new(code, e.0.message)
     }
 }
 
@@ -652,7 +666,7 @@ async fn process_call(
             // The shell then says /home/user rather than the link's target.
             let mut env = req.process.envs;
             env.entry("PWD".into()).or_insert_with(|| cwd.clone());
-            let max = e2b.st.service.cfg.max_exec_timeout;
+            let max = e2b.st.service.config().max_exec_timeout;
             let timeout = timeout_of(h).unwrap_or(max).min(max);
             let (cmd, first) = e2b
                 .st
@@ -759,9 +773,9 @@ async fn process_call(
                 e2b.st
                     .service
                     .command_resize(&caller, &id, &cmd.id, size)
-                    .map_err(|e| match e.status {
-                        409 => RpcError::new("failed_precondition", e.message),
-                        _ => e.into(),
+                    .map_err(|e| match e.kind {
+                        ErrorKind::Conflict => RpcError::new("failed_precondition", e.message),
+                        _ => ApiError::from(e).into(),
                     })?;
             }
             unary_ok(json!({}))
@@ -934,7 +948,7 @@ async fn watch_stream(e2b: &St, h: &HeaderMap, body: Body, k: &Kind) -> Result<R
     let req: WatchReq = decode(&msg)?;
     let p = sandbox_path(&req.path)?;
     let svc = e2b.st.service.clone();
-    svc.audit.record(
+    svc.audit(
         "file.watch",
         &caller.key_id,
         Some(&id),
@@ -1021,17 +1035,11 @@ async fn fs_call(
     check_user(h, None)?;
     let msg = one_message(body, k).await?;
     let svc = &e2b.st.service;
-    let with_fs = |event: &'static str, path: String, op| {
-        let svc = svc.clone();
-        let caller = caller.clone();
-        let id = id.clone();
-        async move { crate::files::with_fs(&svc, &caller, &id, event, &path, op).await }
-    };
     match method {
         "CreateWatcher" => {
             let req: WatchReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            svc.audit.record(
+            svc.audit(
                 "file.watch",
                 &caller.key_id,
                 Some(&id),
@@ -1062,112 +1070,37 @@ async fn fs_call(
         "Stat" => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            let q = p.clone();
-            let e = with_fs(
-                "file.stat",
-                p,
-                Box::new(move |fs: &cordon_linux::fsview::SandboxFs| fs.stat(&q).map(|e| vec![e]))
-                    as FsOp,
-            )
-            .await?;
-            unary_ok(json!({"entry": e.first().map(entry_info)}))
+            let e = files::stat(svc, &caller, &id, &p).await?;
+            unary_ok(json!({"entry": entry_info(&e)}))
         }
         "ListDir" => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
             let depth = req.depth.unwrap_or(1).clamp(1, MAX_DEPTH);
-            let q = p.clone();
-            let entries = with_fs(
-                "file.list",
-                p,
-                Box::new(move |fs: &cordon_linux::fsview::SandboxFs| {
-                    let root = fs.stat(&q)?;
-                    if !matches!(root.r#type, EntryType::Dir | EntryType::Symlink) {
-                        return Err(cordon_linux::fsview::FsError::NotADirectory {
-                            path: q.clone(),
-                        });
-                    }
-                    let mut out = Vec::new();
-                    let mut level = vec![q.clone()];
-                    for _ in 0..depth {
-                        let mut next = Vec::new();
-                        for dir in level {
-                            for e in fs.list(&dir)? {
-                                if e.r#type == EntryType::Dir {
-                                    next.push(e.path.clone());
-                                }
-                                if out.len() < MAX_ENTRIES {
-                                    out.push(e);
-                                }
-                            }
-                        }
-                        level = next;
-                    }
-                    Ok(out)
-                }) as FsOp,
-            )
-            .await?;
+            let entries = files::list(svc, &caller, &id, &p, depth, MAX_ENTRIES).await?;
             let entries: Vec<Value> = entries.iter().map(entry_info).collect();
             unary_ok(json!({ "entries": entries }))
         }
         "MakeDir" => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            let q = p.clone();
-            let e = with_fs(
-                "file.mkdir",
-                p,
-                Box::new(move |fs: &cordon_linux::fsview::SandboxFs| {
-                    if fs.stat(&q).is_ok() {
-                        return Err(cordon_linux::fsview::FsError::AlreadyExists {
-                            path: q.clone(),
-                        });
-                    }
-                    fs.mkdir(&q, true)?;
-                    fs.stat(&q).map(|e| vec![e])
-                }) as FsOp,
-            )
-            .await?;
-            unary_ok(json!({"entry": e.first().map(entry_info)}))
+            let e = files::mkdir_new(svc, &caller, &id, &p).await?;
+            unary_ok(json!({"entry": entry_info(&e)}))
         }
         "Move" => {
             let req: MoveReq = decode(&msg)?;
             let (from, to) = (sandbox_path(&req.source)?, sandbox_path(&req.destination)?);
-            let t = to.clone();
-            let e = with_fs(
-                "file.move",
-                format!("{from} -> {to}"),
-                Box::new(move |fs: &cordon_linux::fsview::SandboxFs| {
-                    fs.rename(&from, &t)?;
-                    fs.stat(&t).map(|e| vec![e])
-                }) as FsOp,
-            )
-            .await?;
-            unary_ok(json!({"entry": e.first().map(entry_info)}))
+            let e = files::rename(svc, &caller, &id, &from, &to).await?;
+            unary_ok(json!({"entry": entry_info(&e)}))
         }
         _ => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            let q = p.clone();
-            with_fs(
-                "file.delete",
-                p,
-                Box::new(move |fs: &cordon_linux::fsview::SandboxFs| {
-                    fs.remove(&q, true).map(|_| Vec::new())
-                }) as FsOp,
-            )
-            .await?;
+            files::remove(svc, &caller, &id, &p, true).await?;
             unary_ok(json!({}))
         }
     }
 }
-
-type FsOp = Box<
-    dyn FnOnce(
-            &cordon_linux::fsview::SandboxFs,
-        ) -> Result<Vec<Entry>, cordon_linux::fsview::FsError>
-        + Send,
->;
 
 // ---- /files ----
 
@@ -1189,7 +1122,7 @@ pub(super) async fn download(
             .as_deref()
             .ok_or_else(|| ApiError::bad_request("path: required"))?,
     )?;
-    let data = crate::files::read(&e2b.st.service, &caller, &id, &path).await?;
+    let data = files::read(&e2b.st.service, &caller, &id, &path).await?;
     if super::gzip::accepts_gzip(&h) {
         let packed = tokio::task::spawn_blocking(move || super::gzip::gzip(&data))
             .await
@@ -1232,14 +1165,8 @@ pub(super) async fn upload(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let max = e2b.st.service.cfg.max_upload as usize;
-    let too_large = || {
-        ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes"),
-        )
-    };
+    let max = e2b.st.service.config().max_upload as usize;
+    let too_large = || ApiError::too_large("the upload", max as u64, "cordon serve --max-upload");
     let req = if super::gzip::upload_is_gzip(&h)? {
         // The body limit held for the packed bytes; the unpacked ones get the same cap.
         let (mut parts, body) = req.into_parts();
@@ -1286,7 +1213,7 @@ pub(super) async fn upload(
                     ApiError::bad_request(format!("multipart body: {e}"))
                 }
             })?;
-            crate::files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
+            files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
             out.push(written(&path));
         }
         if out.is_empty() {
@@ -1300,7 +1227,7 @@ pub(super) async fn upload(
         let data = axum::body::to_bytes(req.into_body(), max)
             .await
             .map_err(|_| too_large())?;
-        crate::files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
+        files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
         out.push(written(&path));
     }
     Ok(axum::Json(out).into_response())

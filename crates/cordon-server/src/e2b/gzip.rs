@@ -5,7 +5,7 @@ use std::io::Read;
 
 use axum::http::{header, HeaderMap};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// Whether an upload is gzip (`Content-Encoding: gzip`); none or `identity` is plain, any other
 /// encoding an error that names it.
@@ -18,7 +18,7 @@ pub(super) fn upload_is_gzip(h: &HeaderMap) -> Result<bool, ApiError> {
         "" | "identity" => Ok(false),
         "gzip" | "x-gzip" => Ok(true),
         other => Err(ApiError::new(
-            415,
+            ErrorKind::UnsupportedMedia,
             "unsupported_media_type",
             format!("Content-Encoding '{other}' is not accepted: send gzip or none"),
         )),
@@ -34,10 +34,10 @@ pub(super) fn gunzip(data: &[u8], max: usize) -> Result<Vec<u8>, ApiError> {
         .read_to_end(&mut out)
         .map_err(|e| ApiError::bad_request(format!("gzip body: {e}")))?;
     if out.len() > max {
-        return Err(ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes (after unpacking gzip)"),
+        return Err(ApiError::too_large(
+            "the upload (after unpacking gzip)",
+            max as u64,
+            "cordon serve --max-upload",
         ));
     }
     Ok(out)
@@ -78,13 +78,16 @@ mod tests {
         // 64 MiB of zeros pack into ~64 KiB.
         let bomb = gzip(&vec![0u8; 64 << 20]).expect("pack");
         assert!(bomb.len() < 1 << 20);
-        let e = gunzip(&bomb, 1 << 20).err().map(|e| e.status);
-        assert_eq!(e, Some(413));
+        let e = gunzip(&bomb, 1 << 20).err().map(|e| e.kind);
+        assert_eq!(e, Some(ErrorKind::TooLarge));
         assert_eq!(
             gunzip(&gzip(b"hi").expect("pack"), 2).ok(),
             Some(b"hi".to_vec())
         );
-        assert_eq!(gunzip(b"not gzip", 10).err().map(|e| e.status), Some(400));
+        assert_eq!(
+            gunzip(b"not gzip", 10).err().map(|e| e.kind),
+            Some(ErrorKind::Invalid)
+        );
     }
 
     #[test]

@@ -12,8 +12,10 @@ use tokio::sync::mpsc;
 
 use super::{sandbox_path, E2bError, St, HOME};
 use crate::error::ApiError;
-use crate::kernel::{normalize_language, CellEvent, CodeRequest, CodeResult, ContextInfo};
-use crate::service::{Caller, ContextEnd};
+use cordon_service::interpreter::{
+    normalize_language, CellEvent, CodeRequest, CodeResult, ContextInfo,
+};
+use cordon_service::{Caller, ContextEnd};
 
 const DEFAULT_CONTEXT: &str = "default";
 
@@ -130,7 +132,7 @@ pub(super) async fn execute(
         .ok_or_else(|| ApiError::bad_request("code: required"))?;
     // A bad name is the request's fault: say so before the stream starts.
     let env = req.env_vars.unwrap_or_default();
-    crate::types::check_env(&env)?;
+    cordon_service::types::check_env(&env)?;
     let (language, context) = match (req.context_id, req.language) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request("give context_id or language, not both").into())
@@ -147,7 +149,7 @@ pub(super) async fn execute(
     let (tx, mut rx) = mpsc::channel::<CellEvent>(64);
     let (out_tx, out_rx) = mpsc::channel::<Bytes>(64);
     let svc = e2b.st.service.clone();
-    let max = svc.cfg.max_exec_timeout;
+    let max = svc.config().max_exec_timeout;
     tokio::spawn(async move {
         let line = |v: Value| {
             let mut s = v.to_string();
@@ -161,14 +163,14 @@ pub(super) async fn execute(
                 language,
                 code,
                 context: Some(context),
-                timeout: Some(crate::types::Amount::Number(max.as_secs_f64())),
+                timeout: Some(cordon_service::types::Amount::Number(max.as_secs_f64())),
                 env,
             },
             Some(tx),
             Some(HOME),
         );
         tokio::pin!(run);
-        let mut result: Option<Result<CodeResult, ApiError>> = None;
+        let mut result: Option<Result<CodeResult, cordon_service::error::ServiceError>> = None;
         loop {
             tokio::select! {
                 ev = rx.recv() => match ev {
@@ -218,7 +220,7 @@ pub(super) async fn create_context(
     let req: NewContext = parse(&body)?;
     let language = normalize_language(req.language.as_deref().unwrap_or("python"))?;
     let cwd = sandbox_path(req.cwd.as_deref().unwrap_or(HOME))?;
-    let name = format!("ctx-{}", crate::keys::random_hex(8));
+    let name = format!("ctx-{}", cordon_service::keys::random_hex(8));
     let c = e2b
         .st
         .service

@@ -1,7 +1,7 @@
 //! The E2B door: the REST control plane, envd's Connect RPCs and `/files`, and the code
 //! interpreter's `/execute` and `/contexts`, as the published E2B SDKs speak them
 //! (`E2B_API_URL` and `E2B_SANDBOX_URL` pointed at `cordon serve`). A front end like the others:
-//! every sandbox, command, file and code cell goes through [`crate::service`].
+//! every sandbox, command, file and code cell goes through [`cordon_service`].
 //!
 //! Requests for a sandbox carry no API key: the SDK names the sandbox in `E2b-Sandbox-Id` and
 //! proves it may use it with the access token the control plane handed out at create or
@@ -26,9 +26,9 @@ use axum::routing::{delete, get, post, put};
 use axum::Router;
 use serde_json::json;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::http::AppState;
-use crate::service::Caller;
+use cordon_service::Caller;
 
 /// The envd version reported to the SDK: it gates features on it, and this one enables all
 /// the SDK knows of (stdin control, octet-stream uploads, file metadata).
@@ -61,6 +61,12 @@ type St = Arc<E2b>;
 /// exception types; any other shape makes it fail).
 pub(crate) struct E2bError(pub ApiError);
 
+impl From<cordon_service::error::ServiceError> for E2bError {
+    fn from(e: cordon_service::error::ServiceError) -> Self {
+        E2bError(ApiError(e))
+    }
+}
+
 impl From<ApiError> for E2bError {
     fn from(e: ApiError) -> Self {
         E2bError(e)
@@ -69,25 +75,28 @@ impl From<ApiError> for E2bError {
 
 impl IntoResponse for E2bError {
     fn into_response(self) -> Response {
-        let e = self.0;
-        let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            json!({"code": status.as_u16(), "message": e.message}).to_string(),
-        )
-            .into_response();
-        if let Some(s) = e.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        resp
+        e2b_error(self.0.status(), &self.0.message, self.0.retry_after)
     }
 }
 
+/// E2B's error body with `status`, and `Retry-After` when given.
+fn e2b_error(status: StatusCode, message: &str, retry_after: Option<u64>) -> Response {
+    let mut resp = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"code": status.as_u16(), "message": message}).to_string(),
+    )
+        .into_response();
+    if let Some(s) = retry_after {
+        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    resp
+}
+
 pub fn router(st: Arc<AppState>) -> Router {
-    let max_upload = st.service.cfg.max_upload as usize;
+    let max_upload = st.service.config().max_upload as usize;
     let e2b: St = Arc::new(E2b {
         st,
         doors: Mutex::new(HashMap::new()),
@@ -148,7 +157,7 @@ async fn e2b_errors(req: Request, next: Next) -> Response {
     if message.is_empty() {
         message = status.canonical_reason().unwrap_or("error").to_string();
     }
-    let mut out = E2bError(ApiError::new(status.as_u16(), "error", message)).into_response();
+    let mut out = e2b_error(status, &message, None);
     if let Some(allow) = parts.headers.get(header::ALLOW) {
         out.headers_mut().insert(header::ALLOW, allow.clone());
     }
@@ -188,7 +197,7 @@ impl E2b {
         };
         let d = Door {
             caller: caller.clone(),
-            token: crate::keys::random_hex(24),
+            token: cordon_service::keys::random_hex(24),
             template,
         };
         // Doors of sandboxes that ended meanwhile (their time ran out, or another door
@@ -238,7 +247,7 @@ impl E2b {
         // reads that as "killed or timed out".
         let gone = || {
             ApiError::new(
-                502,
+                ErrorKind::Upstream,
                 "sandbox_not_found",
                 format!("The sandbox {id} was not found"),
             )
@@ -247,13 +256,13 @@ impl E2b {
             return Err(gone());
         };
         if given.is_empty() {
-            self.st.service.metrics.deny("unauthenticated");
+            self.st.service.deny("unauthenticated");
             return Err(ApiError::unauthorized(
                 "missing access token: send the envdAccessToken of this sandbox as X-Access-Token",
             ));
         }
         if !given.iter().any(|t| same_secret(t, &door.token)) {
-            self.st.service.metrics.deny("bad_key");
+            self.st.service.deny("bad_key");
             return Err(ApiError::unauthorized(
                 "invalid access token for this sandbox",
             ));
@@ -261,10 +270,10 @@ impl E2b {
         // The token acts for the key that made the sandbox: a revoked key's tokens stop
         // working, and their requests spend from that key's rate limit.
         if !self.st.open {
-            match self.st.service.registry.key_by_id(&door.caller.key_id)? {
-                Some(rec) if !rec.revoked => crate::http::rate_limit(&self.st, &rec)?,
+            match self.st.service.key(&door.caller.key_id)? {
+                Some(rec) if !rec.revoked => self.st.service.charge(&rec)?,
                 _ => {
-                    self.st.service.metrics.deny("bad_key");
+                    self.st.service.deny("bad_key");
                     return Err(ApiError::unauthorized(
                         "the API key this sandbox belongs to was revoked",
                     ));

@@ -6,11 +6,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cordon_linux::fsview::{EntryType, SandboxFs};
+use cordon_service::files::{self, EntryType};
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
-use crate::service::{Caller, Service};
+use crate::error::{ApiError, ErrorKind};
+use cordon_service::{Caller, Service};
 
 /// Watchers one sandbox may hold at once.
 const MAX_PER_SANDBOX: usize = 64;
@@ -40,49 +40,17 @@ async fn scan(
     path: &str,
     recursive: bool,
 ) -> Result<BTreeMap<String, Sig>, ApiError> {
-    let live = svc.sandbox_for_files(caller, id)?;
-    let owner = (live.sandbox.host_uid, live.sandbox.host_gid);
-    let root = live
-        .sandbox
-        .root_dir()
-        .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
-    let base = path.to_string();
-    tokio::task::spawn_blocking(move || {
-        let _live = live;
-        cordon_linux::fsview::as_sandbox_user(owner, move || {
-            let fs = SandboxFs::from_root_fd(root, owner)?;
-            let top = fs.stat(&base)?;
-            // A link to a directory (E2B's /home/user is one) is watched as that directory.
-            if !matches!(top.r#type, EntryType::Dir | EntryType::Symlink) {
-                return Err(cordon_linux::fsview::FsError::NotADirectory { path: base.clone() });
-            }
-            let prefix = format!("{}/", base.trim_end_matches('/'));
-            let mut out = BTreeMap::new();
-            let mut level = vec![base.clone()];
-            for _ in 0..if recursive { MAX_DEPTH } else { 1 } {
-                let mut next = Vec::new();
-                for dir in level {
-                    // A directory removed under us is seen as removed at the next look.
-                    let Ok(entries) = fs.list(&dir) else { continue };
-                    for e in entries {
-                        let dir = e.r#type == EntryType::Dir;
-                        if dir {
-                            next.push(e.path.clone());
-                        }
-                        if out.len() < MAX_ENTRIES {
-                            let rel = e.path.strip_prefix(&prefix).unwrap_or(&e.name).to_string();
-                            out.insert(rel, (dir, e.size, e.mode, e.modified));
-                        }
-                    }
-                }
-                level = next;
-            }
-            Ok(out)
-        })?
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(crate::files::fs_error)
+    let depth = if recursive { MAX_DEPTH } else { 1 };
+    let entries = files::snapshot(svc, caller, id, path, depth, MAX_ENTRIES).await?;
+    let prefix = format!("{}/", path.trim_end_matches('/'));
+    Ok(entries
+        .into_iter()
+        .map(|e| {
+            let dir = e.r#type == EntryType::Dir;
+            let rel = e.path.strip_prefix(&prefix).unwrap_or(&e.name).to_string();
+            (rel, (dir, e.size, e.mode, e.modified))
+        })
+        .collect())
 }
 
 fn event(name: &str, t: &str) -> Value {
@@ -143,7 +111,7 @@ impl Watchers {
                 1,
             ));
         }
-        let wid = crate::keys::random_hex(12);
+        let wid = cordon_service::keys::random_hex(12);
         w.insert(
             wid.clone(),
             Watcher {
@@ -185,7 +153,7 @@ impl Watchers {
         let now = match now {
             Ok(n) => n,
             // The watched directory itself went away: everything in it is removed.
-            Err(e) if e.status == 404 => BTreeMap::new(),
+            Err(e) if e.kind == ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e),
         };
         let ev = diff(&x.seen, &now);

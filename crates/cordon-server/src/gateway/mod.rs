@@ -26,7 +26,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
-use crate::service::{Caller, Service};
+use cordon_service::{Caller, Service};
 use state::{Answer, Approval, StateDir};
 use upstream::Upstream;
 
@@ -129,8 +129,8 @@ impl AuditLog {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        let head = ChainHead::after(crate::audit::last_line(path)?.as_deref());
-        let f = crate::datadir::open_private(
+        let head = ChainHead::after(cordon_service::audit::last_line(path)?.as_deref());
+        let f = cordon_service::datadir::open_private(
             path,
             std::fs::OpenOptions::new().create(true).append(true),
         )?;
@@ -489,7 +489,7 @@ impl Gateway {
             message,
             retry_after: None,
         };
-        let id = format!("call-{}", crate::keys::random_hex(8));
+        let id = format!("call-{}", cordon_service::keys::random_hex(8));
         let digest = cordon_gateway::pin::digest(&admitted.arguments);
         let requested = now_ms();
         let a = Approval {
@@ -586,8 +586,8 @@ impl Gateway {
                         .create_with_profile(
                             &self.caller,
                             profile,
-                            Some(crate::types::Amount::Number(
-                                self.service.cfg.max_ttl.as_secs_f64(),
+                            Some(cordon_service::types::Amount::Number(
+                                self.service.config().max_ttl.as_secs_f64(),
                             )),
                             BTreeMap::from([("gateway_tool".to_string(), name.to_string())]),
                         )
@@ -598,12 +598,12 @@ impl Gateway {
                 }
             }
         };
-        let req = crate::types::ExecRequest {
-            cmd: crate::types::Cmd::Argv(s.command.clone()),
+        let req = cordon_service::types::ExecRequest {
+            cmd: cordon_service::types::Cmd::Argv(s.command.clone()),
             cwd: None,
             env: Default::default(),
             stdin: Some(args.to_string()),
-            timeout: s.timeout.clone().map(crate::types::Amount::Text),
+            timeout: s.timeout.clone().map(cordon_service::types::Amount::Text),
             background: false,
             pty: None,
             tag: None,
@@ -778,7 +778,7 @@ async fn answer_approval(
 
 /// Checks `Authorization: Bearer KEY` against `cordon serve`'s keys (the same registry).
 async fn gateway_auth(
-    axum::extract::State(registry): axum::extract::State<Arc<crate::registry::Registry>>,
+    axum::extract::State(registry): axum::extract::State<Arc<cordon_service::registry::Registry>>,
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -795,7 +795,7 @@ async fn gateway_auth(
         )
         .into_response();
     };
-    match registry.key_by_hash(&crate::keys::hash(token)) {
+    match registry.key_by_hash(&cordon_service::keys::hash(token)) {
         Ok(Some(r)) if !r.revoked => {
             req.extensions_mut().insert(Caller {
                 key_id: r.id,
@@ -804,13 +804,16 @@ async fn gateway_auth(
             next.run(req).await
         }
         Ok(_) => crate::ApiError::unauthorized("invalid or revoked API key").into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => crate::ApiError(e).into_response(),
     }
 }
 
 /// The gateway over streamable HTTP: `/mcp` behind the API keys of `cordon serve`,
 /// `/metrics` and `/healthz` open.
-pub fn http_router(gw: Arc<Gateway>, registry: Arc<crate::registry::Registry>) -> axum::Router {
+pub fn http_router(
+    gw: Arc<Gateway>,
+    registry: Arc<cordon_service::registry::Registry>,
+) -> axum::Router {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -853,7 +856,7 @@ pub fn http_router(gw: Arc<Gateway>, registry: Arc<crate::registry::Registry>) -
 /// Serves the gateway over HTTP until SIGINT/SIGTERM.
 pub async fn serve_http(
     gw: Arc<Gateway>,
-    registry: Arc<crate::registry::Registry>,
+    registry: Arc<cordon_service::registry::Registry>,
     listen: std::net::SocketAddr,
     ready: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), String> {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     {
-        let mut f = crate::datadir::open_private(
+        let mut f = cordon_service::datadir::open_private(
             &tmp,
             std::fs::OpenOptions::new()
                 .create(true)
@@ -40,7 +40,7 @@ fn stamp(path: &Path) -> Option<FileStamp> {
 
 impl StateDir {
     pub fn open(dir: &Path) -> std::io::Result<StateDir> {
-        crate::datadir::prepare(dir)?;
+        cordon_service::datadir::prepare(dir)?;
         std::fs::create_dir_all(dir.join("approvals"))?;
         Ok(StateDir {
             dir: dir.to_path_buf(),

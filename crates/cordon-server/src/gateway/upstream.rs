@@ -377,8 +377,8 @@ impl Upstream {
             .create_with_profile(
                 &gw.caller,
                 self.profile.clone(),
-                Some(crate::types::Amount::Number(
-                    gw.service.cfg.max_ttl.as_secs_f64(),
+                Some(cordon_service::types::Amount::Number(
+                    gw.service.config().max_ttl.as_secs_f64(),
                 )),
                 BTreeMap::from([("gateway_server".to_string(), self.name.clone())]),
             )

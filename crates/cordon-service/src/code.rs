@@ -1,4 +1,4 @@
-//! Code cells in stateful contexts (the kernels themselves are in [`crate::kernel`]).
+//! Code cells in stateful contexts (the kernels themselves are in [`crate::interpreter`]).
 
 use std::time::Instant;
 
@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use super::requests::{at_most, duration};
 use super::{Caller, Service};
-use crate::error::ApiError;
+use crate::error::ServiceError;
 
 /// How [`Service::end_context`] ends a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,14 +19,14 @@ pub enum ContextEnd {
 }
 
 impl Service {
-    /// Runs a code cell in a stateful context (see [`crate::kernel`]).
+    /// Runs a code cell in a stateful context (see [`crate::interpreter`]).
     pub async fn run_code(
         &self,
         caller: &Caller,
         id: &str,
-        req: crate::kernel::CodeRequest,
-        events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
-    ) -> Result<crate::kernel::CodeResult, ApiError> {
+        req: crate::interpreter::CodeRequest,
+        events: Option<mpsc::Sender<crate::interpreter::CellEvent>>,
+    ) -> Result<crate::interpreter::CodeResult, ServiceError> {
         self.run_code_in(caller, id, req, events, None).await
     }
 
@@ -35,12 +35,12 @@ impl Service {
         &self,
         caller: &Caller,
         id: &str,
-        req: crate::kernel::CodeRequest,
-        events: Option<mpsc::Sender<crate::kernel::CellEvent>>,
+        req: crate::interpreter::CodeRequest,
+        events: Option<mpsc::Sender<crate::interpreter::CellEvent>>,
         cwd: Option<&str>,
-    ) -> Result<crate::kernel::CodeResult, ApiError> {
+    ) -> Result<crate::interpreter::CodeResult, ServiceError> {
         let live = self.get_live(caller, id)?;
-        let language = crate::kernel::normalize_language(&req.language)?;
+        let language = crate::interpreter::normalize_language(&req.language)?;
         let context = req.context.clone().unwrap_or_else(|| "default".into());
         crate::types::check_env(&req.env)?;
         let timeout = match &req.timeout {
@@ -56,7 +56,8 @@ impl Service {
             json!({"language": language, "context": context, "bytes": req.code.len()}),
         );
         let t0 = Instant::now();
-        let r = crate::kernel::run_cell(&live, &slot, &req.code, &req.env, timeout, events).await;
+        let r =
+            crate::interpreter::run_cell(&live, &slot, &req.code, &req.env, timeout, events).await;
         self.metrics
             .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
         r
@@ -66,7 +67,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: &str,
-    ) -> Result<Vec<crate::kernel::ContextInfo>, ApiError> {
+    ) -> Result<Vec<crate::interpreter::ContextInfo>, ServiceError> {
         Ok(self.get_live(caller, id)?.contexts.list())
     }
 
@@ -76,7 +77,7 @@ impl Service {
         id: &str,
         language: &str,
         name: &str,
-    ) -> Result<crate::kernel::ContextInfo, ApiError> {
+    ) -> Result<crate::interpreter::ContextInfo, ServiceError> {
         self.create_context_in(caller, id, language, name, None)
             .await
     }
@@ -89,18 +90,18 @@ impl Service {
         language: &str,
         name: &str,
         cwd: Option<&str>,
-    ) -> Result<crate::kernel::ContextInfo, ApiError> {
+    ) -> Result<crate::interpreter::ContextInfo, ServiceError> {
         let live = self.get_live(caller, id)?;
-        let language = crate::kernel::normalize_language(language)?;
+        let language = crate::interpreter::normalize_language(language)?;
         let slot = live.contexts.slot_in(language, name, cwd)?;
-        crate::kernel::ensure_started(&live, &slot).await?;
+        crate::interpreter::ensure_started(&live, &slot).await?;
         self.audit.record(
             "sandbox.context.create",
             &caller.key_id,
             Some(id),
             json!({"language": language, "context": name}),
         );
-        Ok(crate::kernel::ContextInfo {
+        Ok(crate::interpreter::ContextInfo {
             language: language.into(),
             name: name.into(),
             execution_count: 0,
@@ -118,17 +119,17 @@ impl Service {
         language: &str,
         name: &str,
         how: ContextEnd,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         let remove = how == ContextEnd::Delete;
         let live = self.get_live(caller, id)?;
-        let language = crate::kernel::normalize_language(language)?;
+        let language = crate::interpreter::normalize_language(language)?;
         let slot = if remove {
             live.contexts.remove(language, name)
         } else {
             live.contexts.get(language, name)
         }
-        .ok_or_else(|| ApiError::not_found(format!("no {language} context '{name}'")))?;
-        crate::kernel::stop(&live, &slot).await;
+        .ok_or_else(|| ServiceError::not_found(format!("no {language} context '{name}'")))?;
+        crate::interpreter::stop(&live, &slot).await;
         let event = if remove {
             "sandbox.context.delete"
         } else {

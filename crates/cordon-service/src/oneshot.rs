@@ -10,9 +10,9 @@ use cordon_policy::{Outcome, Profile};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::error::ApiError;
-use crate::service::{profile_from, Caller, Service};
+use crate::error::{ErrorKind, ServiceError};
 use crate::types::RunRequest;
+use crate::{profile_from, Caller, Service};
 
 /// What `cordon __oneshot` reads from its stdin.
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,28 +29,28 @@ pub struct OneShot {
 
 /// Checks a base64 WebAssembly module from a client: 400 unless it decodes and starts like
 /// one. Returns its size.
-pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ApiError> {
+pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ServiceError> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|e| ApiError::bad_request(format!("wasm: not base64: {e}")))?;
+        .map_err(|e| ServiceError::bad_request(format!("wasm: not base64: {e}")))?;
     // The runner reads the rest; the header is enough to refuse the wrong thing early.
     if bytes.len() < 8 || !cordon_policy::wasm::is_wasm(&bytes) {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             "wasm: not a WebAssembly module or component (no \\0asm header)",
         ));
     }
     if network {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             "network: a WebAssembly module has no network (WASI sockets are refused)",
         ));
     }
     Ok(bytes.len())
 }
 
-pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ApiError> {
+pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ServiceError> {
     if req.wasm.is_some() && req.image.is_some() {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             "image: a WebAssembly module runs without a root filesystem; send wasm or image, \
              not both",
         ));
@@ -93,8 +93,8 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
 }
 
 /// Runs one prepared request in a fresh `cordon __oneshot` runner.
-pub async fn execute(svc: &Service, request: OneShot) -> Result<Outcome, ApiError> {
-    let body = serde_json::to_vec(&request).map_err(|e| ApiError::internal(e.to_string()))?;
+pub async fn execute(svc: &Service, request: OneShot) -> Result<Outcome, ServiceError> {
+    let body = serde_json::to_vec(&request).map_err(|e| ServiceError::internal(e.to_string()))?;
     let exe = svc.cfg.helper_exe.clone();
     let t0 = std::time::Instant::now();
     let out = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
@@ -113,14 +113,14 @@ pub async fn execute(svc: &Service, request: OneShot) -> Result<Outcome, ApiErro
         child.wait_with_output()
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("starting the one-shot runner: {e}")))?;
+    .map_err(|e| ServiceError::internal(e.to_string()))?
+    .map_err(|e| ServiceError::internal(format!("starting the one-shot runner: {e}")))?;
     svc.metrics
         .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(ApiError::new(
-            500,
+        return Err(ServiceError::new(
+            ErrorKind::Internal,
             "run_failed",
             if msg.is_empty() {
                 format!("the runner exited with {}", out.status)
@@ -130,5 +130,5 @@ pub async fn execute(svc: &Service, request: OneShot) -> Result<Outcome, ApiErro
         ));
     }
     serde_json::from_slice(&out.stdout)
-        .map_err(|e| ApiError::internal(format!("the runner's outcome did not parse: {e}")))
+        .map_err(|e| ServiceError::internal(format!("the runner's outcome did not parse: {e}")))
 }

@@ -1,15 +1,36 @@
-//! `cordon bench`: cold-start cost of a sandbox, side by side in one run with bare exec and
-//! bubblewrap, so the ratios are measured on the same machine at the same moment.
+//! `cordon-bench`: cordon measured from outside, side by side in one run with its peers —
+//! cold starts next to bare exec and bubblewrap (and on a host that refuses namespaces), the
+//! server's warm paths, WebAssembly modules against native code, and images against podman
+//! and skopeo + umoci — so the ratios are measured on the same machine at the same moment.
+//! It drives the `cordon` binary as a user would; nothing of it is in that binary.
+//!
+//! Threat model: none of its own — it runs trusted commands (cordon, bwrap, podman) on the
+//! machine it measures, and sends traffic only to loopback.
+
+mod images;
+mod refuse;
+mod wasm;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::Parser;
 use cordon_linux::reaping;
 
-#[derive(Args, Debug)]
+/// Measures cordon side by side with bare exec, bubblewrap, podman and skopeo + umoci.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cordon-bench",
+    after_help = "Every row runs interleaved with its peers in the same process, so drift on the \
+machine affects them alike; the ratios are what to read.\n\n\
+Examples:\n  cordon-bench --iterations 30\n  cordon-bench --cordon ./target/dist/cordon --json --no-images"
+)]
 pub struct BenchArgs {
+    /// The cordon binary to measure (default: the one beside cordon-bench, else `cordon` on
+    /// PATH).
+    #[arg(long, value_name = "PATH")]
+    cordon: Option<PathBuf>,
     /// Runs per variant (interleaved, so drift affects all variants alike).
     #[arg(long, default_value_t = 50)]
     iterations: u32,
@@ -113,21 +134,45 @@ pub(crate) fn time_once(argv: &[String]) -> Result<Sample, String> {
     })
 }
 
-/// `cordon __refuse-namespaces PROGRAM ARGS…`: execs PROGRAM under a seccomp filter that
-/// refuses namespace creation as Docker's default profile does; returns only on failure.
-pub fn exec_refusing_namespaces(argv: Vec<std::ffi::OsString>) -> i32 {
+/// `cordon-bench __refuse-namespaces PROGRAM ARGS…`: execs PROGRAM under a seccomp filter
+/// that refuses namespace creation as Docker's default profile does; returns only on failure.
+fn exec_refusing_namespaces(argv: Vec<std::ffi::OsString>) -> i32 {
     use std::os::unix::process::CommandExt;
     let Some((prog, args)) = argv.split_first() else {
-        eprintln!("cordon: __refuse-namespaces needs a program");
+        eprintln!("cordon-bench: __refuse-namespaces needs a program");
         return 125;
     };
-    if let Err(e) = cordon_linux::seccomp::refuse_namespaces() {
-        eprintln!("cordon: {e}");
+    if let Err(e) = refuse::refuse_namespaces() {
+        eprintln!("cordon-bench: {e}");
         return 125;
     }
     let e = Command::new(prog).args(args).exec();
-    eprintln!("cordon: {}: {e}", prog.to_string_lossy());
+    eprintln!("cordon-bench: {}: {e}", prog.to_string_lossy());
     127
+}
+
+/// The cordon binary to measure: `--cordon`, else the one beside this binary, else PATH's.
+fn cordon_binary(given: Option<PathBuf>) -> PathBuf {
+    if let Some(p) = given {
+        return p;
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|me| me.parent().map(|d| d.join("cordon")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("cordon"))
+}
+
+fn main() {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__refuse-namespaces")
+    {
+        std::process::exit(exec_refusing_namespaces(
+            std::env::args_os().skip(2).collect(),
+        ));
+    }
+    std::process::exit(run(BenchArgs::parse()));
 }
 
 pub(crate) fn median(v: &mut [Duration]) -> Duration {
@@ -148,19 +193,19 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-pub fn main(a: BenchArgs) -> i32 {
-    let me: PathBuf = match std::env::current_exe() {
-        Ok(p) => p,
+fn run(a: BenchArgs) -> i32 {
+    let bench_exe = match std::env::current_exe() {
+        Ok(p) => p.display().to_string(),
         Err(e) => {
-            eprintln!("cordon: cannot find my own executable: {e}");
+            eprintln!("cordon-bench: cannot find my own executable: {e}");
             return 125;
         }
     };
-    let me = me.display().to_string();
+    let me = cordon_binary(a.cordon.clone()).display().to_string();
     // Orphans of the timed commands (bubblewrap's pid 1 outlives bubblewrap) are waited for
     // here, so that each run is timed until its sandbox is gone, too.
     if let Err(e) = reaping::become_subreaper() {
-        eprintln!("cordon bench: cannot become a subreaper: {e}");
+        eprintln!("cordon-bench: cannot become a subreaper: {e}");
         return 125;
     }
     let have_bwrap = Command::new("bwrap")
@@ -170,7 +215,7 @@ pub fn main(a: BenchArgs) -> i32 {
         .status()
         .is_ok_and(|s| s.success());
     if !have_bwrap {
-        eprintln!("cordon bench: bubblewrap not found; install it (apt-get install bubblewrap) to compare");
+        eprintln!("cordon-bench: bubblewrap not found; install it (apt-get install bubblewrap) to compare");
     }
     let mut report = Vec::new();
     for (label, cmd) in [
@@ -193,7 +238,7 @@ pub fn main(a: BenchArgs) -> i32 {
         c.extend(cmd.iter().map(|s| s.to_string()));
         // The same run where the host refuses namespaces (Docker's seccomp profile): Landlock,
         // seccomp, rlimits and the cgroup only (see the README's "Hosts that say no").
-        let mut d = vec![me.clone(), "__refuse-namespaces".into()];
+        let mut d = vec![bench_exe.clone(), "__refuse-namespaces".into()];
         d.extend(c.iter().cloned());
         variants.push(Variant {
             name: "cordon".into(),
@@ -208,7 +253,7 @@ pub fn main(a: BenchArgs) -> i32 {
         // Warm the page cache once for each, then interleave.
         for v in &variants {
             if let Err(e) = time_once(&v.argv) {
-                eprintln!("cordon bench: {e}");
+                eprintln!("cordon-bench: {e}");
                 return 125;
             }
         }
@@ -217,7 +262,7 @@ pub fn main(a: BenchArgs) -> i32 {
                 match time_once(&v.argv) {
                     Ok(d) => v.samples.push(d),
                     Err(e) => {
-                        eprintln!("cordon bench: {e}");
+                        eprintln!("cordon-bench: {e}");
                         return 125;
                     }
                 }
@@ -299,18 +344,18 @@ pub fn main(a: BenchArgs) -> i32 {
         }
     }
     if !a.no_wasm {
-        match crate::bench_wasm::bench(&me, a.iterations, a.json) {
+        match crate::wasm::bench(&me, a.iterations, a.json) {
             Ok(v) => report.push(v),
             Err(e) => {
-                eprintln!("cordon bench: wasm part: {e}");
+                eprintln!("cordon-bench: wasm part: {e}");
                 return 125;
             }
         }
     }
     if !a.no_images {
-        let v = crate::bench_image::bench_images(&me, a.iterations);
+        let v = crate::images::bench_images(&me, a.iterations);
         if !a.json {
-            crate::bench_image::print(&v);
+            crate::images::print(&v);
         }
         report.push(v);
     }
@@ -331,7 +376,7 @@ pub fn main(a: BenchArgs) -> i32 {
                 report.push(v);
             }
             Err(e) => {
-                eprintln!("cordon bench: serve part: {e}");
+                eprintln!("cordon-bench: serve part: {e}");
                 return 125;
             }
         }

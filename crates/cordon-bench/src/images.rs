@@ -1,4 +1,4 @@
-//! `cordon bench`'s image part: the same multi-layer busybox image, built here with umoci and
+//! `cordon-bench`'s image part: the same multi-layer busybox image, built here with umoci and
 //! served by Debian's docker-registry on loopback, (1) pulled and unpacked cold by cordon and by
 //! `skopeo copy` + `umoci unpack`, and (2) cold-started with `cordon run --image` next to a
 //! host-root `cordon run` and `podman run --rm` (when podman is installed).
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bench::{median, ms, ratio, time_once};
+use crate::{median, ms, ratio, time_once};
 
 /// Layers of the benchmark image (busybox, then one file of `LAYER_BYTES` each).
 const EXTRA_LAYERS: usize = 4;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::requests::{at_most, duration, profile_from, size};
 use super::{Caller, Live, Service};
-use crate::error::ApiError;
+use crate::error::{ErrorKind, ServiceError};
 use crate::registry::now;
 use crate::types::*;
 
@@ -50,7 +50,7 @@ impl Drop for Reservation<'_> {
 impl Service {
     /// Sandboxes a previous server process left in the registry: their helpers exit when the
     /// server's control socket closes, so they are gone or going; make sure, and record it.
-    pub(super) fn reap_previous_run(&self) -> Result<(), ApiError> {
+    pub(super) fn reap_previous_run(&self) -> Result<(), ServiceError> {
         for row in self.registry.running()? {
             if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
                 .filter(|p| p.as_raw_nonzero().get() > 0)
@@ -80,17 +80,17 @@ impl Service {
     /// under way already fill its quota. Check and take happen under one lock; the slot is
     /// released when the reservation drops, after a successful create has made the sandbox
     /// live, so at no moment is a sandbox counted by neither.
-    fn reserve(&self, caller: &Caller) -> Result<Reservation<'_>, ApiError> {
+    fn reserve(&self, caller: &Caller) -> Result<Reservation<'_>, ServiceError> {
         let mut pending = self
             .pending
             .lock()
-            .map_err(|_| ApiError::internal("lock"))?;
+            .map_err(|_| ServiceError::internal("lock"))?;
         let creating = pending.get(&caller.key_id).copied().unwrap_or(0);
         if self.count_for(&caller.key_id) + creating >= caller.max_sandboxes as usize {
             self.metrics.deny("sandbox_quota");
-            return Err(ApiError {
+            return Err(ServiceError {
                 code: "quota_exceeded",
-                ..ApiError::too_many(
+                ..ServiceError::too_many(
                     format!(
                         "this key may run at most {} sandboxes at once; delete one first",
                         caller.max_sandboxes
@@ -139,7 +139,7 @@ impl Service {
         caller: &Caller,
         req: CreateSandbox,
         trusted: Option<Profile>,
-    ) -> Result<SandboxInfo, ApiError> {
+    ) -> Result<SandboxInfo, ServiceError> {
         let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
@@ -163,7 +163,7 @@ impl Service {
         self.add_required(&mut profile);
         profile
             .validate()
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let image = self.attach_image(&mut profile, trusted_profile).await?;
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
@@ -172,7 +172,7 @@ impl Service {
         at_most(ttl, self.cfg.max_ttl, "ttl")?;
         for (k, v) in &req.metadata {
             if k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE {
-                return Err(ApiError::bad_request(format!(
+                return Err(ServiceError::bad_request(format!(
                     "metadata: keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
                 )));
             }
@@ -190,8 +190,8 @@ impl Service {
             Sandbox::create(&helper, &prof, &BTreeMap::new(), Some(on_proxy))
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::new(500, "sandbox_failed", e.to_string()))?;
+        .map_err(|e| ServiceError::internal(e.to_string()))?
+        .map_err(|e| ServiceError::new(ErrorKind::Internal, "sandbox_failed", e.to_string()))?;
         let created_at = now();
         let expires_at = created_at + ttl.as_secs();
         let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
@@ -242,7 +242,7 @@ impl Service {
         self: &Arc<Self>,
         caller: &Caller,
         req: CreateSandbox,
-    ) -> Result<SandboxInfo, ApiError> {
+    ) -> Result<SandboxInfo, ServiceError> {
         self.create_from(caller, req, None).await
     }
 
@@ -255,7 +255,7 @@ impl Service {
         profile: Profile,
         ttl: Option<Amount>,
         metadata: BTreeMap<String, String>,
-    ) -> Result<SandboxInfo, ApiError> {
+    ) -> Result<SandboxInfo, ServiceError> {
         let req = CreateSandbox {
             ttl,
             metadata,
@@ -264,7 +264,7 @@ impl Service {
         self.create_from(caller, req, Some(profile)).await
     }
 
-    pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ServiceError> {
         if let Ok(l) = self.get_live(caller, id) {
             return Ok(l.info());
         }
@@ -282,7 +282,7 @@ impl Service {
                 ended_reason: row.ended_reason,
                 paused_by: None,
             }),
-            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+            _ => Err(ServiceError::not_found(format!("no sandbox '{id}'"))),
         }
     }
 
@@ -302,7 +302,7 @@ impl Service {
         SandboxList { sandboxes: out }
     }
 
-    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ApiError> {
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ServiceError> {
         let live = self.get_live(caller, id)?;
         self.destroy(&live, "deleted", "deleted by request").await;
         self.metrics
@@ -331,20 +331,22 @@ impl Service {
 
     /// Freezes every process of the sandbox; memory and files stay. A paused sandbox still
     /// counts against the key's quota and its TTL keeps running. Pausing twice is a conflict.
-    pub async fn pause(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
+    pub async fn pause(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ServiceError> {
         let live = self.get_live(caller, id)?;
         if live.sandbox.paused().is_some() {
-            return Err(ApiError {
+            return Err(ServiceError {
                 code: "already_paused",
-                ..ApiError::conflict(format!("sandbox '{id}' is already paused"))
+                ..ServiceError::conflict(format!("sandbox '{id}' is already paused"))
             });
         }
         let sb = live.sandbox.clone();
         let name = live.id.clone();
         let method = tokio::task::spawn_blocking(move || sb.pause(&name))
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+            .map_err(|e| ServiceError::internal(e.to_string()))?
+            .map_err(|e| {
+                ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
+            })?;
         self.audit.record(
             "sandbox.pause",
             &caller.key_id,
@@ -360,13 +362,13 @@ impl Service {
         &self,
         caller: &Caller,
         id: &str,
-    ) -> Result<SandboxMetrics, ApiError> {
+    ) -> Result<SandboxMetrics, ServiceError> {
         let live = self.get_live(caller, id)?;
         let l = live.clone();
         let root = live
             .sandbox
             .root_dir()
-            .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
+            .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
         tokio::task::spawn_blocking(move || {
             use std::os::fd::AsFd;
             let scratch = [
@@ -410,17 +412,21 @@ impl Service {
             }
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))
+        .map_err(|e| ServiceError::internal(e.to_string()))
     }
 
     /// The host pids of the sandbox's processes now (a scan of `/proc`): what
     /// [`cordon_linux::snapshot::usage`] then reads cheaply around each gateway call.
-    pub async fn sandbox_processes(&self, caller: &Caller, id: &str) -> Result<Vec<i32>, ApiError> {
+    pub async fn sandbox_processes(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Vec<i32>, ServiceError> {
         let live = self.get_live(caller, id)?;
         let init = live.sandbox.init_pid;
         tokio::task::spawn_blocking(move || cordon_linux::snapshot::processes(init))
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))
+            .map_err(|e| ServiceError::internal(e.to_string()))
     }
 
     /// What the processes [`Service::sandbox_processes`] named have used so far: a few small
@@ -430,12 +436,12 @@ impl Service {
     }
 
     /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
-    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ApiError> {
+    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ServiceError> {
         let live = self.get_live(caller, id)?;
         let sb = live.sandbox.clone();
         let was = tokio::task::spawn_blocking(move || sb.resume())
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+            .map_err(|e| ServiceError::internal(e.to_string()))?;
         if was {
             self.audit
                 .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
@@ -443,7 +449,12 @@ impl Service {
         Ok(was)
     }
 
-    pub fn extend(&self, caller: &Caller, id: &str, ttl: &Amount) -> Result<SandboxInfo, ApiError> {
+    pub fn extend(
+        &self,
+        caller: &Caller,
+        id: &str,
+        ttl: &Amount,
+    ) -> Result<SandboxInfo, ServiceError> {
         let live = self.get_live(caller, id)?;
         let ttl = duration(ttl, "ttl")?;
         at_most(ttl, self.cfg.max_ttl, "ttl")?;

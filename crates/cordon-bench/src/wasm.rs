@@ -1,4 +1,4 @@
-//! `cordon bench`'s wasm rows: a warm-cache `cordon run -- hello.wasm` next to the same C
+//! `cordon-bench`'s wasm rows: a warm-cache `cordon run -- hello.wasm` next to the same C
 //! program compiled natively (bare, and in a process sandbox) and to `wasmtime run` when that
 //! CLI is installed; and a CPU-bound module against its native build. The programs are built
 //! here with clang and wasi-libc; without them the rows are skipped with what to install.
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::bench::{median_of, ms, ratio, time_once, Sample};
+use crate::{median_of, ms, ratio, time_once, Sample};
 
 const HELLO_C: &str = r#"#include <stdio.h>
 #include <stdlib.h>
@@ -85,13 +85,28 @@ fn medians(samples: &[Sample]) -> Duration {
     median_of(samples, |s| s.exited)
 }
 
+/// `cordon-wasm` beside `cordon`, else on PATH.
+fn locate_runtime(cordon: &str) -> Result<PathBuf, String> {
+    let beside = Path::new(cordon).parent().map(|d| d.join("cordon-wasm"));
+    if let Some(p) = beside.filter(|p| p.is_file()) {
+        return Ok(p);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("cordon-wasm"))
+        .find(|p| p.is_absolute() && p.is_file())
+        .ok_or_else(|| format!("cordon-wasm is found neither beside {cordon} nor on PATH"))
+}
+
 /// Runs the wasm rows; prints them unless `json`, and returns them as a JSON report.
 pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value, String> {
-    // The runtime is the separate cordon-wasm binary, looked for as `cordon run` does.
-    let runtime = match crate::run_wasm::locate() {
+    // The runtime is the separate cordon-wasm binary beside the cordon measured, or on PATH,
+    // as `cordon run` looks for it.
+    let runtime = match locate_runtime(me) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("cordon bench: wasm rows skipped: {e}");
+            eprintln!("cordon-bench: wasm rows skipped: {e}");
             return Ok(serde_json::json!({"wasm": "skipped", "why": e}));
         }
     };
@@ -102,7 +117,7 @@ pub fn bench(me: &str, iterations: u32, json: bool) -> Result<serde_json::Value,
         Ok(p) => p,
         Err(e) => {
             eprintln!(
-                "cordon bench: wasm rows skipped: cannot build the test programs ({e}); \
+                "cordon-bench: wasm rows skipped: cannot build the test programs ({e}); \
                  install clang lld wasi-libc libclang-rt-dev-wasm32"
             );
             return Ok(serde_json::json!({"wasm": "skipped", "why": e}));

@@ -1,6 +1,6 @@
 """Tests for the in-sandbox kernel drivers (driver.py, node_driver.js), run directly on the host.
 
-    python3 -m pytest crates/cordon-server/src/kernels/tests -q
+    python3 -m pytest crates/cordon-service/src/interpreters/tests -q
 
 Each test starts the driver the way the server does:
     /usr/bin/python3 -u -c "<driver.py>" <language>   (CORDON_NODE_DRIVER=<node_driver.js>)

@@ -1,7 +1,43 @@
-//! The service layer: sandboxes, commands, files and one-shot runs, independent of any wire
-//! protocol. HTTP (and MCP) are thin front ends over it.
+//! cordon's service: the one core every door (native HTTP, E2B, MCP, the gateway runtime)
+//! and the CLI call — sandboxes, commands, code cells, files, images, network policy,
+//! one-shot runs, the registry of sandboxes and keys, audit and metrics. It knows no wire
+//! protocol: no axum, no MCP; its errors are kinds ([`error::ErrorKind`]) each door maps to
+//! its own protocol. The request/response types carry OpenAPI schemas only behind the
+//! `openapi` feature, which the HTTP doors turn on.
+//!
+//! Threat model: every request is from an authenticated but untrusted caller, and everything
+//! a sandbox says (its files, its processes' output) is hostile input; paths are resolved
+//! inside the sandbox by the engine, never walked here.
+
+pub mod audit;
+mod auth;
+pub mod datadir;
+pub mod error;
+pub mod files;
+pub mod interpreter;
+pub mod keys;
+pub mod metrics;
+pub mod oneshot;
+pub mod registry;
+pub mod types;
 
 mod code;
+
+/// Default limits of a new key.
+pub const DEFAULT_MAX_SANDBOXES: u32 = 50;
+pub const DEFAULT_RPS: u32 = 100;
+
+/// Creates a key and returns (secret, id). The secret is shown once and stored hashed.
+pub fn create_key(
+    registry: &registry::Registry,
+    name: &str,
+    max_sandboxes: u32,
+    rps: u32,
+) -> Result<(String, String), ServiceError> {
+    let (secret, id) = keys::generate().map_err(|e| ServiceError::internal(e.to_string()))?;
+    registry.add_key(&id, name, &keys::hash(&secret), max_sandboxes, rps)?;
+    Ok((secret, id))
+}
 mod exec;
 mod images;
 mod lifecycle;
@@ -29,7 +65,7 @@ use cordon_linux::persistent::Sandbox;
 use cordon_policy::Profile;
 
 use crate::audit::Audit;
-use crate::error::ApiError;
+use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::types::*;
@@ -89,7 +125,7 @@ pub struct Live {
     pub created_at: u64,
     pub expires_at: AtomicU64,
     pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
-    pub contexts: crate::kernel::Contexts,
+    pub contexts: crate::interpreter::Contexts,
     /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything
     /// until the policy allows something).
     pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
@@ -132,12 +168,13 @@ impl Live {
 }
 
 pub struct Service {
-    pub cfg: Config,
+    cfg: Config,
     /// Held for the life of the service: one server per data directory.
     _lock: std::fs::File,
-    pub registry: Registry,
-    pub audit: Audit,
-    pub metrics: Metrics,
+    registry: Registry,
+    audit: Audit,
+    metrics: Metrics,
+    limiter: auth::KeyLimiter,
     live: RwLock<HashMap<String, Arc<Live>>>,
     /// Creates under way per key id: slots taken but not yet live (see `reserve`).
     pending: Mutex<HashMap<String, usize>>,
@@ -145,7 +182,7 @@ pub struct Service {
 
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
 /// reap the first one's sandboxes at start-up.
-fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServiceError> {
     let f = crate::datadir::open_private(
         &dir.join("lock"),
         std::fs::OpenOptions::new()
@@ -153,9 +190,9 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ApiError> {
             .truncate(false)
             .write(true),
     )
-    .map_err(|e| ApiError::internal(format!("{}: {e}", dir.join("lock").display())))?;
+    .map_err(|e| ServiceError::internal(format!("{}: {e}", dir.join("lock").display())))?;
     if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        return Err(ApiError::conflict(format!(
+        return Err(ServiceError::conflict(format!(
             "another cordon server is using {}; give each server its own --data-dir",
             dir.display()
         )));
@@ -180,22 +217,23 @@ impl Service {
         }
     }
 
-    pub fn new(cfg: Config) -> Result<Arc<Service>, ApiError> {
-        if let Some(warning) = crate::datadir::prepare(&cfg.data_dir)
-            .map_err(|e| ApiError::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?
-        {
+    pub fn new(cfg: Config) -> Result<Arc<Service>, ServiceError> {
+        if let Some(warning) = crate::datadir::prepare(&cfg.data_dir).map_err(|e| {
+            ServiceError::internal(format!("data dir {}: {e}", cfg.data_dir.display()))
+        })? {
             eprintln!("cordon: warning: {warning}");
         }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
         let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
-            .map_err(|e| ApiError::internal(format!("audit log: {e}")))?;
+            .map_err(|e| ServiceError::internal(format!("audit log: {e}")))?;
         let svc = Arc::new(Service {
             _lock: lock,
             cfg,
             registry,
             audit,
             metrics: Metrics::default(),
+            limiter: auth::KeyLimiter::default(),
             live: RwLock::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         });
@@ -203,17 +241,66 @@ impl Service {
         Ok(svc)
     }
 
-    pub fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
-        let live = self.live.read().map_err(|_| ApiError::internal("lock"))?;
+    /// How this service was configured.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counts a refused request by its reason (`origin`, `unauthenticated`, `bad_key`, …).
+    pub fn deny(&self, reason: &str) {
+        self.metrics.deny(reason);
+    }
+
+    /// The Prometheus metrics, as text.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render(&self.by_state())
+    }
+
+    /// Records an event in the audit log: never a key, an environment value or file contents.
+    pub fn audit(
+        &self,
+        event: &str,
+        key_id: &str,
+        sandbox: Option<&str>,
+        fields: serde_json::Value,
+    ) {
+        self.audit.record(event, key_id, sandbox, fields);
+    }
+
+    /// A key by its id (revoked keys included: callers check).
+    pub fn key(&self, id: &str) -> Result<Option<registry::KeyRecord>, ServiceError> {
+        self.registry.key_by_id(id)
+    }
+
+    /// Keys not revoked.
+    pub fn active_keys(&self) -> Result<usize, ServiceError> {
+        self.registry.active_keys()
+    }
+
+    /// A new key: (secret, id); the secret is shown once and stored hashed.
+    pub fn create_key(
+        &self,
+        name: &str,
+        max_sandboxes: u32,
+        rps: u32,
+    ) -> Result<(String, String), ServiceError> {
+        create_key(&self.registry, name, max_sandboxes, rps)
+    }
+
+    pub fn get_live(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ServiceError> {
+        let live = self
+            .live
+            .read()
+            .map_err(|_| ServiceError::internal("lock"))?;
         match live.get(id) {
             // Another key's sandbox answers 404, so ids cannot be probed.
             Some(l) if l.key_id == caller.key_id => Ok(l.clone()),
-            _ => Err(ApiError::not_found(format!("no sandbox '{id}'"))),
+            _ => Err(ServiceError::not_found(format!("no sandbox '{id}'"))),
         }
     }
 
     /// A handle for file operations inside the sandbox.
-    pub fn sandbox_for_files(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ApiError> {
+    pub fn sandbox_for_files(&self, caller: &Caller, id: &str) -> Result<Arc<Live>, ServiceError> {
         self.metrics.file_ops.fetch_add(1, Ordering::Relaxed);
         self.get_live(caller, id)
     }

@@ -6,10 +6,11 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use crate::error::ApiError;
+use crate::error::ServiceError;
 
 /// Per-key limits.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRecord {
     pub id: String,
     pub name: String,
@@ -44,9 +45,9 @@ pub fn now() -> u64 {
 }
 
 impl Registry {
-    pub fn open(path: &Path) -> Result<Registry, ApiError> {
+    pub fn open(path: &Path) -> Result<Registry, ServiceError> {
         crate::datadir::prepare_db(path)
-            .map_err(|e| ApiError::internal(format!("registry {}: {e}", path.display())))?;
+            .map_err(|e| ServiceError::internal(format!("registry {}: {e}", path.display())))?;
         let conn = Connection::open(path)?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
@@ -67,10 +68,10 @@ impl Registry {
         })
     }
 
-    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ApiError> {
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ServiceError> {
         self.conn
             .lock()
-            .map_err(|_| ApiError::internal("registry lock poisoned"))
+            .map_err(|_| ServiceError::internal("registry lock poisoned"))
     }
 
     pub fn add_key(
@@ -80,7 +81,7 @@ impl Registry {
         hash: &str,
         max_sandboxes: u32,
         rps: u32,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         self.conn()?.execute(
             "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![id, name, hash, max_sandboxes, rps, now()],
@@ -88,7 +89,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn key_by_hash(&self, hash: &str) -> Result<Option<KeyRecord>, ApiError> {
+    pub fn key_by_hash(&self, hash: &str) -> Result<Option<KeyRecord>, ServiceError> {
         Ok(self
             .conn()?
             .query_row(
@@ -99,7 +100,7 @@ impl Registry {
             .optional()?)
     }
 
-    pub fn key_by_id(&self, id: &str) -> Result<Option<KeyRecord>, ApiError> {
+    pub fn key_by_id(&self, id: &str) -> Result<Option<KeyRecord>, ServiceError> {
         Ok(self
             .conn()?
             .query_row(
@@ -110,21 +111,21 @@ impl Registry {
             .optional()?)
     }
 
-    pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ApiError> {
+    pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ServiceError> {
         let conn = self.conn()?;
         let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;
         let rows = st.query_map([], key_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    pub fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
+    pub fn revoke_key(&self, id: &str) -> Result<bool, ServiceError> {
         Ok(self
             .conn()?
             .execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", params![id])?
             > 0)
     }
 
-    pub fn active_keys(&self) -> Result<usize, ApiError> {
+    pub fn active_keys(&self) -> Result<usize, ServiceError> {
         let n: i64 =
             self.conn()?
                 .query_row("SELECT COUNT(*) FROM api_keys WHERE revoked = 0", [], |r| {
@@ -143,7 +144,7 @@ impl Registry {
         created_at: u64,
         expires_at: u64,
         helper_pid: u32,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         self.conn()?.execute(
             "INSERT INTO sandboxes (id, key_id, state, profile, metadata, created_at, expires_at, helper_pid) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)",
             params![id, key_id, profile, metadata, created_at, expires_at, helper_pid],
@@ -151,7 +152,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn set_expiry(&self, id: &str, expires_at: u64) -> Result<(), ApiError> {
+    pub fn set_expiry(&self, id: &str, expires_at: u64) -> Result<(), ServiceError> {
         self.conn()?.execute(
             "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1",
             params![id, expires_at],
@@ -159,7 +160,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn mark_ended(&self, id: &str, state: &str, reason: &str) -> Result<(), ApiError> {
+    pub fn mark_ended(&self, id: &str, state: &str, reason: &str) -> Result<(), ServiceError> {
         self.conn()?.execute(
             "UPDATE sandboxes SET state = ?2, ended_reason = ?3, ended_at = ?4 WHERE id = ?1 AND state = 'running'",
             params![id, state, reason, now()],
@@ -167,7 +168,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn sandbox(&self, id: &str) -> Result<Option<SandboxRow>, ApiError> {
+    pub fn sandbox(&self, id: &str) -> Result<Option<SandboxRow>, ServiceError> {
         Ok(self
             .conn()?
             .query_row(
@@ -179,7 +180,7 @@ impl Registry {
     }
 
     /// Sandboxes in state `running` (used at start-up to reap what a previous run left).
-    pub fn running(&self) -> Result<Vec<SandboxRow>, ApiError> {
+    pub fn running(&self) -> Result<Vec<SandboxRow>, ServiceError> {
         let conn = self.conn()?;
         let mut st = conn.prepare("SELECT id, key_id, state, profile, metadata, created_at, expires_at, helper_pid, ended_reason FROM sandboxes WHERE state = 'running'")?;
         let rows = st.query_map([], row)?;

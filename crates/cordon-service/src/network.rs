@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 
 use super::{Caller, Live, Service};
-use crate::error::ApiError;
+use crate::error::ServiceError;
 use crate::types::*;
 
 /// Every decision the sandbox's egress proxy has logged.
@@ -39,9 +39,9 @@ impl Service {
         key_id: &str,
         policy: &cordon_policy::network::NetworkPolicy,
         slot: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
-    ) -> Result<cordon_linux::persistent::OnProxyListener, ApiError> {
+    ) -> Result<cordon_linux::persistent::OnProxyListener, ServiceError> {
         let mut config = cordon_net::ProxyConfig::from_policy(policy)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let weak = Arc::downgrade(self);
         let (id, key_id) = (id.to_string(), key_id.to_string());
         config.on_event = Some(Arc::new(move |ev: &cordon_policy::NetworkEvent| {
@@ -62,7 +62,7 @@ impl Service {
     }
 
     /// The sandbox's egress policy and every decision its proxy made so far.
-    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkInfo, ApiError> {
+    pub fn network(&self, caller: &Caller, id: &str) -> Result<NetworkInfo, ServiceError> {
         let live = self.get_live(caller, id)?;
         let policy = live.network.lock().map(|p| p.clone()).unwrap_or_default();
         Ok(NetworkInfo {
@@ -77,22 +77,25 @@ impl Service {
         caller: &Caller,
         id: &str,
         policy: cordon_policy::network::NetworkPolicy,
-    ) -> Result<NetworkSet, ApiError> {
+    ) -> Result<NetworkSet, ServiceError> {
         let live = self.get_live(caller, id)?;
         let rules = policy
             .compile()
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let hosts = policy
             .static_hosts()
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         {
-            let guard = live.egress.lock().map_err(|_| ApiError::internal("lock"))?;
+            let guard = live
+                .egress
+                .lock()
+                .map_err(|_| ServiceError::internal("lock"))?;
             let proxy = guard
                 .as_ref()
-                .ok_or_else(|| ApiError::conflict("this sandbox has no egress proxy"))?;
+                .ok_or_else(|| ServiceError::conflict("this sandbox has no egress proxy"))?;
             proxy
                 .set_policy(rules, &hosts)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         }
         if let Ok(mut p) = live.network.lock() {
             *p = policy.clone();

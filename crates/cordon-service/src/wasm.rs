@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::exec::ExecEvent;
 use super::{Caller, Live, Service};
-use crate::error::ApiError;
+use crate::error::ServiceError;
 use crate::files::fs_error;
 use crate::oneshot::OneShot;
 use crate::types::ExecRequest;
@@ -55,7 +55,7 @@ impl Service {
         live: &Arc<Live>,
         argv0: &str,
         cwd: Option<&str>,
-    ) -> Result<Option<SandboxModule>, ApiError> {
+    ) -> Result<Option<SandboxModule>, ServiceError> {
         let Some(path) = candidate(argv0, cwd) else {
             return Ok(None);
         };
@@ -63,7 +63,7 @@ impl Service {
         let root = live
             .sandbox
             .root_dir()
-            .map_err(|e| ApiError::internal(format!("sandbox root: {e}")))?;
+            .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
         let max = self.cfg.max_upload;
         let keep = live.clone();
         let found = tokio::task::spawn_blocking(move || {
@@ -106,7 +106,7 @@ impl Service {
             })?
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ServiceError::internal(e.to_string()))?
         .map_err(fs_error)?;
         Ok(found)
     }
@@ -126,7 +126,7 @@ impl Service {
         req: &ExecRequest,
         timeout: Duration,
         events: Option<mpsc::Sender<ExecEvent>>,
-    ) -> Result<Outcome, ApiError> {
+    ) -> Result<Outcome, ServiceError> {
         super::exec::refuse_if_paused(live)?;
         self.audit.record(
             "sandbox.exec",

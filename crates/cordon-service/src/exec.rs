@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use super::network::egress_during;
 use super::requests::{at_most, duration};
 use super::{unix_ms, Caller, Live, Service};
-use crate::error::ApiError;
+use crate::error::{ErrorKind, ServiceError};
 use crate::types::*;
 
 /// A streamed piece of a running command.
@@ -136,10 +136,10 @@ type StartedParts = (
 );
 
 /// 409 while the sandbox is paused: it runs nothing until it is resumed.
-pub(super) fn refuse_if_paused(live: &Live) -> Result<(), ApiError> {
+pub(super) fn refuse_if_paused(live: &Live) -> Result<(), ServiceError> {
     match live.sandbox.paused() {
-        Some(_) => Err(ApiError::new(
-            409,
+        Some(_) => Err(ServiceError::new(
+            ErrorKind::Conflict,
             "sandbox_paused",
             format!("sandbox '{}' is paused; resume it first", live.id),
         )),
@@ -157,7 +157,7 @@ pub(crate) async fn spawn_exec(
         cordon_linux::persistent::Started,
         tokio::sync::oneshot::Receiver<ExitInfo>,
     ),
-    ApiError,
+    ServiceError,
 > {
     // Its init is frozen too: the command would wait for the resume, and time out first.
     refuse_if_paused(live)?;
@@ -172,12 +172,12 @@ pub(crate) async fn spawn_exec(
         )
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::new(409, "sandbox_unavailable", e.to_string()))?;
+    .map_err(|e| ServiceError::internal(e.to_string()))?
+    .map_err(|e| ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string()))?;
     Ok((started, rx))
 }
 
-async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ApiError> {
+async fn start(live: &Arc<Live>, spec: ExecSpec) -> Result<StartedParts, ServiceError> {
     let t0 = Instant::now();
     let (started, rx) = spawn_exec(live, spec).await?;
     Ok((started, rx, t0))
@@ -189,7 +189,7 @@ async fn run_in(
     stdin: Option<Vec<u8>>,
     timeout: Duration,
     events: Option<mpsc::Sender<ExecEvent>>,
-) -> Result<Outcome, ApiError> {
+) -> Result<Outcome, ServiceError> {
     let (stdin_pipe, output, _pty) = split(start(live, spec).await?)?;
     match stdin {
         Some(data) => {
@@ -226,11 +226,11 @@ type Split = (
     Option<std::os::fd::OwnedFd>,
 );
 
-fn split(started: StartedParts) -> Result<Split, ApiError> {
+fn split(started: StartedParts) -> Result<Split, ServiceError> {
     use tokio::net::unix::pipe::{Receiver, Sender};
     let (st, exit_rx, t0) = started;
     let started_ms = unix_ms().saturating_sub(t0.elapsed().as_millis() as u64);
-    let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+    let io = |e: std::io::Error| ServiceError::internal(format!("command pipes: {e}"));
     let is_pty = rustix::termios::isatty(&st.stdin);
     let (stdin, stdout, pty) = if is_pty {
         let resize = st.stdin.try_clone().map_err(io)?;
@@ -267,7 +267,7 @@ async fn pump(
     timeout: Duration,
     events: Option<mpsc::Sender<ExecEvent>>,
     bg: Option<&BgCommand>,
-) -> Result<Outcome, ApiError> {
+) -> Result<Outcome, ServiceError> {
     let Output {
         exec_id,
         stdout: mut out,
@@ -363,7 +363,11 @@ async fn pump(
 }
 
 impl Service {
-    fn exec_parts(&self, live: &Live, req: &ExecRequest) -> Result<(ExecSpec, Duration), ApiError> {
+    fn exec_parts(
+        &self,
+        live: &Live,
+        req: &ExecRequest,
+    ) -> Result<(ExecSpec, Duration), ServiceError> {
         let argv = req.cmd.checked_argv()?;
         check_cwd(req.cwd.as_deref())?;
         check_env(&req.env)?;
@@ -400,7 +404,7 @@ impl Service {
         id: &str,
         req: ExecRequest,
         events: Option<mpsc::Sender<ExecEvent>>,
-    ) -> Result<Outcome, ApiError> {
+    ) -> Result<Outcome, ServiceError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         if let Some(argv0) = spec.argv.first() {
@@ -436,7 +440,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         req: ExecRequest,
-    ) -> Result<CommandInfo, ApiError> {
+    ) -> Result<CommandInfo, ServiceError> {
         if let Some(argv0) = req.cmd.checked_argv()?.first() {
             let live = self.get_live(caller, id)?;
             if self
@@ -444,7 +448,7 @@ impl Service {
                 .await?
                 .is_some()
             {
-                return Err(ApiError::bad_request(format!(
+                return Err(ServiceError::bad_request(format!(
                     "background: {argv0} is a WebAssembly module, which runs to completion in \
                      a runtime of its own; run it without background"
                 )));
@@ -462,7 +466,7 @@ impl Service {
         id: &str,
         req: ExecRequest,
         keep_stdin: bool,
-    ) -> Result<(Arc<BgCommand>, tokio::sync::broadcast::Receiver<ExecEvent>), ApiError> {
+    ) -> Result<(Arc<BgCommand>, tokio::sync::broadcast::Receiver<ExecEvent>), ServiceError> {
         let live = self.get_live(caller, id)?;
         let (spec, timeout) = self.exec_parts(&live, &req)?;
         let argv = spec.argv.clone();
@@ -534,34 +538,39 @@ impl Service {
         &self,
         caller: &Caller,
         id: &str,
-    ) -> Result<Vec<Arc<BgCommand>>, ApiError> {
+    ) -> Result<Vec<Arc<BgCommand>>, ServiceError> {
         let live = self.get_live(caller, id)?;
         let c = live
             .commands
             .lock()
-            .map_err(|_| ApiError::internal("lock"))?;
+            .map_err(|_| ServiceError::internal("lock"))?;
         let mut v: Vec<Arc<BgCommand>> = c.values().cloned().collect();
         v.sort_by_key(|c| (c.started_at_ms, c.exec_id));
         Ok(v)
     }
 
-    fn command(&self, caller: &Caller, id: &str, cid: &str) -> Result<Arc<BgCommand>, ApiError> {
+    fn command(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cid: &str,
+    ) -> Result<Arc<BgCommand>, ServiceError> {
         let live = self.get_live(caller, id)?;
         let c = live
             .commands
             .lock()
-            .map_err(|_| ApiError::internal("lock"))?;
+            .map_err(|_| ServiceError::internal("lock"))?;
         c.get(cid)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
+            .ok_or_else(|| ServiceError::not_found(format!("no command '{cid}' in sandbox '{id}'")))
     }
 
-    pub fn list_commands(&self, caller: &Caller, id: &str) -> Result<CommandList, ApiError> {
+    pub fn list_commands(&self, caller: &Caller, id: &str) -> Result<CommandList, ServiceError> {
         let live = self.get_live(caller, id)?;
         let c = live
             .commands
             .lock()
-            .map_err(|_| ApiError::internal("lock"))?;
+            .map_err(|_| ServiceError::internal("lock"))?;
         let mut commands: Vec<CommandInfo> = c.values().map(|c| c.info()).collect();
         commands.sort_by_key(|c| c.started_at_ms);
         Ok(CommandList { commands })
@@ -572,7 +581,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         cid: &str,
-    ) -> Result<CommandInfo, ApiError> {
+    ) -> Result<CommandInfo, ServiceError> {
         Ok(self.command(caller, id, cid)?.info())
     }
 
@@ -582,7 +591,7 @@ impl Service {
         id: &str,
         cid: &str,
         timeout: Duration,
-    ) -> Result<CommandInfo, ApiError> {
+    ) -> Result<CommandInfo, ServiceError> {
         let cmd = self.command(caller, id, cid)?;
         let mut rx = cmd.done.clone();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|o| o.is_some())).await;
@@ -595,7 +604,7 @@ impl Service {
         id: &str,
         cid: &str,
         req: StdinRequest,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         self.command_input(caller, id, cid, req.data.as_bytes(), req.close)
             .await
     }
@@ -608,17 +617,17 @@ impl Service {
         cid: &str,
         data: &[u8],
         close: bool,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         let cmd = self.command(caller, id, cid)?;
         let mut guard = cmd.stdin.lock().await;
         if let Some(w) = guard.as_mut() {
             if !data.is_empty() {
                 w.write_all(data)
                     .await
-                    .map_err(|e| ApiError::conflict(format!("stdin: {e}")))?;
+                    .map_err(|e| ServiceError::conflict(format!("stdin: {e}")))?;
             }
         } else if !data.is_empty() {
-            return Err(ApiError::conflict("stdin of this command is closed"));
+            return Err(ServiceError::conflict("stdin of this command is closed"));
         }
         if close {
             *guard = None;
@@ -634,11 +643,11 @@ impl Service {
         id: &str,
         cid: &str,
         size: PtySize,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         size.check()?;
         let cmd = self.command(caller, id, cid)?;
         let Some(pty) = &cmd.pty else {
-            return Err(ApiError::conflict(format!(
+            return Err(ServiceError::conflict(format!(
                 "command '{cid}' does not run on a terminal (start it with a pty to resize it)"
             )));
         };
@@ -649,7 +658,7 @@ impl Service {
             ws_ypixel: 0,
         };
         rustix::termios::tcsetwinsize(pty, ws)
-            .map_err(|e| ApiError::conflict(format!("resizing the terminal: {e}")))?;
+            .map_err(|e| ServiceError::conflict(format!("resizing the terminal: {e}")))?;
         Ok(())
     }
 
@@ -659,7 +668,7 @@ impl Service {
         id: &str,
         cid: &str,
         signal: i32,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ServiceError> {
         let live = self.get_live(caller, id)?;
         let cmd = self.command(caller, id, cid)?;
         live.sandbox.signal(cmd.exec_id, signal);
@@ -695,7 +704,7 @@ impl Service {
         argv: Vec<String>,
         env: std::collections::BTreeMap<String, String>,
         cwd: Option<String>,
-    ) -> Result<PipedProcess, ApiError> {
+    ) -> Result<PipedProcess, ServiceError> {
         let live = self.get_live(caller, id)?;
         let req = ExecRequest {
             cmd: Cmd::Argv(argv),
@@ -715,7 +724,7 @@ impl Service {
             json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "piped": true}),
         );
         let (started, exit) = spawn_exec(&live, spec).await?;
-        let io = |e: std::io::Error| ApiError::internal(format!("command pipes: {e}"));
+        let io = |e: std::io::Error| ServiceError::internal(format!("command pipes: {e}"));
         let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
         let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
         let stderr_pipe =

@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 use cordon_image::{Event, ImageError, Platform, PullOptions, Reference, Store};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use utoipa::ToSchema;
 
 use super::{Caller, Service};
-use crate::error::ApiError;
+use crate::error::{ErrorKind, ServiceError};
 
 /// How the service may pull images (from `cordon serve`'s flags).
 #[derive(Debug, Clone, Default)]
@@ -31,7 +30,8 @@ pub struct ImagesConfig {
 }
 
 /// One image in the node's store.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImageView {
     /// Normalised references that name it (`docker.io/library/python:3.12-slim`); empty when
     /// only its digest does.
@@ -56,27 +56,33 @@ pub struct ImageView {
 }
 
 /// `GET /v1/images`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImageList {
     pub images: Vec<ImageView>,
 }
 
 /// `POST /v1/images/pull`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PullRequest {
     /// `NAME[:TAG][@DIGEST]`, Docker's way: `python:3.12-slim`, `ghcr.io/org/app:1`,
     /// `127.0.0.1:5000/team/tool@sha256:…`.
-    #[schema(min_length = 1, max_length = 512)]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
     pub reference: String,
     /// `os/arch[/variant]` to pick from a multi-platform image; the server's own by default.
     #[serde(default)]
-    #[schema(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+    )]
     pub platform: Option<String>,
 }
 
 /// What a pull did.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PullResult {
     /// The normalised reference pulled.
     pub reference: String,
@@ -84,7 +90,8 @@ pub struct PullResult {
 }
 
 /// A pull's progress, as `POST /v1/images/pull` streams it (`Accept: text/event-stream`).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PullEvent {
     /// The manifest is fetched and verified: what will be fetched is known.
@@ -135,23 +142,29 @@ fn view(names: Vec<String>, r: &cordon_image::store::ImageRecord) -> ImageView {
 
 /// The HTTP status an image error deserves: the caller's mistake (4xx) or the registry's
 /// (502), never a bare 500 for a refusal that was on purpose.
-pub fn image_error(e: ImageError) -> ApiError {
+pub fn image_error(e: ImageError) -> ServiceError {
     let message = e.to_string();
     match e {
         ImageError::InvalidReference { .. } | ImageError::InvalidPlatform(_) => {
-            ApiError::bad_request(message)
+            ServiceError::bad_request(message)
         }
-        ImageError::NotFound { .. } => ApiError::not_found(message),
-        ImageError::Ambiguous { .. } => ApiError::bad_request(message),
-        ImageError::Insecure { .. } => ApiError::new(403, "forbidden", message),
-        ImageError::Auth { .. } => ApiError::new(502, "registry_auth", message),
-        ImageError::Registry { .. } => ApiError::new(502, "registry", message),
-        ImageError::NoPlatform { .. } => ApiError::new(422, "no_platform", message),
+        ImageError::NotFound { .. } => ServiceError::not_found(message),
+        ImageError::Ambiguous { .. } => ServiceError::bad_request(message),
+        ImageError::Insecure { .. } => {
+            ServiceError::new(ErrorKind::Forbidden, "forbidden", message)
+        }
+        ImageError::Auth { .. } => ServiceError::new(ErrorKind::Upstream, "registry_auth", message),
+        ImageError::Registry { .. } => ServiceError::new(ErrorKind::Upstream, "registry", message),
+        ImageError::NoPlatform { .. } => {
+            ServiceError::new(ErrorKind::Unprocessable, "no_platform", message)
+        }
         ImageError::DigestMismatch { .. }
         | ImageError::Limit(_)
         | ImageError::Unsupported(_)
-        | ImageError::Format { .. } => ApiError::new(422, "bad_image", message),
-        ImageError::Io { .. } => ApiError::internal(message),
+        | ImageError::Format { .. } => {
+            ServiceError::new(ErrorKind::Unprocessable, "bad_image", message)
+        }
+        ImageError::Io { .. } => ServiceError::internal(message),
     }
 }
 
@@ -244,7 +257,7 @@ impl cordon_image::Progress for Forward {
 }
 
 impl Service {
-    fn image_store(&self) -> Result<Store, ApiError> {
+    fn image_store(&self) -> Result<Store, ServiceError> {
         Store::open(&self.cfg.data_dir).map_err(image_error)
     }
 
@@ -255,14 +268,14 @@ impl Service {
         &self,
         reference: &Reference,
         platform: Platform,
-    ) -> Result<PullOptions, ApiError> {
+    ) -> Result<PullOptions, ServiceError> {
         if let Some(allowed) = &self.cfg.images.registries {
             if !allowed
                 .iter()
                 .any(|a| registry_matches(a, &reference.registry))
             {
-                return Err(ApiError::new(
-                    403,
+                return Err(ServiceError::new(
+                    ErrorKind::Forbidden,
                     "forbidden",
                     format!(
                         "this server pulls only from {}; {} is not one of them (its operator \
@@ -281,11 +294,11 @@ impl Service {
     }
 
     /// Every image in the node's store, newest first.
-    pub async fn list_images(&self, _caller: &Caller) -> Result<ImageList, ApiError> {
+    pub async fn list_images(&self, _caller: &Caller) -> Result<ImageList, ServiceError> {
         let dir = self.cfg.data_dir.clone();
         let list = tokio::task::spawn_blocking(move || Store::open(&dir).and_then(|s| s.list()))
             .await
-            .map_err(|e| ApiError::internal(format!("listing images: {e}")))?
+            .map_err(|e| ServiceError::internal(format!("listing images: {e}")))?
             .map_err(image_error)?;
         let mut images: Vec<ImageView> = list
             .iter()
@@ -301,7 +314,7 @@ impl Service {
         caller: &Caller,
         req: PullRequest,
         progress: Option<mpsc::Sender<PullEvent>>,
-    ) -> Result<PullResult, ApiError> {
+    ) -> Result<PullResult, ServiceError> {
         let reference = validate(&req)?;
         let platform = match &req.platform {
             Some(p) => Platform::parse(p).map_err(image_error)?,
@@ -328,7 +341,7 @@ impl Service {
             })
         })
         .await
-        .map_err(|e| ApiError::internal(format!("pulling {}: {e}", req.reference)))?
+        .map_err(|e| ServiceError::internal(format!("pulling {}: {e}", req.reference)))?
         .map_err(image_error);
         self.audit.record(
             "image.pull",
@@ -348,9 +361,9 @@ impl Service {
 }
 
 /// Checks what the OpenAPI document promises before anything reaches the network.
-pub fn validate(req: &PullRequest) -> Result<Reference, ApiError> {
+pub fn validate(req: &PullRequest) -> Result<Reference, ServiceError> {
     if req.reference.is_empty() || req.reference.len() > 512 {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             "reference: 1 to 512 characters, NAME[:TAG][@DIGEST]",
         ));
     }
@@ -398,7 +411,7 @@ mod tests {
             },
         ];
         for e in cases {
-            assert!(image_error(e).status < 500);
+            assert!(!matches!(image_error(e).kind, ErrorKind::Internal));
         }
     }
 }

@@ -10,11 +10,14 @@ use cordon_policy::network::NetworkPolicy;
 use cordon_policy::units::{parse_duration, parse_size};
 use cordon_policy::{Enforcement, NetworkEvent, Outcome};
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+#[cfg(feature = "openapi")]
 use utoipa::openapi::RefOr;
+#[cfg(feature = "openapi")]
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::error::ApiError;
+use crate::error::ServiceError;
 
 /// A size (`"256M"`, or bytes), a duration (`"30s"`, or seconds) or a signal (`"TERM"`, or its
 /// number) as JSON. Which one a field holds is in its schema ([`SizeSchema`],
@@ -106,6 +109,7 @@ pub fn signal_from_text(t: &str) -> Option<i32> {
 }
 
 /// The JSON Schema pattern equivalent of [`signal_from_text`].
+#[cfg(any(test, feature = "openapi"))]
 fn signal_pattern() -> String {
     let ci = |w: &str| -> String {
         w.chars()
@@ -128,48 +132,48 @@ fn signal_pattern() -> String {
 
 impl Amount {
     /// A size in bytes.
-    pub fn size(&self, field: &str) -> Result<u64, ApiError> {
+    pub fn size(&self, field: &str) -> Result<u64, ServiceError> {
         match self {
             Amount::Number(n) if *n >= 0.0 => Ok(*n as u64),
-            Amount::Number(_) => Err(ApiError::bad_request(format!(
+            Amount::Number(_) => Err(ServiceError::bad_request(format!(
                 "{field}: must not be negative"
             ))),
             Amount::Text(t) if is_size_text(t) => {
-                parse_size(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+                parse_size(t).map_err(|e| ServiceError::bad_request(format!("{field}: {e}")))
             }
-            Amount::Text(t) => Err(ApiError::bad_request(format!(
+            Amount::Text(t) => Err(ServiceError::bad_request(format!(
                 "{field}: '{t}' is not a size: give bytes as a number, or text such as 512K, 256M, 1G"
             ))),
         }
     }
 
     /// A duration more than zero.
-    pub fn duration(&self, field: &str) -> Result<Duration, ApiError> {
+    pub fn duration(&self, field: &str) -> Result<Duration, ServiceError> {
         match self {
             Amount::Number(n) if n.is_finite() && *n > 0.0 && *n < MAX_SECONDS => {
                 Ok(Duration::from_secs_f64(*n))
             }
-            Amount::Number(_) => Err(ApiError::bad_request(format!(
+            Amount::Number(_) => Err(ServiceError::bad_request(format!(
                 "{field}: must be a positive number of seconds"
             ))),
             Amount::Text(t) if is_duration_text(t) => {
-                parse_duration(t).map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+                parse_duration(t).map_err(|e| ServiceError::bad_request(format!("{field}: {e}")))
             }
-            Amount::Text(t) => Err(ApiError::bad_request(format!(
+            Amount::Text(t) => Err(ServiceError::bad_request(format!(
                 "{field}: '{t}' is not a duration: give seconds as a number, or text such as 500ms, 30s, 5m, 2h"
             ))),
         }
     }
 
     /// A signal number (1-64).
-    pub fn signal(&self) -> Result<i32, ApiError> {
+    pub fn signal(&self) -> Result<i32, ServiceError> {
         let n = match self {
             Amount::Number(n) if n.fract() == 0.0 && (1.0..=64.0).contains(n) => Some(*n as i32),
             Amount::Number(_) => None,
             Amount::Text(t) => signal_from_text(t),
         };
         n.ok_or_else(|| {
-            ApiError::bad_request(format!(
+            ServiceError::bad_request(format!(
                 "signal: give a number 1-64 or a name ({})",
                 SIGNAL_NAMES.map(|(n, _)| n).join(", ")
             ))
@@ -180,6 +184,7 @@ impl Amount {
 /// Schema of a size field.
 pub struct SizeSchema;
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for SizeSchema {
     fn schema() -> RefOr<Schema> {
         OneOfBuilder::new()
@@ -199,11 +204,13 @@ impl PartialSchema for SizeSchema {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for SizeSchema {}
 
 /// Schema of a duration field.
 pub struct DurationSchema;
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for DurationSchema {
     fn schema() -> RefOr<Schema> {
         OneOfBuilder::new()
@@ -224,11 +231,13 @@ impl PartialSchema for DurationSchema {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for DurationSchema {}
 
 /// Schema of a signal field.
 pub struct SignalSchema;
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for SignalSchema {
     fn schema() -> RefOr<Schema> {
         OneOfBuilder::new()
@@ -249,6 +258,7 @@ impl PartialSchema for SignalSchema {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for SignalSchema {}
 
 /// Environment variable names the sandbox takes.
@@ -257,6 +267,7 @@ pub const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
 /// Schema of an environment map: variable names, values without NUL bytes.
 pub struct EnvSchema;
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for EnvSchema {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
@@ -277,20 +288,21 @@ impl PartialSchema for EnvSchema {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for EnvSchema {}
 
 /// Checks an environment map against [`EnvSchema`].
-pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     for (k, v) in env {
         let ok = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
-            return Err(ApiError::bad_request(format!(
+            return Err(ServiceError::bad_request(format!(
                 "env: '{k}' is not a variable name (letters, digits, _)"
             )));
         }
         if v.contains('\0') {
-            return Err(ApiError::bad_request(format!(
+            return Err(ServiceError::bad_request(format!(
                 "env: the value of {k} contains a NUL byte"
             )));
         }
@@ -305,6 +317,7 @@ pub const METADATA_MAX_VALUE: usize = 1024;
 /// Schema of sandbox metadata.
 pub struct MetadataSchema;
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for MetadataSchema {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
@@ -325,10 +338,12 @@ impl PartialSchema for MetadataSchema {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for MetadataSchema {}
 
 /// Built-in profiles a client may name.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only: the server takes the name as text
 #[serde(rename_all = "lowercase")]
 pub enum ProfileName {
@@ -336,53 +351,55 @@ pub enum ProfileName {
     Strict,
 }
 
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Built-in profile: `default` or `strict`.
-    #[schema(value_type = Option<ProfileName>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<ProfileName>))]
     pub profile: Option<String>,
     /// Memory limit (at least 8M), e.g. `"512M"`.
-    #[schema(value_type = Option<SizeSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub memory: Option<Amount>,
     /// CPU quota in cores.
-    #[schema(minimum = 0.01, maximum = 1024)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.01, maximum = 1024))]
     pub cpus: Option<f64>,
     /// Processes and threads at once.
-    #[schema(minimum = 1, maximum = 1000000)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub pids: Option<u32>,
     /// Size of /tmp and /workspace (at least 1M), e.g. `"256M"`.
-    #[schema(value_type = Option<SizeSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub disk: Option<Amount>,
     /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
     /// (`limits_hit: ["output"]`).
-    #[schema(value_type = Option<SizeSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub output_limit: Option<Amount>,
     /// CPU time each command may use (at least 1s), e.g. `"5s"` (`status: "cpu_time"` when it
     /// runs out).
-    #[schema(value_type = Option<DurationSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub cpu_time: Option<Amount>,
     /// Time to live, e.g. `"10m"` or seconds; at most the server's `--max-ttl`.
-    #[schema(value_type = Option<DurationSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub ttl: Option<Amount>,
     /// Environment variables every command gets.
     #[serde(default)]
-    #[schema(value_type = EnvSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     /// Free-form labels, filterable on list.
     #[serde(default)]
-    #[schema(value_type = MetadataSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = MetadataSchema))]
     pub metadata: BTreeMap<String, String>,
     /// Egress allowlist; none means no network.
     pub network: Option<NetworkPolicy>,
     /// An image in the server's store (e.g. `python:3.12-slim`, or a manifest digest) whose
     /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
     /// command. Unknown images are refused (400) unless the server pulls on demand.
-    #[schema(max_length = 4096)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub image: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LimitsView {
     pub memory_bytes: u64,
     pub cpus: f64,
@@ -392,7 +409,8 @@ pub struct LimitsView {
 }
 
 /// The states a sandbox passes through.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only: the registry keeps the state as text
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
@@ -404,17 +422,18 @@ pub enum SandboxState {
     Failed,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SandboxInfo {
     pub id: String,
-    #[schema(value_type = SandboxState)]
+    #[cfg_attr(feature = "openapi", schema(value_type = SandboxState))]
     pub state: String,
     pub profile: String,
     pub created_at: u64,
     pub expires_at: u64,
     pub metadata: BTreeMap<String, String>,
     /// What the host enforces for this sandbox; null once it has ended.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub enforcement: Option<Enforcement>,
     /// Its limits; null once it has ended.
     pub limits: Option<LimitsView>,
@@ -426,16 +445,18 @@ pub struct SandboxInfo {
     pub paused_by: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExtendTtl {
     /// New time to live from now, e.g. `"30m"`; at most the server's `--max-ttl`.
-    #[schema(value_type = DurationSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = DurationSchema))]
     pub ttl: Amount,
 }
 
@@ -447,6 +468,7 @@ pub enum Cmd {
     Shell(String),
 }
 
+#[cfg(feature = "openapi")]
 impl PartialSchema for Cmd {
     fn schema() -> RefOr<Schema> {
         let arg = || {
@@ -468,6 +490,7 @@ impl PartialSchema for Cmd {
             .into()
     }
 }
+#[cfg(feature = "openapi")]
 impl ToSchema for Cmd {}
 
 /// Text that can become a C string: no NUL byte.
@@ -482,19 +505,19 @@ impl Cmd {
     }
 
     /// The argv, checked against the schema: a program to run, no NUL bytes.
-    pub fn checked_argv(&self) -> Result<Vec<String>, ApiError> {
+    pub fn checked_argv(&self) -> Result<Vec<String>, ServiceError> {
         let empty = match self {
             Cmd::Argv(v) => v.first().is_none_or(|a| a.is_empty()),
             Cmd::Shell(s) => s.is_empty(),
         };
         if empty {
-            return Err(ApiError::bad_request(
+            return Err(ServiceError::bad_request(
                 "cmd: give an argv array (its first element the program) or a shell string",
             ));
         }
         let argv = self.argv();
         if argv.iter().any(|a| a.contains('\0')) {
-            return Err(ApiError::bad_request(
+            return Err(ServiceError::bad_request(
                 "cmd: arguments cannot contain NUL bytes",
             ));
         }
@@ -503,9 +526,9 @@ impl Cmd {
 }
 
 /// Checks an optional working directory against [`CWD_PATTERN`].
-pub fn check_cwd(cwd: Option<&str>) -> Result<(), ApiError> {
+pub fn check_cwd(cwd: Option<&str>) -> Result<(), ServiceError> {
     if cwd.is_some_and(|c| !c.starts_with('/') || c.contains('\0')) {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             "cwd: give an absolute path inside the sandbox, e.g. /workspace/src",
         ));
     }
@@ -515,20 +538,21 @@ pub fn check_cwd(cwd: Option<&str>) -> Result<(), ApiError> {
 /// A working directory: absolute, no NUL bytes.
 pub const CWD_PATTERN: &str = r"^/[^\x00]*$";
 
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub cmd: Cmd,
     /// Working directory inside the sandbox, absolute (default `/workspace`).
-    #[schema(pattern = r"^/[^\x00]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^/[^\x00]*$"))]
     pub cwd: Option<String>,
     #[serde(default)]
-    #[schema(value_type = EnvSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     /// Text fed to the command's stdin.
     pub stdin: Option<String>,
     /// Wall-clock limit for this command, e.g. `"30s"`.
-    #[schema(value_type = Option<DurationSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub timeout: Option<Amount>,
     /// Start and return at once with a `command_id`.
     #[serde(default)]
@@ -538,11 +562,11 @@ pub struct ExecRequest {
     /// background command can be resized. The service layer's option (E2B's PTYs use it); not
     /// yet part of the HTTP API, whose SDKs and routes would follow with it.
     #[serde(skip)]
-    #[schema(ignore)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub pty: Option<PtySize>,
     /// A front end's name for the command (E2B's process tag); not part of the HTTP API.
     #[serde(skip)]
-    #[schema(ignore)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub tag: Option<String>,
 }
 
@@ -558,9 +582,9 @@ pub struct PtySize {
 
 impl PtySize {
     /// Checks the size is one a terminal can have.
-    pub fn check(&self) -> Result<(), ApiError> {
+    pub fn check(&self) -> Result<(), ServiceError> {
         if !(1..=1000).contains(&self.rows) || !(1..=1000).contains(&self.cols) {
-            return Err(ApiError::bad_request(format!(
+            return Err(ServiceError::bad_request(format!(
                 "pty: rows and cols must each be 1 to 1000 (got {}x{})",
                 self.rows, self.cols
             )));
@@ -569,28 +593,29 @@ impl PtySize {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     pub cmd: Cmd,
-    #[schema(value_type = Option<ProfileName>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<ProfileName>))]
     pub profile: Option<String>,
-    #[schema(value_type = Option<SizeSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub memory: Option<Amount>,
-    #[schema(minimum = 0.01, maximum = 1024)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.01, maximum = 1024))]
     pub cpus: Option<f64>,
-    #[schema(minimum = 1, maximum = 1000000)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub pids: Option<u32>,
-    #[schema(value_type = Option<SizeSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub disk: Option<Amount>,
-    #[schema(value_type = Option<DurationSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub timeout: Option<Amount>,
     #[serde(default)]
-    #[schema(value_type = EnvSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     pub stdin: Option<String>,
     /// Working directory inside the sandbox, absolute (default `/workspace`).
-    #[schema(pattern = r"^/[^\x00]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^/[^\x00]*$"))]
     pub cwd: Option<String>,
     pub network: Option<NetworkPolicy>,
     /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
@@ -598,11 +623,12 @@ pub struct RunRequest {
     pub wasm: Option<String>,
     /// An image in the server's store whose root replaces the host's system directories
     /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
-    #[schema(max_length = 4096)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub image: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommandInfo {
     pub command_id: String,
     pub cmd: Vec<String>,
@@ -614,12 +640,14 @@ pub struct CommandInfo {
     pub outcome: Option<Outcome>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommandList {
     pub commands: Vec<CommandInfo>,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StdinRequest {
     #[serde(default)]
@@ -628,19 +656,21 @@ pub struct StdinRequest {
     pub close: bool,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// A number or a name (`TERM`, `SIGKILL`, `INT`, …).
-    #[schema(value_type = SignalSchema)]
+    #[cfg_attr(feature = "openapi", schema(value_type = SignalSchema))]
     pub signal: Amount,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
     /// A path inside the sandbox; relative paths are under `/workspace`.
-    #[schema(pattern = r"^[^\x00]+$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub path: String,
     #[serde(default = "yes")]
     pub parents: bool,
@@ -650,30 +680,34 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
-    #[schema(pattern = r"^[^\x00]+$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub from: String,
-    #[schema(pattern = r"^[^\x00]+$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub to: String,
 }
 
 /// A sandbox's egress policy and every decision its proxy made so far.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetworkInfo {
     pub policy: NetworkPolicy,
     pub events: Vec<NetworkEvent>,
 }
 
 /// The egress policy now in force.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetworkSet {
     pub policy: NetworkPolicy,
 }
 
 /// Kinds of file system entries.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only: the engine's `Entry` is serialized
 #[serde(rename_all = "lowercase")]
 pub enum FileType {
@@ -684,8 +718,9 @@ pub enum FileType {
 }
 
 /// One file system entry (the engine's `fsview::Entry`, as it serializes).
-#[derive(Serialize, ToSchema)]
-#[schema(as = Entry)]
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Entry))]
 #[allow(dead_code)] // schema only
 pub struct FileEntry {
     /// Last component (`/` for the sandbox root).
@@ -704,25 +739,29 @@ pub struct FileEntry {
     target: Option<String>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only
 pub struct FileList {
     entries: Vec<FileEntry>,
 }
 
 /// What an upload wrote.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Written {
     pub path: String,
     pub bytes: u64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContextList {
-    pub contexts: Vec<crate::kernel::ContextInfo>,
+    pub contexts: Vec<crate::interpreter::ContextInfo>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// Always `ok` while the server answers.
     pub status: String,

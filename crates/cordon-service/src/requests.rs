@@ -6,21 +6,21 @@ use std::time::Duration;
 
 use cordon_policy::{EnvEntry, Profile};
 
-use crate::error::ApiError;
+use crate::error::ServiceError;
 use crate::types::*;
 
-pub(super) fn size(a: &Amount, field: &str) -> Result<u64, ApiError> {
+pub(super) fn size(a: &Amount, field: &str) -> Result<u64, ServiceError> {
     a.size(field)
 }
 
-pub(super) fn duration(a: &Amount, field: &str) -> Result<Duration, ApiError> {
+pub(super) fn duration(a: &Amount, field: &str) -> Result<Duration, ServiceError> {
     a.duration(field)
 }
 
 /// Refuses a TTL or timeout beyond the server's ceiling for it.
-pub(super) fn at_most(value: Duration, max: Duration, field: &str) -> Result<(), ApiError> {
+pub(super) fn at_most(value: Duration, max: Duration, field: &str) -> Result<(), ServiceError> {
     if value > max {
-        return Err(ApiError::bad_request(format!(
+        return Err(ServiceError::bad_request(format!(
             "{field}: at most {}s",
             max.as_secs()
         )));
@@ -29,7 +29,7 @@ pub(super) fn at_most(value: Duration, max: Duration, field: &str) -> Result<(),
 }
 
 /// A signal by number or name.
-pub fn signal_number(a: &Amount) -> Result<i32, ApiError> {
+pub fn signal_number(a: &Amount) -> Result<i32, ServiceError> {
     a.signal()
 }
 
@@ -44,11 +44,11 @@ pub fn profile_from(
     timeout: Option<&Amount>,
     env: &BTreeMap<String, String>,
     network: Option<&cordon_policy::network::NetworkPolicy>,
-) -> Result<Profile, ApiError> {
+) -> Result<Profile, ServiceError> {
     let name = name.unwrap_or("default");
     // Only built-ins: a client must never make the server read a file of its choosing.
     let mut p =
-        Profile::builtin(name).map_err(|e| ApiError::bad_request(format!("profile: {e}")))?;
+        Profile::builtin(name).map_err(|e| ServiceError::bad_request(format!("profile: {e}")))?;
     if let Some(m) = memory {
         p.limits.memory = size(m, "memory")?;
     }
@@ -72,7 +72,7 @@ pub fn profile_from(
         p.network = n.clone();
     }
     p.validate()
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(|e| ServiceError::bad_request(e.to_string()))?;
     Ok(p)
 }
 
@@ -85,7 +85,7 @@ impl super::Service {
         &self,
         profile: &mut Profile,
         trusted: bool,
-    ) -> Result<Option<cordon_image::ImageRoot>, ApiError> {
+    ) -> Result<Option<cordon_image::ImageRoot>, ServiceError> {
         let Some(name) = profile.image.clone() else {
             return Ok(None);
         };
@@ -94,13 +94,13 @@ impl super::Service {
             return Ok(None);
         }
         if !trusted && cordon_image::store::names_directory(&name) {
-            return Err(ApiError::bad_request(format!(
+            return Err(ServiceError::bad_request(format!(
                 "image: '{name}' is a path; name an image in the server's store (a directory \
                  as a root is only for cordon run and cordon mcp)"
             )));
         }
         let store = cordon_image::Store::open(&self.cfg.data_dir)
-            .map_err(|e| ApiError::internal(format!("the image store: {e}")))?;
+            .map_err(|e| ServiceError::internal(format!("the image store: {e}")))?;
         // Checked before the store is asked: an image the server may not pull is refused
         // the same way whether or not it would have to be pulled.
         let pull = match self.cfg.image_pull {
@@ -116,27 +116,27 @@ impl super::Service {
                 Err(cordon_image::ImageError::NotFound { .. }) if pull.is_some() => {
                     let opts = pull.unwrap_or_default();
                     cordon_image::pull(&store, &name, &opts, &cordon_image::Quiet).map_err(
-                        |e| ApiError::bad_request(format!("image: pulling {name}: {e}")),
+                        |e| ServiceError::bad_request(format!("image: pulling {name}: {e}")),
                     )?;
                     store.resolve(&name)
                 }
                 other => other,
             }
             .map_err(|e| match e {
-                cordon_image::ImageError::NotFound { .. } => ApiError::bad_request(format!(
+                cordon_image::ImageError::NotFound { .. } => ServiceError::bad_request(format!(
                     "image: {name} is not in this server's image store; pull it first \
                      (cordon image pull {name} --data-dir <the server's data dir>), or start \
                      cordon serve with --image-pull missing to pull on demand"
                 )),
-                other => ApiError::bad_request(format!("image: {name}: {other}")),
+                other => ServiceError::bad_request(format!("image: {name}: {other}")),
             })
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
+        .map_err(|e| ServiceError::internal(e.to_string()))??;
         profile.root_image = Some(root.root_image());
         profile
             .validate()
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         Ok(Some(root))
     }
 }

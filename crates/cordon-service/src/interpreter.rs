@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Mutex};
 
-use crate::error::ApiError;
-use crate::service::Live;
+use crate::error::{ErrorKind, ServiceError};
+use crate::Live;
 
-pub const PY_DRIVER: &str = include_str!("kernels/driver.py");
-pub const NODE_DRIVER: &str = include_str!("kernels/node_driver.js");
+pub const PY_DRIVER: &str = include_str!("interpreters/driver.py");
+pub const NODE_DRIVER: &str = include_str!("interpreters/node_driver.js");
 
 /// Longest protocol line accepted (a PNG result travels base64 in one line).
 const MAX_LINE: usize = 64 << 20;
@@ -29,39 +29,43 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 
 pub const LANGUAGES: &[&str] = &["python", "javascript", "bash"];
 
-pub fn normalize_language(l: &str) -> Result<&'static str, ApiError> {
+pub fn normalize_language(l: &str) -> Result<&'static str, ServiceError> {
     // No trimming: the API's schema names these spellings exactly.
     match l.to_ascii_lowercase().as_str() {
         "python" | "python3" | "py" => Ok("python"),
         "javascript" | "js" | "node" => Ok("javascript"),
         "bash" | "sh" | "shell" => Ok("bash"),
-        other => Err(ApiError::bad_request(format!(
+        other => Err(ServiceError::bad_request(format!(
             "language: '{other}' is not one of python, javascript, bash"
         ))),
     }
 }
 
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
     /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
     /// `shell`), any case.
     #[serde(default = "default_language")]
-    #[schema(
-        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+        )
     )]
     pub language: String,
     pub code: String,
     /// Named context; each has its own state. Default: `default`.
-    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub context: Option<String>,
     /// Per-cell limit, e.g. `"30s"`.
-    #[schema(value_type = Option<crate::types::DurationSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::types::DurationSchema>))]
     pub timeout: Option<crate::types::Amount>,
     /// Environment variables for this cell only (its code and what it starts see them; the
     /// context's later cells do not).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[schema(value_type = Option<crate::types::EnvSchema>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::types::EnvSchema>))]
     pub env: std::collections::BTreeMap<String, String>,
 }
 
@@ -69,19 +73,21 @@ fn default_language() -> String {
     "python".into()
 }
 
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CodeError {
     pub name: String,
     pub value: String,
     pub traceback: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CodeResult {
     pub stdout: String,
     pub stderr: String,
     /// MIME bundles; one has `is_main_result: true` (the last expression's value).
-    #[schema(value_type = Vec<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub results: Vec<Value>,
     pub error: Option<CodeError>,
     pub execution_count: u64,
@@ -118,6 +124,18 @@ impl Default for CodeResult {
 }
 
 impl CodeResult {
+    /// The result of a cell that could not run at all: `error` names why.
+    pub fn failed(e: &ServiceError) -> CodeResult {
+        CodeResult {
+            error: Some(CodeError {
+                name: e.code.to_string(),
+                value: e.message.clone(),
+                traceback: vec![],
+            }),
+            ..CodeResult::default()
+        }
+    }
+
     fn new(output_limit: u64) -> CodeResult {
         CodeResult {
             stdout: String::new(),
@@ -184,7 +202,8 @@ pub enum CellEvent {
     Done(Box<CodeResult>),
 }
 
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContextInfo {
     pub language: String,
     pub name: String,
@@ -223,7 +242,7 @@ pub struct Contexts {
 }
 
 impl Contexts {
-    pub fn slot(&self, language: &'static str, name: &str) -> Result<Arc<Slot>, ApiError> {
+    pub fn slot(&self, language: &'static str, name: &str) -> Result<Arc<Slot>, ServiceError> {
         self.slot_in(language, name, None)
     }
 
@@ -233,20 +252,23 @@ impl Contexts {
         language: &'static str,
         name: &str,
         cwd: Option<&str>,
-    ) -> Result<Arc<Slot>, ApiError> {
+    ) -> Result<Arc<Slot>, ServiceError> {
         if name.is_empty()
             || name.len() > 64
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            return Err(ApiError::bad_request(
+            return Err(ServiceError::bad_request(
                 "context: use 1-64 letters, digits, '-' or '_'",
             ));
         }
-        let mut s = self.slots.lock().map_err(|_| ApiError::internal("lock"))?;
+        let mut s = self
+            .slots
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
         if s.len() >= 32 && !s.contains_key(&(language.to_string(), name.to_string())) {
-            return Err(ApiError::conflict(
+            return Err(ServiceError::conflict(
                 "at most 32 contexts per sandbox; delete one first",
             ));
         }
@@ -304,7 +326,7 @@ impl Contexts {
     }
 }
 
-async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ApiError> {
+async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ServiceError> {
     let language = slot.language;
     let mut env = vec![
         ("MPLBACKEND".to_string(), "Agg".to_string()),
@@ -325,8 +347,8 @@ async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ApiError>
         cwd: slot.cwd.clone(),
         pty: None,
     };
-    let (started, exit) = crate::service::spawn_exec(live, spec).await?;
-    let io = |e: std::io::Error| ApiError::internal(format!("kernel pipes: {e}"));
+    let (started, exit) = crate::spawn_exec(live, spec).await?;
+    let io = |e: std::io::Error| ServiceError::internal(format!("kernel pipes: {e}"));
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(started.stdin).map_err(io)?;
     let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stdout).map_err(io)?;
     let mut stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(started.stderr).map_err(io)?;
@@ -375,8 +397,7 @@ async fn start_kernel(live: &Arc<Live>, slot: &Slot) -> Result<Kernel, ApiError>
     .await;
     if !matches!(ready, Ok(true)) {
         live.sandbox.signal(started.id, libc::SIGKILL);
-        return Err(ApiError::new(
-            409,
+        return Err(ServiceError::new(ErrorKind::Conflict,
             "kernel_failed",
             format!(
                 "the {language} kernel did not start: its interpreter may be missing from the sandbox, or the sandbox reached its process limit (pids = {})",
@@ -411,7 +432,7 @@ pub async fn run_cell(
     env: &std::collections::BTreeMap<String, String>,
     timeout: Duration,
     events: Option<mpsc::Sender<CellEvent>>,
-) -> Result<CodeResult, ApiError> {
+) -> Result<CodeResult, ServiceError> {
     let mut guard = slot.kernel.lock().await;
     let mut state_lost = false;
     if guard.as_ref().is_some_and(|k| k.dead) {
@@ -422,7 +443,7 @@ pub async fn run_cell(
         *guard = Some(start_kernel(live, slot).await?);
     }
     let Some(k) = guard.as_mut() else {
-        return Err(ApiError::internal("kernel slot empty"));
+        return Err(ServiceError::internal("kernel slot empty"));
     };
     let id = k.next_id;
     k.next_id += 1;
@@ -442,7 +463,7 @@ pub async fn run_cell(
         *guard = Some(start_kernel(live, slot).await?);
         result.state_lost = true;
         let Some(fresh) = guard.as_mut() else {
-            return Err(ApiError::internal("kernel slot empty"));
+            return Err(ServiceError::internal("kernel slot empty"));
         };
         fresh.next_id = id + 1;
         if fresh.stdin.write_all(&req).await.is_err() {
@@ -451,7 +472,7 @@ pub async fn run_cell(
         }
     }
     let Some(k) = guard.as_mut() else {
-        return Err(ApiError::internal("kernel slot empty"));
+        return Err(ServiceError::internal("kernel slot empty"));
     };
     let deadline = tokio::time::Instant::now() + timeout;
     let mut timed_out = false;
@@ -635,10 +656,10 @@ async fn handle_line(
     false
 }
 
-fn died(r: &mut CodeResult, why: &str) -> ApiError {
+fn died(r: &mut CodeResult, why: &str) -> ServiceError {
     r.state_lost = true;
-    ApiError::new(
-        500,
+    ServiceError::new(
+        ErrorKind::Internal,
         "kernel_died",
         format!("{why}; the kernel will restart on the next cell and its state is lost"),
     )
@@ -682,7 +703,7 @@ pub async fn stop(live: &Arc<Live>, slot: &Arc<Slot>) {
 }
 
 /// Starts a context's kernel now (so the first cell does not pay for it).
-pub async fn ensure_started(live: &Arc<Live>, slot: &Arc<Slot>) -> Result<(), ApiError> {
+pub async fn ensure_started(live: &Arc<Live>, slot: &Arc<Slot>) -> Result<(), ServiceError> {
     let mut guard = slot.kernel.lock().await;
     if guard.as_ref().is_none_or(|k| k.dead) {
         *guard = Some(start_kernel(live, slot).await?);

@@ -1,0 +1,335 @@
+//! Every file operation any door needs — read, write, stat, list (with a depth and a cap),
+//! mkdir, move, remove, and the snapshots a watcher compares — done inside a sandbox as its
+//! own user. Resolution happens in `cordon_linux::fsview` against the sandbox's own root
+//! (`openat2` `RESOLVE_IN_ROOT`), so no path a caller or the sandbox controls leads outside
+//! it; the engine's file handle never leaves this module.
+
+pub use cordon_linux::fsview::{Entry, EntryType};
+use cordon_linux::fsview::{FsError, SandboxFs};
+use serde_json::json;
+
+use crate::error::{ErrorKind, ServiceError};
+use crate::{Caller, Service};
+
+/// The kind of a file operation's failure: the engine names what went wrong, each door
+/// decides how its protocol says it.
+fn fs_kind(e: &FsError) -> ErrorKind {
+    match e {
+        FsError::NotFound { .. } => ErrorKind::NotFound,
+        FsError::PermissionDenied { .. } | FsError::ReadOnly { .. } | FsError::Escapes { .. } => {
+            ErrorKind::Forbidden
+        }
+        FsError::NotADirectory { .. }
+        | FsError::IsADirectory { .. }
+        | FsError::AlreadyExists { .. }
+        | FsError::NotEmpty { .. }
+        | FsError::Busy { .. }
+        | FsError::CrossDevice { .. } => ErrorKind::Conflict,
+        FsError::NotAFile { .. } | FsError::InvalidPath { .. } => ErrorKind::Invalid,
+        FsError::NoSpace { .. } => ErrorKind::NoSpace,
+        FsError::TooLarge { .. } => ErrorKind::TooLarge,
+        FsError::Unsupported { .. } => ErrorKind::Unsupported,
+        FsError::Io { .. } => ErrorKind::Internal,
+    }
+}
+
+pub(crate) fn fs_error(e: FsError) -> ServiceError {
+    ServiceError::new(fs_kind(&e), e.code(), e.to_string())
+}
+
+/// Runs `op` on a blocking thread against the sandbox's root, as the sandbox's own user, and
+/// records `event` in the audit log.
+async fn with_fs<T: Send + 'static>(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    event: &str,
+    path: &str,
+    op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    svc.sandbox_for_files(caller, id)?;
+    svc.audit
+        .record(event, &caller.key_id, Some(id), json!({"path": path}));
+    in_sandbox(svc, caller, id, op).await
+}
+
+/// Runs `op` against the sandbox's root as its own user, without an audit record (a
+/// watcher's repeated looks: its creation is recorded).
+async fn in_sandbox<T: Send + 'static>(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    let live = svc.sandbox_for_files(caller, id)?;
+    let owner = (live.sandbox.host_uid, live.sandbox.host_gid);
+    let root = live
+        .sandbox
+        .root_dir()
+        .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
+    tokio::task::spawn_blocking(move || {
+        // Keep the sandbox alive while we work inside it.
+        let _live = live;
+        cordon_linux::fsview::as_sandbox_user(owner, move || {
+            let fs = SandboxFs::from_root_fd(root, owner)?;
+            op(&fs)
+        })?
+    })
+    .await
+    .map_err(|e| ServiceError::internal(e.to_string()))?
+    .map_err(fs_error)
+}
+
+/// A file's bytes, at most the server's `--max-download`.
+pub async fn read(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+) -> Result<Vec<u8>, ServiceError> {
+    let max = svc.cfg.max_download;
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.read", path, move |fs| {
+        fs.read(&p, max)
+    })
+    .await
+}
+
+pub async fn write(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    data: Vec<u8>,
+) -> Result<u64, ServiceError> {
+    let max = svc.cfg.max_upload;
+    if data.len() as u64 > max {
+        return Err(ServiceError::too_large(
+            "the upload",
+            max,
+            "cordon serve --max-upload",
+        ));
+    }
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.write", path, move |fs| {
+        fs.write(&p, &mut data.as_slice(), max, true)
+    })
+    .await
+}
+
+/// One entry: what it is, its size, mode and time.
+pub async fn stat(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+) -> Result<Entry, ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.stat", path, move |fs| fs.stat(&p)).await
+}
+
+/// A directory's entries, `depth` levels down (1: the directory itself), at most `cap` of
+/// them. A link to a directory is listed as that directory.
+pub async fn list(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    depth: u32,
+    cap: usize,
+) -> Result<Vec<Entry>, ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.list", path, move |fs| {
+        walk(fs, &p, depth, cap, false)
+    })
+    .await
+}
+
+/// The tree under `path` as a watcher sees it: like [`list`], but a directory removed while
+/// it is walked is skipped (seen as removed at the next look), and nothing is audited.
+pub async fn snapshot(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    depth: u32,
+    cap: usize,
+) -> Result<Vec<Entry>, ServiceError> {
+    let p = path.to_string();
+    in_sandbox(svc, caller, id, move |fs| walk(fs, &p, depth, cap, true)).await
+}
+
+fn walk(
+    fs: &SandboxFs,
+    path: &str,
+    depth: u32,
+    cap: usize,
+    tolerant: bool,
+) -> Result<Vec<Entry>, FsError> {
+    let top = fs.stat(path)?;
+    if !matches!(top.r#type, EntryType::Dir | EntryType::Symlink) {
+        return Err(FsError::NotADirectory {
+            path: path.to_string(),
+        });
+    }
+    let mut out = Vec::new();
+    let mut level = vec![path.to_string()];
+    for _ in 0..depth.max(1) {
+        let mut next = Vec::new();
+        for dir in level {
+            let entries = match fs.list(&dir) {
+                Ok(e) => e,
+                Err(_) if tolerant => continue,
+                Err(e) => return Err(e),
+            };
+            for e in entries {
+                if e.r#type == EntryType::Dir {
+                    next.push(e.path.clone());
+                }
+                if out.len() < cap {
+                    out.push(e);
+                }
+            }
+        }
+        level = next;
+    }
+    Ok(out)
+}
+
+/// Makes a directory (and, with `parents`, the ones above it).
+pub async fn mkdir(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    parents: bool,
+) -> Result<(), ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.mkdir", path, move |fs| {
+        fs.mkdir(&p, parents)
+    })
+    .await
+}
+
+/// Makes a new directory and its parents; `already_exists` if something is there.
+pub async fn mkdir_new(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+) -> Result<Entry, ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.mkdir", path, move |fs| {
+        if fs.stat(&p).is_ok() {
+            return Err(FsError::AlreadyExists { path: p.clone() });
+        }
+        fs.mkdir(&p, true)?;
+        fs.stat(&p)
+    })
+    .await
+}
+
+/// Moves `from` to `to` and answers what is at `to` now.
+pub async fn rename(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    from: &str,
+    to: &str,
+) -> Result<Entry, ServiceError> {
+    let (f, t) = (from.to_string(), to.to_string());
+    with_fs(
+        svc,
+        caller,
+        id,
+        "file.move",
+        &format!("{from} -> {to}"),
+        move |fs| {
+            fs.rename(&f, &t)?;
+            fs.stat(&t)
+        },
+    )
+    .await
+}
+
+/// Removes a file, or a directory (with its contents when `recursive`).
+pub async fn remove(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    recursive: bool,
+) -> Result<(), ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.delete", path, move |fs| {
+        fs.remove(&p, recursive).map(|_| ())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_errors_map_to_kinds() {
+        let p = || "/workspace/x".to_string();
+        let cases: Vec<(FsError, ErrorKind)> = vec![
+            (FsError::NotFound { path: p() }, ErrorKind::NotFound),
+            (
+                FsError::PermissionDenied {
+                    path: p(),
+                    reason: "no",
+                },
+                ErrorKind::Forbidden,
+            ),
+            (FsError::ReadOnly { path: p() }, ErrorKind::Forbidden),
+            (FsError::Escapes { path: p() }, ErrorKind::Forbidden),
+            (FsError::NotADirectory { path: p() }, ErrorKind::Conflict),
+            (FsError::IsADirectory { path: p() }, ErrorKind::Conflict),
+            (FsError::AlreadyExists { path: p() }, ErrorKind::Conflict),
+            (FsError::NotEmpty { path: p() }, ErrorKind::Conflict),
+            (
+                FsError::Busy {
+                    path: p(),
+                    reason: "b",
+                },
+                ErrorKind::Conflict,
+            ),
+            (FsError::CrossDevice { path: p() }, ErrorKind::Conflict),
+            (FsError::NotAFile { path: p() }, ErrorKind::Invalid),
+            (
+                FsError::InvalidPath {
+                    path: p(),
+                    reason: "r",
+                },
+                ErrorKind::Invalid,
+            ),
+            (FsError::NoSpace { path: p() }, ErrorKind::NoSpace),
+            (
+                FsError::TooLarge {
+                    path: p(),
+                    detail: "d".into(),
+                },
+                ErrorKind::TooLarge,
+            ),
+            (
+                FsError::Unsupported {
+                    reason: "old kernel".into(),
+                },
+                ErrorKind::Unsupported,
+            ),
+            (
+                FsError::Io {
+                    path: p(),
+                    source: std::io::Error::other("boom"),
+                },
+                ErrorKind::Internal,
+            ),
+        ];
+        for (err, kind) in cases {
+            let api = fs_error(err);
+            assert_eq!(api.kind, kind, "{}", api.message);
+        }
+    }
+}
