@@ -41,25 +41,6 @@ impl LimitHit {
             LimitHit::Files => "files",
         }
     }
-
-    /// What a person reads, and the flag that raises the limit.
-    pub fn explain(self) -> &'static str {
-        match self {
-            LimitHit::Memory => "the memory limit was hit: a process was killed (raise --memory)",
-            LimitHit::Pids => {
-                "the process limit was hit: a fork or thread was refused (raise --pids)"
-            }
-            LimitHit::CpuTime => "the CPU-time limit was hit (raise --cpu-time)",
-            LimitHit::WallTime => "the wall-clock limit was hit (raise --timeout)",
-            LimitHit::Output => "output past --output-limit was dropped",
-            LimitHit::Disk => {
-                "a scratch filesystem (/tmp, /workspace, /dev/shm) was full (raise --disk)"
-            }
-            LimitHit::Files => {
-                "a scratch filesystem (/tmp, /workspace, /dev/shm) ran out of inodes (raise --disk)"
-            }
-        }
-    }
 }
 
 impl std::fmt::Display for LimitHit {

@@ -6,6 +6,7 @@
 
 pub mod ending;
 pub mod network;
+pub mod notices;
 pub mod outcome;
 pub mod output;
 pub mod profile;

@@ -434,7 +434,8 @@ fn outcome_text(o: &Outcome) -> String {
     }
     s.push('\n');
     for l in &o.limits_hit {
-        let _ = writeln!(s, "limit hit: {} — {}", l.name(), l.explain());
+        let line = cordon_policy::notices::limit_notice(*l, o, None);
+        let _ = writeln!(s, "limit hit: {} — {line}", l.name());
     }
     let u = &o.usage;
     let _ = writeln!(

@@ -162,7 +162,7 @@ pub fn main(a: RunArgs) -> i32 {
                 }
                 0
             } else {
-                for line in notices(&outcome, &limits) {
+                for line in cordon_policy::notices::notices(&outcome, Some(&limits)) {
                     eprintln!("cordon: {line}");
                 }
                 outcome.cli_exit_code()
@@ -194,75 +194,9 @@ fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
         }
         return 0;
     }
-    for line in notices(&outcome, &profile.limits) {
+    for line in cordon_policy::notices::notices(&outcome, Some(&profile.limits)) {
         eprintln!("cordon: {line}");
     }
     outcome.cli_exit_code()
 }
 
-/// What a person running without `--json` is told on stderr after the program's own output:
-/// why cordon failed, each limit that ended the run or refused it something, and each egress
-/// request the proxy refused, with the flag that would allow it. One line each.
-fn notices(o: &Outcome, limits: &Limits) -> Vec<String> {
-    let mut lines = Vec::new();
-    if let Some(err) = &o.error {
-        lines.push(err.clone());
-    }
-    let scratch = "a scratch filesystem (/tmp, /workspace or /dev/shm)";
-    for hit in &o.limits_hit {
-        lines.push(match hit {
-            LimitHit::WallTime => format!(
-                "timed out after {} (raise --timeout)",
-                format_duration(limits.timeout)
-            ),
-            LimitHit::Memory => format!(
-                "out of memory: the memory limit ({}) was hit and a process was killed \
-                 (raise --memory)",
-                format_size(limits.memory)
-            ),
-            LimitHit::Pids if o.enforcement.cgroup == "none" => format!(
-                "the process limit ({}) was reached: further forks and threads fail \
-                 (raise --pids)",
-                limits.pids
-            ),
-            LimitHit::Pids => format!(
-                "the process limit ({}) refused a fork or thread (raise --pids)",
-                limits.pids
-            ),
-            LimitHit::CpuTime => match limits.cpu_time {
-                Some(t) => format!(
-                    "the CPU-time limit ({}) was hit (raise --cpu-time)",
-                    format_duration(t)
-                ),
-                None => "the CPU-time limit was hit (raise --cpu-time)".to_string(),
-            },
-            LimitHit::Output => {
-                let cut = match (o.stdout_truncated, o.stderr_truncated) {
-                    (true, true) => "stdout and stderr were",
-                    (false, true) => "stderr was",
-                    _ => "stdout was",
-                };
-                format!(
-                    "output was cut: {cut} kept only up to {} (raise --output-limit)",
-                    format_size(limits.output_limit)
-                )
-            }
-            LimitHit::Disk => format!(
-                "{scratch} filled up: {} each (raise --disk)",
-                format_size(limits.disk)
-            ),
-            LimitHit::Files => format!(
-                "{scratch} ran out of inodes: {} files and directories each (raise --disk)",
-                limits.scratch_inodes()
-            ),
-        });
-    }
-    for e in o.network.iter().filter(|e| e.verdict == "deny") {
-        let mut line = format!("egress refused: {}:{}: {}", e.host, e.port, e.reason);
-        if let Some(entry) = entry_to_allow(&e.host, e.port, &e.reason) {
-            line.push_str(&format!("; allow it with --allow-net {entry}"));
-        }
-        lines.push(line);
-    }
-    lines
-}
