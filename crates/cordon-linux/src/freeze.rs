@@ -9,6 +9,14 @@
 //!
 //! The sandbox's processes are the init and its descendants (by parent pid, which `/proc` shows
 //! in our own pid namespace whatever namespaces they are nested in).
+//!
+//! Threat model: a v1-frozen process does not die of SIGKILL until it is thawed, so a freezer
+//! cgroup nobody thaws keeps its processes for ever. Whoever ends a paused sandbox therefore
+//! ends its freezer cgroup first ([`end_frozen_of`], [`end_leftovers`]): freeze (so nothing
+//! forks in between), SIGKILL every member, thaw (the kills land), remove. The helper does it
+//! when its server dies; the next server, and a clean stop, sweep what is left by name. Names
+//! carry a caller-given scope (the server's data directory), so a server only ever touches
+//! its own cgroups, never another server's nor anyone else's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -99,7 +107,12 @@ pub(crate) fn tree(init_pid: i32) -> Vec<(i32, char)> {
 
 /// Our own cgroup in the v1 freezer hierarchy, if there is one.
 fn own_freezer() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    freezer_of("self")
+}
+
+/// The v1 freezer cgroup of process `who` (a pid, or `self`), if there is one.
+fn freezer_of(who: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{who}/cgroup")).ok()?;
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -150,7 +163,7 @@ fn gather(init_pid: i32, dir: &Path) -> io::Result<()> {
 
 fn freeze_cgroup(init_pid: i32, name: &str) -> io::Result<Frozen> {
     let home = own_freezer().ok_or_else(|| io::Error::other("no freezer hierarchy"))?;
-    let dir = home.join(format!("{PREFIX}{name}"));
+    let dir = home.join(cgroup_name(name));
     std::fs::create_dir(&dir)?;
     let frozen = Frozen {
         method: FreezeMethod::CgroupFreezer,
@@ -259,18 +272,82 @@ fn thaw_dir(dir: &Path, home: &Path) {
     }
 }
 
-/// Thaws freezer cgroups a previous server left frozen (it died with a sandbox paused): a
-/// frozen process cannot even die of SIGKILL until thawed.
-pub fn thaw_leftovers() {
+fn members(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Ends every process in the freezer cgroup `dir` and removes it: frozen, so that nothing
+/// forks between the look and the kill; killed, the kill pending; thawed, so it lands. Bounded:
+/// a member that will not die (stuck in the kernel) leaves the cgroup in place.
+fn end_dir(dir: &Path) {
+    let state = dir.join("freezer.state");
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let _ = std::fs::write(&state, "FROZEN");
+        // FREEZING (not all held yet) still ends in the kills below; the next pass looks again.
+        let pids = members(dir);
+        for p in &pids {
+            signal(*p, rustix::process::Signal::KILL);
+        }
+        let _ = std::fs::write(&state, "THAWED");
+        if pids.is_empty() {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => {}
+            }
+        }
+        if Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Ends the freezer cgroup process `pid` is held in, if it is one of ours (the sandbox whose
+/// init it is was paused): every member is killed and thawed, and the cgroup removed. The
+/// sandbox's helper calls it before it kills the init, whose death it then waits for: a frozen
+/// init would never die, and the helper would wait for ever.
+pub fn end_frozen_of(pid: i32) {
+    let Some(dir) = freezer_of(&pid.to_string()) else {
+        return;
+    };
+    if dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(PREFIX))
+    {
+        end_dir(&dir);
+    }
+}
+
+/// The freezer cgroup name a sandbox paused as `name` gets.
+pub fn cgroup_name(name: &str) -> String {
+    format!("{PREFIX}{name}")
+}
+
+/// Ends the freezer cgroups a previous server of the same scope left (it died, or was killed,
+/// with sandboxes paused): those named `<PREFIX><scope>-…` and those named exactly
+/// `<PREFIX><name>` for each of `names` (sandboxes it knew, paused by a server that named
+/// its cgroups without a scope). Every process in them is killed: a frozen process cannot
+/// even die of SIGKILL until thawed, and a paused sandbox does not survive its server.
+pub fn end_leftovers(scope: &str, names: &[String]) {
     let Some(home) = own_freezer() else {
         return;
     };
     let Ok(dir) = std::fs::read_dir(&home) else {
         return;
     };
+    let scoped = format!("{PREFIX}{scope}-");
     for e in dir.flatten() {
-        if e.file_name().to_string_lossy().starts_with(PREFIX) {
-            thaw_dir(&e.path(), &home);
+        let n = e.file_name().to_string_lossy().into_owned();
+        let ours = (!scope.is_empty() && n.starts_with(&scoped))
+            || names.iter().any(|m| n == cgroup_name(m));
+        if ours && e.path().is_dir() {
+            end_dir(&e.path());
         }
     }
 }

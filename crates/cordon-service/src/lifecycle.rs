@@ -48,16 +48,40 @@ impl Drop for Reservation<'_> {
 }
 
 impl Service {
+    /// What this server's freezer cgroups are named after (see [`cordon_linux::freeze`]): a
+    /// digest of its data directory, so that servers on different data directories never
+    /// touch each other's paused sandboxes, and the next server on this one finds them.
+    fn pause_scope(&self) -> String {
+        use sha2::{Digest, Sha256};
+        use std::os::unix::ffi::OsStrExt;
+        let dir =
+            std::fs::canonicalize(&self.cfg.data_dir).unwrap_or_else(|_| self.cfg.data_dir.clone());
+        let digest = Sha256::digest(dir.as_os_str().as_bytes());
+        format!("d{}", &hex::encode(digest)[..16])
+    }
+
     /// Sandboxes a previous server process left in the registry: their helpers exit when the
     /// server's control socket closes, so they are gone or going; make sure, and record it.
+    /// Paused ones first: their freezer cgroups are ended (a frozen process ignores SIGKILL).
     pub(super) fn reap_previous_run(&self) -> Result<(), ServiceError> {
-        for row in self.registry.running()? {
+        let rows = self.registry.running()?;
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        cordon_linux::freeze::end_leftovers(&self.pause_scope(), &ids);
+        for row in rows {
             if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
                 .filter(|p| p.as_raw_nonzero().get() > 0)
             {
-                let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
-                    .unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains("__sandbox") {
+                let is_helper = || {
+                    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                        .unwrap_or_default();
+                    String::from_utf8_lossy(&cmdline).contains("__sandbox")
+                };
+                // A helper still ending its sandbox is given a moment to remove its cgroups.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while is_helper() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                if is_helper() {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
             }
@@ -340,7 +364,7 @@ impl Service {
             });
         }
         let sb = live.sandbox.clone();
-        let name = live.id.clone();
+        let name = format!("{}-{}", self.pause_scope(), live.id);
         let method = tokio::task::spawn_blocking(move || sb.pause(&name))
             .await
             .map_err(|e| ServiceError::internal(e.to_string()))?
@@ -519,5 +543,12 @@ impl Service {
         for live in all {
             self.destroy(&live, "reaped", "the server shut down").await;
         }
+        // Each paused sandbox was thawed and ended above; whatever freezer cgroup of this data
+        // directory is still there (a pause under way) is ended too.
+        let scope = self.pause_scope();
+        let _ = tokio::task::spawn_blocking(move || {
+            cordon_linux::freeze::end_leftovers(&scope, &[]);
+        })
+        .await;
     }
 }

@@ -836,3 +836,177 @@ fn pause_freezes_every_process_and_resume_thaws() {
         assert!(!left, "the freezer cgroup was left behind");
     }
 }
+
+/// Freezer cgroups (v1) whose name holds `id`: what is left of a paused sandbox's freeze.
+fn freezer_cgroups_of(id: &str) -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup/freezer")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("cordon-pause-") && n.contains(id))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Creates a sandbox running two long sleeps (a foreground one and one detached from it),
+/// whose shells' command lines carry `marker`, and pauses it; answers its id and how it was
+/// paused.
+fn paused_sandbox(s: &Server, marker: &str) -> (String, String) {
+    let id = s.create(json!({"ttl": "1h"}));
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({
+            "cmd": format!("sh -c 'sleep 1000; :' {marker}-detached & sleep 1000; : {marker}"),
+            "background": true
+        })),
+    );
+    assert_eq!(st, 202, "{v}");
+    wait_until("both shells to run", || processes_with(marker).len() >= 2);
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(st, 200, "{v}");
+    let method = v["paused_by"].as_str().unwrap_or_default().to_string();
+    if !rustix::process::geteuid().is_root() {
+        assert_eq!(method, "sigstop", "rootless has no freezer cgroup to make");
+    } else if std::path::Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        assert_eq!(method, "cgroup-freezer");
+    }
+    if method == "cgroup-freezer" {
+        assert!(
+            !freezer_cgroups_of(&id).is_empty(),
+            "no freezer cgroup made"
+        );
+    }
+    for p in processes_with(marker) {
+        if method == "sigstop" {
+            assert_eq!(proc_state(p), Some('T'), "pid {p} runs on");
+        }
+    }
+    (id, method)
+}
+
+/// Checks from the host that nothing of a paused sandbox is left: no process with its marker,
+/// no freezer cgroup of its.
+fn assert_gone(id: &str, marker: &str, when: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && !(processes_with(marker).is_empty() && freezer_cgroups_of(id).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<String> = processes_with(marker)
+        .into_iter()
+        .map(|p| format!("{p} ({:?})", proc_state(p)))
+        .collect();
+    let cgroups = freezer_cgroups_of(id);
+    // Leave nothing running on the host for the next test, whatever the verdict.
+    for c in &cgroups {
+        let dir = std::path::Path::new("/sys/fs/cgroup/freezer").join(c);
+        for p in std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            if let Ok(p) = p.trim().parse::<i32>() {
+                kill_on_host(p);
+            }
+        }
+        let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+        for _ in 0..100 {
+            if std::fs::remove_dir(&dir).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for p in processes_with(marker) {
+        kill_on_host(p as i32);
+    }
+    assert!(
+        left.is_empty() && cgroups.is_empty(),
+        "{when}: a paused sandbox outlived its server: processes {left:?}, freezer cgroups {cgroups:?}"
+    );
+}
+
+fn kill_on_host(pid: i32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
+    }
+}
+
+#[test]
+fn a_paused_sandbox_ends_with_its_server_killed_and_with_a_clean_stop() {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-serve-pause-kill-{}-{}",
+        std::process::id(),
+        serve::unique()
+    ));
+    let mut s = Server::start_in(dir.clone(), &[]);
+    let marker = format!("paused-kill-marker-{}", serve::unique());
+    let (id, _) = paused_sandbox(&s, &marker);
+    // The server dies with the sandbox frozen: its helper must still end it.
+    s.kill9();
+    assert_gone(&id, &marker, "after kill -9 of the server");
+
+    // The next server on the data dir, and its clean stop, leave nothing either; a sandbox
+    // paused under it ends with its clean stop.
+    let key = s.key.clone();
+    let mut s2 = Server::start_in(dir.clone(), &[]);
+    s2.key = key;
+    let marker2 = format!("paused-stop-marker-{}", serve::unique());
+    let (id2, _) = paused_sandbox(&s2, &marker2);
+    drop(s2);
+    assert_gone(&id, &marker, "after the next server's clean stop");
+    assert_gone(&id2, &marker2, "after a clean stop with a sandbox paused");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server's children running `cordon __sandbox` (the sandboxes' helpers).
+fn helpers_of(server: u32) -> Vec<u32> {
+    processes_with("__sandbox")
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|st| {
+                    let rest = st[st.rfind(')')? + 1..].to_string();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(server)
+        })
+        .collect()
+}
+
+#[test]
+fn the_next_server_ends_a_paused_sandbox_whose_server_and_helper_were_killed() {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-serve-pause-leftover-{}-{}",
+        std::process::id(),
+        serve::unique()
+    ));
+    let mut s = Server::start_in(dir.clone(), &[]);
+    let marker = format!("paused-leftover-marker-{}", serve::unique());
+    let (id, method) = paused_sandbox(&s, &marker);
+    // The server and its helper die at once (the OOM killer, a kill of the process group):
+    // nobody is left to thaw the sandbox, and a frozen process ignores SIGKILL.
+    let helpers = helpers_of(s.child.id());
+    assert_eq!(helpers.len(), 1, "one helper per sandbox");
+    for h in helpers {
+        kill_on_host(h as i32);
+    }
+    s.kill9();
+    if method == "cgroup-freezer" {
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !processes_with(&marker).is_empty(),
+            "the frozen sandbox was expected to be held until someone thaws it"
+        );
+    }
+    // The next server on the same data dir ends it as it starts.
+    let s2 = Server::start_in(dir.clone(), &[]);
+    assert_gone(&id, &marker, "after the next server started");
+    drop(s2);
+    assert_gone(&id, &marker, "after the next server's clean stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -348,6 +348,10 @@ impl Domains {
     /// end what it left); then the cgroups go, the commands' before the sandbox's.
     fn kill(&mut self) {
         if !std::mem::replace(&mut self.reaped, true) {
+            // A paused sandbox (its server died, or stopped without thawing it) is frozen: its
+            // init would never die of the kill, and the wait below would hang for ever. The
+            // init is our unreaped child, so its pid is still its own.
+            crate::freeze::end_frozen_of(self.init_pid);
             let _ = sys::kill(self.init_pid, libc::SIGKILL);
             let _ = sys::wait4(self.init_pid, false);
         }

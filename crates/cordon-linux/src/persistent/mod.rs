@@ -8,7 +8,9 @@
 //!
 //! Lifetime: the helper lives as long as the sandbox. When the server goes away (even by
 //! SIGKILL) the helper sees EOF on its control socket, kills the sandbox and removes its
-//! cgroup, so no sandbox outlives the server that owned it.
+//! cgroup, so no sandbox outlives the server that owned it. The helper is never part of what a
+//! pause freezes (the init and its descendants), and a paused sandbox's freezer cgroup is
+//! ended (killed, then thawed) before the init is killed and waited for.
 
 //!
 //! The code is split by the process it runs in: `helper` (the helper process) and `handle`
