@@ -422,3 +422,27 @@ fn closed_stdio_is_not_mistaken_for_our_own_pipes() {
     assert_eq!(f.code, Some(0), "{f:?}");
     assert!(!f.stderr.contains("panicked"), "{f:?}");
 }
+
+/// `Cargo.toml` declares Apache-2.0: the repository carries the licence's text itself, whole
+/// (its terms and its appendix), so that what is shipped says what may be done with it.
+#[test]
+fn the_apache_license_the_manifest_declares_is_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("workspace Cargo.toml");
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "the workspace no longer declares Apache-2.0: update this test with the licence"
+    );
+    let text = std::fs::read_to_string(root.join("LICENSE"))
+        .expect("no LICENSE file at the repository's root");
+    for needle in [
+        "Apache License",
+        "Version 2.0, January 2004",
+        "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+        "9. Accepting Warranty or Additional Liability.",
+        "END OF TERMS AND CONDITIONS",
+        "APPENDIX: How to apply the Apache License to your work.",
+    ] {
+        assert!(text.contains(needle), "LICENSE lacks {needle:?}");
+    }
+}
