@@ -446,3 +446,60 @@ fn the_apache_license_the_manifest_declares_is_in_the_repository() {
         assert!(text.contains(needle), "LICENSE lacks {needle:?}");
     }
 }
+
+/// `cordon run -- ./s.sh` in a directory holding s.sh: the sandbox starts in its own
+/// /workspace, so the script is not there. The message says that — the file is on the host,
+/// the directory is not shared, and how to share it — not that PATH was searched (a path is
+/// never looked up in PATH). And the fix it names works.
+#[test]
+fn a_relative_command_left_on_the_host_is_named_with_the_flag_that_shares_it() {
+    let dir = HostDir::new("relcmd");
+    dir.file("s.sh", "#!/bin/sh\necho ran-inside\n", 0o755);
+    let in_dir = |args: &str| {
+        Cmd::new("bash")
+            .args([
+                "-c",
+                &format!("cd {} && exec {} run {args}", dir.str(), cordon_bin()),
+            ])
+            .counts_as_cordon()
+            .run()
+    };
+    let f = in_dir("-- ./s.sh");
+    assert_eq!(f.code, Some(127), "{f:?}");
+    for needle in ["./s.sh", "not in the sandbox", "--workspace .", "--ro"] {
+        assert!(f.stderr.contains(needle), "no {needle:?} in: {}", f.stderr);
+    }
+    assert!(!f.stderr.contains("PATH"), "{}", f.stderr);
+    // The same in the JSON Outcome, for an agent reading it.
+    let f = in_dir("--json -- ./s.sh");
+    let o: serde_json::Value = serde_json::from_str(&f.stdout).expect("an Outcome");
+    let error = o["error"].as_str().unwrap_or_default();
+    assert!(error.contains("--workspace ."), "{o}");
+    // The fix it names runs the script.
+    let f = in_dir("--workspace . -- ./s.sh");
+    assert_eq!((f.code, f.stdout.as_str()), (Some(0), "ran-inside\n"), "{f:?}");
+    // A relative path that is nowhere gets no such advice.
+    let f = in_dir("-- ./nowhere.sh");
+    assert_eq!(f.code, Some(127), "{f:?}");
+    assert!(!f.stderr.contains("--workspace"), "{}", f.stderr);
+}
+
+/// `cordon run python3 -c …` (no `--`): clap refuses `python3`; the message shows the same
+/// line with `--` where it belongs.
+#[test]
+fn a_command_given_without_dashes_is_shown_where_it_goes() {
+    let f = Cmd::cordon()
+        .args(["run", "--json", "python3", "-c", "print(1 + 1)"])
+        .run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("cordon run --json -- python3 -c 'print(1 + 1)'"),
+        "{}",
+        f.stderr
+    );
+    // An unknown flag is not a command: no such advice.
+    let f = Cmd::cordon().args(["run", "--bogus", "--", "true"]).run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(!f.stderr.contains("goes after --"), "{}", f.stderr);
+}
