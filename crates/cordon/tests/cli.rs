@@ -503,3 +503,46 @@ fn a_command_given_without_dashes_is_shown_where_it_goes() {
     assert_eq!(f.code, Some(125), "{f:?}");
     assert!(!f.stderr.contains("goes after --"), "{}", f.stderr);
 }
+
+/// `--profile strict` binds single files of /etc (ld.so.cache, …); a bind of one file, like
+/// `--ro FILE`, used to be reported "Landlock partially enforced (kernel ABI 6)" on a kernel
+/// `cordon check` reports as ABI 7: the rule's directory rights (which a file cannot have) were
+/// counted as a loss, and the ABI shown was cordon's, not the kernel's. A run and `cordon check`
+/// say the same: the kernel's ABI, the one cordon's rules use, and only a real loss.
+#[test]
+fn landlock_notes_agree_with_check_on_the_kernel_abi_and_claim_no_false_loss() {
+    let report = check_report();
+    let kernel = report["landlock_abi"].as_u64().unwrap();
+    if kernel == 0 {
+        eprintln!("skipped: no Landlock on this host");
+        return;
+    }
+    let human = Cmd::cordon().arg("check").run();
+    assert!(
+        human.stdout.contains(&format!("Landlock ABI {kernel}; cordon's rules use ABI 6")),
+        "{}",
+        human.stdout
+    );
+    let dir = HostDir::new("llfile");
+    let file = dir.file("one-file", "x", 0o644);
+    let file = file.to_str().unwrap();
+    for flags in [
+        vec!["--profile", "strict"],
+        vec!["--ro", file],
+        vec!["--rw", file],
+    ] {
+        let mut args = flags.clone();
+        args.extend(["--", "true"]);
+        let o = run_json(&args);
+        o.assert_ok();
+        let notes = o.enforcement()["notes"].to_string();
+        if kernel >= 6 {
+            assert!(!notes.contains("partially"), "{flags:?}: {notes}");
+        } else {
+            assert!(
+                notes.contains(&format!("the kernel has ABI {kernel}, cordon's rules use ABI 6")),
+                "{flags:?}: {notes}"
+            );
+        }
+    }
+}
