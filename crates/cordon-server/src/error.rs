@@ -36,12 +36,40 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "internal", message)
     }
+    /// `what` (an upload, a body) over the server's limit of `max` bytes: said in a size a
+    /// person reads, with the flag that sets it, so a client knows it is the server's choice.
+    pub fn too_large(what: &str, max: u64) -> Self {
+        Self::new(
+            413,
+            "too_large",
+            format!(
+                "{what} is larger than this server accepts: at most {} (set by the server's \
+                 operator with `cordon serve --max-upload`)",
+                human_size(max)
+            ),
+        )
+    }
     pub fn too_many(message: impl Into<String>, retry_after: u64) -> Self {
         ApiError {
             retry_after: Some(retry_after),
             ..Self::new(429, "rate_limited", message)
         }
     }
+}
+
+/// `67108864` as `64 MiB`; a size that is no whole number of units also in bytes.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit {
+            return if bytes.is_multiple_of(unit) {
+                format!("{} {name}", bytes / unit)
+            } else {
+                format!("{:.1} {name} ({bytes} bytes)", bytes as f64 / unit as f64)
+            };
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// `{"error": {"code": "...", "message": "..."}}`

@@ -86,11 +86,7 @@ pub async fn write(
 ) -> Result<u64, ApiError> {
     let max = svc.cfg.max_upload;
     if data.len() as u64 > max {
-        return Err(ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes"),
-        ));
+        return Err(ApiError::too_large("the upload", max));
     }
     let p = path.to_string();
     with_fs(svc, caller, id, "file.write", path, move |fs| {

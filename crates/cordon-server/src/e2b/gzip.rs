@@ -34,10 +34,9 @@ pub(super) fn gunzip(data: &[u8], max: usize) -> Result<Vec<u8>, ApiError> {
         .read_to_end(&mut out)
         .map_err(|e| ApiError::bad_request(format!("gzip body: {e}")))?;
     if out.len() > max {
-        return Err(ApiError::new(
-            413,
-            "too_large",
-            format!("uploads are limited to {max} bytes (after unpacking gzip)"),
+        return Err(ApiError::too_large(
+            "the upload (unpacked from gzip)",
+            max as u64,
         ));
     }
     Ok(out)
