@@ -42,7 +42,10 @@ pub const RULES_ABI: u32 = TARGET as u32;
 /// What cordon's rules ask for that a kernel with Landlock ABI `kernel_abi` cannot enforce.
 pub fn missing_below(kernel_abi: u32) -> Vec<&'static str> {
     [
-        (2, "moving and linking files between directories (refused outright: ABI 2)"),
+        (
+            2,
+            "moving and linking files between directories (refused outright: ABI 2)",
+        ),
         (3, "truncation rights (ABI 3)"),
         (4, "TCP port rules (ABI 4)"),
         (5, "device ioctl rights (ABI 5)"),

@@ -648,9 +648,9 @@ pub(crate) fn apply_confined(
         enforcement.rlimits = *rlimits;
         enforcement.landlock_abi = *landlock_abi;
         if *landlock_partial {
-            enforcement
-                .notes
-                .push(crate::landlock_rules::partial_note(crate::detect::landlock_abi()));
+            enforcement.notes.push(crate::landlock_rules::partial_note(
+                crate::detect::landlock_abi(),
+            ));
         }
         if let Some(network) = degraded {
             enforcement

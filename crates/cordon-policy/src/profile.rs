@@ -1025,30 +1025,69 @@ pass = ["LANG"]
     #[test]
     fn file_errors_name_the_profile_key_and_line_not_a_flag() {
         let cases: &[(&str, &str)] = &[
-            ("name = \"x\"\n[limits]\nmemory = \"1M\"\n", "line 3: [limits] memory: must be at least 8M, e.g. memory = \"256M\""),
+            (
+                "name = \"x\"\n[limits]\nmemory = \"1M\"\n",
+                "line 3: [limits] memory: must be at least 8M, e.g. memory = \"256M\"",
+            ),
             ("[limits]\ncpus = 0.0\n", "line 2: [limits] cpus:"),
             ("[limits]\npids = 0\n", "line 2: [limits] pids:"),
-            ("\n[limits]\ntimeout = \"30\"\n", "line 3: [limits] timeout: '30' is not a duration"),
-            ("[limits]\ncpu_time = \"500ms\"\n", "line 2: [limits] cpu_time: must be at least 1s"),
+            (
+                "\n[limits]\ntimeout = \"30\"\n",
+                "line 3: [limits] timeout: '30' is not a duration",
+            ),
+            (
+                "[limits]\ncpu_time = \"500ms\"\n",
+                "line 2: [limits] cpu_time: must be at least 1s",
+            ),
             ("[limits]\ndisk = \"lots\"\n", "line 2: [limits] disk:"),
             ("limits.memory = \"1K\"\n", "line 1: [limits] memory:"),
-            ("[filesystem]\nro = [\"relative/path\"]\n", "line 2: [filesystem] ro: 'relative/path' must be an absolute path"),
-            ("[filesystem]\nrw = [\"/data:/workspace\"]\n", "line 2: [filesystem] rw: cannot mount over /workspace"),
-            ("[filesystem]\nworkspace = \"ws\"\n", "line 2: [filesystem] workspace:"),
-            ("[env]\nset = { \"BAD-KEY\" = \"1\" }\n", "line 2: [env] set: 'BAD-KEY'"),
+            (
+                "[filesystem]\nro = [\"relative/path\"]\n",
+                "line 2: [filesystem] ro: 'relative/path' must be an absolute path",
+            ),
+            (
+                "[filesystem]\nrw = [\"/data:/workspace\"]\n",
+                "line 2: [filesystem] rw: cannot mount over /workspace",
+            ),
+            (
+                "[filesystem]\nworkspace = \"ws\"\n",
+                "line 2: [filesystem] workspace:",
+            ),
+            (
+                "[env]\nset = { \"BAD-KEY\" = \"1\" }\n",
+                "line 2: [env] set: 'BAD-KEY'",
+            ),
             ("[env]\npass = [\"A B\"]\n", "line 2: [env] pass:"),
-            ("[network]\nallow = [\"a b\"]\n", "line 2: [network] allow: 'a b'"),
+            (
+                "[network]\nallow = [\"a b\"]\n",
+                "line 2: [network] allow: 'a b'",
+            ),
             ("hostname = \"has space\"\n", "line 1: hostname:"),
-            ("\nextends = \"nonexistent\"\n", "line 2: extends: 'nonexistent'"),
+            (
+                "\nextends = \"nonexistent\"\n",
+                "line 2: extends: 'nonexistent'",
+            ),
         ];
         let mut wrong = Vec::new();
         for (text, want) in cases {
             let err = Profile::from_toml(text, Path::new("/p/x.toml"))
                 .expect_err(text)
                 .to_string();
-            let flag = ["--memory", "--cpus", "--pids", "--timeout", "--cpu-time", "--disk", "--ro", "--rw", "--workspace", "--env", "--allow-net"]
-                .iter()
-                .find(|f| err.contains(*f));
+            let flag = [
+                "--memory",
+                "--cpus",
+                "--pids",
+                "--timeout",
+                "--cpu-time",
+                "--disk",
+                "--ro",
+                "--rw",
+                "--workspace",
+                "--env",
+                "--allow-net",
+            ]
+            .iter()
+            .find(|f| err.contains(*f));
             if !err.starts_with("profile /p/x.toml: ") || !err.contains(want) || flag.is_some() {
                 wrong.push(format!("{text:?}\n  got:  {err}\n  want: {want}"));
             }

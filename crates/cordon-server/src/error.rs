@@ -59,7 +59,12 @@ impl ApiError {
 
 /// `67108864` as `64 MiB`; a size that is no whole number of units also in bytes.
 pub fn human_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
     for (unit, name) in UNITS {
         if bytes >= unit {
             return if bytes.is_multiple_of(unit) {

@@ -523,7 +523,10 @@ impl Bar {
 
     fn draw(&self, s: &mut BarState, force: bool) {
         if self.lines {
-            if force || s.drawn.is_none_or(|t| t.elapsed() >= Duration::from_secs(3)) {
+            if force
+                || s.drawn
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(3))
+            {
                 s.drawn = Some(Instant::now());
                 eprintln!(
                     "cordon: {}: {}/{} layers, {} of {}{}",

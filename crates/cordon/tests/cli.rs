@@ -477,7 +477,11 @@ fn a_relative_command_left_on_the_host_is_named_with_the_flag_that_shares_it() {
     assert!(error.contains("--workspace ."), "{o}");
     // The fix it names runs the script.
     let f = in_dir("--workspace . -- ./s.sh");
-    assert_eq!((f.code, f.stdout.as_str()), (Some(0), "ran-inside\n"), "{f:?}");
+    assert_eq!(
+        (f.code, f.stdout.as_str()),
+        (Some(0), "ran-inside\n"),
+        "{f:?}"
+    );
     // A relative path that is nowhere gets no such advice.
     let f = in_dir("-- ./nowhere.sh");
     assert_eq!(f.code, Some(127), "{f:?}");
@@ -519,7 +523,9 @@ fn landlock_notes_agree_with_check_on_the_kernel_abi_and_claim_no_false_loss() {
     }
     let human = Cmd::cordon().arg("check").run();
     assert!(
-        human.stdout.contains(&format!("Landlock ABI {kernel}; cordon's rules use ABI 6")),
+        human
+            .stdout
+            .contains(&format!("Landlock ABI {kernel}; cordon's rules use ABI 6")),
         "{}",
         human.stdout
     );
@@ -540,7 +546,9 @@ fn landlock_notes_agree_with_check_on_the_kernel_abi_and_claim_no_false_loss() {
             assert!(!notes.contains("partially"), "{flags:?}: {notes}");
         } else {
             assert!(
-                notes.contains(&format!("the kernel has ABI {kernel}, cordon's rules use ABI 6")),
+                notes.contains(&format!(
+                    "the kernel has ABI {kernel}, cordon's rules use ABI 6"
+                )),
                 "{flags:?}: {notes}"
             );
         }

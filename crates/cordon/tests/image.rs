@@ -1876,12 +1876,26 @@ fn an_offline_pull_says_the_registry_cannot_be_reached_and_how_to_do_without_it(
         cmd.arg("--map-root-user");
     }
     let out = run_failing(
-        cmd.args(["--net", "--", cordon_bin(), "image", "pull", "python:3.12-slim", "--data-dir"])
-            .arg(&data),
+        cmd.args([
+            "--net",
+            "--",
+            cordon_bin(),
+            "image",
+            "pull",
+            "python:3.12-slim",
+            "--data-dir",
+        ])
+        .arg(&data),
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    for needle in ["does not resolve", "cordon image import", "OCI layout", "--image ./DIR", "loopback"] {
+    for needle in [
+        "does not resolve",
+        "cordon image import",
+        "OCI layout",
+        "--image ./DIR",
+        "loopback",
+    ] {
         assert!(err.contains(needle), "no {needle:?} in: {err}");
     }
     assert!(!err.contains("--insecure-registry"), "{err}");
