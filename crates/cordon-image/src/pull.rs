@@ -231,10 +231,35 @@ impl Challenge {
 }
 
 fn transport(registry: &str, e: ureq::Error) -> ImageError {
+    if let Some(unreachable) = unresolved(registry, &e) {
+        return unreachable;
+    }
     ImageError::Registry {
         registry: registry.to_string(),
         message: e.to_string(),
     }
+}
+
+/// A registry whose name does not resolve (offline, no DNS): said as such, with the ways to
+/// bring an image in without reaching it — not as a protocol problem (`--insecure-registry`
+/// cannot help a name that does not resolve).
+fn unresolved(registry: &str, e: &ureq::Error) -> Option<ImageError> {
+    let no_name = match e {
+        ureq::Error::HostNotFound => true,
+        // getaddrinfo's failures reach ureq as std's io::Error with this text.
+        ureq::Error::Io(io) => io.to_string().contains("failed to lookup address"),
+        _ => false,
+    };
+    no_name.then(|| ImageError::Registry {
+        registry: registry.to_string(),
+        message: format!(
+            "cannot be reached: its host name does not resolve (no network, or no DNS: {e}). \
+             Offline, bring the image in another way: `cordon image import` a \
+             `docker save` / `podman save` archive or an OCI layout directory; run from an \
+             unpacked root with `--image ./DIR`; or pull from a registry on loopback \
+             (127.0.0.1:PORT/NAME, plain HTTP allowed)"
+        ),
+    })
 }
 
 impl Client {
@@ -267,6 +292,7 @@ impl Client {
         // Ping `/v2/`: tells HTTPS from plain HTTP (where allowed) up front.
         match c.agent.get(format!("{}/v2/", c.base)).call() {
             Ok(_) => {}
+            Err(e) if unresolved(&r.registry, &e).is_some() => return Err(transport(&r.registry, e)),
             Err(e) if allow_http => {
                 let plain = format!("http://{host}");
                 match c.agent.get(format!("{plain}/v2/")).call() {

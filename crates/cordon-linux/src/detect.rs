@@ -815,7 +815,18 @@ pub fn probe() -> HostReport {
             name: "landlock",
             available: abi > 0,
             detail: match landlock {
-                Ok(abi) if abi > 0 => format!("Landlock ABI {abi}"),
+                Ok(abi) if abi > 0 => {
+                    let rules = crate::landlock_rules::RULES_ABI;
+                    let missing = crate::landlock_rules::missing_below(abi);
+                    if missing.is_empty() {
+                        format!("Landlock ABI {abi}; cordon's rules use ABI {rules}: all enforced here")
+                    } else {
+                        format!(
+                            "Landlock ABI {abi}; cordon's rules use ABI {rules}: partially enforced here, missing: {}",
+                            missing.join(", ")
+                        )
+                    }
+                }
                 Ok(_) | Err(libc::ENOSYS) => "no Landlock in this kernel".into(),
                 Err(libc::EOPNOTSUPP) => "Landlock built in but not enabled at boot (lsm=)".into(),
                 Err(e) => format!("Landlock refused: {}", errno_text(e)),

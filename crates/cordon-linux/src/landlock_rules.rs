@@ -35,6 +35,43 @@ pub struct Applied {
 /// The newest ABI cordon asks for; older kernels get what they support (best effort).
 const TARGET: ABI = ABI::V6;
 
+/// The ABI cordon's rules are written for. A kernel with a newer one enforces all of them
+/// (what later ABIs add is not used); an older one enforces part (see [`missing_below`]).
+pub const RULES_ABI: u32 = TARGET as u32;
+
+/// What cordon's rules ask for that a kernel with Landlock ABI `kernel_abi` cannot enforce.
+pub fn missing_below(kernel_abi: u32) -> Vec<&'static str> {
+    [
+        (
+            2,
+            "moving and linking files between directories (refused outright: ABI 2)",
+        ),
+        (3, "truncation rights (ABI 3)"),
+        (4, "TCP port rules (ABI 4)"),
+        (5, "device ioctl rights (ABI 5)"),
+        (6, "scoping of signals and abstract unix sockets (ABI 6)"),
+    ]
+    .iter()
+    .filter(|(abi, _)| kernel_abi < *abi)
+    .map(|(_, what)| *what)
+    .collect()
+}
+
+/// The note for a ruleset the kernel enforced only in part: which ABI each side has, and
+/// what is missing. (`cordon check` says the same of the host.)
+pub fn partial_note(kernel_abi: u32) -> String {
+    let missing = missing_below(kernel_abi);
+    format!(
+        "Landlock partially enforced: the kernel has ABI {kernel_abi}, cordon's rules use ABI \
+         {RULES_ABI}; missing: {}",
+        if missing.is_empty() {
+            "nothing cordon's rules ask for (the kernel refused part of a rule)".to_string()
+        } else {
+            missing.join(", ")
+        }
+    )
+}
+
 pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let mut ruleset = Ruleset::default()
@@ -66,6 +103,19 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
         for p in paths {
             // A path that vanished (optional system dir) simply gets no rule.
             let Ok(fd) = PathFd::new(p) else { continue };
+            // A file can only hold the rights of files: asked for a directory's too (listing,
+            // creating, …), the crate grants the file's and reports the whole ruleset as
+            // partially enforced — a loss that is none, reported as one.
+            let is_dir = rustix::fs::fstat(&fd)
+                .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
+            let access = if is_dir {
+                access
+            } else {
+                access & AccessFs::from_file(TARGET)
+            };
+            if access.is_empty() {
+                continue;
+            }
             created = created
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(|e| format!("rule for {}: {e}", p.display()))?;

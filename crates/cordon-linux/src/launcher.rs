@@ -648,8 +648,8 @@ pub(crate) fn apply_confined(
         enforcement.rlimits = *rlimits;
         enforcement.landlock_abi = *landlock_abi;
         if *landlock_partial {
-            enforcement.notes.push(format!(
-                "Landlock partially enforced (kernel ABI {landlock_abi})"
+            enforcement.notes.push(crate::landlock_rules::partial_note(
+                crate::detect::landlock_abi(),
             ));
         }
         if let Some(network) = degraded {

@@ -254,9 +254,17 @@ fn root_inodes(plan: &Plan) -> u64 {
             RootEntry::Bind { dest, .. } => depth(dest),
             RootEntry::Symlink { link, .. } => depth(link),
             RootEntry::Hide { dest, .. } => depth(dest),
+            RootEntry::Generated { dest, .. } => depth(dest),
         })
         .sum();
     64 + entries
+}
+
+/// The files the plan has cordon write (each takes an inode of the staging tmpfs).
+fn generated(plan: &Plan) -> impl Iterator<Item = &RootEntry> {
+    plan.root
+        .iter()
+        .filter(|e| matches!(e, RootEntry::Generated { .. }))
 }
 
 /// Where an image's layers are attached in the staging root: short paths, so that even
@@ -350,7 +358,10 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         Path::new(STAGE),
         Some("tmpfs"),
         MS_NOSUID | MS_NODEV,
-        Some(&format!("size=1m,nr_inodes={},mode=755", 16 + layers)),
+        Some(&format!(
+            "size=1m,nr_inodes={},mode=755",
+            16 + layers + generated(plan).count() as u64
+        )),
     )
     .step(|| "mount staging tmpfs".into())?;
     let stage = Path::new(STAGE);
@@ -416,8 +427,22 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     build_dev(disk, inodes)?;
     build_proc()?;
 
-    for entry in &plan.root {
+    for (i, entry) in plan.root.iter().enumerate() {
         match entry {
+            // Written in the staging tmpfs (at / until the second pivot), bound from there:
+            // the bind keeps the file when the staging tree is detached.
+            RootEntry::Generated { dest, contents } => {
+                let src = PathBuf::from(format!("/g{i}"));
+                fs::write(&src, contents).step(|| format!("write {}", src.display()))?;
+                fs::set_permissions(&src, fs::Permissions::from_mode(0o644))
+                    .step(|| format!("chmod {}", src.display()))?;
+                bind(
+                    &src,
+                    &under_new(dest),
+                    Point::File,
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                )?;
+            }
             RootEntry::Bind {
                 src,
                 dest,

@@ -33,7 +33,20 @@ pub enum RootEntry {
     /// A path below a bind that the sandbox must not reach (a profile's `hide`): an empty
     /// read-only directory, or `/dev/null` without device access for a file, mounted over it.
     Hide { dest: PathBuf, is_dir: bool },
+    /// A small file cordon writes (the sandbox's own `/etc/passwd`), bound read-only at `dest`
+    /// over whatever the host's `/etc` has there.
+    Generated { dest: PathBuf, contents: String },
 }
+
+/// The sandbox's own user database. With the host's `/etc`, uid 1000 would otherwise take the
+/// name of the host's uid 1000 (a real person's account, shown in every prompt and `id`);
+/// without any, programs that look their user up (`whoami`, pip, git, ssh) find no one.
+/// The sandbox user is `sandbox` (uid and gid 1000, home /home/sandbox); root and nobody
+/// are there for the ids the user namespace shows files of other owners as.
+const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
+sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n";
 
 /// What a bind with hidden paths below it is granted instead of its whole tree: every entry
 /// at each level from the bind down to a hidden path, except the ones leading to it — as
@@ -412,6 +425,19 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
                     ll.read_exec.push(f.into());
                     host_ll.read_exec.push(f.into());
                 }
+            }
+        }
+    }
+    // Over the host's /etc only: an image keeps its own users (its files are owned by them),
+    // and the minimal view has no user database at all.
+    if image.is_none() && p.system == SystemView::Full {
+        for (dest, contents) in [("/etc/passwd", PASSWD), ("/etc/group", GROUP)] {
+            // The host's /etc is bound read-only: only a plain file there can be covered.
+            if std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file()) {
+                root.push(RootEntry::Generated {
+                    dest: dest.into(),
+                    contents: contents.into(),
+                });
             }
         }
     }

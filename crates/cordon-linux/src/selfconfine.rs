@@ -197,8 +197,7 @@ pub fn confine(c: &SelfConfinement) -> Result<Held, String> {
             "Landlock is not available: the runtime's filesystem access is not fenced".into(),
         );
     } else if applied.partial {
-        held.notes
-            .push(format!("Landlock partially enforced (kernel ABI {abi})"));
+        held.notes.push(landlock_rules::partial_note(abi));
     }
     if applied.abi < 6 {
         held.notes.push(

@@ -127,6 +127,12 @@ pub fn exec_failure_message(errno: i32, path: &str, cwd: bool) -> (String, i32) 
             format!("--cwd {path}: {e} (the working directory must exist inside the sandbox)"),
             exit::CORDON_FAILED,
         )
+    } else if errno == ENOENT && path.contains('/') {
+        // A path is not looked up in PATH: it names a file, relative to the working directory.
+        (
+            format!("command not found: {path} (no such file in the sandbox)"),
+            exit::NOT_FOUND,
+        )
     } else if errno == ENOENT {
         (
             format!("command not found: {path} (looked in the sandbox's PATH)"),

@@ -32,7 +32,10 @@ pub fn limit_notice(hit: LimitHit, o: &Outcome, limits: Option<&Limits>) -> Stri
     let value = |v: Option<String>| v.map(|v| format!(" ({v})")).unwrap_or_default();
     match hit {
         LimitHit::WallTime => match limits {
-            Some(l) => format!("timed out after {} (raise --timeout)", format_duration(l.timeout)),
+            Some(l) => format!(
+                "timed out after {} (raise --timeout)",
+                format_duration(l.timeout)
+            ),
             None => "the wall-clock limit was hit (raise --timeout)".into(),
         },
         LimitHit::Memory => format!(
@@ -62,11 +65,16 @@ pub fn limit_notice(hit: LimitHit, o: &Outcome, limits: Option<&Limits>) -> Stri
                     "output was cut: {cut} kept only up to {} (raise --output-limit)",
                     format_size(l.output_limit)
                 ),
-                None => format!("output was cut: {cut} kept only up to the output limit (raise --output-limit)"),
+                None => format!(
+                    "output was cut: {cut} kept only up to the output limit (raise --output-limit)"
+                ),
             }
         }
         LimitHit::Disk => match limits {
-            Some(l) => format!("{scratch} filled up: {} each (raise --disk)", format_size(l.disk)),
+            Some(l) => format!(
+                "{scratch} filled up: {} each (raise --disk)",
+                format_size(l.disk)
+            ),
             None => format!("{scratch} filled up (raise --disk)"),
         },
         LimitHit::Files => match limits {

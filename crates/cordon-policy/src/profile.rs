@@ -447,20 +447,22 @@ impl Profile {
         })?;
         let base = file.extends.as_deref().unwrap_or("default");
         let mut profile = Profile::builtin(base).map_err(|_| {
-            ProfileError::invalid(
+            let e = ProfileError::invalid(
                 "extends",
                 format!(
                     "'{base}' is not a built-in profile ({})",
                     BUILTINS.join(", ")
                 ),
-            )
+            );
+            in_file(e, text, origin)
         })?;
         profile.name = file
             .name
             .clone()
             .unwrap_or_else(|| origin.display().to_string());
-        file.apply(&mut profile)?;
-        profile.validate()?;
+        file.apply(&mut profile)
+            .and_then(|()| profile.validate())
+            .map_err(|e| in_file(e, text, origin))?;
         Ok(profile)
     }
 
@@ -655,6 +657,87 @@ fn check_dest(dest: &Path, field: &str) -> Result<(), ProfileError> {
     Ok(())
 }
 
+/// An error in a profile file, said in the file's terms: its `[table] key` and line, and an
+/// example in TOML — not the flag that sets the same value on the command line (the checks
+/// are shared; their messages name flags).
+fn in_file(err: ProfileError, text: &str, origin: &Path) -> ProfileError {
+    let (field, message) = match err {
+        ProfileError::Invalid { field, message } => (field, message),
+        ProfileError::Unit { field, source } => (field, source.to_string()),
+        other => return other,
+    };
+    let key = file_key(&field);
+    let (table, name) = key.split_once('.').unwrap_or(("", key.as_str()));
+    let shown = if table.is_empty() {
+        name.to_string()
+    } else {
+        format!("[{table}] {name}")
+    };
+    let mut message = message;
+    for (flag, toml) in FLAG_EXAMPLES {
+        message = message.replace(flag, toml);
+    }
+    let at = key_line(text, table, name).map_or(String::new(), |n| format!("line {n}: "));
+    ProfileError::Toml {
+        path: origin.to_path_buf(),
+        message: format!("{at}{shown}: {message}"),
+    }
+}
+
+/// The flag examples in shared messages, and what a profile file writes instead.
+const FLAG_EXAMPLES: &[(&str, &str)] = &[
+    ("e.g. --memory 256M", "e.g. memory = \"256M\""),
+    ("e.g. --cpus 0.5", "e.g. cpus = 0.5"),
+    ("e.g. --pids 64", "e.g. pids = 64"),
+    ("e.g. --timeout 30s", "e.g. timeout = \"30s\""),
+    ("e.g. --cpu-time 10s", "e.g. cpu_time = \"10s\""),
+    ("e.g. --disk 64M", "e.g. disk = \"64M\""),
+    ("use --workspace for", "use [filesystem] workspace for"),
+];
+
+/// The `table.key` (or top-level `key`) of a profile file that holds what `field` names.
+fn file_key(field: &str) -> String {
+    let key = match field {
+        "memory" | "--memory" => "limits.memory",
+        "cpus" | "--cpus" => "limits.cpus",
+        "pids" | "--pids" => "limits.pids",
+        "timeout" | "--timeout" => "limits.timeout",
+        "cpu-time" | "--cpu-time" => "limits.cpu_time",
+        "disk" | "--disk" => "limits.disk",
+        "--output-limit" => "limits.output_limit",
+        "nofile" => "limits.nofile",
+        "--ro" => "filesystem.ro",
+        "--rw" => "filesystem.rw",
+        "--workspace" => "filesystem.workspace",
+        "--allow-net" => "network.allow",
+        "--env" => "env",
+        other => other.trim_start_matches('-'),
+    };
+    key.to_string()
+}
+
+/// The line (from 1) where `name` is set in `[table]` (or as `table.name`, or at the top
+/// level when `table` is empty); `None` if the file does not set it there.
+fn key_line(text: &str, table: &str, name: &str) -> Option<usize> {
+    let dotted = format!("{table}.{name}");
+    let mut current = String::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.starts_with('[') {
+            current = line.trim_matches(['[', ']']).trim().to_string();
+            continue;
+        }
+        let Some((k, _)) = line.split_once('=') else {
+            continue;
+        };
+        let k = k.trim().trim_matches('"');
+        if (current == table && k == name) || (current.is_empty() && k == dotted) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// Turns a TOML error into "line N: message", so a user can find an unknown key.
 fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
     let msg = err.message().trim().to_string();
@@ -804,12 +887,12 @@ impl ProfileFile {
         if let Some(env) = self.env {
             for (k, v) in env.set {
                 let e = EnvEntry::Set(k, v);
-                e.validate()?;
+                e.validate().map_err(|e| named("env.set", e))?;
                 p.env.push(e);
             }
             for k in env.pass {
                 let e = EnvEntry::Pass(k);
-                e.validate()?;
+                e.validate().map_err(|e| named("env.pass", e))?;
                 p.env.push(e);
             }
         }
@@ -820,6 +903,14 @@ impl ProfileFile {
             p.image = Some(i);
         }
         Ok(())
+    }
+}
+
+/// The same error, said of `field`.
+fn named(field: &str, e: ProfileError) -> ProfileError {
+    match e {
+        ProfileError::Invalid { message, .. } => ProfileError::invalid(field, message),
+        other => other,
     }
 }
 
@@ -927,6 +1018,84 @@ pass = ["LANG"]
         .to_string();
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("memroy"), "{err}");
+    }
+
+    /// A profile file's errors name its own `[table] key` and line, and give TOML examples:
+    /// a flag (`--memory`, `--ro`, `--env`, `--allow-net`) is not in the file to fix.
+    #[test]
+    fn file_errors_name_the_profile_key_and_line_not_a_flag() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "name = \"x\"\n[limits]\nmemory = \"1M\"\n",
+                "line 3: [limits] memory: must be at least 8M, e.g. memory = \"256M\"",
+            ),
+            ("[limits]\ncpus = 0.0\n", "line 2: [limits] cpus:"),
+            ("[limits]\npids = 0\n", "line 2: [limits] pids:"),
+            (
+                "\n[limits]\ntimeout = \"30\"\n",
+                "line 3: [limits] timeout: '30' is not a duration",
+            ),
+            (
+                "[limits]\ncpu_time = \"500ms\"\n",
+                "line 2: [limits] cpu_time: must be at least 1s",
+            ),
+            ("[limits]\ndisk = \"lots\"\n", "line 2: [limits] disk:"),
+            ("limits.memory = \"1K\"\n", "line 1: [limits] memory:"),
+            (
+                "[filesystem]\nro = [\"relative/path\"]\n",
+                "line 2: [filesystem] ro: 'relative/path' must be an absolute path",
+            ),
+            (
+                "[filesystem]\nrw = [\"/data:/workspace\"]\n",
+                "line 2: [filesystem] rw: cannot mount over /workspace",
+            ),
+            (
+                "[filesystem]\nworkspace = \"ws\"\n",
+                "line 2: [filesystem] workspace:",
+            ),
+            (
+                "[env]\nset = { \"BAD-KEY\" = \"1\" }\n",
+                "line 2: [env] set: 'BAD-KEY'",
+            ),
+            ("[env]\npass = [\"A B\"]\n", "line 2: [env] pass:"),
+            (
+                "[network]\nallow = [\"a b\"]\n",
+                "line 2: [network] allow: 'a b'",
+            ),
+            ("hostname = \"has space\"\n", "line 1: hostname:"),
+            (
+                "\nextends = \"nonexistent\"\n",
+                "line 2: extends: 'nonexistent'",
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (text, want) in cases {
+            let err = Profile::from_toml(text, Path::new("/p/x.toml"))
+                .expect_err(text)
+                .to_string();
+            let flag = [
+                "--memory",
+                "--cpus",
+                "--pids",
+                "--timeout",
+                "--cpu-time",
+                "--disk",
+                "--ro",
+                "--rw",
+                "--workspace",
+                "--env",
+                "--allow-net",
+            ]
+            .iter()
+            .find(|f| err.contains(*f));
+            if !err.starts_with("profile /p/x.toml: ") || !err.contains(want) || flag.is_some() {
+                wrong.push(format!("{text:?}\n  got:  {err}\n  want: {want}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // The flags themselves keep naming flags.
+        let err = Bind::parse(":/x", false).unwrap_err().to_string();
+        assert!(err.starts_with("--ro"), "{err}");
     }
 
     #[test]

@@ -55,8 +55,9 @@ impl ApiError {
     pub fn too_many(message: impl Into<String>, retry_after: u64) -> Self {
         ApiError(ServiceError::too_many(message, retry_after))
     }
-    pub fn too_large(what: &str, limit: u64, option: &str) -> Self {
-        ApiError(ServiceError::too_large(what, limit, option))
+    /// `what` over the server's limit of `max` bytes (see [`ServiceError::too_large`]).
+    pub fn too_large(what: &str, max: u64) -> Self {
+        ApiError(ServiceError::too_large(what, max))
     }
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {

@@ -476,8 +476,8 @@ where
                 ApiError::new(
                     ErrorKind::TooLarge,
                     "too_large",
-                    "the request body is larger than this server accepts (uploads go to the \
-                     files routes, up to cordon serve --max-upload)",
+                    "the request body is larger than this server accepts (its operator sets \
+                     the limit with `cordon serve --max-upload`)",
                 )
             } else {
                 ApiError::bad_request(format!("reading the body: {}", e.body_text()))
@@ -832,7 +832,7 @@ async fn file_read(
 /// reset connection.
 async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiError> {
     const DRAIN_LIMIT: u64 = 64 << 20;
-    let too_large = || ApiError::too_large("the upload", max, "cordon serve --max-upload");
+    let too_large = || ApiError::too_large("the upload", max);
     let mut stream = body.into_data_stream();
     let mut data = Vec::new();
     let mut seen: u64 = 0;

@@ -85,35 +85,39 @@ impl ServiceError {
             ..Self::new(ErrorKind::RateLimited, "rate_limited", message)
         }
     }
-    /// A body or upload over `limit` bytes; names the server option that sets it.
-    pub fn too_large(what: &str, limit: u64, option: &str) -> Self {
+    /// `what` (an upload, a body) over the server's limit of `max` bytes: said in a size a
+    /// person reads, with the flag that sets it, so a client knows it is the server's choice.
+    pub fn too_large(what: &str, max: u64) -> Self {
         Self::new(
             ErrorKind::TooLarge,
             "too_large",
             format!(
-                "{what} is larger than this server accepts ({}); the operator can raise it with {option}",
-                human_bytes(limit)
+                "{what} is larger than this server accepts: at most {} (set by the server's \
+                 operator with `cordon serve --max-upload`)",
+                human_size(max)
             ),
         )
     }
 }
 
-/// `67108864` → `64 MiB`: sizes in messages are for people.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
+/// `67108864` as `64 MiB`; a size that is no whole number of units also in bytes.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (unit, name) in UNITS {
+        if bytes >= unit {
+            return if bytes.is_multiple_of(unit) {
+                format!("{} {name}", bytes / unit)
+            } else {
+                format!("{:.1} {name} ({bytes} bytes)", bytes as f64 / unit as f64)
+            };
+        }
     }
-    if u == 0 {
-        format!("{n} bytes")
-    } else if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    format!("{bytes} bytes")
 }
 
 /// `{"error": {"code": "...", "message": "..."}}`: the body the native API and the doors that
@@ -154,8 +158,8 @@ mod tests {
 
     #[test]
     fn sizes_in_messages_read_as_people_write_them() {
-        assert_eq!(human_bytes(512), "512 bytes");
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_size(512), "512 bytes");
+        assert_eq!(human_size(64 << 20), "64 MiB");
+        assert_eq!(human_size(1536), "1.5 KiB (1536 bytes)");
     }
 }

@@ -104,11 +104,7 @@ pub async fn write(
 ) -> Result<u64, ServiceError> {
     let max = svc.cfg.max_upload;
     if data.len() as u64 > max {
-        return Err(ServiceError::too_large(
-            "the upload",
-            max,
-            "cordon serve --max-upload",
-        ));
+        return Err(ServiceError::too_large("the upload", max));
     }
     let p = path.to_string();
     with_fs(svc, caller, id, "file.write", path, move |fs| {

@@ -47,8 +47,15 @@ pub fn profile_from(
 ) -> Result<Profile, ServiceError> {
     let name = name.unwrap_or("default");
     // Only built-ins: a client must never make the server read a file of its choosing.
-    let mut p =
-        Profile::builtin(name).map_err(|e| ServiceError::bad_request(format!("profile: {e}")))?;
+    let mut p = Profile::builtin(name).map_err(|_| {
+        ServiceError::bad_request(format!(
+            "profile: '{name}' is not one of this server's profiles: it accepts only the \
+             built-in names ({}) and reads no profile file a client names; profile files are \
+             for the command line (cordon run --profile FILE); over HTTP, set limits, env and \
+             network in the request itself",
+            cordon_policy::profile::BUILTINS.join(", ")
+        ))
+    })?;
     if let Some(m) = memory {
         p.limits.memory = size(m, "memory")?;
     }

@@ -76,7 +76,9 @@ docker.io/library/python:latest. Credentials come from `cordon image login`, the
 ~/.docker/config.json (and its credential helpers). Registries on loopback may speak plain \
 HTTP; any other registry must speak HTTPS unless named with --insecure-registry. Every blob \
 is checked against its sha256 before it is unpacked; an interrupted download resumes where \
-it stopped (the next pull picks it up too). A layer the store already has is not fetched."
+it stopped (the next pull picks it up too). A layer the store already has is not fetched. \
+Offline: `cordon image import` an archive or OCI layout, run from a directory with \
+`cordon run --image ./DIR`, or pull from a registry on loopback."
     )]
     Pull {
         /// The image reference.
@@ -84,6 +86,10 @@ it stopped (the next pull picks it up too). A layer the store already has is not
         /// A registry (HOST:PORT) that may be reached over plain HTTP. Repeatable.
         #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
         insecure: Vec<String>,
+        /// Report progress on stderr even when it is not a terminal: a line per layer done,
+        /// and one every few seconds while bytes arrive. (On a terminal: a status line, always.)
+        #[arg(long)]
+        progress: bool,
         #[command(flatten)]
         fetching: Fetching,
         #[command(flatten)]
@@ -199,6 +205,7 @@ fn run(a: ImageArgs) -> Result<()> {
         ImageCommand::Pull {
             reference,
             insecure,
+            progress,
             fetching,
             out,
         } => {
@@ -211,7 +218,7 @@ fn run(a: ImageArgs) -> Result<()> {
                 limits: fetching.limits()?,
                 ..PullOptions::default()
             };
-            let bar = Bar::new(&reference);
+            let bar = Bar::new(&reference, progress);
             let pulled = cordon_image::pull(&store, &reference, &opts, &bar);
             bar.finish();
             let pulled = pulled?;
@@ -239,7 +246,7 @@ fn run(a: ImageArgs) -> Result<()> {
                 limits: fetching.limits()?,
                 platform: fetching.platform()?,
             };
-            let bar = Bar::new(&path.display().to_string());
+            let bar = Bar::new(&path.display().to_string(), false);
             let imported = cordon_image::import(&store, &path, &opts, &bar);
             bar.finish();
             let imported = imported?;
@@ -478,10 +485,12 @@ impl Drop for NoEcho {
     }
 }
 
-/// One status line on stderr when it is a terminal: layers done, bytes fetched.
+/// One status line on stderr when it is a terminal: layers done, bytes fetched. Asked for
+/// (`--progress`) where stderr is no terminal (an agent, a CI log): the same as lines.
 struct Bar {
     what: String,
     tty: bool,
+    lines: bool,
     state: Mutex<BarState>,
 }
 
@@ -495,10 +504,12 @@ struct BarState {
 }
 
 impl Bar {
-    fn new(what: &str) -> Bar {
+    fn new(what: &str, asked: bool) -> Bar {
+        let tty = std::io::stderr().is_terminal();
         Bar {
             what: what.to_string(),
-            tty: std::io::stderr().is_terminal(),
+            tty,
+            lines: asked && !tty,
             state: Mutex::new(BarState {
                 layers: 0,
                 done: 0,
@@ -511,6 +522,24 @@ impl Bar {
     }
 
     fn draw(&self, s: &mut BarState, force: bool) {
+        if self.lines {
+            if force
+                || s.drawn
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(3))
+            {
+                s.drawn = Some(Instant::now());
+                eprintln!(
+                    "cordon: {}: {}/{} layers, {} of {}{}",
+                    self.what,
+                    s.done,
+                    s.layers,
+                    mb(s.got),
+                    mb(s.total),
+                    s.note
+                );
+            }
+            return;
+        }
         if !self.tty {
             return;
         }
@@ -554,7 +583,7 @@ impl Progress for Bar {
                 s.got += from;
                 if from > 0 {
                     s.note = format!(" (resumed at {})", mb(from));
-                    if !self.tty {
+                    if !self.tty && !self.lines {
                         eprintln!("cordon: resuming an interrupted download at byte {from}");
                     }
                 }
@@ -568,7 +597,7 @@ impl Progress for Bar {
             Event::Retry { from, error, .. } => {
                 s.note = format!(" (interrupted: {error}; resuming at {})", mb(from));
                 force = true;
-                if !self.tty {
+                if !self.tty && !self.lines {
                     eprintln!("cordon: download interrupted ({error}); resuming at byte {from}");
                 }
             }

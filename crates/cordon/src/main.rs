@@ -87,6 +87,9 @@ fn cordon_main() -> i32 {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
+            if let Some(hint) = command_before_dashes(&e) {
+                eprintln!("{hint}");
+            }
             // Help and version are successes; every other parse error is cordon's failure (125).
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp
@@ -131,4 +134,41 @@ fn bench_launcher(args: Vec<std::ffi::OsString>) -> i32 {
         bench.display()
     );
     125
+}
+
+/// `cordon run python3 x.py`: clap sees `python3` as an argument `run` does not take (the
+/// command must follow `--`, so that its own flags are never read as cordon's). Names the fix
+/// with the user's own line, when the unexpected argument is a word rather than a flag.
+fn command_before_dashes(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sub = args.first()?;
+    if sub != "run" || bad.starts_with('-') || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let at = args.iter().skip(1).position(|a| a == bad)? + 1;
+    let quote = |a: &String| {
+        let plain = !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_./:=,@%+-".contains(c));
+        if plain {
+            a.clone()
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    let options: Vec<String> = args[..at].iter().map(quote).collect();
+    let command: Vec<String> = args[at..].iter().map(quote).collect();
+    Some(format!(
+        "hint: the command goes after --, so that its own options are not read as cordon's:\n  \
+         cordon {} -- {}",
+        options.join(" "),
+        command.join(" ")
+    ))
 }

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use crate::run_wasm::Stdin;
 use clap::Args;
 use cordon_linux::{OutputMode, RunRequest, StdinSource};
-use cordon_policy::network::entry_to_allow;
 use cordon_policy::outcome::exit;
-use cordon_policy::units::{format_duration, format_size};
-use cordon_policy::{LimitHit, Limits, Outcome};
+
+use cordon_policy::Outcome;
 
 use crate::sandbox_args::{BackendArgs, SandboxArgs};
 
@@ -95,6 +94,7 @@ pub fn main(a: RunArgs) -> i32 {
         None
     };
     let limits = profile.limits.clone();
+    let workspace = profile.workspace.clone();
     // A WebAssembly module runs in the separate cordon-wasm binary (see run_wasm).
     let module = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
         Ok(m) => m,
@@ -151,7 +151,12 @@ pub fn main(a: RunArgs) -> i32 {
         }
     };
     match ran {
-        Ok(outcome) => {
+        Ok(mut outcome) => {
+            if let Some(hint) = not_in_sandbox_hint(&outcome, &a.command, workspace.as_deref()) {
+                if let Some(e) = outcome.error.as_mut() {
+                    e.push_str(&hint);
+                }
+            }
             if a.json {
                 match serde_json::to_string(&outcome) {
                     Ok(s) => println!("{s}"),
@@ -173,6 +178,35 @@ pub fn main(a: RunArgs) -> i32 {
             exit::CORDON_FAILED
         }
     }
+}
+
+/// A command given as a relative path (`./s.sh`) that the sandbox did not find, but that is
+/// there on the host: the host's current directory is not the sandbox's (a fresh /workspace,
+/// unless it was shared). Says so, and how to share it, instead of leaving the user to
+/// search the sandbox's PATH.
+fn not_in_sandbox_hint(
+    o: &Outcome,
+    command: &[String],
+    workspace: Option<&std::path::Path>,
+) -> Option<String> {
+    let prog = command.first()?;
+    let not_found = o.exit_code == Some(exit::NOT_FOUND)
+        && o.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("command not found"));
+    if !not_found || !prog.contains('/') || prog.starts_with('/') {
+        return None;
+    }
+    let here = std::env::current_dir().ok()?.canonicalize().ok()?;
+    if workspace == Some(here.as_path()) || !std::path::Path::new(prog).exists() {
+        return None;
+    }
+    let here = here.display();
+    Some(format!(
+        "; {prog} exists on the host, in {here}, but that directory is not in the sandbox \
+         (the sandbox starts in its own /workspace): share it with --workspace . (read-write \
+         at /workspace, where {prog} is then found), or read-only with --ro {here} --cwd {here}"
+    ))
 }
 
 /// `cordon run -t`: the payload on a terminal of the sandbox's own (see `run_tty`).
@@ -199,4 +233,3 @@ fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
     }
     outcome.cli_exit_code()
 }
-

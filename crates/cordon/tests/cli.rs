@@ -422,3 +422,135 @@ fn closed_stdio_is_not_mistaken_for_our_own_pipes() {
     assert_eq!(f.code, Some(0), "{f:?}");
     assert!(!f.stderr.contains("panicked"), "{f:?}");
 }
+
+/// `Cargo.toml` declares Apache-2.0: the repository carries the licence's text itself, whole
+/// (its terms and its appendix), so that what is shipped says what may be done with it.
+#[test]
+fn the_apache_license_the_manifest_declares_is_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("workspace Cargo.toml");
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "the workspace no longer declares Apache-2.0: update this test with the licence"
+    );
+    let text = std::fs::read_to_string(root.join("LICENSE"))
+        .expect("no LICENSE file at the repository's root");
+    for needle in [
+        "Apache License",
+        "Version 2.0, January 2004",
+        "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+        "9. Accepting Warranty or Additional Liability.",
+        "END OF TERMS AND CONDITIONS",
+        "APPENDIX: How to apply the Apache License to your work.",
+    ] {
+        assert!(text.contains(needle), "LICENSE lacks {needle:?}");
+    }
+}
+
+/// `cordon run -- ./s.sh` in a directory holding s.sh: the sandbox starts in its own
+/// /workspace, so the script is not there. The message says that — the file is on the host,
+/// the directory is not shared, and how to share it — not that PATH was searched (a path is
+/// never looked up in PATH). And the fix it names works.
+#[test]
+fn a_relative_command_left_on_the_host_is_named_with_the_flag_that_shares_it() {
+    let dir = HostDir::new("relcmd");
+    dir.file("s.sh", "#!/bin/sh\necho ran-inside\n", 0o755);
+    let in_dir = |args: &str| {
+        Cmd::new("bash")
+            .args([
+                "-c",
+                &format!("cd {} && exec {} run {args}", dir.str(), cordon_bin()),
+            ])
+            .counts_as_cordon()
+            .run()
+    };
+    let f = in_dir("-- ./s.sh");
+    assert_eq!(f.code, Some(127), "{f:?}");
+    for needle in ["./s.sh", "not in the sandbox", "--workspace .", "--ro"] {
+        assert!(f.stderr.contains(needle), "no {needle:?} in: {}", f.stderr);
+    }
+    assert!(!f.stderr.contains("PATH"), "{}", f.stderr);
+    // The same in the JSON Outcome, for an agent reading it.
+    let f = in_dir("--json -- ./s.sh");
+    let o: serde_json::Value = serde_json::from_str(&f.stdout).expect("an Outcome");
+    let error = o["error"].as_str().unwrap_or_default();
+    assert!(error.contains("--workspace ."), "{o}");
+    // The fix it names runs the script.
+    let f = in_dir("--workspace . -- ./s.sh");
+    assert_eq!(
+        (f.code, f.stdout.as_str()),
+        (Some(0), "ran-inside\n"),
+        "{f:?}"
+    );
+    // A relative path that is nowhere gets no such advice.
+    let f = in_dir("-- ./nowhere.sh");
+    assert_eq!(f.code, Some(127), "{f:?}");
+    assert!(!f.stderr.contains("--workspace"), "{}", f.stderr);
+}
+
+/// `cordon run python3 -c …` (no `--`): clap refuses `python3`; the message shows the same
+/// line with `--` where it belongs.
+#[test]
+fn a_command_given_without_dashes_is_shown_where_it_goes() {
+    let f = Cmd::cordon()
+        .args(["run", "--json", "python3", "-c", "print(1 + 1)"])
+        .run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("cordon run --json -- python3 -c 'print(1 + 1)'"),
+        "{}",
+        f.stderr
+    );
+    // An unknown flag is not a command: no such advice.
+    let f = Cmd::cordon().args(["run", "--bogus", "--", "true"]).run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(!f.stderr.contains("goes after --"), "{}", f.stderr);
+}
+
+/// `--profile strict` binds single files of /etc (ld.so.cache, …); a bind of one file, like
+/// `--ro FILE`, used to be reported "Landlock partially enforced (kernel ABI 6)" on a kernel
+/// `cordon check` reports as ABI 7: the rule's directory rights (which a file cannot have) were
+/// counted as a loss, and the ABI shown was cordon's, not the kernel's. A run and `cordon check`
+/// say the same: the kernel's ABI, the one cordon's rules use, and only a real loss.
+#[test]
+fn landlock_notes_agree_with_check_on_the_kernel_abi_and_claim_no_false_loss() {
+    let report = check_report();
+    let kernel = report["landlock_abi"].as_u64().unwrap();
+    if kernel == 0 {
+        eprintln!("skipped: no Landlock on this host");
+        return;
+    }
+    let human = Cmd::cordon().arg("check").run();
+    assert!(
+        human
+            .stdout
+            .contains(&format!("Landlock ABI {kernel}; cordon's rules use ABI 6")),
+        "{}",
+        human.stdout
+    );
+    let dir = HostDir::new("llfile");
+    let file = dir.file("one-file", "x", 0o644);
+    let file = file.to_str().unwrap();
+    for flags in [
+        vec!["--profile", "strict"],
+        vec!["--ro", file],
+        vec!["--rw", file],
+    ] {
+        let mut args = flags.clone();
+        args.extend(["--", "true"]);
+        let o = run_json(&args);
+        o.assert_ok();
+        let notes = o.enforcement()["notes"].to_string();
+        if kernel >= 6 {
+            assert!(!notes.contains("partially"), "{flags:?}: {notes}");
+        } else {
+            assert!(
+                notes.contains(&format!(
+                    "the kernel has ABI {kernel}, cordon's rules use ABI 6"
+                )),
+                "{flags:?}: {notes}"
+            );
+        }
+    }
+}

@@ -255,3 +255,41 @@ out()
     );
     assert_eq!(d["ssl"], json!(["certs"]), "{o}");
 }
+
+/// The sandbox user (uid 1000) is `sandbox`, with its own home — never the name of the host's
+/// uid 1000 (here a real account, `cloudsdk@cordon` in every prompt), though the sandbox sees
+/// the host's /etc. The host's user database is neither shown nor touched. (`strict` shows no
+/// /etc/passwd at all: `strict_profile_hides_etc_and_still_runs_python`.)
+#[test]
+fn the_sandbox_user_is_sandbox_not_the_hosts_uid_1000() {
+    let host_passwd = std::fs::read("/etc/passwd").expect("host /etc/passwd");
+    let host_1000 = String::from_utf8_lossy(&host_passwd)
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("1000"))
+        .and_then(|l| l.split(':').next())
+        .map(str::to_string);
+    eprintln!("host's uid 1000: {host_1000:?}");
+    let script = "id -un; id -gn; getent passwd 1000; cat /etc/passwd /etc/group";
+    let o = run_json(&["--", "sh", "-c", script]);
+    o.assert_exited(0);
+    let out = o.stdout();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("sandbox"), "{o}");
+    assert_eq!(lines.next(), Some("sandbox"), "{o}");
+    assert_eq!(
+        lines.next(),
+        Some("sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh"),
+        "{o}"
+    );
+    if let Some(name) = &host_1000 {
+        assert!(
+            !out.lines().any(|l| l.starts_with(&format!("{name}:"))),
+            "the host's {name} shows inside: {o}"
+        );
+    }
+    assert_eq!(
+        std::fs::read("/etc/passwd").expect("host /etc/passwd"),
+        host_passwd,
+        "the host's /etc/passwd changed"
+    );
+}

@@ -325,7 +325,10 @@ fn a_failed_create_releases_its_quota_slot() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(errors.len(), 3);
     for (kind, code) in errors {
-        assert_eq!((kind, code.as_str()), (ErrorKind::Internal, "sandbox_failed"));
+        assert_eq!(
+            (kind, code.as_str()),
+            (ErrorKind::Internal, "sandbox_failed")
+        );
     }
 }
 
@@ -464,7 +467,8 @@ fn malformed_requests_get_json_errors() {
         ("a bad size", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"memory\": \"lots\"}".to_vec(), 400, "invalid_request", "memory"),
         ("a size with spaces", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"memory\": \" 1G\"}".to_vec(), 400, "invalid_request", "memory"),
         ("a zero duration", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"ttl\": \"0s\"}".to_vec(), 400, "invalid_request", "ttl"),
-        ("an unknown profile", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"profile\": \"/etc/passwd\"}".to_vec(), 400, "invalid_request", "profile"),
+        ("an unknown profile", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"profile\": \"nosuch\"}".to_vec(), 400, "invalid_request", "only the built-in names (default, strict)"),
+        ("a profile path", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"profile\": \"/etc/passwd\"}".to_vec(), 400, "invalid_request", "profile files are for the command line"),
         ("a bad env name", "POST", "/v1/sandboxes".into(), vec![a, json_ct], b"{\"env\": {\"A=B\": \"x\"}}".to_vec(), 400, "invalid_request", "env"),
         ("form-encoded garbage", "POST", "/v1/sandboxes".into(), vec![a, ("Content-Type", "application/x-www-form-urlencoded")], b"memory=1G".to_vec(), 400, "invalid_request", "x-www-form-urlencoded"),
         ("multipart garbage", "POST", "/v1/sandboxes".into(), vec![a, ("Content-Type", "multipart/form-data; boundary=x")], b"--x\r\n\r\n--x--".to_vec(), 400, "invalid_request", "multipart/form-data"),
@@ -474,7 +478,8 @@ fn malformed_requests_get_json_errors() {
         ("a relative cwd", "POST", exec.clone(), vec![a], b"{\"cmd\": \"true\", \"cwd\": \"tmp\"}".to_vec(), 400, "invalid_request", "cwd"),
         ("a timeout over the maximum", "POST", exec.clone(), vec![a], b"{\"cmd\": \"true\", \"timeout\": \"2h\"}".to_vec(), 400, "invalid_request", "timeout"),
         ("no body where one is needed", "POST", exec.clone(), vec![a], Vec::new(), 400, "invalid_request", "cmd"),
-        ("a body over the limit", "POST", exec.clone(), vec![a, json_ct], big.clone(), 413, "too_large", "larger"),
+        ("a body over the limit", "POST", exec.clone(), vec![a, json_ct], big.clone(), 413, "too_large", "`cordon serve --max-upload`"),
+        ("an upload over the limit", "PUT", format!("/v1/sandboxes/{id}/files?path=/workspace/big"), vec![a], big.clone(), 413, "too_large", "at most 64 KiB (set by the server's operator with `cordon serve --max-upload`)"),
         ("an unknown signal", "POST", format!("/v1/sandboxes/{id}/commands/c/signal"), vec![a], b"{\"signal\": \"NOPE\"}".to_vec(), 400, "invalid_request", "signal"),
         ("a signal out of range", "POST", format!("/v1/sandboxes/{id}/commands/c/signal"), vec![a], b"{\"signal\": 99}".to_vec(), 400, "invalid_request", "signal"),
         ("a bad query value", "DELETE", format!("/v1/sandboxes/{id}/files?path=x&recursive=maybe"), vec![a], Vec::new(), 400, "invalid_request", "recursive"),

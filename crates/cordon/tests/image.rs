@@ -1859,3 +1859,80 @@ fn an_image_root_hands_back_nothing_the_sandbox_took_away() {
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
 }
+
+/// Offline (here: a network namespace of the test's own, with no interface up), a pull of a
+/// public image fails on DNS. That is said as such — the registry cannot be reached, its name
+/// does not resolve — with the ways that work offline, not as a registry that speaks no HTTPS
+/// (`--insecure-registry docker.io` cannot help).
+#[test]
+fn an_offline_pull_says_the_registry_cannot_be_reached_and_how_to_do_without_it() {
+    if !have("unshare") {
+        return;
+    }
+    let work = Tmp::new("offline");
+    let data = work.path().join("data");
+    let mut cmd = Command::new("unshare");
+    if !is_root() {
+        cmd.arg("--map-root-user");
+    }
+    let out = run_failing(
+        cmd.args([
+            "--net",
+            "--",
+            cordon_bin(),
+            "image",
+            "pull",
+            "python:3.12-slim",
+            "--data-dir",
+        ])
+        .arg(&data),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    for needle in [
+        "does not resolve",
+        "cordon image import",
+        "OCI layout",
+        "--image ./DIR",
+        "loopback",
+    ] {
+        assert!(err.contains(needle), "no {needle:?} in: {err}");
+    }
+    assert!(!err.contains("--insecure-registry"), "{err}");
+}
+
+/// `--progress`: a pull reports its layers on stderr even where stderr is no terminal (an
+/// agent's pipe), from the same events the server streams.
+#[test]
+fn a_pull_with_progress_reports_layers_on_a_pipe() {
+    if !have_all() {
+        return;
+    }
+    let work = Tmp::new("progress");
+    let (oci, _) = build_image(work.path());
+    let reg = Registry::start("");
+    reg.push(&oci, "team/app:v1", None);
+    let data = work.path().join("data");
+    let name = format!("{}/team/app:v1", reg.host());
+    let out = cordon(&data, &["pull", &name, "--progress"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("cordon: {name}: 2/2 layers")),
+        "no progress on stderr: {err:?}"
+    );
+    // Without --progress, a pipe gets no status lines.
+    let out = cordon(&work.path().join("data2"), &["pull", &name]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("layers"));
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn run_failing(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}

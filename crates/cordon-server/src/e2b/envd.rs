@@ -1166,7 +1166,7 @@ pub(super) async fn upload(
         .unwrap_or("")
         .to_ascii_lowercase();
     let max = e2b.st.service.config().max_upload as usize;
-    let too_large = || ApiError::too_large("the upload", max as u64, "cordon serve --max-upload");
+    let too_large = || ApiError::too_large("the upload", max as u64);
     let req = if super::gzip::upload_is_gzip(&h)? {
         // The body limit held for the packed bytes; the unpacked ones get the same cap.
         let (mut parts, body) = req.into_parts();

@@ -35,9 +35,8 @@ pub(super) fn gunzip(data: &[u8], max: usize) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("gzip body: {e}")))?;
     if out.len() > max {
         return Err(ApiError::too_large(
-            "the upload (after unpacking gzip)",
+            "the upload (unpacked from gzip)",
             max as u64,
-            "cordon serve --max-upload",
         ));
     }
     Ok(out)
