@@ -23,6 +23,7 @@ mod error;
 pub mod freeze;
 pub mod fsview;
 mod idmap;
+mod inroot;
 mod landlock_rules;
 mod launcher;
 mod mounts;

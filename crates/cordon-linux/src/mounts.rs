@@ -4,13 +4,20 @@
 //! `pivot_root` into it, so the host's tree sits at `/oldroot` (binds then read from there,
 //! even from the host's `/tmp`); build the new root on its own tmpfs at `/newroot`; make it
 //! read-only; `pivot_root` into it and detach everything else.
+//!
+//! Between the two pivots the host is reachable, so nothing inside the new root is named by
+//! a path string: every mount point, the working directory and `/home/user` are resolved (and
+//! made where missing) inside the root by descriptor ([`InRoot`]), and mounted on through that
+//! descriptor. An image's `/tmp -> /oldroot/tmp` or a `WorkingDir` behind
+//! `x -> ../../oldroot/home` then lands inside the image's root, never on the host.
 
 use std::fs;
 use std::io;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::inroot::{fd_path, InRoot, Make};
 use crate::plan::{ImagePlan, Plan, RootEntry};
 use crate::sys;
 
@@ -49,11 +56,6 @@ const STAGE: &str = "/tmp";
 const NEW: &str = "/newroot";
 const OLD: &str = "/oldroot";
 
-/// `/newroot` + absolute `dest`.
-fn under_new(dest: &Path) -> PathBuf {
-    Path::new(NEW).join(dest.strip_prefix("/").unwrap_or(dest))
-}
-
 /// `/oldroot` + absolute host `src`.
 fn under_old(src: &Path) -> PathBuf {
     Path::new(OLD).join(src.strip_prefix("/").unwrap_or(src))
@@ -69,23 +71,41 @@ fn mkdir_p(path: &Path, mode: u32) -> io::Result<()> {
 /// Every tmpfs gets an inode cap as well as a size: `size=` counts data pages only, so without
 /// `nr_inodes=` empty files and directories are free and unbounded — each one kernel memory
 /// that no limit holds when there is no cgroup.
+///
+/// `point` is a path the kernel resolves (in the staging root, or a descriptor's
+/// [`fd_path`]); `shown` names it in errors.
 fn tmpfs(
+    point: &Path,
+    shown: &Path,
+    size: u64,
+    inodes: u64,
+    mode: u32,
+    flags: libc::c_ulong,
+) -> Result<(), MountError> {
+    let data = format!("size={size},nr_inodes={inodes},mode={mode:o}");
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        point,
+        Some("tmpfs"),
+        flags,
+        Some(&data),
+    )
+    .step(|| format!("mount tmpfs on {}", shown.display()))
+}
+
+/// A tmpfs on `dest` inside the new root, its mount point made there if missing.
+fn root_tmpfs(
+    root: &InRoot,
     dest: &Path,
     size: u64,
     inodes: u64,
     mode: u32,
     flags: libc::c_ulong,
 ) -> Result<(), MountError> {
-    mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?;
-    let data = format!("size={size},nr_inodes={inodes},mode={mode:o}");
-    sys::mount(
-        Some(Path::new("tmpfs")),
-        dest,
-        Some("tmpfs"),
-        flags,
-        Some(&data),
-    )
-    .step(|| format!("mount tmpfs on {}", dest.display()))
+    let point = root
+        .dir(dest, 0o755)
+        .step(|| format!("mkdir {}", dest.display()))?;
+    tmpfs(&fd_path(&point), dest, size, inodes, mode, flags)
 }
 
 /// Flags of an existing mount that a user namespace may not clear (they are locked).
@@ -108,44 +128,42 @@ fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
     Ok(flags)
 }
 
-/// What `bind` must do about the mount point first. Every mkdir or stat here runs on the
-/// path of each sandbox start, so callers that know the point exists say so.
+/// What `bind` must do about the mount point (inside the new root) first.
 #[derive(Clone, Copy)]
 enum Point {
     /// A directory, created with its parents if missing.
     Dir,
     /// A file, created (with its parents) if missing.
     File,
-    /// A new file in a directory that exists (a fresh tmpfs).
-    NewFile,
-    /// Already there (binding something onto itself).
+    /// Already there (binding something onto itself, or hiding what a bind brought in).
     Exists,
 }
 
-/// Bind `src` to `dest` and remount it with `extra` flags (a first bind ignores MS_RDONLY).
-fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(), MountError> {
-    match point {
-        Point::Dir => mkdir_p(dest, 0o755).step(|| format!("mkdir {}", dest.display()))?,
-        Point::File => {
-            if let Some(parent) = dest.parent() {
-                mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
-            }
-            if !dest.exists() {
-                fs::File::create(dest).step(|| format!("create {}", dest.display()))?;
-            }
-        }
-        Point::NewFile => {
-            fs::File::create_new(dest).step(|| format!("create {}", dest.display()))?;
-        }
-        Point::Exists => {}
-    }
-    match sys::mount(Some(src), dest, None, libc::MS_BIND, None) {
+/// Bind `src` (a path the kernel resolves: the host's under /oldroot, or a descriptor's
+/// [`fd_path`]) to `dest` inside the new root and remount it with `extra` flags (a first
+/// bind ignores MS_RDONLY).
+fn bind(
+    root: &InRoot,
+    src: &Path,
+    dest: &Path,
+    point: Point,
+    extra: libc::c_ulong,
+) -> Result<(), MountError> {
+    let make = match point {
+        Point::Dir => Make::Dirs,
+        Point::File => Make::File,
+        Point::Exists => Make::Nothing,
+    };
+    let at = root
+        .resolve(dest, make, 0o755)
+        .step(|| format!("make the mount point {}", dest.display()))?;
+    match sys::mount(Some(src), &fd_path(&at), None, libc::MS_BIND, None) {
         Ok(()) => {}
         // A directory with mounts beneath it that the kernel locked when it copied them into
         // this user namespace (a container's /etc/hostname, /etc/hosts, /etc/resolv.conf)
         // cannot be bound alone — that would uncover what they cover — only with them.
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && matches!(point, Point::Dir) => {
-            return bind_tree(src, dest, extra);
+            return bind_tree(root, src, &at, dest, extra);
         }
         Err(error) => {
             return Err(MountError {
@@ -154,40 +172,72 @@ fn bind(src: &Path, dest: &Path, point: Point, extra: libc::c_ulong) -> Result<(
             })
         }
     }
-    remount(dest, extra)
+    remount(root, dest, extra)
 }
 
-/// Remounts the bind at `dest` with `extra` flags, keeping those the kernel locked on it.
-fn remount(dest: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
-    let keep = locked_flags(dest).step(|| format!("statvfs {}", dest.display()))?;
+/// The mount just made at `dest` inside the new root: looked up again, since the descriptor
+/// of the mount point holds what lies beneath the mount.
+fn mounted(root: &InRoot, dest: &Path) -> Result<OwnedFd, MountError> {
+    root.resolve(dest, Make::Nothing, 0)
+        .step(|| format!("open {}", dest.display()))
+}
+
+/// Remounts the bind at `dest` (inside the new root) with `extra` flags, keeping those the
+/// kernel locked on it.
+fn remount(root: &InRoot, dest: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
+    let top = mounted(root, dest)?;
+    remount_at(&fd_path(&top), dest, extra)
+}
+
+/// [`remount`] of a mount the kernel resolves `target` to; `shown` names it in errors.
+fn remount_at(target: &Path, shown: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
+    let keep = locked_flags(target).step(|| format!("statvfs {}", shown.display()))?;
     sys::mount(
         None,
-        dest,
+        target,
         None,
         libc::MS_REMOUNT | libc::MS_BIND | keep | extra,
         None,
     )
-    .step(|| format!("remount {}", dest.display()))
+    .step(|| format!("remount {}", shown.display()))
 }
 
 /// Binds `src` with every mount beneath it, then gives the whole tree the `extra` flags
 /// (read-only, nosuid, nodev) in one recursive `mount_setattr`, or mount by mount where the
 /// kernel predates it (before 5.12). Landlock needs nothing more: its rules are on `dest`, and
 /// it walks up through mount points.
-fn bind_tree(src: &Path, dest: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
-    sys::mount(Some(src), dest, None, libc::MS_BIND | libc::MS_REC, None).step(|| {
+fn bind_tree(
+    root: &InRoot,
+    src: &Path,
+    at: &OwnedFd,
+    dest: &Path,
+    extra: libc::c_ulong,
+) -> Result<(), MountError> {
+    sys::mount(
+        Some(src),
+        &fd_path(at),
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+    .step(|| {
         format!(
             "bind {} with the mounts beneath it to {}",
             src.display(),
             dest.display()
         )
     })?;
-    match sys::mount_setattr_recursive(dest, sys::mount_attr_from_ms(extra)) {
+    let top = mounted(root, dest)?;
+    match sys::mount_setattr_recursive(top.as_fd(), sys::mount_attr_from_ms(extra)) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // mountinfo names the mounts by their paths from the staging root; the kernel
+            // says where this one is. (No image root here: images need Linux 5.12.)
+            let here =
+                fs::read_link(fd_path(&top)).step(|| format!("locate {}", dest.display()))?;
             let table = fs::read_to_string(MOUNTINFO).step(|| format!("read {MOUNTINFO}"))?;
-            for point in mounts_at_or_under(&table, dest) {
-                remount(&point, extra)?;
+            for point in mounts_at_or_under(&table, &here) {
+                remount_at(&point, &point, extra)?;
             }
             Ok(())
         }
@@ -287,7 +337,16 @@ fn image_root(image: &ImagePlan, plan: &Plan) -> Result<(), MountError> {
         mkdir_p(&point, 0o755).step(|| format!("mkdir {}", point.display()))?;
         match image.layer_trees.get(i) {
             Some(&tree) => {
-                sys::move_mount_to(tree, &point)
+                let at = rustix::fs::open(
+                    &point,
+                    rustix::fs::OFlags::PATH
+                        | rustix::fs::OFlags::DIRECTORY
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(io::Error::from)
+                .step(|| format!("open {}", point.display()))?;
+                sys::move_mount_to(tree, at.as_fd())
                     .step(|| format!("attach the image's layer {i}"))?;
                 // SAFETY: the supervisor left this fd open across the clone for this one use;
                 // nothing else owns it.
@@ -307,7 +366,9 @@ fn image_root(image: &ImagePlan, plan: &Plan) -> Result<(), MountError> {
         }
         lower.push_str(&point.to_string_lossy());
     }
+    mkdir_p(Path::new(UPPER), 0o755).step(|| format!("mkdir {UPPER}"))?;
     tmpfs(
+        Path::new(UPPER),
         Path::new(UPPER),
         plan.limits.disk,
         plan.limits.scratch_inodes(),
@@ -366,36 +427,41 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     .step(|| "mount staging tmpfs".into())?;
     let stage = Path::new(STAGE);
     mkdir_p(&stage.join("oldroot"), 0o755).step(|| "mkdir oldroot".into())?;
+    mkdir_p(&stage.join("newroot"), 0o755).step(|| "mkdir newroot".into())?;
     if plan.image.is_none() {
         tmpfs(
+            &stage.join("newroot"),
             &stage.join("newroot"),
             1 << 20,
             root_inodes(plan),
             0o755,
             MS_NOSUID | MS_NODEV,
         )?;
-    } else {
-        mkdir_p(&stage.join("newroot"), 0o755).step(|| "mkdir newroot".into())?;
     }
     sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
     if let Some(image) = &plan.image {
         image_root(image, plan)?;
     }
+    // From here on, every path inside the new root is resolved inside it.
+    let root = InRoot::open(Path::new(NEW)).step(|| "open the new root".into())?;
+    let root = &root;
 
     // Scratch space first, so that binds the user asked for under /tmp or /workspace land on
     // top of it instead of being hidden by it.
     let disk = plan.limits.disk;
     let inodes = plan.limits.scratch_inodes();
-    tmpfs(
-        &under_new(Path::new("/tmp")),
+    root_tmpfs(
+        root,
+        Path::new("/tmp"),
         disk,
         inodes,
         0o1777,
         MS_NOSUID | MS_NODEV,
     )?;
-    tmpfs(
-        &under_new(Path::new(cordon_policy::profile::HOME)),
+    root_tmpfs(
+        root,
+        Path::new(cordon_policy::profile::HOME),
         disk,
         inodes,
         0o700,
@@ -403,29 +469,33 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     )?;
     match (&plan.workspace, plan.workspace_tree) {
         (Some(_), Some(tree)) => {
-            let dest = under_new(Path::new("/workspace"));
-            mkdir_p(&dest, 0o755).step(|| "mkdir /workspace".into())?;
-            sys::move_mount_to(tree, &dest).step(|| "attach the idmapped workspace".into())?;
+            let dest = root
+                .dir(Path::new("/workspace"), 0o755)
+                .step(|| "mkdir /workspace".into())?;
+            sys::move_mount_to(tree, dest.as_fd())
+                .step(|| "attach the idmapped workspace".into())?;
             // SAFETY: the supervisor left this fd open across the clone for this one use;
             // nothing else owns it.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
         }
         (Some(ws), None) => bind(
+            root,
             &under_old(ws),
-            &under_new(Path::new("/workspace")),
+            Path::new("/workspace"),
             Point::Dir,
             MS_NOSUID | MS_NODEV,
         )?,
-        (None, _) => tmpfs(
-            &under_new(Path::new("/workspace")),
+        (None, _) => root_tmpfs(
+            root,
+            Path::new("/workspace"),
             disk,
             inodes,
             0o755,
             MS_NOSUID | MS_NODEV,
         )?,
     }
-    build_dev(disk, inodes)?;
-    build_proc()?;
+    build_dev(root, disk, inodes)?;
+    build_proc(root)?;
 
     for (i, entry) in plan.root.iter().enumerate() {
         match entry {
@@ -455,11 +525,12 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                     MS_RDONLY | MS_NOSUID | MS_NODEV
                 };
                 let point = if *is_dir { Point::Dir } else { Point::File };
-                bind(&under_old(src), &under_new(dest), point, flags)?;
+                bind(root, &under_old(src), dest, point, flags)?;
             }
             // Over what a bind brought in: nothing to read, list, write or execute there.
-            RootEntry::Hide { dest, is_dir: true } => tmpfs(
-                &under_new(dest),
+            RootEntry::Hide { dest, is_dir: true } => root_tmpfs(
+                root,
+                dest,
                 4096,
                 1,
                 0,
@@ -469,19 +540,15 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 dest,
                 is_dir: false,
             } => bind(
+                root,
                 &under_old(Path::new("/dev/null")),
-                &under_new(dest),
+                dest,
                 Point::Exists,
                 MS_RDONLY | MS_NOSUID | MS_NODEV | libc::MS_NOEXEC,
             )?,
-            RootEntry::Symlink { target, link } => {
-                let l = under_new(link);
-                if let Some(parent) = l.parent().filter(|p| *p != Path::new(NEW)) {
-                    mkdir_p(parent, 0o755).step(|| format!("mkdir {}", parent.display()))?;
-                }
-                std::os::unix::fs::symlink(target, &l)
-                    .step(|| format!("symlink {}", l.display()))?;
-            }
+            RootEntry::Symlink { target, link } => root
+                .symlink(target, link)
+                .step(|| format!("symlink {}", link.display()))?,
         }
     }
 
@@ -497,11 +564,14 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         )
         .step(|| "remount / read-only".into())?;
     } else {
-        // Docker creates a `WorkingDir` the image lacks; so do we (in the writable layer).
-        let cwd = under_new(&plan.cwd);
-        if !cwd.exists() {
-            mkdir_p(&cwd, 0o755).step(|| format!("mkdir {}", plan.cwd.display()))?;
-        }
+        // Docker creates a `WorkingDir` the image lacks; so do we (in the writable layer),
+        // inside the image's root whatever links its path goes through.
+        root.dir(&plan.cwd, 0o755).step(|| {
+            format!(
+                "make the working directory {} inside the image's root",
+                plan.cwd.display()
+            )
+        })?;
     }
 
     // Second pivot: into the new root, then detach the staging tree (and the host with it).
@@ -519,17 +589,25 @@ const DEV_INODES: u64 = 20;
 /// Most pseudo-terminals one sandbox may hold at once (its devpts instance's `max`).
 const MAX_PTYS: u32 = 64;
 
-fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
-    let dev = under_new(Path::new("/dev"));
-    tmpfs(&dev, 64 << 10, DEV_INODES, 0o755, MS_NOSUID | MS_NOEXEC)?;
+fn build_dev(root: &InRoot, disk: u64, inodes: u64) -> Result<(), MountError> {
+    let dev = Path::new("/dev");
+    root_tmpfs(
+        root,
+        dev,
+        64 << 10,
+        DEV_INODES,
+        0o755,
+        MS_NOSUID | MS_NOEXEC,
+    )?;
     // `tty` names whatever terminal the opening process has as its controlling one; inside,
     // that can only be a pty of the sandbox's own devpts (below), never the host's.
     for name in ["null", "zero", "full", "random", "urandom", "tty"] {
         let host = Path::new(OLD).join("dev").join(name);
         bind(
+            root,
             &host,
             &dev.join(name),
-            Point::NewFile,
+            Point::File,
             MS_NOSUID | MS_NOEXEC,
         )?;
     }
@@ -540,10 +618,11 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
         ("stderr", "/proc/self/fd/2"),
         ("ptmx", "pts/ptmx"),
     ] {
-        std::os::unix::fs::symlink(target, dev.join(name))
+        root.symlink(Path::new(target), &dev.join(name))
             .step(|| format!("symlink /dev/{name}"))?;
     }
-    tmpfs(
+    root_tmpfs(
+        root,
         &dev.join("shm"),
         disk,
         inodes,
@@ -553,11 +632,12 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
     // A devpts instance of the sandbox's own: its ptys are the only ones it can see or open
     // (the host's, and other sandboxes', live in other instances). No `gid=`: in a user
     // namespace the tty group may be unmapped; a slave belongs to whoever opened the master.
-    let pts = dev.join("pts");
-    mkdir_p(&pts, 0o755).step(|| "mkdir /dev/pts".into())?;
+    let pts = root
+        .dir(&dev.join("pts"), 0o755)
+        .step(|| "mkdir /dev/pts".into())?;
     sys::mount(
         Some(Path::new("devpts")),
-        &pts,
+        &fd_path(&pts),
         Some("devpts"),
         MS_NOSUID | MS_NOEXEC,
         Some(&format!(
@@ -568,7 +648,7 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
     // No new device nodes or files in /dev itself.
     sys::mount(
         None,
-        &dev,
+        &fd_path(&mounted(root, dev)?),
         None,
         libc::MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
         Some(&format!("size=64k,nr_inodes={DEV_INODES},mode=755")),
@@ -577,12 +657,12 @@ fn build_dev(disk: u64, inodes: u64) -> Result<(), MountError> {
     Ok(())
 }
 
-fn build_proc() -> Result<(), MountError> {
-    let proc_ = under_new(Path::new("/proc"));
-    mkdir_p(&proc_, 0o555).step(|| "mkdir /proc".into())?;
+fn build_proc(root: &InRoot) -> Result<(), MountError> {
+    let proc_ = Path::new("/proc");
+    let point = root.dir(proc_, 0o555).step(|| "mkdir /proc".into())?;
     sys::mount(
         Some(Path::new("proc")),
-        &proc_,
+        &fd_path(&point),
         Some("proc"),
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
         None,
@@ -599,17 +679,21 @@ fn build_proc() -> Result<(), MountError> {
     })?;
     // Kernel knobs stay read-only even if a write permission check were ever to pass.
     for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
-        let p = proc_.join(sub);
-        if p.exists() {
+        let dest = proc_.join(sub);
+        if let Ok(here) = root.resolve(&dest, Make::Nothing, 0) {
             bind(
-                &p,
-                &p,
+                root,
+                &fd_path(&here),
+                &dest,
                 Point::Exists,
                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             )?;
         }
     }
-    let _ = fs::set_permissions(&proc_, fs::Permissions::from_mode(0o555));
+    let _ = fs::set_permissions(
+        fd_path(&mounted(root, proc_)?),
+        fs::Permissions::from_mode(0o555),
+    );
     Ok(())
 }
 

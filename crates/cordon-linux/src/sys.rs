@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -964,6 +964,7 @@ const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
 #[repr(C)]
 struct MountAttr {
@@ -1037,26 +1038,25 @@ pub fn mount_attr_from_ms(flags: libc::c_ulong) -> u64 {
     .fold(0, |acc, (_, attr)| acc | attr)
 }
 
-/// Adds `attr_set` (`MOUNT_ATTR_*`) to the mount at `path` and every mount beneath it, in one
-/// call (`AT_RECURSIVE`; Linux 5.12+, `ENOSYS` before). Flags are only added, so a lock the
-/// kernel holds on a flag is never in the way.
-pub fn mount_setattr_recursive(path: &Path, attr_set: u64) -> io::Result<()> {
+/// Adds `attr_set` (`MOUNT_ATTR_*`) to the mount `at` holds (its root) and every mount
+/// beneath it, in one call (`AT_RECURSIVE`; Linux 5.12+, `ENOSYS` before). Flags are only
+/// added, so a lock the kernel holds on a flag is never in the way.
+pub fn mount_setattr_recursive(at: BorrowedFd<'_>, attr_set: u64) -> io::Result<()> {
     const AT_RECURSIVE: libc::c_int = 0x8000;
-    let c = cpath(path)?;
     let attr = MountAttr {
         attr_set,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: a NUL-terminated path relative to the cwd and a pointer to a mount_attr of the
-    // size passed, both alive for the call.
+    // SAFETY: a valid fd with an empty path (AT_EMPTY_PATH) and a pointer to a mount_attr of
+    // the size passed, both alive for the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
+            at.as_raw_fd(),
+            c"".as_ptr(),
+            AT_RECURSIVE | libc::AT_EMPTY_PATH,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
@@ -1067,18 +1067,17 @@ pub fn mount_setattr_recursive(path: &Path, attr_set: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Attaches the detached mount `tree` at `dest`.
-pub fn move_mount_to(tree: RawFd, dest: &Path) -> io::Result<()> {
-    let c = cpath(dest)?;
-    // SAFETY: a valid fd with an empty path (F_EMPTY_PATH) and a NUL-terminated destination.
+/// Attaches the detached mount `tree` on the directory `dest` holds.
+pub fn move_mount_to(tree: RawFd, dest: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: two valid fds, each with an empty path (F_EMPTY_PATH, T_EMPTY_PATH).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
             tree,
             c"".as_ptr(),
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
+            dest.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     if ret < 0 {
