@@ -188,8 +188,9 @@ impl Service {
         }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
-        let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
-            .map_err(|e| ApiError::internal(format!("audit log: {e}")))?;
+        let audit_path = cfg.data_dir.join("audit.jsonl");
+        let audit = Audit::open(&audit_path)
+            .map_err(|e| ApiError::internal(format!("audit log {}: {e}", audit_path.display())))?;
         let svc = Arc::new(Service {
             _lock: lock,
             cfg,
