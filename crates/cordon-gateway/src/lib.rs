@@ -4,6 +4,7 @@
 //! audit log. The MCP front end (`cordon-server`'s `gateway`) asks this crate what to do.
 
 pub mod audit;
+pub mod carve;
 pub mod config;
 pub mod paths;
 pub mod pin;

@@ -132,6 +132,36 @@ impl PathGlob {
         }
         format!("/{}", out.join("/"))
     }
+
+    /// Whether this glob may match a path strictly below `dir` (normalised) that it does not
+    /// reach through [`PathGlob::subtree`] or [`PathGlob::matches`] on `dir` itself: true when
+    /// no mount can hide what it matches there. Conservative: `**` or `{…}` after the fixed
+    /// part, or a fixed part inside `dir`, count as reaching below.
+    pub fn reaches_below(&self, dir: &str) -> bool {
+        let prefix = self.fixed_prefix();
+        if is_within(&prefix, dir) {
+            return true;
+        }
+        if !is_within(dir, &prefix) {
+            return false;
+        }
+        let normal = normalise_glob(&self.text);
+        let globs: Vec<&str> = normal.split('/').filter(|p| !p.is_empty()).collect();
+        if globs.iter().any(|g| g.contains("**") || g.contains('{')) {
+            return true;
+        }
+        let dirs: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+        if globs.len() <= dirs.len() {
+            return false;
+        }
+        // One component against one component: `*` never crosses a slash.
+        dirs.iter().zip(&globs).all(|(d, g)| {
+            d == g
+                || globset::Glob::new(g)
+                    .map(|g| g.compile_matcher().is_match(d))
+                    .unwrap_or(true)
+        })
+    }
 }
 
 /// Removes `.`, `..` and repeated slashes from a glob's literal parts, so that a config
@@ -218,6 +248,19 @@ mod tests {
         );
         assert_eq!(PathGlob::new("/data/*.key").unwrap().subtree(), None);
         assert_eq!(PathGlob::new("/data/**/x").unwrap().subtree(), None);
+    }
+
+    #[test]
+    fn a_glob_reaches_below_a_directory_only_where_it_can_match_there() {
+        let g = |t: &str| PathGlob::new(t).unwrap();
+        assert!(g("/data/*.key").reaches_below("/data"));
+        assert!(g("/data/**/*.key").reaches_below("/data/x"));
+        assert!(g("/*/secret").reaches_below("/data"));
+        assert!(g("/data/*/secret/**").reaches_below("/data/a"));
+        assert!(!g("/data/*.key").reaches_below("/data/x"));
+        assert!(!g("/*/secret").reaches_below("/data/x"));
+        assert!(!g("/data/*.key").reaches_below("/srv"));
+        assert!(!g("/srv/a*/x").reaches_below("/srv/b"));
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Policy {
 
     /// Every deny glob of every path rule that may apply to a server's tools (`server.*`
     /// patterns and exact names alike): what the server's sandbox must not see.
-    pub fn denied_paths_for_server(&self, server: &str) -> Vec<PathGlob> {
+    pub fn denied_paths_for_server(&self, server: &str) -> Vec<crate::carve::DeniedPath> {
         let probe = format!("{server}.");
         self.rules
             .iter()
@@ -360,9 +360,21 @@ impl Policy {
                 // A rule may name any tool of the server: test the glob on the server prefix
                 // by its literal start (globs on server names are rare; when unsure, include).
                 let text = r.label.split('"').nth(1).unwrap_or("");
-                text.starts_with(&probe) || !text.contains('.') || text.starts_with('*')
+                // `f*.delete_file` may name `files.delete_file`: a glob counts when its
+                // literal start could begin `server.`.
+                let literal = text.split(['*', '?', '[', '{']).next().unwrap_or("");
+                text.starts_with(&probe)
+                    || !text.contains('.')
+                    || (literal.len() < text.len() && probe.starts_with(literal))
             })
-            .flat_map(|r| r.paths.iter().flat_map(|s| s.deny.iter().cloned()))
+            .flat_map(|r| {
+                r.paths.iter().flat_map(move |s| {
+                    s.deny.iter().map(move |g| crate::carve::DeniedPath {
+                        rule: format!("{}: paths.{}.deny", r.label, s.arg),
+                        glob: g.clone(),
+                    })
+                })
+            })
             .collect()
     }
 

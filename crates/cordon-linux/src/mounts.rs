@@ -507,8 +507,9 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 fs::set_permissions(&src, fs::Permissions::from_mode(0o644))
                     .step(|| format!("chmod {}", src.display()))?;
                 bind(
+                    root,
                     &src,
-                    &under_new(dest),
+                    dest,
                     Point::File,
                     MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                 )?;

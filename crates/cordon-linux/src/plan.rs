@@ -270,6 +270,18 @@ const MINIMAL_ETC: &[&str] = &[
     "/etc/ssl/certs",
 ];
 
+/// What a sandbox without an image sees of the host's own files besides its binds and
+/// workspace: the system dirs, and all of `/etc` or its minimal part (for the gateway, which
+/// must refuse a path rule it cannot carve out of these).
+pub fn host_system_paths(view: SystemView) -> Vec<&'static str> {
+    let mut out = SYSTEM_DIRS.to_vec();
+    match view {
+        SystemView::Full => out.push("/etc"),
+        SystemView::Minimal => out.extend(MINIMAL_ETC),
+    }
+    out
+}
+
 fn cstring(s: &str, what: &str) -> Result<CString, EngineError> {
     CString::new(s).map_err(|_| EngineError::Invalid(format!("{what} contains a NUL byte")))
 }

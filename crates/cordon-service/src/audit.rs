@@ -1,17 +1,121 @@
 //! Append-only JSONL audit log: every lifecycle, exec and file event, with the key id —
 //! never the key itself, never environment values, never file contents. Hash-chained like the
 //! gateway's (`cordon audit verify`): each record carries the hash of the one before.
+//!
+//! [`ChainLog`] is the file side of both logs (serve's and the gateway's): the log, its HMAC
+//! key (`LOG.key`, made at first open, 0600) and its head (`LOG.head`, replaced atomically
+//! after every record), all three beside each other in a directory no sandbox is given. A
+//! log found shorter than its head, or keyed without its key, is not continued: appending
+//! would bury the evidence under fresh records.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-use cordon_gateway::audit::ChainHead;
+use cordon_gateway::audit::{head_file, is_keyed, key_file, ChainHead, ChainKey, Head};
 
 pub struct Audit {
-    file: Mutex<(std::fs::File, ChainHead)>,
+    log: Mutex<ChainLog>,
+}
+
+/// A chained log file with its key and head files.
+pub struct ChainLog {
+    file: std::fs::File,
+    head: ChainHead,
+    key: ChainKey,
+    head_path: std::path::PathBuf,
+}
+
+fn invalid(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
+}
+
+/// Replaces `path` with `text`: a private temp file beside it, synced, renamed over it.
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = crate::datadir::open_private(
+        &tmp,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true),
+    )?;
+    f.write_all(text.as_bytes())?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)
+}
+
+impl ChainLog {
+    pub fn open(path: &Path) -> std::io::Result<ChainLog> {
+        let last = last_line(path)?;
+        let head = ChainHead::after(last.as_deref());
+        let key_path = key_file(path);
+        let key = match std::fs::read_to_string(&key_path) {
+            Ok(text) => ChainKey::parse(&text)
+                .map_err(|e| invalid(format!("{}: {e}", key_path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if last.as_deref().is_some_and(is_keyed) {
+                    return Err(invalid(format!(
+                        "its records are sealed with a key and the key file {} is missing: restore it, or move the log aside to start a new one",
+                        key_path.display()
+                    )));
+                }
+                let mut bytes = [0u8; 32];
+                getrandom::getrandom(&mut bytes)
+                    .map_err(|e| std::io::Error::other(format!("no random key: {e}")))?;
+                // A log begun before keys keeps its plain records; the key seals from here.
+                let key = ChainKey::new(bytes, head.next_seq);
+                replace_file(&key_path, &key.render())?;
+                key
+            }
+            Err(e) => return Err(e),
+        };
+        let head_path = head_file(path);
+        match std::fs::read_to_string(&head_path) {
+            Ok(text) => {
+                let saved = Head::parse(&text)
+                    .map_err(|e| invalid(format!("{}: {e}", head_path.display())))?;
+                if saved.next_seq > head.next_seq
+                    || (saved.next_seq == head.next_seq && saved.last != head.prev)
+                {
+                    return Err(invalid(format!(
+                        "it does not reach its head {} (record {} was written; the log ends at {}): records were cut off or rewritten. Keep it as evidence (`cordon audit verify` names the break) and move the log and its .head aside to start a new one",
+                        head_path.display(),
+                        saved.next_seq.saturating_sub(1),
+                        head.next_seq.saturating_sub(1),
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        // A log ahead of its head (a crash between the two writes) is the writer's own.
+        replace_file(&head_path, &Head::of(&head).render())?;
+        let file = crate::datadir::open_private(
+            path,
+            std::fs::OpenOptions::new().create(true).append(true),
+        )?;
+        Ok(ChainLog {
+            file,
+            head,
+            key,
+            head_path,
+        })
+    }
+
+    /// Appends one record, then moves the head file on. The chain's head moves only when
+    /// the line is written: a failed write leaves no gap.
+    pub fn append(&mut self, fields: Map<String, Value>) -> std::io::Result<()> {
+        let mut next = self.head.clone();
+        let line = next.seal_with(fields, Some(&self.key));
+        self.file.write_all(format!("{line}\n").as_bytes())?;
+        self.head = next;
+        replace_file(&self.head_path, &Head::of(&self.head).render())
+    }
 }
 
 /// The last line of a log, to continue its chain (read from the end: logs grow large).
@@ -42,13 +146,8 @@ pub fn last_line(path: &Path) -> std::io::Result<Option<String>> {
 
 impl Audit {
     pub fn open(path: &Path) -> std::io::Result<Audit> {
-        let head = ChainHead::after(last_line(path)?.as_deref());
-        let file = crate::datadir::open_private(
-            path,
-            std::fs::OpenOptions::new().create(true).append(true),
-        )?;
         Ok(Audit {
-            file: Mutex::new((file, head)),
+            log: Mutex::new(ChainLog::open(path)?),
         })
     }
 
@@ -63,13 +162,9 @@ impl Audit {
         }) else {
             return;
         };
-        if let Ok(mut g) = self.file.lock() {
-            let (f, head) = &mut *g;
-            let mut next = head.clone();
-            let line = next.seal(fields);
-            // The head moves on only when the line is written: a failed write leaves no gap.
-            if writeln!(f, "{line}").is_ok() {
-                *head = next;
+        if let Ok(mut log) = self.log.lock() {
+            if let Err(e) = log.append(fields) {
+                eprintln!("cordon: audit log: {e}");
             }
         }
     }

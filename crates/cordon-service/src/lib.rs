@@ -46,6 +46,8 @@ mod requests;
 mod wasm;
 
 pub use code::ContextEnd;
+/// The host directories a sandbox sees as its system (for the gateway's carve-outs).
+pub use cordon_linux::host_system_paths;
 pub(crate) use exec::spawn_exec;
 pub use exec::{BgCommand, ExecEvent, PipedProcess};
 pub use images::{
@@ -225,8 +227,10 @@ impl Service {
         }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
-        let audit = Audit::open(&cfg.data_dir.join("audit.jsonl"))
-            .map_err(|e| ServiceError::internal(format!("audit log: {e}")))?;
+        let audit_path = cfg.data_dir.join("audit.jsonl");
+        let audit = Audit::open(&audit_path).map_err(|e| {
+            ServiceError::internal(format!("audit log {}: {e}", audit_path.display()))
+        })?;
         let svc = Arc::new(Service {
             _lock: lock,
             cfg,

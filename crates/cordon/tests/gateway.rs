@@ -219,3 +219,139 @@ command = ["/bin/sh", "-c", "echo garbage; sleep 30"]
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A stdlib-only MCP server with one tool: `delete_file {"path"}` unlinks the path inside its
+/// sandbox.
+const FILES_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    method = m.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "files", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "delete_file", "description": "Delete a file",
+                             "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]}
+    elif method == "tools/call":
+        path = m["params"]["arguments"]["path"]
+        try:
+            os.unlink(path)
+            result = {"content": [{"type": "text", "text": "deleted " + path}]}
+        except OSError as e:
+            result = {"content": [{"type": "text", "text": str(e)}], "isError": True}
+    else:
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"#;
+
+/// The host side of issue 24's scenario: `srv/system` and `srv/files`, writable by whatever
+/// host uid the sandbox runs as, a file in each, and the planted `files/link -> ../system`.
+struct SrvTree {
+    host: HostDir,
+    server_dir: HostDir,
+}
+
+impl SrvTree {
+    fn new() -> SrvTree {
+        let host = HostDir::new("gwsrv");
+        for d in ["srv", "srv/system", "srv/files"] {
+            std::fs::create_dir(host.join(d)).expect("mkdir");
+            common::set_mode(&host.join(d), 0o777);
+        }
+        host.file("srv/system/x", "precious", 0o666);
+        host.file("srv/files/y", "scratch", 0o666);
+        std::os::unix::fs::symlink("../system", host.join("srv/files/link")).expect("symlink");
+        let server_dir = HostDir::new("gwsrvbin");
+        server_dir.file("files_server.py", FILES_SERVER, 0o644);
+        SrvTree { host, server_dir }
+    }
+
+    /// A gateway config whose server `files` gets its binds from its profile file only.
+    fn config(&self, profile_rw: &[&str], deny: &str) -> std::path::PathBuf {
+        let rw: Vec<String> = profile_rw
+            .iter()
+            .map(|b| format!("\"{}/srv/{b}\"", self.host.str()))
+            .collect();
+        let profile = self.host.file(
+            "files-profile.toml",
+            &format!("[filesystem]\nrw = [{}]\n", rw.join(", ")),
+            0o644,
+        );
+        self.host.file(
+            "gateway.toml",
+            &format!(
+                r#"
+[gateway]
+default = "allow"
+audit = "{audit}"
+
+[servers.files]
+command = ["/usr/bin/python3", "{server}/files_server.py"]
+profile = "{profile}"
+ro = ["{server}"]
+
+[[rules]]
+tool = "files.delete_file"
+paths = {{ path = {{ deny = ["{deny}"] }} }}
+"#,
+                audit = self.host.join("audit.jsonl").display(),
+                server = self.server_dir.str(),
+                profile = profile.display(),
+            ),
+            0o644,
+        )
+    }
+}
+
+#[test]
+fn a_denied_path_cannot_be_reached_through_a_bind_the_servers_profile_brings() {
+    let t = SrvTree::new();
+    let config = t.config(&["system:/system", "files:/files"], "/system/**");
+    let mut gw = Gateway::start(&config);
+    gw.send(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#);
+    gw.answer(&json!(0), Duration::from_secs(60));
+    gw.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    // The server works, and writes the host through its profile's /files bind.
+    let r = gw.call(1, "files.delete_file", json!({"path": "/files/y"}));
+    assert_eq!(r["result"]["isError"], json!(null), "{r}");
+    assert!(!t.host.join("srv/files/y").exists(), "{r}");
+
+    // The argument check refuses the denied path by name.
+    let r = gw.call(2, "files.delete_file", json!({"path": "/system/x"}));
+    assert_eq!(r["error"]["code"], -32003, "{r}");
+
+    // Through the planted symlink the argument check sees /files/link/x, which it allows;
+    // the kernel resolves it to /system/x — which the sandbox must not have.
+    let r = gw.call(3, "files.delete_file", json!({"path": "/files/link/x"}));
+    assert!(
+        std::fs::read_to_string(t.host.join("srv/system/x"))
+            .ok()
+            .as_deref()
+            == Some("precious"),
+        "the host's srv/system/x was deleted through /files/link -> ../system: {r}"
+    );
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+}
+
+#[test]
+fn a_bind_that_cannot_be_carved_for_a_path_rule_refuses_to_start_naming_both() {
+    let t = SrvTree::new();
+    // `/files/*.key` is not one subtree: no mount can hide what it matches from a symlink.
+    let config = t.config(&["files:/files"], "/files/*.key");
+    let out = Command::new(common::cordon_bin())
+        .args(["gateway", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon gateway");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("srv/files:/files")
+            && err.contains("/files/*.key")
+            && err.contains("rules[0]"),
+        "{err}"
+    );
+}

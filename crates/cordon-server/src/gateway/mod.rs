@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_gateway::audit::{ChainHead, ChainWriter};
 use cordon_gateway::config::ScriptTool;
 use cordon_gateway::{Config, Policy, Reason, Refusal};
 use rmcp::model::{
@@ -121,7 +120,7 @@ impl GatewayMetrics {
 /// The audit log: hash-chained, one record per decision. Never argument values unless the
 /// config opts in, and then with secret-looking fields masked.
 struct AuditLog {
-    w: Mutex<ChainWriter<std::fs::File>>,
+    w: Mutex<cordon_service::audit::ChainLog>,
 }
 
 impl AuditLog {
@@ -129,13 +128,8 @@ impl AuditLog {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        let head = ChainHead::after(cordon_service::audit::last_line(path)?.as_deref());
-        let f = cordon_service::datadir::open_private(
-            path,
-            std::fs::OpenOptions::new().create(true).append(true),
-        )?;
         Ok(AuditLog {
-            w: Mutex::new(ChainWriter::new(f, head)),
+            w: Mutex::new(cordon_service::audit::ChainLog::open(path)?),
         })
     }
 

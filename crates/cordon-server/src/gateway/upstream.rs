@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_gateway::carve::{carve, DeniedPath};
 use cordon_gateway::config::ServerConfig;
-use cordon_gateway::paths::{is_within, normalise, PathGlob};
 use cordon_gateway::pin::{compare, tool_digest, PinFile, ServerPin};
 use cordon_gateway::{Reason, Refusal};
 use cordon_policy::profile::{Bind, EnvEntry};
@@ -29,15 +29,18 @@ const RETRY_AFTER_FAILED_START: Duration = Duration::from_secs(30);
 /// How often, at most, a server's sandbox processes are rescanned after calls.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
-/// A sandbox profile from a server's or script tool's settings. Binds that a deny path set
-/// covers are not mounted at all: what the sandbox cannot see, no symlink can reach.
+/// A sandbox profile from a server's or script tool's settings: the profile (file or
+/// built-in) with the gateway's binds and env added, then carved for the path rules' denied
+/// globs as a whole — binds the profile file brought in as much as the gateway's own, its
+/// workspace and the system view. What the sandbox cannot see, no symlink can reach; a mount
+/// that cannot be carved refuses the server, naming the mount and the rule.
 pub(super) fn build_profile(
     name: Option<&str>,
     ro: &[String],
     rw: &[String],
     env: &[String],
     base: &Path,
-    denied: &[PathGlob],
+    denied: &[DeniedPath],
 ) -> Result<Profile, String> {
     let name = name.unwrap_or("default");
     let mut p = if name.contains('/') || name.ends_with(".toml") {
@@ -52,39 +55,16 @@ pub(super) fn build_profile(
     };
     for (list, writable) in [(ro, false), (rw, true)] {
         for spec in list {
-            let b = Bind::parse(spec, writable).map_err(|e| e.to_string())?;
-            let dest = normalise(&b.dest.to_string_lossy())
-                .map_err(|e| format!("bind {spec}: the destination {e}"))?;
-            if let Some(g) = denied.iter().find(|g| g.matches(&dest)) {
-                eprintln!(
-                    "cordon gateway: {spec} is not mounted: a path rule denies {} and the sandbox must not see it",
-                    g.text()
-                );
-                continue;
-            }
-            for g in denied {
-                // A denied subtree inside the bind: hidden (mounted over, and left out of the
-                // bind's Landlock grant) — one rule, enforced by the gateway and the kernel.
-                if let Some(sub) = g.subtree().filter(|s| is_within(s, &dest) && *s != dest) {
-                    let h = PathBuf::from(&sub);
-                    if !p.hide.contains(&h) {
-                        p.hide.push(h);
-                    }
-                    continue;
-                }
-                let prefix = g.fixed_prefix();
-                if is_within(&prefix, &dest) && prefix != "/" {
-                    eprintln!(
-                        "cordon gateway: warning: {spec} is mounted and contains paths a path rule denies ({}), which is not one subtree: only the gateway's argument check guards them",
-                        g.text()
-                    );
-                }
-            }
-            p.binds.push(b);
+            p.binds
+                .push(Bind::parse(spec, writable).map_err(|e| e.to_string())?);
         }
     }
     for e in env {
         p.env.push(EnvEntry::parse(e).map_err(|e| e.to_string())?);
+    }
+    let system = cordon_service::host_system_paths(p.system);
+    for note in carve(&mut p, denied, &system).map_err(|e| e.to_string())? {
+        eprintln!("cordon gateway: {note}");
     }
     p.validate().map_err(|e| e.to_string())?;
     Ok(p)
@@ -221,7 +201,7 @@ impl Upstream {
         name: &str,
         cfg: &ServerConfig,
         base: &Path,
-        denied: Vec<PathGlob>,
+        denied: Vec<DeniedPath>,
     ) -> Result<Upstream, String> {
         let http = match &cfg.url {
             Some(u) => {
