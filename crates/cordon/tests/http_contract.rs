@@ -278,60 +278,6 @@ fn concurrent_creates_never_overshoot_the_quota() {
     );
 }
 
-/// A create that fails after taking its slot gives the slot back: with a helper that cannot
-/// start sandboxes, every create on a one-sandbox key fails for that reason, never for quota.
-#[test]
-fn a_failed_create_releases_its_quota_slot() {
-    use cordon_server::{Config, Service};
-    use cordon_service::error::ErrorKind;
-    use cordon_service::Caller;
-    let dir = scratch("failed-create");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let errors: Vec<(ErrorKind, String)> = rt.block_on(async {
-        let svc = Service::new(Config {
-            // Not cordon: the sandbox helper never comes up.
-            helper_exe: "/bin/false".into(),
-            data_dir: dir.clone(),
-            node: "node".into(),
-            default_ttl: std::time::Duration::from_secs(60),
-            max_ttl: std::time::Duration::from_secs(60),
-            max_upload: 1 << 20,
-            max_download: 1 << 20,
-            default_exec_timeout: std::time::Duration::from_secs(30),
-            max_exec_timeout: std::time::Duration::from_secs(60),
-            ..Default::default()
-        })
-        .expect("service");
-        let caller = Caller {
-            key_id: "k".into(),
-            max_sandboxes: 1,
-        };
-        let mut errors = Vec::new();
-        for _ in 0..3 {
-            match svc
-                .create(&caller, serde_json::from_value(json!({})).expect("request"))
-                .await
-            {
-                Ok(info) => panic!("created with /bin/false as the helper: {info:?}"),
-                Err(e) => errors.push((e.kind, e.code.to_string())),
-            }
-        }
-        errors
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(errors.len(), 3);
-    for (kind, code) in errors {
-        assert_eq!(
-            (kind, code.as_str()),
-            (ErrorKind::Internal, "sandbox_failed")
-        );
-    }
-}
-
 /// One raw HTTP/1.1 exchange, so a test controls every byte and header (ureq would set its
 /// own `Host` and `Content-Type`). Answers (status, lower-cased headers, body).
 fn raw(
