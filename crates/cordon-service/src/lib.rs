@@ -22,22 +22,6 @@ pub mod registry;
 pub mod types;
 
 mod code;
-
-/// Default limits of a new key.
-pub const DEFAULT_MAX_SANDBOXES: u32 = 50;
-pub const DEFAULT_RPS: u32 = 100;
-
-/// Creates a key and returns (secret, id). The secret is shown once and stored hashed.
-pub fn create_key(
-    registry: &registry::Registry,
-    name: &str,
-    max_sandboxes: u32,
-    rps: u32,
-) -> Result<(String, String), ServiceError> {
-    let (secret, id) = keys::generate().map_err(|e| ServiceError::internal(e.to_string()))?;
-    registry.add_key(&id, name, &keys::hash(&secret), max_sandboxes, rps)?;
-    Ok((secret, id))
-}
 mod exec;
 mod images;
 mod lifecycle;
@@ -71,6 +55,22 @@ use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::types::*;
+
+/// Default limits of a new key.
+pub const DEFAULT_MAX_SANDBOXES: u32 = 50;
+pub const DEFAULT_RPS: u32 = 100;
+
+/// Creates a key and returns (secret, id). The secret is shown once and stored hashed.
+pub fn create_key(
+    registry: &registry::Registry,
+    name: &str,
+    max_sandboxes: u32,
+    rps: u32,
+) -> Result<(String, String), ServiceError> {
+    let (secret, id) = keys::generate().map_err(|e| ServiceError::internal(e.to_string()))?;
+    registry.add_key(&id, name, &keys::hash(&secret), max_sandboxes, rps)?;
+    Ok((secret, id))
+}
 
 /// Who is calling (after authentication).
 #[derive(Debug, Clone)]
@@ -119,24 +119,25 @@ pub enum ImagePull {
 
 /// A sandbox this node is running.
 pub struct Live {
-    pub id: String,
-    pub key_id: String,
-    pub sandbox: Arc<Sandbox>,
-    pub profile: Profile,
-    pub metadata: BTreeMap<String, String>,
-    pub created_at: u64,
-    pub expires_at: AtomicU64,
-    pub commands: Mutex<HashMap<String, Arc<BgCommand>>>,
-    pub contexts: crate::interpreter::Contexts,
+    pub(crate) id: String,
+    pub(crate) key_id: String,
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) profile: Profile,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) created_at: u64,
+    pub(crate) expires_at: AtomicU64,
+    pub(crate) commands: Mutex<HashMap<String, Arc<BgCommand>>>,
+    pub(crate) contexts: crate::interpreter::Contexts,
     /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything
     /// until the policy allows something).
-    pub egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
-    pub network: Mutex<cordon_policy::network::NetworkPolicy>,
+    pub(crate) egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+    pub(crate) network: Mutex<cordon_policy::network::NetworkPolicy>,
     /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
     /// as the sandbox lives.
-    pub image: Option<cordon_image::ImageRoot>,
+    #[allow(dead_code)] // held, never read: its drop releases the layers
+    pub(crate) image: Option<cordon_image::ImageRoot>,
     /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
-    pub cpu_seen: Mutex<(std::time::Instant, u64)>,
+    pub(crate) cpu_seen: Mutex<(std::time::Instant, u64)>,
 }
 
 impl Live {
