@@ -27,7 +27,8 @@ use axum::Router;
 use serde_json::json;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::http::AppState;
+use crate::app::AppState;
+use crate::auth::authenticate;
 use cordon_service::Caller;
 
 /// The envd version reported to the SDK: it gates features on it, and this one enables all
@@ -171,7 +172,7 @@ impl E2b {
             .get("x-api-key")
             .and_then(|v| v.to_str().ok())
             .map(str::trim);
-        crate::http::authenticate(
+        authenticate(
             &self.st,
             h,
             key,
