@@ -15,7 +15,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::connect::*;
+use super::connect::{
+    answer, decode, frame, keepalive_of, kind, one_message, pre_read, stream_response, unary_ok,
+    Kind, RpcError, FLAG_END,
+};
 use super::{check_user, rfc3339, sandbox_path, St};
 fn permissions(mode: u32, t: EntryType) -> String {
     let mut s = String::with_capacity(10);

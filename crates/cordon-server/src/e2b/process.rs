@@ -20,7 +20,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::connect::*;
+use super::connect::{
+    answer, decode, frame, keepalive_of, kind, one_message, pre_read, stream_response, take_frames,
+    timeout_of, unary_ok, Kind, RpcError, B64, FLAG_END,
+};
 use super::{check_user, sandbox_path, St, HOME};
 use crate::error::{ApiError, ErrorKind};
 use cordon_service::types::{Amount, Cmd, ExecRequest, PtySize};
