@@ -7,18 +7,24 @@
 //! proves it may use it with the access token the control plane handed out at create or
 //! connect (`X-Access-Token`, or `E2B-Traffic-Access-Token` on the code-context calls, which
 //! carry no other).
+//!
+//! envd's surface is split by job: `connect` (the Connect framing and its errors), `process`
+//! and `filesystem` (its two Connect services), `files` (plain-HTTP `/files`); `/health` is here.
 
+mod connect;
 mod control;
-mod envd;
+mod files;
+mod filesystem;
 mod gzip;
 mod interp;
 pub(crate) mod openapi;
+mod process;
 mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,8 +32,9 @@ use axum::routing::{delete, get, post, put};
 use axum::Router;
 use serde_json::json;
 
+use crate::app::AppState;
+use crate::auth::authenticate;
 use crate::error::{ApiError, ErrorKind};
-use crate::http::AppState;
 use cordon_service::Caller;
 
 /// The envd version reported to the SDK: it gates features on it, and this one enables all
@@ -116,10 +123,13 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/sandboxes/{id}/network", put(control::update_network))
         // envd (access token).
-        .route("/health", get(envd::health))
-        .route("/process.Process/{method}", post(envd::process))
-        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
-        .route("/files", get(envd::download).post(envd::upload))
+        .route("/health", get(health))
+        .route("/process.Process/{method}", post(process::process))
+        .route(
+            "/filesystem.Filesystem/{method}",
+            post(filesystem::filesystem),
+        )
+        .route("/files", get(files::download).post(files::upload))
         // The code interpreter (access token).
         .route("/execute", post(interp::execute))
         .route(
@@ -131,6 +141,15 @@ pub fn router(st: Arc<AppState>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(max_upload))
         .layer(middleware::from_fn(e2b_errors))
         .with_state(e2b)
+}
+
+/// envd's health: with `E2b-Sandbox-Id`, whether that sandbox runs (502 "was not found" when
+/// it does not, as E2B's proxy says it); without, the server's.
+async fn health(State(e2b): State<St>, h: HeaderMap) -> Result<StatusCode, E2bError> {
+    if h.contains_key("e2b-sandbox-id") {
+        e2b.sandbox(&h)?;
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// What axum answers by itself on these routes (a wrong method, a body it cannot take) gets
@@ -171,7 +190,7 @@ impl E2b {
             .get("x-api-key")
             .and_then(|v| v.to_str().ok())
             .map(str::trim);
-        crate::http::authenticate(
+        authenticate(
             &self.st,
             h,
             key,

@@ -1,0 +1,498 @@
+//! The MCP tools (run_code, run_command, run_wasm, read_file, write_file, list_files,
+//! reset_sandbox) and the server handler that dispatches calls to them, in the order the
+//! session's transport received them.
+//!
+//! Threat model: tool arguments are client input, parsed by rmcp against each tool's schema
+//! into the params types below, then into the service's types; every call runs in the
+//! session's own sandbox.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_policy::Profile;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ServerCapabilities,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    schemars, tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler,
+};
+use serde::Deserialize;
+
+use super::order;
+use super::render::{code_facts, outcome_facts, outcome_text, text, tool_error};
+use super::session::{McpState, SessionGuard};
+use cordon_service::interpreter::CodeRequest;
+use cordon_service::types::{Amount, Cmd, ExecRequest};
+
+#[derive(Clone)]
+pub struct CordonMcp {
+    pub(super) state: Arc<McpState>,
+    pub(super) guard: Arc<SessionGuard>,
+    pub(super) tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunCodeParams {
+    /// The code to run. State (variables, imports, functions, the working directory) persists between calls in the same context, like notebook cells. The value of the last expression is returned; charts drawn with matplotlib come back as images.
+    pub code: String,
+    /// "python" (default), "javascript" (Node.js, top-level await allowed) or "bash".
+    pub language: Option<String>,
+    /// Name of an independent context with its own state. Default: "default".
+    pub context: Option<String>,
+    /// Seconds before the cell is interrupted. Default: the sandbox's timeout (30 unless the server was started with another).
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunCommandParams {
+    /// A shell command line, run with /bin/sh -c in the sandbox (Linux userland: python3, node, bash and coreutils are available).
+    pub command: String,
+    /// Working directory. Default: /workspace.
+    pub cwd: Option<String>,
+    /// Seconds before the command is killed. Default: the sandbox's timeout (30 unless the server was started with another).
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunWasmParams {
+    /// Path of the WebAssembly module in the sandbox (e.g. /workspace/tool.wasm; relative paths are under /workspace). Give this or module_base64.
+    pub path: Option<String>,
+    /// The module itself, base64 (a WASI preview 1 module or preview 2 component).
+    pub module_base64: Option<String>,
+    /// Its arguments (after its name).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// What it reads on stdin. Default: nothing.
+    pub stdin: Option<String>,
+    /// Seconds before it is stopped. Default: the sandbox's timeout.
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PathParams {
+    /// A path inside the sandbox; relative paths are under /workspace.
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ListParams {
+    /// Directory to list; default /workspace.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WriteParams {
+    /// Where to write; parent directories are created. Relative paths are under /workspace.
+    pub path: String,
+    /// The text to write (replaces the file).
+    pub content: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct NoParams {}
+
+impl CordonMcp {
+    pub fn new(state: Arc<McpState>) -> CordonMcp {
+        CordonMcp {
+            guard: Arc::new(SessionGuard {
+                state: state.clone(),
+                key: Mutex::new(None),
+            }),
+            state,
+            tool_router: Self::tool_router(),
+        }
+    }
+}
+
+#[tool_router]
+impl CordonMcp {
+    #[tool(
+        description = "Run code in a persistent, isolated interpreter (Python by default; also javascript or bash). Variables, imports and files persist between calls, like notebook cells. Returns stdout, stderr, the value of the last expression, errors with tracebacks, and any matplotlib charts as images."
+    )]
+    async fn run_code(
+        &self,
+        Parameters(p): Parameters<RunCodeParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let sb = match self.sandbox(&ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let req = CodeRequest {
+            language: p.language.unwrap_or_else(|| "python".into()),
+            code: p.code,
+            context: p.context,
+            timeout: p.timeout_seconds.map(Amount::Number),
+            env: Default::default(),
+        };
+        let r = match self
+            .state
+            .service
+            .run_code(&sb.caller, &sb.id, req, None)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+        };
+        let mut content = Vec::new();
+        if !r.stdout.is_empty() {
+            content.push(text(format!("stdout:\n{}", r.stdout)));
+        }
+        if !r.stderr.is_empty() {
+            content.push(text(format!("stderr:\n{}", r.stderr)));
+        }
+        for res in &r.results {
+            if let Some(png) = res.get("image/png").and_then(|v| v.as_str()) {
+                content.push(ContentBlock::image(png.to_string(), "image/png"));
+            } else if let Some(t) = res.get("text/plain").and_then(|v| v.as_str()) {
+                let label = if res["is_main_result"] == true {
+                    "result"
+                } else {
+                    "display"
+                };
+                content.push(text(format!("{label}: {t}")));
+            }
+        }
+        if let Some(e) = &r.error {
+            content.push(text(format!(
+                "error: {}: {}\n{}",
+                e.name,
+                e.value,
+                e.traceback.join("\n")
+            )));
+        }
+        if r.state_lost {
+            content.push(text(
+                "note: the interpreter restarted; earlier variables are gone",
+            ));
+        }
+        if r.stdout_truncated || r.stderr_truncated {
+            content.push(text(
+                "note: output past the sandbox's output limit was dropped",
+            ));
+        }
+        if content.is_empty() {
+            content.push(text("(no output)"));
+        }
+        let mut result = if r.error.is_some() {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        result.structured_content = code_facts(&r);
+        Ok(sb.annotate(result))
+    }
+
+    #[tool(
+        description = "Run a shell command in the sandbox (a Linux environment with python3, node, bash and coreutils). Files persist between calls. Returns how it ended (status, exit code, limits hit), what it used (time, CPU, memory, processes), stdout and stderr."
+    )]
+    async fn run_command(
+        &self,
+        Parameters(p): Parameters<RunCommandParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let sb = match self.sandbox(&ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let req = ExecRequest {
+            cmd: Cmd::Shell(p.command),
+            cwd: p.cwd,
+            env: Default::default(),
+            stdin: None,
+            timeout: p.timeout_seconds.map(Amount::Number),
+            background: false,
+            pty: None,
+            tag: None,
+        };
+        let o = match self.state.service.exec(&sb.caller, &sb.id, req, None).await {
+            Ok(o) => o,
+            Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+        };
+        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
+        let mut r = if ok {
+            CallToolResult::success(vec![text(outcome_text(&o))])
+        } else {
+            CallToolResult::error(vec![text(outcome_text(&o))])
+        };
+        r.structured_content = outcome_facts(&o);
+        Ok(sb.annotate(r))
+    }
+
+    #[tool(
+        description = "Run a WebAssembly module (WASI preview 1 module or preview 2 component) in a fresh WebAssembly runtime of its own: no network, no files but /workspace — the session's /workspace only when the server was started with one (cordon mcp --workspace), else an empty one. Give the module's path in the sandbox or the module as base64. Returns how it ended (status, exit code, limits hit), stdout and stderr."
+    )]
+    async fn run_wasm(
+        &self,
+        Parameters(p): Parameters<RunWasmParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        use base64::Engine;
+        let svc = &self.state.service;
+        let (b64, name, bound) = match (p.path, p.module_base64) {
+            (Some(path), None) => {
+                let sb = match self.sandbox(&ctx).await {
+                    Ok(sb) => sb,
+                    Err(r) => return Ok(r),
+                };
+                let data = match cordon_service::files::read(svc, &sb.caller, &sb.id, &path).await {
+                    Ok(d) => d,
+                    Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+                };
+                let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+                (b64, path, Some(sb))
+            }
+            (None, Some(b64)) => (b64, "module.wasm".to_string(), None),
+            _ => return Ok(tool_error("give either path or module_base64")),
+        };
+        let caller = match &bound {
+            Some(sb) => sb.caller.clone(),
+            None => self.session(&ctx)?.caller.clone(),
+        };
+        let annotate = |r: CallToolResult| match &bound {
+            Some(sb) => sb.annotate(r),
+            None => r,
+        };
+        let mut profile = match self.state.profile.clone() {
+            Some(pr) => pr,
+            None => match Profile::builtin("default") {
+                Ok(pr) => pr,
+                Err(e) => return Ok(annotate(tool_error(e.to_string()))),
+            },
+        };
+        // A module has no sockets: the session's egress policy has nothing to apply to.
+        profile.network = Default::default();
+        if let Some(t) = p.timeout_seconds {
+            if !(t.is_finite() && t > 0.0 && t <= 86_400.0) {
+                return Ok(annotate(tool_error(
+                    "timeout_seconds: give a number of seconds between 0 and 86400",
+                )));
+            }
+            profile.limits.timeout = Duration::from_secs_f64(t);
+        }
+        let size = match cordon_service::oneshot::check_wasm(&b64, false) {
+            Ok(n) => n,
+            Err(e) => return Ok(annotate(tool_error(e.message))),
+        };
+        svc.audit(
+            "run_wasm",
+            &caller.key_id,
+            bound.as_ref().map(|sb| sb.id.as_str()),
+            serde_json::json!({"module": name, "bytes": size, "args": p.args.len()}),
+        );
+        let req = cordon_service::oneshot::OneShot {
+            profile,
+            argv: std::iter::once(name).chain(p.args).collect(),
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: p.stdin,
+            wasm: Some(b64),
+        };
+        let o = match cordon_service::oneshot::execute(svc, req).await {
+            Ok(o) => o,
+            Err(e) => return Ok(annotate(tool_error(e.message))),
+        };
+        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
+        let mut r = if ok {
+            CallToolResult::success(vec![text(outcome_text(&o))])
+        } else {
+            CallToolResult::error(vec![text(outcome_text(&o))])
+        };
+        r.structured_content = outcome_facts(&o);
+        Ok(annotate(r))
+    }
+
+    #[tool(
+        description = "Read a file from the sandbox. Text comes back as text; PNG/JPEG/GIF images as images; other binary files as base64."
+    )]
+    async fn read_file(
+        &self,
+        Parameters(p): Parameters<PathParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        use base64::Engine;
+        let sb = match self.sandbox(&ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let data =
+            match cordon_service::files::read(&self.state.service, &sb.caller, &sb.id, &p.path)
+                .await
+            {
+                Ok(d) => d,
+                Err(e) => return Ok(sb.annotate(tool_error(e.message))),
+            };
+        let b64 = || base64::engine::general_purpose::STANDARD.encode(&data);
+        let mime = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some("image/png")
+        } else if data.starts_with(&[0xff, 0xd8, 0xff]) {
+            Some("image/jpeg")
+        } else if data.starts_with(b"GIF8") {
+            Some("image/gif")
+        } else {
+            None
+        };
+        Ok(sb.annotate(CallToolResult::success(vec![
+            match (mime, std::str::from_utf8(&data)) {
+                (Some(m), _) => ContentBlock::image(b64(), m),
+                (None, Ok(t)) => text(t.to_string()),
+                (None, Err(_)) => text(format!(
+                    "(binary file, {} bytes, base64)\n{}",
+                    data.len(),
+                    b64()
+                )),
+            },
+        ])))
+    }
+
+    #[tool(
+        description = "Write a text file in the sandbox (creating parent directories), replacing it if it exists."
+    )]
+    async fn write_file(
+        &self,
+        Parameters(p): Parameters<WriteParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let sb = match self.sandbox(&ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let r = match cordon_service::files::write(
+            &self.state.service,
+            &sb.caller,
+            &sb.id,
+            &p.path,
+            p.content.into_bytes(),
+        )
+        .await
+        {
+            Ok(n) => CallToolResult::success(vec![text(format!("wrote {n} bytes to {}", p.path))]),
+            Err(e) => tool_error(e.message),
+        };
+        Ok(sb.annotate(r))
+    }
+
+    #[tool(
+        description = "List a directory in the sandbox: name, type, size and modification time of each entry."
+    )]
+    async fn list_files(
+        &self,
+        Parameters(p): Parameters<ListParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let sb = match self.sandbox(&ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let path = p.path.unwrap_or_else(|| "/workspace".into());
+        let r = match cordon_service::files::list(
+            &self.state.service,
+            &sb.caller,
+            &sb.id,
+            &path,
+            1,
+            usize::MAX,
+        )
+        .await
+        {
+            Ok(entries) => {
+                let lines: Vec<String> = entries
+                    .iter()
+                    .map(|e| {
+                        let v = serde_json::to_value(e).unwrap_or_default();
+                        format!(
+                            "{}\t{}\t{} bytes",
+                            v["type"].as_str().unwrap_or("?"),
+                            v["path"].as_str().unwrap_or("?"),
+                            v["size"]
+                        )
+                    })
+                    .collect();
+                CallToolResult::success(vec![text(if lines.is_empty() {
+                    format!("{path} is empty")
+                } else {
+                    lines.join("\n")
+                })])
+            }
+            Err(e) => tool_error(e.message),
+        };
+        Ok(sb.annotate(r))
+    }
+
+    #[tool(
+        description = "Throw the sandbox away and start over: all processes and interpreter state, and the files of the sandbox, are deleted. The next call gets a fresh sandbox."
+    )]
+    async fn reset_sandbox(
+        &self,
+        Parameters(_p): Parameters<NoParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = match self.session(&ctx) {
+            Ok(s) => s,
+            Err(e) => return Ok(tool_error(e.message)),
+        };
+        let id = session.sandbox.lock().await.take();
+        if let Some(id) = id {
+            let _ = self.state.service.delete(&session.caller, &id).await;
+        }
+        Ok(CallToolResult::success(vec![text(
+            if self.state.has_workspace() {
+                "the sandbox was reset; the next call starts fresh (files in /workspace stay: \
+                 it is a directory of the host, shared with the user)"
+            } else {
+                "the sandbox was reset; the next call starts fresh"
+            },
+        )]))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CordonMcp {
+    fn get_info(&self) -> InitializeResult {
+        let workspace = if self.state.has_workspace() {
+            " /workspace is a directory of the user's machine: what you write there stays after the session."
+        } else {
+            ""
+        };
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "cordon gives you an isolated Linux sandbox: run code (run_code keeps state like a notebook), run shell commands, and read or write files under /workspace. {}.{workspace} Calls run one at a time, in the order you send them. Nothing you do can affect the host.",
+                self.state.network_note()
+            ))
+    }
+
+    /// Every tool touches the session's sandbox: wait for the calls received before this one,
+    /// and hold the session while this one runs.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let turn = context.extensions.get::<order::Turn>().cloned();
+        let session = self.session(&context)?;
+        let ready = async {
+            let running = match &turn {
+                Some(t) => Some(t.wait().await),
+                None => None,
+            };
+            (running, session.busy.lock().await)
+        };
+        // A call the client gave up on while it waited never runs; its place in the order is
+        // kept until the calls before it are done (see order::Turn).
+        let _ready = tokio::select! {
+            r = ready => r,
+            _ = context.ct.cancelled() => {
+                return Err(McpError::invalid_request("cancelled by the client before it ran", None));
+            }
+        };
+        let tcc = ToolCallContext::new(self, request, context);
+        self.tool_router.call(tcc).await
+    }
+}

@@ -1,0 +1,103 @@
+//! The native API's sandboxes: create, list (filtered by metadata), get, delete, extend the
+//! TTL, pause and resume.
+//!
+//! Threat model: bodies and queries are client input, parsed by [`super::JsonBody`] and
+//! axum's extractors into the service's types; the service checks each against the caller's key.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::{Extension, Json};
+
+use super::{IdPath, JsonBody};
+use crate::app::AppState;
+use crate::error::ApiError;
+use cordon_service::types::*;
+use cordon_service::Caller;
+
+#[utoipa::path(post, path = "/v1/sandboxes", request_body(content = Option<CreateSandbox>, description = "All fields are optional; an empty body is `{}`"),
+    responses((status = 201, description = "The sandbox runs", body = SandboxInfo)))]
+pub(super) async fn create(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    JsonBody(req): JsonBody<CreateSandbox>,
+) -> Result<impl IntoResponse, ApiError> {
+    let info = st.service.create(&c, req).await?;
+    Ok((StatusCode::CREATED, Json(info)))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes",
+    description = "The key's running sandboxes. `?metadata.KEY=VALUE` (any number of them) keeps only those whose metadata has KEY equal to VALUE; other query parameters are ignored.",
+    responses((status = 200, body = SandboxList)))]
+pub(super) async fn list(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Json<SandboxList> {
+    let filter: BTreeMap<String, String> = q
+        .into_iter()
+        .filter_map(|(k, v)| k.strip_prefix("metadata.").map(|k| (k.to_string(), v)))
+        .collect();
+    Json(st.service.list(&c, &filter))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", params(IdPath),
+    description = "A running sandbox, or one that ended (its `state` and `ended_reason` say how; `enforcement` and `limits` are then null).",
+    responses((status = 200, body = SandboxInfo)))]
+pub(super) async fn get_one(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(st.service.get(&c, &id)?))
+}
+
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(IdPath),
+    responses((status = 204, description = "Deleted: every process of the sandbox is gone")))]
+pub(super) async fn delete(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<StatusCode, ApiError> {
+    st.service.delete(&c, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", params(IdPath), request_body = ExtendTtl,
+    responses((status = 200, body = SandboxInfo)))]
+pub(super) async fn extend(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+    JsonBody(req): JsonBody<ExtendTtl>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(st.service.extend(&c, &id, &req.ttl)?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Paused: every process is frozen (`paused_by` says how), memory and files stay; \
+        commands answer 409 until it is resumed. It still counts against the key's quota and its TTL keeps running. \
+        409 `already_paused` when it is paused already")))]
+pub(super) async fn pause(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(st.service.pause(&c, &id).await?))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(IdPath),
+    responses((status = 200, body = SandboxInfo,
+        description = "Running again (a sandbox that was not paused is left as it is)")))]
+pub(super) async fn resume(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    st.service.resume(&c, &id).await?;
+    Ok(Json(st.service.get(&c, &id)?))
+}
