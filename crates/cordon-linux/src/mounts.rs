@@ -504,7 +504,9 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             RootEntry::Generated { dest, contents } => {
                 let src = PathBuf::from(format!("/g{i}"));
                 fs::write(&src, contents).step(|| format!("write {}", src.display()))?;
-                fs::set_permissions(&src, fs::Permissions::from_mode(0o644))
+                // Read-only for its owner too (the sandbox's user, who wrote it here): the
+                // permission check refuses a write before the read-only bind has to.
+                fs::set_permissions(&src, fs::Permissions::from_mode(0o444))
                     .step(|| format!("chmod {}", src.display()))?;
                 bind(
                     root,

@@ -142,7 +142,8 @@ out()
             ("create_dev", libc::EROFS),
             // procfs refuses new files itself.
             ("create_proc", libc::ENOENT),
-            // Existing host files: owned by an unmapped uid, so the permission check comes first.
+            // Existing files: a host file owned by an unmapped uid, and cordon's own passwd
+            // (mode 0444), so the permission check comes first.
             ("append_passwd", libc::EACCES),
             ("write_python", libc::EACCES),
             ("unlink_etc", libc::EROFS),
