@@ -30,14 +30,14 @@ case "$host" in
     RUSTFLAGS="${RUSTFLAGS:-} $flags" \
       cargo build --profile dist --locked -p cordon --target "$host" >&2
     RUSTFLAGS="${RUSTFLAGS:-} $flags" \
-      cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm -p cordon-bench --target "$host" >&2
+      cargo build --profile wasm-dist --locked -p cordon-wasm -p cordon-bench --bin cordon-wasm --bin cordon-bench --target "$host" >&2
     built="target/$host/dist/cordon"
     built_wasm="target/$host/wasm-dist/cordon-wasm"
     built_bench="target/$host/wasm-dist/cordon-bench"
     ;;
   *)
     cargo build --profile dist --locked -p cordon >&2
-    cargo build --profile wasm-dist --locked -p cordon-wasm --bin cordon-wasm -p cordon-bench >&2
+    cargo build --profile wasm-dist --locked -p cordon-wasm -p cordon-bench --bin cordon-wasm --bin cordon-bench >&2
     built="target/dist/cordon"
     built_wasm="target/wasm-dist/cordon-wasm"
     built_bench="target/wasm-dist/cordon-bench"
