@@ -122,7 +122,10 @@ pub struct Plan {
     pub host_gid: u32,
     /// True when cordon runs as host root and must drop to `host_uid` before anything else.
     pub drop_root: bool,
+    /// The sandbox gets the egress proxy (its listener, its variables, Landlock's one port).
     pub network: bool,
+    /// ... only to report what the payload tried: see [`Plan::report_network_off`].
+    pub network_report_only: bool,
     /// Persistent sandbox: the init serves exec requests instead of running one payload.
     pub persistent: bool,
     /// The root is an image's layers under a writable layer instead of host binds.
@@ -165,6 +168,13 @@ impl Plan {
         self.set_env("HOME", &home.to_string_lossy());
         self.set_env("TMPDIR", &tmp.to_string_lossy());
         self.no_namespaces = true;
+        if self.network_report_only {
+            self.network = false;
+            self.network_report_only = false;
+            for (k, _) in proxy_env() {
+                self.unset_env(k);
+            }
+        }
     }
 
     /// The workspace's host directory without namespaces: the caller's, or the run dir's.
@@ -197,6 +207,29 @@ impl Plan {
     }
 
     /// Sets (or replaces) one variable of the payload's environment.
+    /// A one-shot run with the network off gets a proxy that refuses everything, only so
+    /// that what the payload tried is reported (`network is off: HOST:PORT was refused`)
+    /// instead of a DNS error with no cause. It opens nothing: the proxy's allowlist is empty.
+    /// Without namespaces the sandbox would reach that proxy on the host's loopback, and
+    /// the host's AF_UNIX sockets stay refused only without one, so [`Plan::degrade`] takes
+    /// it back out.
+    pub fn report_network_off(&mut self) {
+        if self.network || self.persistent {
+            return;
+        }
+        self.network = true;
+        self.network_report_only = true;
+        for (k, v) in proxy_env() {
+            self.set_env(k, &v);
+        }
+    }
+
+    fn unset_env(&mut self, key: &str) {
+        let prefix = format!("{key}=");
+        self.env
+            .retain(|e| !e.as_bytes().starts_with(prefix.as_bytes()));
+    }
+
     pub fn set_env(&mut self, key: &str, value: &str) {
         let prefix = format!("{key}=");
         self.env
@@ -317,6 +350,26 @@ pub struct PlanInput<'a> {
     pub persistent_ok: bool,
 }
 
+/// The variables that point a payload's HTTP clients at the egress proxy.
+fn proxy_env() -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut vars: Vec<(&'static str, String)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k, url.clone()))
+    .collect();
+    for k in ["NO_PROXY", "no_proxy"] {
+        vars.push((k, "localhost,127.0.0.1,::1".to_string()));
+    }
+    vars
+}
+
 pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let p = input.profile;
     // A persistent sandbox's commands run as given (`docker exec` does not prepend the
@@ -347,19 +400,8 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     // something), so that their policy can change while they run.
     let network = p.network.is_enabled() || input.persistent_ok;
     if network {
-        let url = format!("http://127.0.0.1:{PROXY_PORT}");
-        for k in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
-            env_map.insert(k.to_string(), url.clone());
-        }
-        for k in ["NO_PROXY", "no_proxy"] {
-            env_map.insert(k.to_string(), "localhost,127.0.0.1,::1".to_string());
+        for (k, v) in proxy_env() {
+            env_map.insert(k.to_string(), v);
         }
     }
     for (k, v) in input.extra_env {
@@ -548,6 +590,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         host_gid: input.host_gid,
         drop_root: input.drop_root,
         network,
+        network_report_only: false,
         persistent: false,
         image,
         no_namespaces: false,

@@ -85,6 +85,9 @@ pub fn interrupted_by() -> Option<i32> {
 pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     let profile = &req.profile;
     let mut prepared = prepare(profile, &req.argv, req.cwd.as_deref(), &req.env, false)?;
+    if req.egress.is_some() {
+        prepared.plan.report_network_off();
+    }
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| EngineError::io(what, e)

@@ -44,6 +44,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::profile::ProfileError;
 
+/// Why the proxy refuses every request of a sandbox whose allowlist is empty.
+pub const NETWORK_OFF: &str = "network is off";
+
 /// The field name errors in allow entries are reported under.
 const FIELD: &str = "--allow-net";
 /// The field name errors in the static hosts map are reported under.
@@ -914,6 +917,9 @@ impl EgressRules {
             return Decision::deny(format!("port {port} not allowed for {host}"));
         }
         match host {
+            // An empty allowlist is a sandbox with its network off (its proxy is there only
+            // to say so): the reason names that, not a list the user never wrote.
+            _ if self.entries.is_empty() => Decision::deny(NETWORK_OFF),
             Host::Ip(ip) => Decision::deny(format!("ip literal not allowed: {ip}")),
             Host::Name(_) => Decision::deny("not in allowlist"),
         }
@@ -955,6 +961,7 @@ impl EgressRules {
 /// name). Front ends put it after their own flag or field (`--allow-net ENTRY`).
 pub fn entry_to_allow(host: &str, port: u16, reason: &str) -> Option<String> {
     let target = if reason.starts_with("not in allowlist")
+        || reason == NETWORK_OFF
         || reason.starts_with("ip literal not allowed: ")
         || (reason.starts_with("port ") && reason.contains(" not allowed for "))
     {

@@ -4,7 +4,7 @@
 //! the flag that raises it), and each egress request the proxy refused (with the
 //! `--allow-net` entry that would allow it). One line each.
 
-use crate::network::entry_to_allow;
+use crate::network::{entry_to_allow, NETWORK_OFF};
 use crate::units::{format_duration, format_size};
 use crate::{LimitHit, Limits, Outcome};
 
@@ -16,7 +16,11 @@ pub fn notices(o: &Outcome, limits: Option<&Limits>) -> Vec<String> {
     }
     lines.extend(o.limits_hit.iter().map(|hit| limit_notice(*hit, o, limits)));
     for e in o.network.iter().filter(|e| e.verdict == "deny") {
-        let mut line = format!("egress refused: {}:{}: {}", e.host, e.port, e.reason);
+        let mut line = if e.reason == NETWORK_OFF {
+            format!("network is off: {}:{} was refused", e.host, e.port)
+        } else {
+            format!("egress refused: {}:{}: {}", e.host, e.port, e.reason)
+        };
         if let Some(entry) = entry_to_allow(&e.host, e.port, &e.reason) {
             line.push_str(&format!("; allow it with --allow-net {entry}"));
         }

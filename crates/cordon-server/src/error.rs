@@ -7,7 +7,32 @@ use std::ops::Deref;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-pub use cordon_service::error::{ErrorBody, ErrorDetail, ErrorKind, ServiceError};
+pub use cordon_service::error::{ErrorKind, ServiceError};
+use serde::Serialize;
+
+/// `{"error": {"code": "...", "message": "..."}}`: the body the native API and the doors that
+/// share its shape answer with.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&ServiceError> for ErrorBody {
+    fn from(e: &ServiceError) -> Self {
+        ErrorBody {
+            error: ErrorDetail {
+                code: e.code.to_string(),
+                message: e.message.clone(),
+            },
+        }
+    }
+}
 
 /// The HTTP status that says `kind`.
 pub fn status_of(kind: ErrorKind) -> StatusCode {

@@ -120,32 +120,6 @@ pub fn human_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
-/// `{"error": {"code": "...", "message": "..."}}`: the body the native API and the doors that
-/// share its shape answer with.
-#[derive(serde::Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(serde::Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
-
-impl From<&ServiceError> for ErrorBody {
-    fn from(e: &ServiceError) -> Self {
-        ErrorBody {
-            error: ErrorDetail {
-                code: e.code.to_string(),
-                message: e.message.clone(),
-            },
-        }
-    }
-}
-
 impl From<rusqlite::Error> for ServiceError {
     fn from(e: rusqlite::Error) -> Self {
         ServiceError::internal(format!("registry: {e}"))

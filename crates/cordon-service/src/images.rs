@@ -31,7 +31,6 @@ pub struct ImagesConfig {
 
 /// One image in the node's store.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImageView {
     /// Normalised references that name it (`docker.io/library/python:3.12-slim`); empty when
     /// only its digest does.
@@ -57,32 +56,24 @@ pub struct ImageView {
 
 /// `GET /v1/images`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImageList {
     pub images: Vec<ImageView>,
 }
 
 /// `POST /v1/images/pull`.
 #[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PullRequest {
     /// `NAME[:TAG][@DIGEST]`, Docker's way: `python:3.12-slim`, `ghcr.io/org/app:1`,
     /// `127.0.0.1:5000/team/tool@sha256:…`.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
     pub reference: String,
     /// `os/arch[/variant]` to pick from a multi-platform image; the server's own by default.
     #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
-    )]
     pub platform: Option<String>,
 }
 
 /// What a pull did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PullResult {
     /// The normalised reference pulled.
     pub reference: String,
@@ -91,7 +82,6 @@ pub struct PullResult {
 
 /// A pull's progress, as `POST /v1/images/pull` streams it (`Accept: text/event-stream`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PullEvent {
     /// The manifest is fetched and verified: what will be fetched is known.

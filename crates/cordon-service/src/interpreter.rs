@@ -42,30 +42,20 @@ pub fn normalize_language(l: &str) -> Result<&'static str, ServiceError> {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
     /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
     /// `shell`), any case.
     #[serde(default = "default_language")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
-        )
-    )]
     pub language: String,
     pub code: String,
     /// Named context; each has its own state. Default: `default`.
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub context: Option<String>,
     /// Per-cell limit, e.g. `"30s"`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::types::DurationSchema>))]
     pub timeout: Option<crate::types::Amount>,
     /// Environment variables for this cell only (its code and what it starts see them; the
     /// context's later cells do not).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::types::EnvSchema>))]
     pub env: std::collections::BTreeMap<String, String>,
 }
 
@@ -74,7 +64,6 @@ fn default_language() -> String {
 }
 
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CodeError {
     pub name: String,
     pub value: String,
@@ -82,12 +71,10 @@ pub struct CodeError {
 }
 
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CodeResult {
     pub stdout: String,
     pub stderr: String,
     /// MIME bundles; one has `is_main_result: true` (the last expression's value).
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub results: Vec<Value>,
     pub error: Option<CodeError>,
     pub execution_count: u64,
@@ -203,7 +190,6 @@ pub enum CellEvent {
 }
 
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContextInfo {
     pub language: String,
     pub name: String,

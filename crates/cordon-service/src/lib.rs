@@ -2,8 +2,8 @@
 //! and the CLI call — sandboxes, commands, code cells, files, images, network policy,
 //! one-shot runs, the registry of sandboxes and keys, audit and metrics. It knows no wire
 //! protocol: no axum, no MCP; its errors are kinds ([`error::ErrorKind`]) each door maps to
-//! its own protocol. The request/response types carry OpenAPI schemas only behind the
-//! `openapi` feature, which the HTTP doors turn on.
+//! its own protocol. OpenAPI schemas of its request/response types are the native door's
+//! (`cordon-server/src/native/schema.rs`).
 //!
 //! Threat model: every request is from an authenticated but untrusted caller, and everything
 //! a sandbox says (its files, its processes' output) is hostile input; paths are resolved
@@ -19,6 +19,7 @@ pub mod keys;
 pub mod metrics;
 pub mod oneshot;
 pub mod registry;
+pub mod runner;
 pub mod types;
 
 mod code;
@@ -141,17 +142,22 @@ pub struct Live {
 }
 
 impl Live {
+    /// Running, paused, or failed (its processes are gone but it is not yet reaped).
+    pub fn state(&self) -> SandboxState {
+        if !self.sandbox.is_alive() {
+            SandboxState::Failed
+        } else if self.sandbox.paused().is_some() {
+            SandboxState::Paused
+        } else {
+            SandboxState::Running
+        }
+    }
+
     pub fn info(&self) -> SandboxInfo {
         let l = &self.profile.limits;
         SandboxInfo {
             id: self.id.clone(),
-            state: if !self.sandbox.is_alive() {
-                "failed".into()
-            } else if self.sandbox.paused().is_some() {
-                "paused".into()
-            } else {
-                "running".into()
-            },
+            state: self.state(),
             profile: self.profile.name.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at.load(Ordering::SeqCst),

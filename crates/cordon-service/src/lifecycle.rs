@@ -87,7 +87,7 @@ impl Service {
             }
             self.registry.mark_ended(
                 &row.id,
-                "reaped",
+                SandboxState::Reaped.as_str(),
                 "the server restarted; the sandbox was killed",
             )?;
             self.audit.record(
@@ -141,17 +141,7 @@ impl Service {
         let mut m = BTreeMap::new();
         if let Ok(l) = self.live.read() {
             for s in l.values() {
-                *m.entry(
-                    if !s.sandbox.is_alive() {
-                        "failed"
-                    } else if s.sandbox.paused().is_some() {
-                        "paused"
-                    } else {
-                        "running"
-                    }
-                    .to_string(),
-                )
-                .or_insert(0) += 1;
+                *m.entry(s.state().as_str().to_string()).or_insert(0) += 1;
             }
         }
         m.entry("running".to_string()).or_insert(0);
@@ -296,7 +286,8 @@ impl Service {
         match self.registry.sandbox(id)? {
             Some(row) if row.key_id == caller.key_id => Ok(SandboxInfo {
                 id: row.id,
-                state: row.state,
+                // The registry writes only these words; anything else is a damaged row.
+                state: SandboxState::parse(&row.state).unwrap_or(SandboxState::Failed),
                 profile: row.profile,
                 created_at: row.created_at,
                 expires_at: row.expires_at,
@@ -328,7 +319,8 @@ impl Service {
 
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ServiceError> {
         let live = self.get_live(caller, id)?;
-        self.destroy(&live, "deleted", "deleted by request").await;
+        self.destroy(&live, SandboxState::Deleted, "deleted by request")
+            .await;
         self.metrics
             .sandboxes_deleted
             .fetch_add(1, Ordering::Relaxed);
@@ -337,7 +329,7 @@ impl Service {
         Ok(())
     }
 
-    async fn destroy(&self, live: &Arc<Live>, state: &str, reason: &str) {
+    async fn destroy(&self, live: &Arc<Live>, state: SandboxState, reason: &str) {
         if let Ok(mut l) = self.live.write() {
             l.remove(&live.id);
         }
@@ -350,7 +342,7 @@ impl Service {
             }
         })
         .await;
-        let _ = self.registry.mark_ended(&live.id, state, reason);
+        let _ = self.registry.mark_ended(&live.id, state.as_str(), reason);
     }
 
     /// Freezes every process of the sandbox; memory and files stay. A paused sandbox still
@@ -509,17 +501,20 @@ impl Service {
             .unwrap_or_default();
         for live in due {
             let (state, reason) = if live.sandbox.is_alive() {
-                ("expired", "its time to live ran out".to_string())
+                (
+                    SandboxState::Expired,
+                    "its time to live ran out".to_string(),
+                )
             } else {
                 (
-                    "failed",
+                    SandboxState::Failed,
                     live.sandbox
                         .ended()
                         .unwrap_or_else(|| "the sandbox died".into()),
                 )
             };
             self.destroy(&live, state, &reason).await;
-            if state == "expired" {
+            if state == SandboxState::Expired {
                 self.metrics
                     .sandboxes_expired
                     .fetch_add(1, Ordering::Relaxed);
@@ -541,7 +536,8 @@ impl Service {
             .map(|l| l.values().cloned().collect())
             .unwrap_or_default();
         for live in all {
-            self.destroy(&live, "reaped", "the server shut down").await;
+            self.destroy(&live, SandboxState::Reaped, "the server shut down")
+                .await;
         }
         // Each paused sandbox was thawed and ended above; whatever freezer cgroup of this data
         // directory is still there (a pause under way) is ended too.

@@ -72,6 +72,11 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
     let argv = req.cmd.checked_argv()?;
     crate::types::check_cwd(req.cwd.as_deref())?;
     let wasm_bytes = match &req.wasm {
+        Some(_) if req.cwd.is_some() => {
+            return Err(ServiceError::bad_request(
+                "cwd: a WebAssembly module has no working directory to set",
+            ))
+        }
         Some(b64) => Some(check_wasm(b64, profile.network.is_enabled())?),
         None => None,
     };

@@ -10,7 +10,6 @@ use crate::error::ServiceError;
 
 /// Per-key limits.
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRecord {
     pub id: String,
     pub name: String,

@@ -1,7 +1,8 @@
-//! Request and response bodies of the API (shared by every front end), and the grammar of the
-//! sizes, durations and signals they carry. The OpenAPI document states the same grammar
-//! (patterns, bounds, enums) that the server enforces here, so a request the document calls
-//! valid is one the server can parse, and the other way round.
+//! Request and response bodies of the service (shared by every front end), and the grammar of
+//! the sizes, durations and signals they carry. No wire protocol here: the native door's
+//! OpenAPI document (`cordon-server`'s `native/schema.rs`) states the same grammar (the
+//! patterns below) that the service enforces, so a request the document calls valid is one
+//! the service can parse, and the other way round.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,18 +11,11 @@ use cordon_policy::network::NetworkPolicy;
 use cordon_policy::units::{parse_duration, parse_size};
 use cordon_policy::{Enforcement, NetworkEvent, Outcome};
 use serde::{Deserialize, Serialize};
-#[cfg(feature = "openapi")]
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
-#[cfg(feature = "openapi")]
-use utoipa::openapi::RefOr;
-#[cfg(feature = "openapi")]
-use utoipa::{PartialSchema, ToSchema};
 
 use crate::error::ServiceError;
 
 /// A size (`"256M"`, or bytes), a duration (`"30s"`, or seconds) or a signal (`"TERM"`, or its
-/// number) as JSON. Which one a field holds is in its schema ([`SizeSchema`],
-/// [`DurationSchema`], [`SignalSchema`]).
+/// number) as JSON. Which one a field holds is in its name and in the doors' documents.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Amount {
@@ -108,9 +102,8 @@ pub fn signal_from_text(t: &str) -> Option<i32> {
         .map(|(_, s)| *s)
 }
 
-/// The JSON Schema pattern equivalent of [`signal_from_text`].
-#[cfg(any(test, feature = "openapi"))]
-fn signal_pattern() -> String {
+/// The JSON Schema pattern equivalent of [`signal_from_text`] (the doors' documents state it).
+pub fn signal_pattern() -> String {
     let ci = |w: &str| -> String {
         w.chars()
             .map(|c| {
@@ -181,117 +174,10 @@ impl Amount {
     }
 }
 
-/// Schema of a size field.
-pub struct SizeSchema;
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for SizeSchema {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Number)
-                    .minimum(Some(0.0)),
-            )
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(SIZE_PATTERN)),
-            )
-            .description(Some(
-                "Bytes as a number, or text such as \"512K\", \"256M\", \"1G\" (powers of 1024)",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for SizeSchema {}
-
-/// Schema of a duration field.
-pub struct DurationSchema;
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for DurationSchema {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Number)
-                    .exclusive_minimum(Some(0.0))
-                    .exclusive_maximum(Some(MAX_SECONDS)),
-            )
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(DURATION_PATTERN)),
-            )
-            .description(Some(
-                "Seconds as a number, or text such as \"500ms\", \"30s\", \"5m\", \"2h\"; at most what the server allows for the field",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for DurationSchema {}
-
-/// Schema of a signal field.
-pub struct SignalSchema;
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for SignalSchema {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Integer)
-                    .minimum(Some(1))
-                    .maximum(Some(64)),
-            )
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(signal_pattern())),
-            )
-            .description(Some(
-                "A signal number, or a name such as \"TERM\" or \"SIGKILL\"",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for SignalSchema {}
-
 /// Environment variable names the sandbox takes.
 pub const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
 
-/// Schema of an environment map: variable names, values without NUL bytes.
-pub struct EnvSchema;
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for EnvSchema {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property_names(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(ENV_NAME_PATTERN)),
-            ))
-            .additional_properties(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(r"^[^\x00]*$")),
-            ))
-            .description(Some(
-                "Variables by name (letters, digits, _); values without NUL bytes",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for EnvSchema {}
-
-/// Checks an environment map against [`EnvSchema`].
+/// Checks an environment map: variable names ([`ENV_NAME_PATTERN`]), values without NUL.
 pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     for (k, v) in env {
         let ok = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -314,92 +200,42 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
 pub const METADATA_MAX_KEY: usize = 128;
 pub const METADATA_MAX_VALUE: usize = 1024;
 
-/// Schema of sandbox metadata.
-pub struct MetadataSchema;
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for MetadataSchema {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property_names(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .max_length(Some(METADATA_MAX_KEY)),
-            ))
-            .additional_properties(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .max_length(Some(METADATA_MAX_VALUE)),
-            ))
-            .description(Some(
-                "Free-form labels: keys up to 128 characters, values up to 1024",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for MetadataSchema {}
-
-/// Built-in profiles a client may name.
-#[derive(Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[allow(dead_code)] // schema only: the server takes the name as text
-#[serde(rename_all = "lowercase")]
-pub enum ProfileName {
-    Default,
-    Strict,
-}
-
 #[derive(Debug, Default, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Built-in profile: `default` or `strict`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<ProfileName>))]
     pub profile: Option<String>,
     /// Memory limit (at least 8M), e.g. `"512M"`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub memory: Option<Amount>,
     /// CPU quota in cores.
-    #[cfg_attr(feature = "openapi", schema(minimum = 0.01, maximum = 1024))]
     pub cpus: Option<f64>,
     /// Processes and threads at once.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub pids: Option<u32>,
     /// Size of /tmp and /workspace (at least 1M), e.g. `"256M"`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub disk: Option<Amount>,
     /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
     /// (`limits_hit: ["output"]`).
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub output_limit: Option<Amount>,
     /// CPU time each command may use (at least 1s), e.g. `"5s"` (`status: "cpu_time"` when it
     /// runs out).
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub cpu_time: Option<Amount>,
     /// Time to live, e.g. `"10m"` or seconds; at most the server's `--max-ttl`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub ttl: Option<Amount>,
     /// Environment variables every command gets.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     /// Free-form labels, filterable on list.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = MetadataSchema))]
     pub metadata: BTreeMap<String, String>,
     /// Egress allowlist; none means no network.
     pub network: Option<NetworkPolicy>,
     /// An image in the server's store (e.g. `python:3.12-slim`, or a manifest digest) whose
     /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
     /// command. Unknown images are refused (400) unless the server pulls on demand.
-    #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LimitsView {
     pub memory_bytes: u64,
     pub cpus: f64,
@@ -408,10 +244,9 @@ pub struct LimitsView {
     pub output_limit_bytes: u64,
 }
 
-/// The states a sandbox passes through.
-#[derive(Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[allow(dead_code)] // schema only: the registry keeps the state as text
+/// The states a sandbox passes through: `running` and `paused` while it lives, then how it
+/// ended (kept in the registry as the same lower-case word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     Running,
@@ -422,18 +257,54 @@ pub enum SandboxState {
     Failed,
 }
 
+impl SandboxState {
+    pub const ALL: [SandboxState; 6] = [
+        SandboxState::Running,
+        SandboxState::Paused,
+        SandboxState::Deleted,
+        SandboxState::Expired,
+        SandboxState::Reaped,
+        SandboxState::Failed,
+    ];
+
+    /// The word the API and the registry use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+            SandboxState::Deleted => "deleted",
+            SandboxState::Expired => "expired",
+            SandboxState::Reaped => "reaped",
+            SandboxState::Failed => "failed",
+        }
+    }
+
+    /// The state a word names, if any.
+    pub fn parse(word: &str) -> Option<SandboxState> {
+        SandboxState::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
+    /// A sandbox that still lives: running or paused.
+    pub fn is_live(self) -> bool {
+        matches!(self, SandboxState::Running | SandboxState::Paused)
+    }
+}
+
+impl std::fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SandboxInfo {
     pub id: String,
-    #[cfg_attr(feature = "openapi", schema(value_type = SandboxState))]
-    pub state: String,
+    pub state: SandboxState,
     pub profile: String,
     pub created_at: u64,
     pub expires_at: u64,
     pub metadata: BTreeMap<String, String>,
     /// What the host enforces for this sandbox; null once it has ended.
-    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub enforcement: Option<Enforcement>,
     /// Its limits; null once it has ended.
     pub limits: Option<LimitsView>,
@@ -446,17 +317,14 @@ pub struct SandboxInfo {
 }
 
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExtendTtl {
     /// New time to live from now, e.g. `"30m"`; at most the server's `--max-ttl`.
-    #[cfg_attr(feature = "openapi", schema(value_type = DurationSchema))]
     pub ttl: Amount,
 }
 
@@ -467,31 +335,6 @@ pub enum Cmd {
     Argv(Vec<String>),
     Shell(String),
 }
-
-#[cfg(feature = "openapi")]
-impl PartialSchema for Cmd {
-    fn schema() -> RefOr<Schema> {
-        let arg = || {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some(NO_NUL_PATTERN))
-        };
-        OneOfBuilder::new()
-            .item(
-                utoipa::openapi::schema::ArrayBuilder::new()
-                    .prefix_items([arg().min_length(Some(1))])
-                    .items(arg())
-                    .min_items(Some(1)),
-            )
-            .item(arg().min_length(Some(1)))
-            .description(Some(
-                "An argv array (its first element the program), or a shell string run with /bin/sh -c",
-            ))
-            .into()
-    }
-}
-#[cfg(feature = "openapi")]
-impl ToSchema for Cmd {}
 
 /// Text that can become a C string: no NUL byte.
 pub const NO_NUL_PATTERN: &str = r"^[^\x00]*$";
@@ -539,20 +382,16 @@ pub fn check_cwd(cwd: Option<&str>) -> Result<(), ServiceError> {
 pub const CWD_PATTERN: &str = r"^/[^\x00]*$";
 
 #[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub cmd: Cmd,
     /// Working directory inside the sandbox, absolute (default `/workspace`).
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^/[^\x00]*$"))]
     pub cwd: Option<String>,
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     /// Text fed to the command's stdin.
     pub stdin: Option<String>,
     /// Wall-clock limit for this command, e.g. `"30s"`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub timeout: Option<Amount>,
     /// Start and return at once with a `command_id`.
     #[serde(default)]
@@ -562,11 +401,9 @@ pub struct ExecRequest {
     /// background command can be resized. The service layer's option (E2B's PTYs use it); not
     /// yet part of the HTTP API, whose SDKs and routes would follow with it.
     #[serde(skip)]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub pty: Option<PtySize>,
     /// A front end's name for the command (E2B's process tag); not part of the HTTP API.
     #[serde(skip)]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub tag: Option<String>,
 }
 
@@ -594,28 +431,19 @@ impl PtySize {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     pub cmd: Cmd,
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<ProfileName>))]
     pub profile: Option<String>,
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub memory: Option<Amount>,
-    #[cfg_attr(feature = "openapi", schema(minimum = 0.01, maximum = 1024))]
     pub cpus: Option<f64>,
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub pids: Option<u32>,
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<SizeSchema>))]
     pub disk: Option<Amount>,
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub timeout: Option<Amount>,
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = EnvSchema))]
     pub env: BTreeMap<String, String>,
     pub stdin: Option<String>,
     /// Working directory inside the sandbox, absolute (default `/workspace`).
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^/[^\x00]*$"))]
     pub cwd: Option<String>,
     pub network: Option<NetworkPolicy>,
     /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
@@ -623,12 +451,10 @@ pub struct RunRequest {
     pub wasm: Option<String>,
     /// An image in the server's store whose root replaces the host's system directories
     /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
-    #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommandInfo {
     pub command_id: String,
     pub cmd: Vec<String>,
@@ -641,13 +467,11 @@ pub struct CommandInfo {
 }
 
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommandList {
     pub commands: Vec<CommandInfo>,
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StdinRequest {
     #[serde(default)]
@@ -657,20 +481,16 @@ pub struct StdinRequest {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// A number or a name (`TERM`, `SIGKILL`, `INT`, …).
-    #[cfg_attr(feature = "openapi", schema(value_type = SignalSchema))]
     pub signal: Amount,
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
     /// A path inside the sandbox; relative paths are under `/workspace`.
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub path: String,
     #[serde(default = "yes")]
     pub parents: bool,
@@ -681,18 +501,14 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub from: String,
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^\x00]+$"))]
     pub to: String,
 }
 
 /// A sandbox's egress policy and every decision its proxy made so far.
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetworkInfo {
     pub policy: NetworkPolicy,
     pub events: Vec<NetworkEvent>,
@@ -700,14 +516,12 @@ pub struct NetworkInfo {
 
 /// The egress policy now in force.
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetworkSet {
     pub policy: NetworkPolicy,
 }
 
 /// Kinds of file system entries.
 #[derive(Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only: the engine's `Entry` is serialized
 #[serde(rename_all = "lowercase")]
 pub enum FileType {
@@ -719,8 +533,6 @@ pub enum FileType {
 
 /// One file system entry (the engine's `fsview::Entry`, as it serializes).
 #[derive(Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(feature = "openapi", schema(as = Entry))]
 #[allow(dead_code)] // schema only
 pub struct FileEntry {
     /// Last component (`/` for the sandbox root).
@@ -740,7 +552,6 @@ pub struct FileEntry {
 }
 
 #[derive(Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[allow(dead_code)] // schema only
 pub struct FileList {
     entries: Vec<FileEntry>,
@@ -748,20 +559,17 @@ pub struct FileList {
 
 /// What an upload wrote.
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Written {
     pub path: String,
     pub bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContextList {
     pub contexts: Vec<crate::interpreter::ContextInfo>,
 }
 
 #[derive(Debug, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// Always `ok` while the server answers.
     pub status: String,

@@ -129,7 +129,7 @@ pub fn main(a: CheckArgs) -> i32 {
 /// Whether the WebAssembly backend (the separate `cordon-wasm` binary) is installed, where,
 /// and that it starts: `{available, path, detail}`.
 fn wasm_backend() -> serde_json::Value {
-    let found = crate::run_wasm::locate().and_then(|path| {
+    let found = cordon_service::runner::wasm::locate().and_then(|path| {
         let out = std::process::Command::new(&path)
             .arg("--version")
             .stdin(std::process::Stdio::null())

@@ -14,9 +14,7 @@ mod gateway;
 mod image;
 mod mcp;
 mod run;
-mod run_egress;
 mod run_tty;
-mod run_wasm;
 mod sandbox_args;
 mod serve;
 

@@ -3,10 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::run_wasm::Stdin;
 use clap::Args;
-use cordon_linux::{OutputMode, RunRequest, StdinSource};
 use cordon_policy::outcome::exit;
+use cordon_service::runner::{self, Job, Stdin};
 
 use cordon_policy::Outcome;
 
@@ -71,85 +70,36 @@ pub fn main(a: RunArgs) -> i32 {
         return run_tty(&a, &profile);
     }
     let stdin = match a.stdin.as_deref() {
-        None => StdinSource::Empty,
-        Some("-") => StdinSource::Inherit,
+        None => Stdin::Empty,
+        Some("-") => Stdin::Inherit,
         Some(f) => {
             let path = PathBuf::from(f);
             if let Err(e) = std::fs::File::open(&path) {
                 eprintln!("cordon: --stdin {f}: {e}");
                 return exit::CORDON_FAILED;
             }
-            StdinSource::File(path)
+            Stdin::File(path)
         }
-    };
-    let egress = if profile.network.is_enabled() {
-        match crate::run_egress::factory(&profile) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("cordon: --allow-net: {e}");
-                return exit::CORDON_FAILED;
-            }
-        }
-    } else {
-        None
     };
     let limits = profile.limits.clone();
     let workspace = profile.workspace.clone();
-    // A WebAssembly module runs in the separate cordon-wasm binary (see run_wasm).
-    let module = match crate::run_wasm::module_for(a.backend.backend, &a.command, &profile) {
+    // A WebAssembly module runs in the separate cordon-wasm binary (see runner::wasm).
+    let module = match runner::module_for(a.backend.backend.into(), &a.command, &profile) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("cordon: {e}");
             return exit::CORDON_FAILED;
         }
     };
-    let ran = match module {
-        Some(module) => {
-            if a.cwd.is_some() {
-                eprintln!("cordon: --cwd: a WebAssembly module has no working directory to set");
-                return exit::CORDON_FAILED;
-            }
-            let stdin = match stdin {
-                StdinSource::Empty => Stdin::Empty,
-                StdinSource::Bytes(b) => Stdin::Bytes(b),
-                StdinSource::File(p) => Stdin::File(p),
-                StdinSource::Inherit => Stdin::Inherit,
-            };
-            match crate::run_wasm::run(
-                &profile,
-                &module,
-                &a.command,
-                &BTreeMap::new(),
-                stdin,
-                !a.json,
-            ) {
-                Ok(o) => Ok(o),
-                Err(e) => {
-                    eprintln!("cordon: {e}");
-                    return exit::CORDON_FAILED;
-                }
-            }
-        }
-        None => {
-            let req = RunRequest {
-                profile,
-                argv: a.command.clone(),
-                cwd: a.cwd.clone(),
-                env: BTreeMap::new(),
-                stdin,
-                output: if a.json {
-                    OutputMode::Capture
-                } else {
-                    OutputMode::Stream
-                },
-                egress,
-            };
-            cordon_linux::run(req).map(|mut o| {
-                o.enforcement.backend = Some(cordon_policy::Backend::Process);
-                o
-            })
-        }
-    };
+    let ran = runner::execute(Job {
+        profile,
+        argv: a.command.clone(),
+        cwd: a.cwd.clone(),
+        env: BTreeMap::new(),
+        stdin,
+        stream: !a.json,
+        module,
+    });
     match ran {
         Ok(mut outcome) => {
             if let Some(hint) = not_in_sandbox_hint(&outcome, &a.command, workspace.as_deref()) {

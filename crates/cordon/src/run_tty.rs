@@ -76,26 +76,22 @@ pub fn run(profile: &Profile, argv: Vec<String>, cwd: Option<String>) -> anyhow:
     // With a network policy the sandbox's listener comes to the egress proxy, run here.
     type Slot = Arc<Mutex<Option<Result<Box<dyn Egress>, String>>>>;
     let egress: Slot = Arc::default();
-    let on_proxy = if profile.network.is_enabled() {
-        let start = crate::run_egress::starter(profile).map_err(|e| anyhow!("--allow-net: {e}"))?;
-        let slot = egress.clone();
-        Some(Box::new(move |listener: std::net::TcpListener| {
-            if let Ok(mut s) = slot.lock() {
-                *s = Some(start(listener));
-            }
-        }) as cordon_linux::persistent::OnProxyListener)
-    } else {
-        None
-    };
+    // Always (a persistent sandbox always has its listener): with the network off the proxy
+    // refuses everything and says what was tried.
+    let start = cordon_service::runner::egress::starter(profile)
+        .map_err(|e| anyhow!("--allow-net: {e}"))?;
+    let slot = egress.clone();
+    let on_proxy = Some(Box::new(move |listener: std::net::TcpListener| {
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(start(listener));
+        }
+    }) as cordon_linux::persistent::OnProxyListener);
     let sb = Sandbox::create(&exe, profile, &BTreeMap::new(), on_proxy)
         .map_err(|e| anyhow!("cannot create the sandbox: {e}"))?;
     let proxy = match egress.lock().ok().and_then(|mut s| s.take()) {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => bail!("starting the egress proxy: {e}"),
-        None if profile.network.is_enabled() => {
-            bail!("the sandbox did not hand over its proxy listener")
-        }
-        None => None,
+        None => bail!("the sandbox did not hand over its proxy listener"),
     };
     let mut env = Vec::new();
     // The terminal's type is what programs need to draw on it; it says nothing secret.

@@ -186,6 +186,16 @@ pub enum BackendChoice {
     Wasm,
 }
 
+impl From<BackendChoice> for cordon_service::runner::Backend {
+    fn from(c: BackendChoice) -> Self {
+        match c {
+            BackendChoice::Auto => Self::Auto,
+            BackendChoice::Process => Self::Process,
+            BackendChoice::Wasm => Self::Wasm,
+        }
+    }
+}
+
 /// Resolves the profile's `image` in the store under `data_dir` and puts what the engine needs
 /// into the profile. The returned root holds the image's layers against prune: keep it until
 /// the sandbox is gone.

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use cordon_policy::units::{parse_duration, parse_size};
 use cordon_server::{Config, ServeOptions, Service};
 use cordon_service::registry::Registry;
+use cordon_service::runner::{self, Job, Module, Stdin};
 
 #[derive(Args, Debug)]
 #[command(
@@ -347,45 +348,19 @@ pub fn oneshot_main() -> i32 {
             return 125;
         }
     };
-    let egress = if req.profile.network.is_enabled() {
-        match crate::run_egress::factory(&req.profile) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                return 125;
-            }
-        }
-    } else {
-        None
+    let stdin = match req.stdin {
+        Some(text) => Stdin::Bytes(text.into_bytes()),
+        None => Stdin::Empty,
     };
-    // A module from the request: written where only this runner reads it, then run like
-    // `cordon run -- MODULE` (the confined wasm runtime).
-    let stdin = req.stdin.map(String::into_bytes);
-    let ran = match &req.wasm {
-        Some(b64) => {
-            let stdin = match stdin {
-                Some(b) => crate::run_wasm::Stdin::Bytes(b),
-                None => crate::run_wasm::Stdin::Empty,
-            };
-            crate::run_wasm::run_bytes(&req.profile, b64, &req.argv, &req.env, stdin)
-                .map_err(|e| e.to_string())
-        }
-        None => {
-            let run = cordon_linux::RunRequest {
-                profile: req.profile,
-                argv: req.argv,
-                cwd: req.cwd,
-                env: req.env,
-                stdin: match stdin {
-                    Some(b) => cordon_linux::StdinSource::Bytes(b),
-                    None => cordon_linux::StdinSource::Empty,
-                },
-                output: cordon_linux::OutputMode::Capture,
-                egress,
-            };
-            cordon_linux::run(run).map_err(|e| e.to_string())
-        }
-    };
+    let ran = runner::execute(Job {
+        profile: req.profile,
+        argv: req.argv,
+        cwd: req.cwd,
+        env: req.env,
+        stdin,
+        stream: false,
+        module: req.wasm.map(Module::Base64),
+    });
     match ran {
         Ok(o) => match serde_json::to_string(&o) {
             Ok(s) => {

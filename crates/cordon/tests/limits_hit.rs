@@ -350,6 +350,34 @@ for url in ("http://allowed.test/", "http://other.test:8080/"):
     );
 }
 
+/// With the network off (no --allow-net), what a program tried is said too, instead of only
+/// the program's own DNS error: the run's proxy refuses everything and reports it. Nothing
+/// leaves the machine: the proxy refuses before it resolves or connects anywhere.
+#[test]
+fn with_the_network_off_a_refused_request_says_so_and_names_the_flag_to_allow_it() {
+    let script = r#"
+import urllib.request
+for url in ("http://pypi.org/simple/", "https://files.example.test:8443/x"):
+    try:
+        urllib.request.urlopen(url, timeout=10)
+    except Exception as e:
+        print(url, type(e).__name__, flush=True)
+"#;
+    let flags: Vec<String> = ["--timeout", "20s"].map(String::from).to_vec();
+    let argv = ["python3", "-c", script].map(String::from).to_vec();
+    let f = run_plain(&flags, &argv);
+    assert_eq!(f.code, Some(0), "{f:?}");
+    assert_eq!(
+        cordon_lines(&f),
+        [
+            "cordon: network is off: pypi.org:80 was refused; allow it with --allow-net pypi.org",
+            "cordon: network is off: files.example.test:8443 was refused; allow it with \
+             --allow-net files.example.test:8443",
+        ],
+        "{f:?}"
+    );
+}
+
 /// A bash fork bomb (`:(){ :|:& };:`) under `--pids 32` sometimes ran to its full timeout.
 /// That is bash, not cordon: when the bomb has taken every pid, the top-level shell's own
 /// next fork fails and bash retries it after sleeping 1, 2, 4 and 8 s — the payload is alive

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{rfc3339, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
-use cordon_service::types::{Amount, CreateSandbox, SandboxInfo};
+use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
 use cordon_service::Caller;
 
 /// E2B's default sandbox lifetime when a create names none (its SDKs send 300 s too).
@@ -193,7 +193,7 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
         "memoryMB": mem,
         "diskSizeMB": disk,
         "metadata": info.metadata,
-        "state": if info.state == "paused" { "paused" } else { "running" },
+        "state": if info.state == SandboxState::Paused { "paused" } else { "running" },
         "envdVersion": ENVD_VERSION,
     })
 }
@@ -504,7 +504,7 @@ pub(super) async fn list(
         .list(&caller, &q.metadata)
         .sandboxes
         .into_iter()
-        .filter(|s| q.states.is_empty() || q.states.contains(&s.state))
+        .filter(|s| q.states.is_empty() || q.states.iter().any(|w| w == s.state.as_str()))
         .collect();
     let start = match &q.after {
         Some(after) => all

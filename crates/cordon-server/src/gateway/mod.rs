@@ -25,6 +25,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
+use cordon_service::types::SandboxState;
 use cordon_service::{Caller, Service};
 use state::{Answer, Approval, StateDir};
 use upstream::Upstream;
@@ -562,7 +563,7 @@ impl Gateway {
             let alive = boxes
                 .get(name)
                 .and_then(|id| self.service.get(&self.caller, id).ok())
-                .filter(|i| i.state == "running");
+                .filter(|i| i.state == SandboxState::Running);
             match alive {
                 Some(info) => info.id,
                 None => {

@@ -16,7 +16,7 @@ use rmcp::{ErrorData as McpError, RoleServer};
 
 use super::render::{text, tool_error};
 use super::tools::CordonMcp;
-use cordon_service::types::{Amount, CreateSandbox, SandboxInfo};
+use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
 use cordon_service::{Caller, Service};
 
 /// How long an HTTP session's sandbox lives without a call (each call extends it).
@@ -228,7 +228,7 @@ impl CordonMcp {
         let mut note = None;
         if let Some(id) = slot.take() {
             match svc.get(&caller, &id) {
-                Ok(info) if info.state == "running" => {
+                Ok(info) if info.state == SandboxState::Running => {
                     self.keep_alive(&caller, &info);
                     *slot = Some(id.clone());
                     return Ok(Bound {

@@ -39,9 +39,9 @@ pub(super) struct ContextPath {
     pub(super) name: String,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(IdPath), request_body = cordon_service::interpreter::CodeRequest,
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(IdPath), request_body = super::schema::CodeRequest,
     responses((status = 200, description = "The cell's result; with `Accept: text/event-stream`, server-sent events instead: `stdout`, `stderr`, `result`, `error`, then one `done` with the whole result",
-        content((cordon_service::interpreter::CodeResult = "application/json"), (String = "text/event-stream")))))]
+        content((super::schema::CodeResult = "application/json"), (String = "text/event-stream")))))]
 pub(super) async fn run_code(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -108,7 +108,7 @@ pub(super) fn default_ctx() -> String {
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/contexts", params(IdPath),
-    responses((status = 200, body = ContextList)))]
+    responses((status = 200, body = super::schema::ContextList)))]
 pub(super) async fn list_contexts(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -121,7 +121,7 @@ pub(super) async fn list_contexts(
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/contexts", params(IdPath),
     request_body(content = Option<NewContext>, description = "An empty body is `{}`: the default Python context"),
-    responses((status = 201, body = cordon_service::interpreter::ContextInfo, description = "The context's kernel runs")))]
+    responses((status = 201, body = super::schema::ContextInfo, description = "The context's kernel runs")))]
 pub(super) async fn create_context(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

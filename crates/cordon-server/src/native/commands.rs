@@ -46,11 +46,11 @@ pub(super) struct CommandPath {
     pub(super) cid: String,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", params(IdPath), request_body = ExecRequest,
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", params(IdPath), request_body = super::schema::ExecRequest,
     responses(
         (status = 200, description = "How the command ended; with `Accept: text/event-stream`, server-sent events instead: `stdout` and `stderr` (`{data, b64?}`) as output comes, then one `exit` with the Outcome",
             content((Outcome = "application/json"), (String = "text/event-stream"))),
-        (status = 202, body = CommandInfo, description = "`background: true`: the command started; follow it under /commands/{cid}")))]
+        (status = 202, body = super::schema::CommandInfo, description = "`background: true`: the command started; follow it under /commands/{cid}")))]
 pub(super) async fn exec(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -92,7 +92,7 @@ pub(super) async fn exec(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/commands", params(IdPath),
-    responses((status = 200, body = CommandList)))]
+    responses((status = 200, body = super::schema::CommandList)))]
 pub(super) async fn list_commands(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -102,7 +102,7 @@ pub(super) async fn list_commands(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/commands/{cid}", params(CommandPath),
-    responses((status = 200, body = CommandInfo)))]
+    responses((status = 200, body = super::schema::CommandInfo)))]
 pub(super) async fn get_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -120,7 +120,7 @@ pub(super) struct WaitQuery {
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/wait", params(CommandPath, WaitQuery),
-    responses((status = 200, body = CommandInfo, description = "The command, ended or (after the wait) still running")))]
+    responses((status = 200, body = super::schema::CommandInfo, description = "The command, ended or (after the wait) still running")))]
 pub(super) async fn wait_command(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -139,7 +139,7 @@ pub(super) async fn wait_command(
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/stdin", params(CommandPath),
-    request_body(content = Option<StdinRequest>, description = "An empty body is `{}`"),
+    request_body(content = Option<super::schema::StdinRequest>, description = "An empty body is `{}`"),
     responses((status = 204, description = "Written (and closed, with `close: true`)")))]
 pub(super) async fn command_stdin(
     State(st): State<Arc<AppState>>,
@@ -152,7 +152,7 @@ pub(super) async fn command_stdin(
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/commands/{cid}/signal", params(CommandPath),
-    request_body = SignalRequest, responses((status = 204, description = "Sent")))]
+    request_body = super::schema::SignalRequest, responses((status = 204, description = "Sent")))]
 pub(super) async fn command_signal(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

@@ -121,7 +121,7 @@ pub(super) async fn read_upload(body: Body, max: u64) -> Result<Vec<u8>, ApiErro
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(IdPath, PathQuery),
     request_body(content = inline(Option<Binary>), content_type = "application/octet-stream", description = "The file's new contents (any content type; the bytes are written as they are; none: an empty file)"),
-    responses((status = 201, body = inline(Written), description = "Written, as the sandbox's user; missing parent directories are made")))]
+    responses((status = 201, body = inline(super::schema::Written), description = "Written, as the sandbox's user; missing parent directories are made")))]
 pub(super) async fn file_write(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -156,7 +156,7 @@ pub(super) async fn file_delete(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(IdPath, ListQuery),
-    responses((status = 200, body = FileList)))]
+    responses((status = 200, body = super::schema::FileList)))]
 pub(super) async fn file_list(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -172,7 +172,7 @@ pub(super) async fn file_list(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/stat", params(IdPath, PathQuery),
-    responses((status = 200, body = FileEntry)))]
+    responses((status = 200, body = super::schema::FileEntry)))]
 pub(super) async fn file_stat(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -184,7 +184,7 @@ pub(super) async fn file_stat(
     Ok(Json(serde_json::to_value(entry).unwrap_or_default()))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", params(IdPath), request_body = MkdirRequest,
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", params(IdPath), request_body = super::schema::MkdirRequest,
     responses((status = 201, description = "Made (with its parents unless `parents: false`)")))]
 pub(super) async fn file_mkdir(
     State(st): State<Arc<AppState>>,
@@ -197,7 +197,7 @@ pub(super) async fn file_mkdir(
     Ok(StatusCode::CREATED)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/move", params(IdPath), request_body = MoveRequest,
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/move", params(IdPath), request_body = super::schema::MoveRequest,
     responses((status = 204, description = "Moved")))]
 pub(super) async fn file_move(
     State(st): State<Arc<AppState>>,

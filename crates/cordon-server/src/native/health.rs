@@ -13,7 +13,7 @@ use super::openapi_text;
 use crate::app::AppState;
 use cordon_service::types::*;
 
-#[utoipa::path(get, path = "/healthz", responses((status = 200, body = inline(Health))))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = inline(super::schema::Health))))]
 pub(super) async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),

@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use cordon_service::{Caller, ImageList, PullEvent, PullRequest, PullResult};
 
 #[utoipa::path(get, path = "/v1/images",
-    responses((status = 200, body = ImageList, description = "The images in this node's store (pulled through the API or with `cordon image pull|import` on the same data directory), newest first")))]
+    responses((status = 200, body = super::schema::ImageList, description = "The images in this node's store (pulled through the API or with `cordon image pull|import` on the same data directory), newest first")))]
 pub(super) async fn list_images(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -29,9 +29,9 @@ pub(super) async fn list_images(
     Ok(Json(st.service.list_images(&c).await?))
 }
 
-#[utoipa::path(post, path = "/v1/images/pull", request_body = PullRequest,
+#[utoipa::path(post, path = "/v1/images/pull", request_body = super::schema::PullRequest,
     responses((status = 200, description = "The image is in the store; with `Accept: text/event-stream`, server-sent events instead: `progress` events (`{event: resolved|layer_cached|layer_start|layer_progress|layer_unpacking|layer_done|retry, …}`) as the pull goes, then one `done` with the result or one `error` with `{code, message}`",
-        content((PullResult = "application/json"), (PullEvent = "text/event-stream")))))]
+        content((super::schema::PullResult = "application/json"), (super::schema::PullEvent = "text/event-stream")))))]
 pub(super) async fn pull_image(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

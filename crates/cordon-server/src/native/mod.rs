@@ -20,6 +20,7 @@ mod mcp_mount;
 mod network;
 mod run;
 mod sandboxes;
+pub(crate) mod schema;
 
 use std::sync::{Arc, OnceLock};
 

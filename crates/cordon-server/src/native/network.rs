@@ -14,7 +14,7 @@ use cordon_service::types::*;
 use cordon_service::Caller;
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/network", params(IdPath),
-    responses((status = 200, body = NetworkInfo)))]
+    responses((status = 200, body = super::schema::NetworkInfo)))]
 pub(super) async fn get_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -25,7 +25,7 @@ pub(super) async fn get_network(
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(IdPath),
     request_body(content = Option<cordon_policy::network::NetworkPolicy>, description = "An empty body is `{}`: no network. The new policy, in force at once for new connections: `allow` entries `DOMAIN[:PORT]`, `*.DOMAIN[:PORT]`, `IP[:PORT]`, `CIDR`; `hosts` pins names to addresses"),
-    responses((status = 200, body = inline(NetworkSet))))]
+    responses((status = 200, body = inline(super::schema::NetworkSet))))]
 pub(super) async fn put_network(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

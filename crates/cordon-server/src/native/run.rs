@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use cordon_service::types::*;
 use cordon_service::Caller;
 
-#[utoipa::path(post, path = "/v1/run", request_body = RunRequest,
+#[utoipa::path(post, path = "/v1/run", request_body = super::schema::RunRequest,
     responses((status = 200, body = Outcome, description = "How the one-shot run ended")))]
 pub(super) async fn run_oneshot(
     State(st): State<Arc<AppState>>,

@@ -18,8 +18,8 @@ use crate::error::ApiError;
 use cordon_service::types::*;
 use cordon_service::Caller;
 
-#[utoipa::path(post, path = "/v1/sandboxes", request_body(content = Option<CreateSandbox>, description = "All fields are optional; an empty body is `{}`"),
-    responses((status = 201, description = "The sandbox runs", body = SandboxInfo)))]
+#[utoipa::path(post, path = "/v1/sandboxes", request_body(content = Option<super::schema::CreateSandbox>, description = "All fields are optional; an empty body is `{}`"),
+    responses((status = 201, description = "The sandbox runs", body = super::schema::SandboxInfo)))]
 pub(super) async fn create(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -31,7 +31,7 @@ pub(super) async fn create(
 
 #[utoipa::path(get, path = "/v1/sandboxes",
     description = "The key's running sandboxes. `?metadata.KEY=VALUE` (any number of them) keeps only those whose metadata has KEY equal to VALUE; other query parameters are ignored.",
-    responses((status = 200, body = SandboxList)))]
+    responses((status = 200, body = super::schema::SandboxList)))]
 pub(super) async fn list(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -46,7 +46,7 @@ pub(super) async fn list(
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", params(IdPath),
     description = "A running sandbox, or one that ended (its `state` and `ended_reason` say how; `enforcement` and `limits` are then null).",
-    responses((status = 200, body = SandboxInfo)))]
+    responses((status = 200, body = super::schema::SandboxInfo)))]
 pub(super) async fn get_one(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -66,8 +66,8 @@ pub(super) async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", params(IdPath), request_body = ExtendTtl,
-    responses((status = 200, body = SandboxInfo)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", params(IdPath), request_body = super::schema::ExtendTtl,
+    responses((status = 200, body = super::schema::SandboxInfo)))]
 pub(super) async fn extend(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -78,7 +78,7 @@ pub(super) async fn extend(
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(IdPath),
-    responses((status = 200, body = SandboxInfo,
+    responses((status = 200, body = super::schema::SandboxInfo,
         description = "Paused: every process is frozen (`paused_by` says how), memory and files stay; \
         commands answer 409 until it is resumed. It still counts against the key's quota and its TTL keeps running. \
         409 `already_paused` when it is paused already")))]
@@ -91,7 +91,7 @@ pub(super) async fn pause(
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(IdPath),
-    responses((status = 200, body = SandboxInfo,
+    responses((status = 200, body = super::schema::SandboxInfo,
         description = "Running again (a sandbox that was not paused is left as it is)")))]
 pub(super) async fn resume(
     State(st): State<Arc<AppState>>,

@@ -1,5 +1,9 @@
-//! `cordon run` of a WebAssembly module: which backend, and the separate `cordon-wasm` binary
-//! that runs it (wasmtime and Cranelift are not linked into `cordon`).
+//! A one-shot run of a WebAssembly module: which backend a command gets, and the separate
+//! `cordon-wasm` binary that runs it (wasmtime and Cranelift are not linked into `cordon`).
+//!
+//! Threat model: the module is hostile; it runs in that binary's confined runtime, never in
+//! this process. The request (profile, argv, environment values) goes to the runtime in a
+//! private 0700 directory, never on its command line.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,7 +13,7 @@ use std::collections::BTreeMap;
 use cordon_policy::wasm::{self as wire, Reply};
 use cordon_policy::{EnvEntry, Outcome, Profile};
 
-use crate::sandbox_args::BackendChoice;
+use super::Backend;
 
 /// The host file `cmd` names, if it is one: relative to the current directory, else to the
 /// workspace (where the process backend would look for `./tool` inside the sandbox).
@@ -39,7 +43,7 @@ fn starts_like_wasm(path: &Path) -> bool {
 
 /// The module to run in the wasm backend, or `None` for a process run.
 pub fn module_for(
-    choice: BackendChoice,
+    choice: Backend,
     command: &[String],
     profile: &Profile,
 ) -> Result<Option<PathBuf>, String> {
@@ -47,9 +51,9 @@ pub fn module_for(
         return Ok(None);
     };
     match choice {
-        BackendChoice::Process => Ok(None),
-        BackendChoice::Auto => Ok(host_file(cmd, profile).filter(|p| starts_like_wasm(p))),
-        BackendChoice::Wasm => {
+        Backend::Process => Ok(None),
+        Backend::Auto => Ok(host_file(cmd, profile).filter(|p| starts_like_wasm(p))),
+        Backend::Wasm => {
             let path = host_file(cmd, profile).ok_or_else(|| {
                 format!("--backend wasm: {cmd}: no such file (give the module's path on this host)")
             })?;

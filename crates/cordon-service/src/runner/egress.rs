@@ -1,5 +1,9 @@
-//! Wires the egress proxy (cordon-net) into a one-shot run: the engine hands over the
+//! Wires the egress proxy (cordon-net) into a run of this process: the engine hands over the
 //! listening socket it created inside the sandbox, the proxy serves it from here.
+//!
+//! Threat model: everything that reaches the listener is the sandbox's, hence hostile; the
+//! proxy (cordon-net) is what judges it. With the network off the allowlist is empty and the
+//! proxy refuses every request, reporting it.
 
 use cordon_linux::{Egress, EgressFactory};
 use cordon_net::{EgressProxy, ProxyConfig};

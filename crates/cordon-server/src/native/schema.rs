@@ -1,0 +1,703 @@
+//! The native HTTP API's OpenAPI schemas: one schema-only twin of each request and response
+//! type of the service (same name, same fields, the document's words and bounds), so that the
+//! service carries no OpenAPI. Each twin mirrors the serde shape of its type in
+//! `cordon_service`; `schemas_match_the_service_types` below and schemathesis (CI, against a
+//! real server) catch a twin that drifts from what the server sends and takes.
+//!
+//! Threat model: none of its own — nothing here parses input; a wrong schema misleads clients
+//! and fuzzers, which is what the drift checks are for.
+#![allow(dead_code)] // schema only: the twins are never built
+
+use std::collections::BTreeMap;
+
+use cordon_policy::network::NetworkPolicy;
+use cordon_policy::{Enforcement, LimitHit, NetworkEvent, Outcome, Status};
+use cordon_service::types::{
+    signal_pattern, Amount, DURATION_PATTERN, ENV_NAME_PATTERN, MAX_SECONDS, METADATA_MAX_KEY,
+    METADATA_MAX_VALUE, NO_NUL_PATTERN, SIZE_PATTERN,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+
+/// Built-in profiles a client may name.
+#[derive(ToSchema, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileName {
+    Default,
+    Strict,
+}
+
+/// Schema of a size field.
+pub struct SizeSchema;
+
+impl PartialSchema for SizeSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .minimum(Some(0.0)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(SIZE_PATTERN)),
+            )
+            .description(Some(
+                "Bytes as a number, or text such as \"512K\", \"256M\", \"1G\" (powers of 1024)",
+            ))
+            .into()
+    }
+}
+impl ToSchema for SizeSchema {}
+
+/// Schema of a duration field.
+pub struct DurationSchema;
+
+impl PartialSchema for DurationSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .exclusive_minimum(Some(0.0))
+                    .exclusive_maximum(Some(MAX_SECONDS)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(DURATION_PATTERN)),
+            )
+            .description(Some(
+                "Seconds as a number, or text such as \"500ms\", \"30s\", \"5m\", \"2h\"; at most what the server allows for the field",
+            ))
+            .into()
+    }
+}
+impl ToSchema for DurationSchema {}
+
+/// Schema of a signal field.
+pub struct SignalSchema;
+
+impl PartialSchema for SignalSchema {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(64)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(signal_pattern())),
+            )
+            .description(Some(
+                "A signal number, or a name such as \"TERM\" or \"SIGKILL\"",
+            ))
+            .into()
+    }
+}
+impl ToSchema for SignalSchema {}
+
+/// Schema of an environment map: variable names, values without NUL bytes.
+pub struct EnvSchema;
+
+impl PartialSchema for EnvSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(ENV_NAME_PATTERN)),
+            ))
+            .additional_properties(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(r"^[^\x00]*$")),
+            ))
+            .description(Some(
+                "Variables by name (letters, digits, _); values without NUL bytes",
+            ))
+            .into()
+    }
+}
+impl ToSchema for EnvSchema {}
+
+/// Schema of sandbox metadata.
+pub struct MetadataSchema;
+
+impl PartialSchema for MetadataSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(METADATA_MAX_KEY)),
+            ))
+            .additional_properties(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(METADATA_MAX_VALUE)),
+            ))
+            .description(Some(
+                "Free-form labels: keys up to 128 characters, values up to 1024",
+            ))
+            .into()
+    }
+}
+impl ToSchema for MetadataSchema {}
+
+/// Schema of a command: an argv array, or a shell string.
+#[derive(Deserialize)]
+pub struct Cmd(Value);
+
+impl PartialSchema for Cmd {
+    fn schema() -> RefOr<Schema> {
+        let arg = || {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(NO_NUL_PATTERN))
+        };
+        OneOfBuilder::new()
+            .item(
+                utoipa::openapi::schema::ArrayBuilder::new()
+                    .prefix_items([arg().min_length(Some(1))])
+                    .items(arg())
+                    .min_items(Some(1)),
+            )
+            .item(arg().min_length(Some(1)))
+            .description(Some(
+                "An argv array (its first element the program), or a shell string run with /bin/sh -c",
+            ))
+            .into()
+    }
+}
+impl ToSchema for Cmd {}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Built-in profile: `default` or `strict`.
+    #[schema(value_type = Option<ProfileName>)]
+    pub profile: Option<String>,
+    /// Memory limit (at least 8M), e.g. `"512M"`.
+    #[schema(value_type = Option<SizeSchema>)]
+    pub memory: Option<Amount>,
+    /// CPU quota in cores.
+    #[schema(minimum = 0.01, maximum = 1024)]
+    pub cpus: Option<f64>,
+    /// Processes and threads at once.
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub pids: Option<u32>,
+    /// Size of /tmp and /workspace (at least 1M), e.g. `"256M"`.
+    #[schema(value_type = Option<SizeSchema>)]
+    pub disk: Option<Amount>,
+    /// Bytes of each command's stdout and stderr kept, e.g. `"64K"`; the rest is dropped
+    /// (`limits_hit: ["output"]`).
+    #[schema(value_type = Option<SizeSchema>)]
+    pub output_limit: Option<Amount>,
+    /// CPU time each command may use (at least 1s), e.g. `"5s"` (`status: "cpu_time"` when it
+    /// runs out).
+    #[schema(value_type = Option<DurationSchema>)]
+    pub cpu_time: Option<Amount>,
+    /// Time to live, e.g. `"10m"` or seconds; at most the server's `--max-ttl`.
+    #[schema(value_type = Option<DurationSchema>)]
+    pub ttl: Option<Amount>,
+    /// Environment variables every command gets.
+    #[serde(default)]
+    #[schema(value_type = EnvSchema)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, filterable on list.
+    #[serde(default)]
+    #[schema(value_type = MetadataSchema)]
+    pub metadata: BTreeMap<String, String>,
+    /// Egress allowlist; none means no network.
+    pub network: Option<NetworkPolicy>,
+    /// An image in the server's store (e.g. `python:3.12-slim`, or a manifest digest) whose
+    /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
+    /// command. Unknown images are refused (400) unless the server pulls on demand.
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct LimitsView {
+    pub memory_bytes: u64,
+    pub cpus: f64,
+    pub pids: u32,
+    pub disk_bytes: u64,
+    pub output_limit_bytes: u64,
+}
+
+/// The states a sandbox passes through.
+#[derive(ToSchema, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Running,
+    Paused,
+    Deleted,
+    Expired,
+    Reaped,
+    Failed,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct SandboxInfo {
+    pub id: String,
+    #[schema(value_type = SandboxState)]
+    pub state: String,
+    pub profile: String,
+    pub created_at: u64,
+    pub expires_at: u64,
+    pub metadata: BTreeMap<String, String>,
+    /// What the host enforces for this sandbox; null once it has ended.
+    #[schema(required = true)]
+    pub enforcement: Option<Enforcement>,
+    /// Its limits; null once it has ended.
+    pub limits: Option<LimitsView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_reason: Option<String>,
+    /// While paused: how its processes are held, `cgroup-freezer` (the kernel's freezer) or
+    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct SandboxList {
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendTtl {
+    /// New time to live from now, e.g. `"30m"`; at most the server's `--max-ttl`.
+    #[schema(value_type = DurationSchema)]
+    pub ttl: Amount,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub cmd: Cmd,
+    /// Working directory inside the sandbox, absolute (default `/workspace`).
+    #[schema(pattern = r"^/[^\x00]*$")]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = EnvSchema)]
+    pub env: BTreeMap<String, String>,
+    /// Text fed to the command's stdin.
+    pub stdin: Option<String>,
+    /// Wall-clock limit for this command, e.g. `"30s"`.
+    #[schema(value_type = Option<DurationSchema>)]
+    pub timeout: Option<Amount>,
+    /// Start and return at once with a `command_id`.
+    #[serde(default)]
+    pub background: bool,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    pub cmd: Cmd,
+    #[schema(value_type = Option<ProfileName>)]
+    pub profile: Option<String>,
+    #[schema(value_type = Option<SizeSchema>)]
+    pub memory: Option<Amount>,
+    #[schema(minimum = 0.01, maximum = 1024)]
+    pub cpus: Option<f64>,
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub pids: Option<u32>,
+    #[schema(value_type = Option<SizeSchema>)]
+    pub disk: Option<Amount>,
+    #[schema(value_type = Option<DurationSchema>)]
+    pub timeout: Option<Amount>,
+    #[serde(default)]
+    #[schema(value_type = EnvSchema)]
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<String>,
+    /// Working directory inside the sandbox, absolute (default `/workspace`).
+    #[schema(pattern = r"^/[^\x00]*$")]
+    pub cwd: Option<String>,
+    pub network: Option<NetworkPolicy>,
+    /// A WebAssembly module or component (WASI), base64: run by the wasm runtime inside the
+    /// one-shot sandbox, with `cmd` as its argv (`cmd[0]` names it).
+    pub wasm: Option<String>,
+    /// An image in the server's store whose root replaces the host's system directories
+    /// (its `Env`, `WorkingDir` and `Entrypoint` apply; `cmd` replaces its `Cmd`).
+    #[schema(max_length = 4096)]
+    pub image: Option<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct CommandInfo {
+    pub command_id: String,
+    pub cmd: Vec<String>,
+    pub running: bool,
+    pub started_at_ms: u64,
+    pub stdout: String,
+    pub stderr: String,
+    /// How it ended; null while it runs.
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct CommandList {
+    pub commands: Vec<CommandInfo>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdinRequest {
+    #[serde(default)]
+    pub data: String,
+    #[serde(default)]
+    pub close: bool,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// A number or a name (`TERM`, `SIGKILL`, `INT`, …).
+    #[schema(value_type = SignalSchema)]
+    pub signal: Amount,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    /// A path inside the sandbox; relative paths are under `/workspace`.
+    #[schema(pattern = r"^[^\x00]+$")]
+    pub path: String,
+    #[serde(default)]
+    pub parents: bool,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoveRequest {
+    #[schema(pattern = r"^[^\x00]+$")]
+    pub from: String,
+    #[schema(pattern = r"^[^\x00]+$")]
+    pub to: String,
+}
+
+/// A sandbox's egress policy and every decision its proxy made so far.
+#[derive(ToSchema, Serialize)]
+pub struct NetworkInfo {
+    pub policy: NetworkPolicy,
+    pub events: Vec<NetworkEvent>,
+}
+
+/// The egress policy now in force.
+#[derive(ToSchema, Serialize)]
+pub struct NetworkSet {
+    pub policy: NetworkPolicy,
+}
+
+/// Kinds of file system entries.
+#[derive(ToSchema, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One file system entry (the engine's `fsview::Entry`, as it serializes).
+#[derive(ToSchema, Serialize)]
+#[schema(as = Entry)]
+pub struct FileEntry {
+    /// Last component (`/` for the sandbox root).
+    name: String,
+    /// Absolute path inside the sandbox.
+    path: String,
+    r#type: FileType,
+    /// Bytes (for a symlink: the length of its target).
+    size: u64,
+    /// Permission bits.
+    mode: u32,
+    /// Last modification, seconds since the Unix epoch.
+    modified: u64,
+    /// For a symlink, its target as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct FileList {
+    entries: Vec<FileEntry>,
+}
+
+/// What an upload wrote.
+#[derive(ToSchema, Serialize)]
+pub struct Written {
+    pub path: String,
+    pub bytes: u64,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct ContextList {
+    pub contexts: Vec<ContextInfo>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct Health {
+    /// Always `ok` while the server answers.
+    pub status: String,
+}
+
+/// One image in the node's store.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct ImageView {
+    /// Normalised references that name it (`docker.io/library/python:3.12-slim`); empty when
+    /// only its digest does.
+    pub names: Vec<String>,
+    /// The image manifest's digest (`sha256:…`): what the image is.
+    pub digest: String,
+    /// `os/arch[/variant]`.
+    pub platform: String,
+    /// Number of layers.
+    pub layers: usize,
+    /// Sum of the layers' compressed sizes, in bytes.
+    pub size_bytes: u64,
+    /// Sum of the layers' unpacked file sizes, in bytes.
+    pub unpacked_bytes: u64,
+    /// When the image was built (from its config), as the image states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    /// When it entered this store (Unix seconds).
+    pub added: u64,
+    /// Where it came from: `pull REGISTRY` or `import PATH`.
+    pub source: String,
+}
+
+/// `GET /v1/images`.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct ImageList {
+    pub images: Vec<ImageView>,
+}
+
+/// `POST /v1/images/pull`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// `NAME[:TAG][@DIGEST]`, Docker's way: `python:3.12-slim`, `ghcr.io/org/app:1`,
+    /// `127.0.0.1:5000/team/tool@sha256:…`.
+    #[schema(min_length = 1, max_length = 512)]
+    pub reference: String,
+    /// `os/arch[/variant]` to pick from a multi-platform image; the server's own by default.
+    #[serde(default)]
+    #[schema(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")]
+    pub platform: Option<String>,
+}
+
+/// What a pull did.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct PullResult {
+    /// The normalised reference pulled.
+    pub reference: String,
+    pub image: ImageView,
+}
+
+/// A pull's progress, as `POST /v1/images/pull` streams it (`Accept: text/event-stream`).
+#[derive(ToSchema, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PullEvent {
+    /// The manifest is fetched and verified: what will be fetched is known.
+    Resolved {
+        reference: String,
+        digest: String,
+        layers: usize,
+    },
+    /// A layer the store already has (shared with another image, or pulled before).
+    LayerCached { digest: String },
+    /// Download of a layer starts (`from` > 0: resumed where an interrupted one stopped).
+    LayerStart {
+        digest: String,
+        size: u64,
+        from: u64,
+    },
+    /// Bytes of a layer so far (at most a few per second per layer, and at its end).
+    LayerProgress {
+        digest: String,
+        bytes: u64,
+        size: u64,
+    },
+    /// The layer's blob is verified; it is being unpacked.
+    LayerUnpacking { digest: String },
+    /// The layer is in the store.
+    LayerDone { digest: String },
+    /// A download broke and is retried from byte `from`.
+    Retry {
+        digest: String,
+        from: u64,
+        error: String,
+    },
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodeRequest {
+    /// `python` (default; or `python3`, `py`), `javascript` (`js`, `node`) or `bash` (`sh`,
+    /// `shell`), any case.
+    #[serde(default)]
+    #[schema(
+        pattern = r"^([pP][yY][tT][hH][oO][nN]3?|[pP][yY]|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]|[jJ][sS]|[nN][oO][dD][eE]|[bB][aA][sS][hH]|[sS][hH]|[sS][hH][eE][lL][lL])$"
+    )]
+    pub language: String,
+    pub code: String,
+    /// Named context; each has its own state. Default: `default`.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
+    pub context: Option<String>,
+    /// Per-cell limit, e.g. `"30s"`.
+    #[schema(value_type = Option<DurationSchema>)]
+    pub timeout: Option<Amount>,
+    /// Environment variables for this cell only (its code and what it starts see them; the
+    /// context's later cells do not).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = Option<EnvSchema>)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct CodeError {
+    pub name: String,
+    pub value: String,
+    pub traceback: Vec<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct CodeResult {
+    pub stdout: String,
+    pub stderr: String,
+    /// MIME bundles; one has `is_main_result: true` (the last expression's value).
+    #[schema(value_type = Vec<Object>)]
+    pub results: Vec<Value>,
+    pub error: Option<CodeError>,
+    pub execution_count: u64,
+    /// True when the kernel had to be restarted and earlier state was lost.
+    pub state_lost: bool,
+    /// Output past the profile's output limit was dropped.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Results past the first 100 were dropped.
+    pub results_truncated: bool,
+    /// How the cell ended, in the words of an exec's Outcome: `exited` when it ran to its
+    /// end (`error` says whether it raised), `timeout`, `oom`, `signaled`, `cpu_time` when
+    /// its kernel was killed so, `error` when the kernel failed otherwise.
+    pub status: Status,
+    /// Every limit that ended the cell or refused it something while it ran, as an exec's
+    /// Outcome lists them (`memory`, `pids`, `cpu_time`, `wall_time`, `output`, `disk`,
+    /// `files`).
+    pub limits_hit: Vec<LimitHit>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct ContextInfo {
+    pub language: String,
+    pub name: String,
+    pub execution_count: u64,
+    pub alive: bool,
+}
+
+/// Per-key limits.
+#[derive(ToSchema, Serialize)]
+pub struct KeyRecord {
+    pub id: String,
+    pub name: String,
+    pub max_sandboxes: u32,
+    pub requests_per_second: u32,
+    pub created_at: u64,
+    pub revoked: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::{self, Deserializer, Visitor};
+
+    /// The field names a `Deserialize` type takes, as serde's derive lists them.
+    fn fields_of<'de, T: serde::Deserialize<'de>>() -> Vec<&'static str> {
+        struct Probe(Option<&'static [&'static str]>);
+        #[derive(Debug)]
+        struct Found;
+        impl std::fmt::Display for Found {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("found")
+            }
+        }
+        impl std::error::Error for Found {}
+        impl de::Error for Found {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Found
+            }
+        }
+        impl<'de> Deserializer<'de> for &mut Probe {
+            type Error = Found;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Found> {
+                Err(Found)
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Found> {
+                self.0 = Some(fields);
+                Err(Found)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut probe = Probe(None);
+        let _ = T::deserialize(&mut probe);
+        let mut f = probe.0.unwrap_or_default().to_vec();
+        f.sort_unstable();
+        f
+    }
+
+    /// Each request type's twin takes exactly the fields the service's type takes: a field
+    /// added to the service and not to the document (or the other way round) fails here.
+    #[test]
+    fn schemas_match_the_service_types() {
+        macro_rules! same {
+            ($($t:ident),* $(,)?) => {$(
+                assert_eq!(
+                    fields_of::<super::$t>(),
+                    fields_of::<cordon_service::types::$t>(),
+                    stringify!($t)
+                );
+            )*};
+        }
+        same!(
+            CreateSandbox,
+            ExtendTtl,
+            ExecRequest,
+            RunRequest,
+            StdinRequest,
+            SignalRequest,
+            MkdirRequest,
+            MoveRequest,
+        );
+        assert_eq!(
+            fields_of::<super::CodeRequest>(),
+            fields_of::<cordon_service::interpreter::CodeRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::PullRequest>(),
+            fields_of::<cordon_service::PullRequest>()
+        );
+        assert!(fields_of::<super::CreateSandbox>().contains(&"memory"));
+    }
+}
