@@ -16,6 +16,7 @@ use std::path::Path;
 
 use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
 use crate::error::StepFailure;
+use crate::landlock_rules::FsRules;
 use crate::plan::{Plan, INNER_ID, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
@@ -161,30 +162,20 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
     if plan.network {
         // No loopback of our own: the proxy listens on the host's, on a port the kernel
         // picks; the payload's proxy variables and Landlock's one allowed port follow it.
-        match std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| {
-            let port = l.local_addr()?.port();
-            Ok((l, port))
-        }) {
-            Ok((l, port)) => {
-                if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
-                    fail(&ch, "handing the proxy socket to the supervisor", e);
-                }
-                let url = format!("http://127.0.0.1:{port}");
-                for k in [
-                    "HTTP_PROXY",
-                    "HTTPS_PROXY",
-                    "http_proxy",
-                    "https_proxy",
-                    "ALL_PROXY",
-                    "all_proxy",
-                ] {
-                    plan.set_env(k, &url);
-                }
-                if let Some(ports) = landlock.tcp_connect.as_mut() {
-                    ports.push(port);
-                }
-            }
-            Err(e) => fail(&ch, "proxy listener", e),
+        let port = hand_over_proxy_listener(&ch, 0);
+        let url = format!("http://127.0.0.1:{port}");
+        for k in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            plan.set_env(k, &url);
+        }
+        if let Some(ports) = landlock.tcp_connect.as_mut() {
+            ports.push(port);
         }
     }
     let plan = &plan;
@@ -198,50 +189,18 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
             sys::geteuid()
         ));
     }
-    if let Err(e) = apply_rlimits(plan, !in_cgroup) {
-        fail(&ch, "rlimits", e);
-    }
-    if let Err(e) = sys::cloexec_from(3) {
-        fail(&ch, "closing inherited fds", e);
-    }
-    if let Err(e) = caps_drop::drop_without_userns() {
-        fail(&ch, "dropping capabilities", e);
-    }
-    if let Err(e) = sys::set_no_new_privs() {
-        fail(&ch, "no_new_privs", e);
-    }
-    let (landlock_abi, landlock_partial) = if plan.kernel_landlock_abi > 0 {
-        match landlock_rules::apply(&landlock, plan.kernel_landlock_abi) {
-            Ok(a) => (a.abi, a.partial),
-            Err(e) => fail(&ch, "landlock", e),
-        }
-    } else {
-        notes.push("Landlock is not available on this kernel".to_string());
-        (0, false)
-    };
-    if let Err(e) = seccomp::install() {
-        fail(&ch, "seccomp", e);
-    }
-    // TCP to the proxy only where Landlock can hold it to the proxy's port.
-    if let Err(e) = seccomp::install_no_netns(plan.network && landlock_abi >= 4) {
-        fail(&ch, "seccomp", e);
-    }
-    let confined = ToSupervisor::Confined {
-        landlock_abi,
-        landlock_partial,
-        seccomp: true,
-        rlimits: true,
-        notes,
-        watch: Vec::new(),
-    };
-    if let Err(e) = ch.send_with_fds(&confined, &[]) {
-        fail(&ch, "reporting the confinement", e);
-    }
-    if plan.persistent {
-        persistent::serve_loop(plan, ch, in_cgroup);
-    }
-    let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, true, go.count_at_end)
+    confine(
+        plan,
+        &ch,
+        Confinement {
+            landlock: &landlock,
+            namespaces: false,
+            in_cgroup,
+            notes,
+            watch: (Vec::new(), Vec::new()),
+        },
+    );
+    payload_or_commands(plan, ch, in_cgroup, go.count_at_end)
 }
 
 /// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
@@ -278,42 +237,103 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         }
     }
     if plan.network {
-        match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
-            Ok(l) => {
-                if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
-                    fail(&ch, "handing the proxy socket to the supervisor", e);
-                }
-            }
-            Err(e) => fail(&ch, "proxy listener", e),
-        }
+        hand_over_proxy_listener(&ch, PROXY_PORT);
     }
-
     // Opened while nothing restricts us yet; close-on-exec, and closed once handed over.
-    let (watch, watch_fds) = open_watched(plan, in_cgroup);
-    let mut notes = Vec::new();
+    let watch = open_watched(plan, in_cgroup);
+    confine(
+        plan,
+        &ch,
+        Confinement {
+            landlock: &plan.landlock,
+            namespaces: true,
+            in_cgroup,
+            notes: Vec::new(),
+            watch,
+        },
+    );
+    payload_or_commands(plan, ch, in_cgroup, go.count_at_end)
+}
+
+/// Binds the egress proxy's listener on this side's loopback (`port` 0: one the kernel picks)
+/// and hands it to the supervisor, which serves it from outside. Returns the port.
+fn hand_over_proxy_listener(ch: &Channel, port: u16) -> u16 {
+    let bound = std::net::TcpListener::bind(("127.0.0.1", port)).and_then(|l| {
+        let port = l.local_addr()?.port();
+        Ok((l, port))
+    });
+    match bound {
+        Ok((l, port)) => {
+            if let Err(e) = ch.send_with_fds(&ToSupervisor::ProxyListener, &[l.as_raw_fd()]) {
+                fail(ch, "handing the proxy socket to the supervisor", e);
+            }
+            port
+        }
+        Err(e) => fail(ch, "proxy listener", e),
+    }
+}
+
+/// What differs between the two inits' confinement; the sequence itself does not.
+struct Confinement<'a> {
+    /// Landlock's rules: the sandbox's paths, or (without a mount namespace) the host's.
+    landlock: &'a FsRules,
+    /// The sandbox has its namespaces. Without them: capabilities are dropped as a process
+    /// outside a user namespace loses them, and a second seccomp filter stands in for the
+    /// network namespace (TCP only where Landlock can hold it to the proxy's port).
+    namespaces: bool,
+    in_cgroup: bool,
+    /// What the report adds for the user (`enforcement.notes`).
+    notes: Vec<String>,
+    /// What the supervisor watches the run through, handed over with the report.
+    watch: (Vec<Watched>, Vec<OwnedFd>),
+}
+
+/// The confinement every init ends its setup with, one sequence for both: rlimits → close
+/// inherited fds → capabilities → no_new_privs → Landlock → seccomp, then the report. The
+/// order matters: fds before anything runs that could inherit one, capabilities before
+/// no_new_privs (which keeps them from coming back at exec), Landlock before seccomp (whose
+/// filter refuses the calls Landlock's setup makes).
+fn confine(plan: &Plan, ch: &Channel, c: Confinement<'_>) {
+    let Confinement {
+        landlock,
+        namespaces,
+        in_cgroup,
+        mut notes,
+        watch: (watch, watch_fds),
+    } = c;
     if let Err(e) = apply_rlimits(plan, !in_cgroup) {
-        fail(&ch, "rlimits", e);
+        fail(ch, "rlimits", e);
     }
     if let Err(e) = sys::cloexec_from(3) {
-        fail(&ch, "closing inherited fds", e);
+        fail(ch, "closing inherited fds", e);
     }
-    if let Err(e) = caps_drop::drop_all() {
-        fail(&ch, "dropping capabilities", e);
+    let caps = if namespaces {
+        caps_drop::drop_all()
+    } else {
+        caps_drop::drop_without_userns()
+    };
+    if let Err(e) = caps {
+        fail(ch, "dropping capabilities", e);
     }
     if let Err(e) = sys::set_no_new_privs() {
-        fail(&ch, "no_new_privs", e);
+        fail(ch, "no_new_privs", e);
     }
     let (landlock_abi, landlock_partial) = if plan.kernel_landlock_abi > 0 {
-        match landlock_rules::apply(&plan.landlock, plan.kernel_landlock_abi) {
+        match landlock_rules::apply(landlock, plan.kernel_landlock_abi) {
             Ok(a) => (a.abi, a.partial),
-            Err(e) => fail(&ch, "landlock", e),
+            Err(e) => fail(ch, "landlock", e),
         }
     } else {
         notes.push("Landlock is not available on this kernel".to_string());
         (0, false)
     };
     if let Err(e) = seccomp::install() {
-        fail(&ch, "seccomp", e);
+        fail(ch, "seccomp", e);
+    }
+    if !namespaces {
+        if let Err(e) = seccomp::install_no_netns(plan.network && landlock_abi >= 4) {
+            fail(ch, "seccomp", e);
+        }
     }
     let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
     // Without this report the supervisor would show none of the layers just applied (and a
@@ -327,15 +347,18 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
         watch,
     };
     if let Err(e) = ch.send_with_fds(&confined, &raw) {
-        fail(&ch, "reporting the confinement", e);
+        fail(ch, "reporting the confinement", e);
     }
-    drop(watch_fds);
+}
 
+/// The init's last step: serve a persistent sandbox's commands, or start the one payload and
+/// wait for it.
+fn payload_or_commands(plan: &Plan, ch: Channel, in_cgroup: bool, count_at_end: bool) -> ! {
     if plan.persistent {
         persistent::serve_loop(plan, ch, in_cgroup);
     }
     let payload = start_payload(plan, &ch);
-    one_shot::wait(&ch, payload, false, go.count_at_end)
+    one_shot::wait(&ch, payload, plan.no_namespaces, count_at_end)
 }
 
 /// The descriptors the supervisor watches the run through (see `Watched`): each scratch tmpfs
