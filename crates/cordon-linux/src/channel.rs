@@ -2,6 +2,39 @@
 //!
 //! One datagram is one JSON message, so there is no framing to get wrong. Everything the
 //! sandbox side sends is untrusted: the supervisor bounds sizes and rejects what does not parse.
+//!
+//! # The handshake, in order
+//!
+//! ```text
+//! supervisor (cordon, or a persistent sandbox's `cordon __sandbox` helper)
+//! │  launcher::prepare: the plan, resolved before any fork
+//! │  launcher::spawn_init: clone(new user/pid/mount/net/ipc/uts ns) ─────────────┐
+//! │  writes the init's uid/gid maps                                                init
+//! │  ── Mapped ─────────────────────────────────────────────────────────────────▶ │ stdio, close fds,
+//! │                                                                               │ take the sandbox ids,
+//! │  creates the cgroup (in parallel with the init's root)                        │ pdeathsig, non-dumpable,
+//! │                                                                               │ build the root, pivot,
+//! │  ── Go {cgroup, count_at_end} + the cgroup's files ─────────────────────────▶ │ hostname, loopback
+//! │                                                                               │ joins the cgroup,
+//! │                                                                               │ cgroup ns
+//! │ ◀── RootFd + an O_PATH fd of the root            (persistent sandboxes only) ─│
+//! │ ◀── ProxyListener + a listening socket  (when the plan has the egress proxy) ─│
+//! │                                                       init::confine: rlimits → close fds → caps
+//! │                                                        → no_new_privs → Landlock → seccomp
+//! │ ◀── Confined {layers, notes, watch} + the watched fds ───────────────────────│
+//! │     (or, at any step above, SetupFailed {step, message} and the init exits 125)
+//! │
+//! │  one-shot (init::one_shot):                       persistent (init::persistent):
+//! │ ◀── ExecFailed, or: [TasksAtEnd] then           ── Exec / Signal / Sample / Stop ──▶
+//! │     Exited | Signaled; the init exits           ◀── Started, ExecFailed, CommandUsage,
+//! │  ── Stop (on timeout, limits, interrupt) ──▶        ExecExit per command
+//! ```
+//!
+//! Without namespaces (`launcher::spawn_init` after the host refused them) the order is the
+//! same but for the root: no maps (no `Mapped` wait beyond the message), no root to build, no
+//! `RootFd`; the proxy's listener is on the host's loopback, on a port the kernel picks.
+//! The supervisor takes each setup message once, in this order; one that comes again, or out
+//! of its place, is ignored (it can only be the sandbox's doing after it is confined).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -354,6 +354,41 @@ fn cgroup_name(pid: libc::pid_t) -> String {
     format!("{pid}-{}", SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
+/// The supervisor's side of the handshake up to `Go`, step by step in the order
+/// `channel.rs` lists: the init's id maps, `Mapped`, the cgroup, `Go` with its files.
+fn handshake_to_go(
+    prepared: &mut Prepared,
+    init: libc::pid_t,
+    chan: &Channel,
+) -> Result<(), EngineError> {
+    let io = |what: &'static str| move |e: std::io::Error| EngineError::io(what, e);
+    // 1. The maps (none without a user namespace: the init runs as its host ids).
+    if !prepared.plan.no_namespaces {
+        write_id_maps(init, prepared.plan.host_uid, prepared.plan.host_gid)
+            .map_err(io("writing the sandbox's uid/gid maps"))?;
+    }
+    // 2. The init may take on its sandbox identity and build its root.
+    chan.send(&ToSandbox::Mapped)
+        .map_err(io("starting the sandbox"))?;
+    // 3. Meanwhile, the cgroup (or the note that says why there is none).
+    prepared.create_cgroup()?;
+    // 4. Go, with what joins the cgroup.
+    let join = match &prepared.cgroup {
+        Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
+        None => Vec::new(),
+    };
+    let raw: Vec<_> = join.iter().map(|f| f.as_raw_fd()).collect();
+    let go = ToSandbox::Go {
+        cgroup: prepared.cgroup.is_some(),
+        count_at_end: prepared
+            .cgroup
+            .as_ref()
+            .is_none_or(|c| !c.keeps_peak_pids()),
+    };
+    chan.send_with_fds(&go, &raw)
+        .map_err(io("starting the sandbox"))
+}
+
 pub(crate) fn prepare(
     profile: &Profile,
     argv: &[String],
@@ -531,36 +566,7 @@ pub(crate) fn spawn_init(
     prepared.workspace_tree = None;
     prepared.layer_trees.clear();
     let chan = Channel::new(chan_parent);
-    let maps = if plan.no_namespaces {
-        Ok(())
-    } else {
-        write_id_maps(init, plan.host_uid, plan.host_gid)
-    };
-    let started = maps
-        .map_err(io("writing the sandbox's uid/gid maps"))
-        .and_then(|_| {
-            chan.send(&ToSandbox::Mapped)
-                .map_err(io("starting the sandbox"))
-        })
-        .and_then(|_| prepared.create_cgroup())
-        .and_then(|_| {
-            let join = match &prepared.cgroup {
-                Some(cg) => cg.join_files().map_err(io("opening the cgroup to join"))?,
-                None => Vec::new(),
-            };
-            let raw: Vec<_> = join.iter().map(|f| f.as_raw_fd()).collect();
-            chan.send_with_fds(
-                &ToSandbox::Go {
-                    cgroup: prepared.cgroup.is_some(),
-                    count_at_end: prepared
-                        .cgroup
-                        .as_ref()
-                        .is_none_or(|c| !c.keeps_peak_pids()),
-                },
-                &raw,
-            )
-            .map_err(io("starting the sandbox"))
-        });
+    let started = handshake_to_go(prepared, init, &chan);
     prepared.mapping_children.clear();
     // Clearing what dead cordons left behind waits until the sandbox is on its way.
     if let Some(cg) = &prepared.cgroup {

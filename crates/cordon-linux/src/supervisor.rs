@@ -329,12 +329,10 @@ impl Supervision {
         let mut out_fd = Some(stdout);
         let mut err_fd = Some(stderr);
         let mut chan = Some(chan);
-        let mut egress_factory = egress_factory;
-        let mut egress: Option<Box<dyn Egress>> = None;
-        let mut confined = false;
-        let mut setup_error: Option<String> = None;
-        let mut exec_failed: Option<(i32, String, bool)> = None;
-        let mut payload_end: Option<ToSupervisor> = None;
+        let mut heard = Heard {
+            egress_factory,
+            ..Heard::default()
+        };
         // Not zeroed: only what `read` fills is ever looked at, and a zeroed 64 KiB would
         // touch (fault in) sixteen pages on every start whatever the program prints.
         let mut buf = Box::<[u8]>::new_uninit_slice(64 * 1024);
@@ -399,33 +397,7 @@ impl Supervision {
             };
             let _ = sys::poll(&mut pfds, wait_ms);
 
-            for (slot, is_out) in [(&mut out_fd, true), (&mut err_fd, false)] {
-                let Some(fd) = slot.as_ref() else { continue };
-                // Bounded per round so one flooding stream cannot starve the other.
-                for _ in 0..16 {
-                    match rustix::io::read(fd, &mut buf[..]) {
-                        Ok((data, _)) if !data.is_empty() => {
-                            let echo = if is_out {
-                                self.stdout.push(data)
-                            } else {
-                                self.stderr.push(data)
-                            };
-                            if echo == Echo::Gone {
-                                // Our reader left: closing the pipe passes that on to the writer.
-                                *slot = None;
-                                break;
-                            }
-                            continue;
-                        }
-                        // The end of the stream.
-                        Ok(_) => *slot = None,
-                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
-                        }
-                        Err(_) => *slot = None,
-                    }
-                    break;
-                }
-            }
+            self.pump(&mut out_fd, &mut err_fd, &mut buf);
 
             let readable = chan.as_ref().is_some_and(|c| {
                 pfds.iter().any(|p| {
@@ -439,57 +411,11 @@ impl Supervision {
             };
             match received {
                 Ok(None) | Err(_) => chan = None,
-                Ok(Some((msg, fds))) => match &msg {
-                    ToSupervisor::Confined {
-                        landlock_abi,
-                        watch,
-                        ..
-                    } if !confined => {
-                        confined = true;
-                        let abi = *landlock_abi;
-                        self.watch = Watch::adopt(watch, fds);
-                        apply_confined(&mut enforcement, &msg, self.degraded);
-                        if profile.require.contains(&Layer::Landlock) && abi == 0 {
-                            setup_error = Some("Landlock was required but is not enforced".into());
-                            self.end(Ended::Setup, chan.as_ref());
-                        }
+                Ok(Some((msg, fds))) => {
+                    if let Err(why) = self.hear(&mut heard, msg, fds, profile, &mut enforcement) {
+                        self.end(why, chan.as_ref());
                     }
-                    ToSupervisor::ProxyListener if egress.is_none() => {
-                        if let (Some(fd), Some(factory)) =
-                            (fds.into_iter().next(), egress_factory.take())
-                        {
-                            let listener = std::net::TcpListener::from(fd);
-                            match factory(listener) {
-                                Ok(e) => egress = Some(e),
-                                Err(e) => {
-                                    setup_error = Some(format!("starting the egress proxy: {e}"));
-                                    self.end(Ended::Setup, chan.as_ref());
-                                }
-                            }
-                        }
-                    }
-                    ToSupervisor::ExecFailed {
-                        errno, path, cwd, ..
-                    } if exec_failed.is_none() => {
-                        exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
-                    }
-                    ToSupervisor::SetupFailed { step, message, .. } if setup_error.is_none() => {
-                        setup_error = Some(format!("{step}: {message}"));
-                    }
-                    ToSupervisor::TasksAtEnd { tasks } if payload_end.is_none() => {
-                        match &mut self.cgroup {
-                            // The cgroup's count has the init in it too.
-                            Some(cg) => cg.saw_pids(tasks.saturating_add(1)),
-                            None => self.watch.saw_tasks(*tasks),
-                        }
-                    }
-                    ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
-                        if payload_end.is_none() =>
-                    {
-                        payload_end = Some(msg.clone());
-                    }
-                    _ => {}
-                },
+                }
             }
         }
         // Whatever is left must not outlive us.
@@ -499,13 +425,113 @@ impl Supervision {
                 self.init_exit = Some((Instant::now(), exit));
             }
         }
-        let network = egress.map(|e| e.finish()).unwrap_or_default();
+        let network = heard.egress.map(|e| e.finish()).unwrap_or_default();
         let ended = Ending {
-            setup_error,
-            exec_failed,
-            payload_end,
+            setup_error: heard.setup_error,
+            exec_failed: heard.exec_failed,
+            payload_end: heard.payload_end,
         };
-        self.finish(enforcement, ended, network, confined, limits.pids)
+        self.finish(enforcement, ended, network, heard.confined, limits.pids)
+    }
+
+    /// Reads what the payload wrote into its captures, bounded per round so that one flooding
+    /// stream cannot starve the other; a stream that ended (or whose reader left) is closed.
+    fn pump(
+        &mut self,
+        out_fd: &mut Option<OwnedFd>,
+        err_fd: &mut Option<OwnedFd>,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+    ) {
+        for (slot, is_out) in [(out_fd, true), (err_fd, false)] {
+            let Some(fd) = slot.as_ref() else { continue };
+            for _ in 0..16 {
+                match rustix::io::read(fd, &mut *buf) {
+                    Ok((data, _)) if !data.is_empty() => {
+                        let echo = if is_out {
+                            self.stdout.push(data)
+                        } else {
+                            self.stderr.push(data)
+                        };
+                        if echo == Echo::Gone {
+                            // Our reader left: closing the pipe passes that on to the writer.
+                            *slot = None;
+                            break;
+                        }
+                        continue;
+                    }
+                    // The end of the stream.
+                    Ok(_) => *slot = None,
+                    Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {}
+                    Err(_) => *slot = None,
+                }
+                break;
+            }
+        }
+    }
+
+    /// One message of the sandbox side, taken where the handshake (`channel.rs`) has its
+    /// place: the proxy's listener and the confinement report once each, before the payload
+    /// runs; the payload's end once, after. Anything else, or again, is the sandbox's doing
+    /// and ignored. `Err`: the run must end (a setup failure the init did not report itself).
+    fn hear(
+        &mut self,
+        heard: &mut Heard,
+        msg: ToSupervisor,
+        fds: Vec<OwnedFd>,
+        profile: &Profile,
+        enforcement: &mut Enforcement,
+    ) -> Result<(), Ended> {
+        match &msg {
+            ToSupervisor::ProxyListener if !heard.confined && heard.egress.is_none() => {
+                if let (Some(fd), Some(factory)) =
+                    (fds.into_iter().next(), heard.egress_factory.take())
+                {
+                    match factory(std::net::TcpListener::from(fd)) {
+                        Ok(e) => heard.egress = Some(e),
+                        Err(e) => {
+                            heard.setup_error = Some(format!("starting the egress proxy: {e}"));
+                            return Err(Ended::Setup);
+                        }
+                    }
+                }
+            }
+            ToSupervisor::Confined {
+                landlock_abi,
+                watch,
+                ..
+            } if !heard.confined => {
+                heard.confined = true;
+                let abi = *landlock_abi;
+                self.watch = Watch::adopt(watch, fds);
+                apply_confined(enforcement, &msg, self.degraded);
+                if profile.require.contains(&Layer::Landlock) && abi == 0 {
+                    heard.setup_error = Some("Landlock was required but is not enforced".into());
+                    return Err(Ended::Setup);
+                }
+            }
+            ToSupervisor::SetupFailed { step, message, .. } if heard.setup_error.is_none() => {
+                heard.setup_error = Some(format!("{step}: {message}"));
+            }
+            ToSupervisor::ExecFailed {
+                errno, path, cwd, ..
+            } if heard.confined && heard.exec_failed.is_none() => {
+                heard.exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
+            }
+            ToSupervisor::TasksAtEnd { tasks } if heard.confined && heard.payload_end.is_none() => {
+                match &mut self.cgroup {
+                    // The cgroup's count has the init in it too.
+                    Some(cg) => cg.saw_pids(tasks.saturating_add(1)),
+                    None => self.watch.saw_tasks(*tasks),
+                }
+            }
+            ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
+                if heard.confined && heard.payload_end.is_none() =>
+            {
+                heard.payload_end = Some(msg.clone());
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn finish(
@@ -620,6 +646,19 @@ impl Supervision {
 }
 
 /// What the sandbox side reported about the payload's end.
+/// What the sandbox side has said so far (see [`Supervision::hear`]).
+#[derive(Default)]
+struct Heard {
+    /// Starts the egress proxy on the listener the init hands over (taken when it comes).
+    egress_factory: Option<crate::EgressFactory>,
+    egress: Option<Box<dyn Egress>>,
+    /// The confinement report came: the layers are in force and the payload may run.
+    confined: bool,
+    setup_error: Option<String>,
+    exec_failed: Option<(i32, String, bool)>,
+    payload_end: Option<ToSupervisor>,
+}
+
 struct Ending {
     setup_error: Option<String>,
     exec_failed: Option<(i32, String, bool)>,
