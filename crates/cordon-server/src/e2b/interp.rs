@@ -147,14 +147,19 @@ pub(super) async fn execute(
         ),
     };
     let (tx, mut rx) = mpsc::channel::<CellEvent>(64);
-    let (out_tx, out_rx) = mpsc::channel::<Bytes>(64);
+    // An `Err` aborts the response mid-body: how E2B's proxy tells a client its sandbox ended.
+    let (out_tx, out_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
     let svc = e2b.st.service.clone();
     let max = svc.config().max_exec_timeout;
+    let gone = {
+        let (svc, caller, id) = (svc.clone(), caller.clone(), id.clone());
+        move || svc.get_live(&caller, &id).is_err()
+    };
     tokio::spawn(async move {
         let line = |v: Value| {
             let mut s = v.to_string();
             s.push('\n');
-            Bytes::from(s)
+            Ok(Bytes::from(s))
         };
         let run = svc.run_code_in(
             &caller,
@@ -165,6 +170,8 @@ pub(super) async fn execute(
                 context: Some(context),
                 timeout: Some(cordon_service::types::Amount::Number(max.as_secs_f64())),
                 env,
+                // E2B shows a string result as itself, not quoted.
+                plain_strings: true,
             },
             Some(tx),
             Some(HOME),
@@ -182,12 +189,25 @@ pub(super) async fn execute(
                     None => break,
                 },
                 r = &mut run, if result.is_none() => result = Some(r),
+                // The client left (its own timeout): closing the cell's events tells the
+                // service, which interrupts the cell (E2B's server does the same).
+                _ = out_tx.closed(), if !rx.is_closed() => rx.close(),
             }
         }
         let r = match result {
             Some(r) => r,
             None => run.await,
         };
+        // A sandbox killed under the cell: the connection drops without an end, and the SDK,
+        // finding the sandbox gone (`/health`), raises its "sandbox was killed" timeout.
+        if gone() {
+            let _ = out_tx
+                .send(Err(std::io::Error::other(
+                    "the sandbox ended during the execution",
+                )))
+                .await;
+            return;
+        }
         let lines = match r {
             Ok(r) => closing_lines(&r),
             Err(e) => vec![
@@ -199,10 +219,7 @@ pub(super) async fn execute(
             let _ = out_tx.send(line(l)).await;
         }
     });
-    let stream = futures::StreamExt::map(
-        tokio_stream::wrappers::ReceiverStream::new(out_rx),
-        Ok::<_, std::convert::Infallible>,
-    );
+    let stream = tokio_stream::wrappers::ReceiverStream::new(out_rx);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/x-ndjson")],
