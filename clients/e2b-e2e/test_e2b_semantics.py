@@ -173,3 +173,14 @@ def test_a_client_that_times_out_interrupts_its_cell(ci):
     # The next cell does not wait behind the abandoned one.
     assert ci.run_code("1 + 1", timeout=20).text == "2"
     assert time.monotonic() - t0 < 15
+
+
+def test_default_contexts_are_listed_from_the_start_and_usable_by_id(ci):
+    listed = ci.list_code_contexts()
+    assert [c.language for c in listed[:2]] == ["python", "javascript"]
+    assert all(c.cwd == "/home/user" for c in listed[:2])
+    py = listed[0]
+    ci.run_code("shared = 41")  # the default Python context, by language
+    assert ci.run_code("shared + 1", context=py).text == "42"
+    made = ci.create_code_context()
+    assert ci.list_code_contexts()[-1].id == made.id
