@@ -52,7 +52,7 @@ def test_contexts_create_list_restart_remove(ci):
     ctx = ci.create_code_context()
     assert ctx.language == "python" and ctx.cwd == "/home/user"
     ci.run_code("y = 'kept'", context=ctx)
-    assert ci.run_code("y", context=ctx).text == "'kept'"
+    assert ci.run_code("y", context=ctx).text == "kept"
     # Another context does not share it.
     assert ci.run_code("'y' in globals()").text == "False"
     assert ctx.id in [c.id for c in ci.list_code_contexts()]
@@ -85,16 +85,16 @@ def test_run_code_envs_hold_for_one_cell(ci, server):
     )
     assert ex.error is None, ex.error
     assert ex.logs.stdout == [f"{secret} {secret}\n"]
-    assert ex.text == "'/elsewhere'"
+    assert ex.text == "/elsewhere"
     # The next cell of the same context sees neither, and HOME is back.
     ex = ci.run_code("import os; (os.environ.get('CELL_VAR'), os.environ.get('HOME'))")
-    assert ex.text == f"(None, {home})", ex.text
+    assert ex.text == f"(None, {home!r})", ex.text
 
     js = ci.create_code_context(language="js")
     ex = ci.run_code("process.env.CELL_VAR + '|' + require('child_process').execSync('echo $CELL_VAR').toString().trim()", context=js, envs={"CELL_VAR": "js-val"})
     assert ex.error is None, ex.error
-    assert ex.text == "'js-val|js-val'"
-    assert ci.run_code("String(process.env.CELL_VAR)", context=js).text == "'undefined'"
+    assert ex.text == "js-val|js-val"
+    assert ci.run_code("String(process.env.CELL_VAR)", context=js).text == "undefined"
 
     sh = ci.create_code_context(language="bash")
     ci.run_code("CELL_VAR=before", context=sh)

@@ -71,10 +71,10 @@ try {
   assert.equal((await sbx.runCode('1 + 2', { context: ctx })).text, '3')
   // Per-cell variables: there for that cell only.
   const withEnv = await sbx.runCode('import os; os.environ["CELL_ONLY"]', { envs: { CELL_ONLY: 'js-cell' } })
-  assert.equal(withEnv.text, "'js-cell'")
+  assert.equal(withEnv.text, 'js-cell')
   assert.equal((await sbx.runCode('import os; os.environ.get("CELL_ONLY")')).text, undefined)
   const jsEnv = await sbx.runCode('process.env.CELL_ONLY', { context: ctx, envs: { CELL_ONLY: 'in-node' } })
-  assert.equal(jsEnv.text, "'in-node'")
+  assert.equal(jsEnv.text, 'in-node')
 
   // Isolation holds through this door too.
   const leak = await sbx.commands.run(`env; cat /etc/shadow 2>&1 || true`)

@@ -40,6 +40,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .merge(crate::e2b::router(st.clone()))
         .fallback_service(crate::native::router(st))
         .layer(middleware::from_fn(crate::native::json_errors))
+        .layer(middleware::from_fn(crate::e2b::errors_for_e2b_clients))
 }
 
 /// Where `cordon serve` listens, and whether it runs without API keys.

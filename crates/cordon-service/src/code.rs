@@ -56,8 +56,16 @@ impl Service {
             json!({"language": language, "context": context, "bytes": req.code.len()}),
         );
         let t0 = Instant::now();
-        let r =
-            crate::interpreter::run_cell(&live, &slot, &req.code, &req.env, timeout, events).await;
+        let r = crate::interpreter::run_cell(
+            &live,
+            &slot,
+            &req.code,
+            &req.env,
+            timeout,
+            req.plain_strings,
+            events,
+        )
+        .await;
         self.metrics
             .observe_exec(t0.elapsed().as_secs_f64() * 1000.0);
         r

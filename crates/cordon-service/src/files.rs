@@ -124,8 +124,78 @@ pub async fn stat(
     with_fs(svc, caller, id, "file.stat", path, move |fs| fs.stat(&p)).await
 }
 
+/// One entry, a symlink followed (up to 40 links, as the kernel does): the link's name and
+/// path with what it leads to (type, size, mode, time), and as `target` the absolute path
+/// it leads to, resolved lexically as the sandbox's programs name it. A link that leads
+/// nowhere is described as the link.
+pub async fn stat_following(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+) -> Result<Entry, ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, id, "file.stat", path, move |fs| {
+        let link = fs.stat(&p)?;
+        let mut cur = link.clone();
+        for _ in 0..40 {
+            let Some(t) = cur
+                .target
+                .clone()
+                .filter(|_| cur.r#type == EntryType::Symlink)
+            else {
+                break;
+            };
+            let abs = link_target(&cur.path, &t);
+            match fs.stat(&abs) {
+                Ok(next) => cur = next,
+                Err(_) => {
+                    cur.path = abs;
+                    break;
+                }
+            }
+        }
+        if link.r#type != EntryType::Symlink || cur.r#type == EntryType::Symlink {
+            let mut link = link;
+            if link.r#type == EntryType::Symlink {
+                link.target = Some(cur.path);
+            }
+            return Ok(link);
+        }
+        Ok(Entry {
+            target: Some(cur.path.clone()),
+            name: link.name,
+            path: link.path,
+            ..cur
+        })
+    })
+    .await
+}
+
+/// The absolute path a link at `link` with target text `target` names, `.` and `..`
+/// resolved lexically.
+fn link_target(link: &str, target: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    let base = if target.starts_with('/') {
+        ""
+    } else {
+        link.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("")
+    };
+    for c in base.split('/').chain(target.split('/')) {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// A directory's entries, `depth` levels down (1: the directory itself), at most `cap` of
-/// them. A link to a directory is listed as that directory.
+/// them, in the order of their paths (each directory followed by what it holds). A link to a
+/// directory is listed as that directory.
 pub async fn list(
     svc: &Service,
     caller: &Caller,
@@ -136,7 +206,9 @@ pub async fn list(
 ) -> Result<Vec<Entry>, ServiceError> {
     let p = path.to_string();
     with_fs(svc, caller, id, "file.list", path, move |fs| {
-        walk(fs, &p, depth, cap, false)
+        let mut out = walk(fs, &p, depth, cap, false)?;
+        out.sort_by(|a, b| std::path::Path::new(&a.path).cmp(std::path::Path::new(&b.path)));
+        Ok(out)
     })
     .await
 }
@@ -248,6 +320,21 @@ pub async fn rename(
     .await
 }
 
+/// Removes a path if it is there (E2B's `files.remove`): whether it was.
+pub async fn remove_if_present(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+    recursive: bool,
+) -> Result<bool, ServiceError> {
+    match remove(svc, caller, id, path, recursive).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes a file, or a directory (with its contents when `recursive`).
 pub async fn remove(
     svc: &Service,
@@ -266,6 +353,14 @@ pub async fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_targets_resolve_lexically_from_the_links_directory() {
+        assert_eq!(link_target("/home/user/d/l", "t.txt"), "/home/user/d/t.txt");
+        assert_eq!(link_target("/home/user/d/l", "../x/./y"), "/home/user/x/y");
+        assert_eq!(link_target("/home/user/d/l", "/etc/hosts"), "/etc/hosts");
+        assert_eq!(link_target("/l", "../../.."), "/");
+    }
 
     #[test]
     fn file_errors_map_to_kinds() {

@@ -57,6 +57,10 @@ pub struct CodeRequest {
     /// context's later cells do not).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Show a string result as the string itself rather than quoted (E2B's display; the
+    /// native API keeps Jupyter's). Set by front ends, never read from a request.
+    #[serde(skip)]
+    pub plain_strings: bool,
 }
 
 fn default_language() -> String {
@@ -410,13 +414,23 @@ fn text_of(v: &Value) -> String {
         .to_string()
 }
 
-/// Runs one cell in a context, starting (or restarting) its kernel as needed.
+/// Resolves when a cell's events have a receiver no more; never without events.
+async fn listener_gone(events: &Option<mpsc::Sender<CellEvent>>) {
+    match events {
+        Some(tx) => tx.closed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs one cell in a context, starting (or restarting) its kernel as needed. A cell whose
+/// `events` receiver goes away (its client left) is interrupted as at its deadline.
 pub async fn run_cell(
     live: &Arc<Live>,
     slot: &Arc<Slot>,
     code: &str,
     env: &std::collections::BTreeMap<String, String>,
     timeout: Duration,
+    plain_strings: bool,
     events: Option<mpsc::Sender<CellEvent>>,
 ) -> Result<CodeResult, ServiceError> {
     let mut guard = slot.kernel.lock().await;
@@ -436,6 +450,9 @@ pub async fn run_cell(
     let mut op = json!({"id": id, "op": "execute", "code": code});
     if !env.is_empty() {
         op["env"] = json!(env);
+    }
+    if plain_strings {
+        op["plain_str"] = json!(true);
     }
     let mut req = serde_json::to_vec(&op).unwrap_or_default();
     req.push(b'\n');
@@ -460,11 +477,20 @@ pub async fn run_cell(
     let Some(k) = guard.as_mut() else {
         return Err(ServiceError::internal("kernel slot empty"));
     };
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut deadline = tokio::time::Instant::now() + timeout;
     let mut timed_out = false;
+    let mut abandoned = false;
     loop {
         let next = tokio::select! {
             v = k.lines.recv() => v,
+            // The caller stopped listening (a client that timed out and left): the cell is
+            // interrupted now, as at its deadline, so the context's next cell does not wait
+            // behind it.
+            _ = listener_gone(&events), if !abandoned => {
+                abandoned = true;
+                deadline = tokio::time::Instant::now();
+                continue;
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 timed_out = true;
                 // Python turns SIGINT into KeyboardInterrupt and keeps its state.

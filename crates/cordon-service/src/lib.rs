@@ -126,6 +126,9 @@ pub struct Live {
     pub(crate) profile: Profile,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) created_at: u64,
+    /// When it was created, in milliseconds since the epoch: lists order by it (several
+    /// sandboxes are made within one second).
+    pub(crate) created_ms: u64,
     pub(crate) expires_at: AtomicU64,
     pub(crate) commands: Mutex<HashMap<String, Arc<BgCommand>>>,
     pub(crate) contexts: crate::interpreter::Contexts,
@@ -160,6 +163,7 @@ impl Live {
             state: self.state(),
             profile: self.profile.name.clone(),
             created_at: self.created_at,
+            created_ms: self.created_ms,
             expires_at: self.expires_at.load(Ordering::SeqCst),
             metadata: self.metadata.clone(),
             enforcement: Some(self.sandbox.enforcement.clone()),

@@ -206,7 +206,8 @@ impl Service {
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))?
         .map_err(|e| ServiceError::new(ErrorKind::Internal, "sandbox_failed", e.to_string()))?;
-        let created_at = now();
+        let created_ms = crate::registry::now_ms();
+        let created_at = created_ms / 1000;
         let expires_at = created_at + ttl.as_secs();
         let metadata_json = serde_json::to_string(&req.metadata).unwrap_or_default();
         self.registry.insert_sandbox(
@@ -226,6 +227,7 @@ impl Service {
             profile,
             metadata: req.metadata,
             created_at,
+            created_ms,
             expires_at: AtomicU64::new(expires_at),
             commands: Mutex::new(HashMap::new()),
             contexts: Default::default(),
@@ -290,6 +292,7 @@ impl Service {
                 state: SandboxState::parse(&row.state).unwrap_or(SandboxState::Failed),
                 profile: row.profile,
                 created_at: row.created_at,
+                created_ms: row.created_at.saturating_mul(1000),
                 expires_at: row.expires_at,
                 metadata: serde_json::from_str(&row.metadata).unwrap_or_default(),
                 enforcement: None,
@@ -313,7 +316,7 @@ impl Service {
                     .collect()
             })
             .unwrap_or_default();
-        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        out.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.id.cmp(&b.id)));
         SandboxList { sandboxes: out }
     }
 

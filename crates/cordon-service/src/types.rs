@@ -302,6 +302,9 @@ pub struct SandboxInfo {
     pub state: SandboxState,
     pub profile: String,
     pub created_at: u64,
+    /// `created_at` in milliseconds, for front ends that show or order by finer times.
+    #[serde(skip)]
+    pub created_ms: u64,
     pub expires_at: u64,
     pub metadata: BTreeMap<String, String>,
     /// What the host enforces for this sandbox; null once it has ended.

@@ -10,6 +10,7 @@
 
 mod audit;
 mod check;
+mod e2b;
 mod gateway;
 mod image;
 mod mcp;
@@ -48,6 +49,8 @@ enum Command {
     Mcp(Box<mcp::McpArgs>),
     /// Manage API keys of `cordon serve`.
     Keys(serve::KeysArgs),
+    /// Point E2B's SDKs at `cordon serve`: `cordon e2b env` prints the variables to export.
+    E2b(e2b::E2bArgs),
     /// Time cordon against bare exec, bubblewrap and podman, side by side (runs the separate
     /// `cordon-bench` binary on this cordon; `cordon bench --help` lists its options).
     #[command(disable_help_flag = true)]
@@ -103,6 +106,7 @@ fn cordon_main() -> i32 {
         Command::Check(args) => check::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
+        Command::E2b(args) => e2b::main(args),
         Command::Mcp(args) => mcp::main(*args),
         Command::Image(args) => image::main(args),
         Command::Audit(args) => audit::main(args),

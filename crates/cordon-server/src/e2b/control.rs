@@ -11,7 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{rfc3339, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
+use super::{rfc3339, rfc3339_ms, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
 use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
 use cordon_service::Caller;
@@ -187,7 +187,7 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
         "templateID": e2b.template_of(&info.id, &info.profile),
         "sandboxID": info.id,
         "clientID": e2b.st.service.config().node,
-        "startedAt": rfc3339(info.created_at),
+        "startedAt": rfc3339_ms(info.created_ms),
         "endAt": rfc3339(info.expires_at),
         "cpuCount": cpus,
         "memoryMB": mem,
@@ -333,16 +333,42 @@ pub(super) async fn update_network(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `start` and `end` of a metrics query, in seconds since the epoch.
+fn metrics_range(raw: Option<&str>) -> Result<(Option<u64>, Option<u64>), ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    let (mut start, mut end) = (None, None);
+    for (k, v) in pairs {
+        let slot = match k.as_str() {
+            "start" => &mut start,
+            "end" => &mut end,
+            _ => continue,
+        };
+        *slot = Some(
+            v.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("{k}: seconds since the epoch")))?,
+        );
+    }
+    Ok((start, end))
+}
+
 pub(super) async fn metrics(
     State(e2b): State<St>,
     h: HeaderMap,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
+    let (start, end) = metrics_range(raw.as_deref())?;
     // E2B keeps a history and filters it by start/end; this server samples when asked, so
-    // the answer is the one sample of now (CPU: the use since the previous request).
+    // the answer is the one sample of now (CPU: the use since the previous request), and
+    // none when now is outside the range asked for (its bounds are whole seconds: a second
+    // of slack on each side).
     let m = e2b.st.service.sandbox_metrics(&caller, &id).await?;
     let secs = m.timestamp_ms / 1000;
+    if start.is_some_and(|s| secs + 1 < s) || end.is_some_and(|e| secs > e + 1) {
+        return Ok(Json(json!([])).into_response());
+    }
     Ok(Json(json!([{
         "timestamp": rfc3339(secs),
         "timestampUnix": secs,
@@ -438,12 +464,16 @@ pub(super) async fn refresh(
 }
 
 /// The query of a list: `metadata` (itself url-encoded `k=v&…`), `state` (comma-separated),
-/// `limit`, `nextToken`.
+/// `limit`, `nextToken`, `order` (`asc` or `desc`, by start time; E2B's default is newest
+/// first), `startedAfter` (RFC 3339, inclusive), `template`.
 struct ListQuery {
     metadata: BTreeMap<String, String>,
     states: Vec<String>,
     limit: usize,
     after: Option<String>,
+    ascending: bool,
+    started_after_ms: Option<u64>,
+    template: Option<String>,
 }
 
 fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
@@ -454,6 +484,9 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
         states: Vec::new(),
         limit: 100,
         after: None,
+        ascending: false,
+        started_after_ms: None,
+        template: None,
     };
     for (k, v) in pairs {
         match k.as_str() {
@@ -476,6 +509,20 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
                     .ok_or_else(|| ApiError::bad_request("limit: a number from 1 to 1000"))?;
             }
             "nextToken" => q.after = Some(v).filter(|s| !s.is_empty()),
+            "order" => {
+                q.ascending = match v.as_str() {
+                    "asc" => true,
+                    "desc" => false,
+                    _ => return Err(ApiError::bad_request("order: asc or desc")),
+                }
+            }
+            "startedAfter" => {
+                let t = chrono::DateTime::parse_from_rfc3339(&v).map_err(|e| {
+                    ApiError::bad_request(format!("startedAfter: an RFC 3339 time: {e}"))
+                })?;
+                q.started_after_ms = Some(t.timestamp_millis().max(0) as u64);
+            }
+            "template" => q.template = Some(v).filter(|s| !s.is_empty()),
             _ => {}
         }
     }
@@ -489,8 +536,8 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
     Ok(q)
 }
 
-/// `GET /v2/sandboxes`: the caller's sandboxes, oldest first, a page at a time; the next
-/// page's token (the last id shown) in `x-next-token`.
+/// `GET /v2/sandboxes`: the caller's sandboxes, newest first unless `order=asc`, a page at a
+/// time; the next page's token (the last id shown) in `x-next-token`.
 pub(super) async fn list(
     State(e2b): State<St>,
     h: HeaderMap,
@@ -498,14 +545,23 @@ pub(super) async fn list(
 ) -> Result<Response, E2bError> {
     let caller = e2b.caller(&h)?;
     let q = list_query(raw.as_deref())?;
-    let all: Vec<SandboxInfo> = e2b
+    let mut all: Vec<SandboxInfo> = e2b
         .st
         .service
         .list(&caller, &q.metadata)
         .sandboxes
         .into_iter()
         .filter(|s| q.states.is_empty() || q.states.iter().any(|w| w == s.state.as_str()))
+        .filter(|s| q.started_after_ms.is_none_or(|t| s.created_ms >= t))
+        .filter(|s| {
+            q.template
+                .as_ref()
+                .is_none_or(|t| *t == e2b.template_of(&s.id, &s.profile))
+        })
         .collect();
+    if !q.ascending {
+        all.reverse();
+    }
     let start = match &q.after {
         Some(after) => all
             .iter()
@@ -556,8 +612,29 @@ mod tests {
         assert_eq!(q.states, ["running", "paused"]);
         assert_eq!(q.limit, 5);
         assert_eq!(q.after.as_deref(), Some("n-1"));
+        assert!(q.template.is_none() && q.started_after_ms.is_none());
+        assert!(!q.ascending, "E2B lists newest first by default");
+        let q = list_query(Some(
+            "order=asc&startedAfter=2023-11-14T22%3A13%3A20.042%2B00%3A00&template=base",
+        ))
+        .expect("query");
+        assert!(q.ascending);
+        assert_eq!(q.started_after_ms, Some(1_700_000_000_042));
+        assert_eq!(q.template.as_deref(), Some("base"));
+        assert!(list_query(Some("order=sideways")).is_err());
+        assert!(list_query(Some("startedAfter=yesterday")).is_err());
         assert!(list_query(Some("limit=0")).is_err());
         assert!(list_query(Some("state=dead")).is_err());
+    }
+
+    #[test]
+    fn metrics_ranges_are_seconds() {
+        assert_eq!(metrics_range(None).ok(), Some((None, None)));
+        assert_eq!(
+            metrics_range(Some("start=10&end=20")).ok(),
+            Some((Some(10), Some(20)))
+        );
+        assert!(metrics_range(Some("end=soon")).is_err());
     }
 
     #[test]

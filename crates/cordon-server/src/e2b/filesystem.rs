@@ -251,7 +251,8 @@ async fn fs_call(
         "Stat" => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            let e = files::stat(svc, &caller, &id, &p).await?;
+            // envd describes what a link leads to, its absolute path as `symlinkTarget`.
+            let e = files::stat_following(svc, &caller, &id, &p).await?;
             unary_ok(json!({"entry": entry_info(&e)}))
         }
         "ListDir" => {
@@ -277,7 +278,8 @@ async fn fs_call(
         _ => {
             let req: PathReq = decode(&msg)?;
             let p = sandbox_path(&req.path)?;
-            files::remove(svc, &caller, &id, &p, true).await?;
+            // envd's remove of a path that is not there succeeds.
+            files::remove_if_present(svc, &caller, &id, &p, true).await?;
             unary_ok(json!({}))
         }
     }

@@ -1,5 +1,7 @@
 //! The code interpreter's `/execute` stream and `/contexts`, over the service's code cells.
-//! A context's E2B id is its cordon name; the default context of each language is `default`.
+//! A context's E2B id is its cordon name, except the default context of each language (cordon's
+//! `default`), whose id is the language's name; E2B lists the Python and JavaScript ones from
+//! the start, before their first cell.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -42,17 +44,41 @@ fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiE
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
 }
 
+/// The languages whose default context E2B lists before it is used.
+const LISTED_DEFAULTS: [&str; 2] = ["python", "javascript"];
+
+fn e2b_id(c: &ContextInfo) -> String {
+    if c.name == DEFAULT_CONTEXT {
+        c.language.clone()
+    } else {
+        c.name.clone()
+    }
+}
+
 fn context_json(c: &ContextInfo) -> Value {
-    json!({"id": c.name, "language": c.language, "cwd": c.cwd})
+    json!({"id": e2b_id(c), "language": c.language, "cwd": c.cwd})
+}
+
+/// A language's default context as it is before its first cell (no kernel yet).
+fn unstarted_default(language: &str) -> ContextInfo {
+    ContextInfo {
+        language: language.to_string(),
+        name: DEFAULT_CONTEXT.to_string(),
+        execution_count: 0,
+        alive: false,
+        cwd: HOME.to_string(),
+    }
 }
 
 fn find_context(e2b: &St, caller: &Caller, id: &str, ctx: &str) -> Result<ContextInfo, ApiError> {
-    e2b.st
-        .service
-        .list_contexts(caller, id)?
-        .into_iter()
-        .find(|c| c.name == ctx)
-        .ok_or_else(|| ApiError::not_found(format!("context '{ctx}' not found")))
+    let list = e2b.st.service.list_contexts(caller, id)?;
+    if let Some(c) = list.into_iter().find(|c| e2b_id(c) == ctx) {
+        return Ok(c);
+    }
+    match normalize_language(ctx) {
+        Ok(lang) if lang == ctx => Ok(unstarted_default(lang)),
+        _ => Err(ApiError::not_found(format!("context '{ctx}' not found"))),
+    }
 }
 
 /// One result bundle (MIME types) in E2B's field names.
@@ -139,7 +165,7 @@ pub(super) async fn execute(
         }
         (Some(ctx), None) => {
             let c = find_context(&e2b, &caller, &id, &ctx)?;
-            (c.language, ctx)
+            (c.language, c.name)
         }
         (None, lang) => (
             normalize_language(lang.as_deref().unwrap_or("python"))?.to_string(),
@@ -147,14 +173,19 @@ pub(super) async fn execute(
         ),
     };
     let (tx, mut rx) = mpsc::channel::<CellEvent>(64);
-    let (out_tx, out_rx) = mpsc::channel::<Bytes>(64);
+    // An `Err` aborts the response mid-body: how E2B's proxy tells a client its sandbox ended.
+    let (out_tx, out_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
     let svc = e2b.st.service.clone();
     let max = svc.config().max_exec_timeout;
+    let gone = {
+        let (svc, caller, id) = (svc.clone(), caller.clone(), id.clone());
+        move || svc.get_live(&caller, &id).is_err()
+    };
     tokio::spawn(async move {
         let line = |v: Value| {
             let mut s = v.to_string();
             s.push('\n');
-            Bytes::from(s)
+            Ok(Bytes::from(s))
         };
         let run = svc.run_code_in(
             &caller,
@@ -165,6 +196,8 @@ pub(super) async fn execute(
                 context: Some(context),
                 timeout: Some(cordon_service::types::Amount::Number(max.as_secs_f64())),
                 env,
+                // E2B shows a string result as itself, not quoted.
+                plain_strings: true,
             },
             Some(tx),
             Some(HOME),
@@ -182,12 +215,25 @@ pub(super) async fn execute(
                     None => break,
                 },
                 r = &mut run, if result.is_none() => result = Some(r),
+                // The client left (its own timeout): closing the cell's events tells the
+                // service, which interrupts the cell (E2B's server does the same).
+                _ = out_tx.closed(), if !rx.is_closed() => rx.close(),
             }
         }
         let r = match result {
             Some(r) => r,
             None => run.await,
         };
+        // A sandbox killed under the cell: the connection drops without an end, and the SDK,
+        // finding the sandbox gone (`/health`), raises its "sandbox was killed" timeout.
+        if gone() {
+            let _ = out_tx
+                .send(Err(std::io::Error::other(
+                    "the sandbox ended during the execution",
+                )))
+                .await;
+            return;
+        }
         let lines = match r {
             Ok(r) => closing_lines(&r),
             Err(e) => vec![
@@ -199,10 +245,7 @@ pub(super) async fn execute(
             let _ = out_tx.send(line(l)).await;
         }
     });
-    let stream = futures::StreamExt::map(
-        tokio_stream::wrappers::ReceiverStream::new(out_rx),
-        Ok::<_, std::convert::Infallible>,
-    );
+    let stream = tokio_stream::wrappers::ReceiverStream::new(out_rx);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/x-ndjson")],
@@ -235,7 +278,24 @@ pub(super) async fn list_contexts(
 ) -> Result<Json<Vec<Value>>, E2bError> {
     let (caller, id) = e2b.sandbox(&h)?;
     let list = e2b.st.service.list_contexts(&caller, &id)?;
-    Ok(Json(list.iter().map(context_json).collect()))
+    // The listed defaults first (started or not), then the rest.
+    let mut out: Vec<Value> = LISTED_DEFAULTS
+        .iter()
+        .map(|lang| {
+            list.iter()
+                .find(|c| c.name == DEFAULT_CONTEXT && c.language == *lang)
+                .map(context_json)
+                .unwrap_or_else(|| context_json(&unstarted_default(lang)))
+        })
+        .collect();
+    out.extend(
+        list.iter()
+            .filter(|c| {
+                !(c.name == DEFAULT_CONTEXT && LISTED_DEFAULTS.contains(&c.language.as_str()))
+            })
+            .map(context_json),
+    );
+    Ok(Json(out))
 }
 
 pub(super) async fn delete_context(
@@ -247,7 +307,7 @@ pub(super) async fn delete_context(
     let c = find_context(&e2b, &caller, &id, &ctx)?;
     e2b.st
         .service
-        .end_context(&caller, &id, &c.language, &ctx, ContextEnd::Delete)
+        .end_context(&caller, &id, &c.language, &c.name, ContextEnd::Delete)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -261,7 +321,7 @@ pub(super) async fn restart_context(
     let c = find_context(&e2b, &caller, &id, &ctx)?;
     e2b.st
         .service
-        .end_context(&caller, &id, &c.language, &ctx, ContextEnd::Restart)
+        .end_context(&caller, &id, &c.language, &c.name, ContextEnd::Restart)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

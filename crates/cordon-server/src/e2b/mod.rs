@@ -144,10 +144,19 @@ pub fn router(st: Arc<AppState>) -> Router {
 }
 
 /// envd's health: with `E2b-Sandbox-Id`, whether that sandbox runs (502 "was not found" when
-/// it does not, as E2B's proxy says it); without, the server's.
+/// it does not, and 502 while it is paused, as E2B's proxy says it: the SDK's `is_running()`
+/// reads this); without, the server's.
 async fn health(State(e2b): State<St>, h: HeaderMap) -> Result<StatusCode, E2bError> {
     if h.contains_key("e2b-sandbox-id") {
-        e2b.sandbox(&h)?;
+        let (caller, id) = e2b.sandbox(&h)?;
+        if e2b.st.service.get(&caller, &id)?.state == cordon_service::types::SandboxState::Paused {
+            return Err(ApiError::new(
+                ErrorKind::Upstream,
+                "sandbox_paused",
+                format!("The sandbox {id} is paused"),
+            )
+            .into());
+        }
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -177,6 +186,48 @@ async fn e2b_errors(req: Request, next: Next) -> Response {
         message = status.canonical_reason().unwrap_or("error").to_string();
     }
     let mut out = e2b_error(status, &message, None);
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
+}
+
+/// Whether a request comes from an E2B SDK (its `User-Agent`, `e2b-python-sdk/…` or
+/// `e2b-js-sdk/…`, or an envd header): such a client reads every error as E2B's shape.
+fn from_e2b_client(h: &HeaderMap) -> bool {
+    h.contains_key("e2b-sandbox-id")
+        || h.get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ua| ua.starts_with("e2b-"))
+}
+
+/// An E2B SDK that calls a route this server does not have (templates, snapshots, volumes…)
+/// gets the answer in E2B's error shape, `{"code": <status>, "message"}`, which it turns into
+/// its own exception, rather than the native API's `{"error": {…}}`, on which it crashes
+/// (`KeyError: 'code'`). Other clients keep the native shape.
+pub(crate) async fn errors_for_e2b_clients(req: Request, next: Next) -> Response {
+    let e2b_client = from_e2b_client(req.headers());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !e2b_client || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let native = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("error")?.get("message")?.as_str().map(str::to_string));
+    let Some(message) = native else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    let retry_after = parts
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let mut out = e2b_error(status, &message, retry_after);
     if let Some(allow) = parts.headers.get(header::ALLOW) {
         out.headers_mut().insert(header::ALLOW, allow.clone());
     }
@@ -325,6 +376,13 @@ fn rfc3339(secs: u64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
+/// RFC 3339 in UTC, to the millisecond, for milliseconds since the epoch.
+fn rfc3339_ms(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".into())
+}
+
 /// A path as E2B programs give it: relative ones are in the user's home.
 fn sandbox_path(p: &str) -> Result<String, ApiError> {
     if p.contains('\0') {
@@ -395,5 +453,6 @@ mod tests {
     fn timestamps_are_rfc3339() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_ms(1_700_000_000_042), "2023-11-14T22:13:20.042Z");
     }
 }

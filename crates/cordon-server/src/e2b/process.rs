@@ -165,6 +165,12 @@ fn signal_name(sig: i32) -> String {
     }
 }
 
+/// Whether the sandbox has ended (killed, or its time ran out), asked when a command ends.
+fn sandbox_gone(e2b: &St, caller: Caller, id: String) -> impl Fn() -> bool + Send + 'static {
+    let e2b = e2b.clone();
+    move || e2b.st.service.get_live(&caller, &id).is_err()
+}
+
 /// The `end` event for a command's outcome, as envd words it (Go's process state).
 fn end_event(o: &Outcome) -> Value {
     let mut end = serde_json::Map::new();
@@ -219,12 +225,17 @@ fn outcome_bytes(o: &Outcome, stdout: bool) -> Vec<u8> {
 /// taken before the command's first output, so the outcome's output, as kept, is what the
 /// client must have seen by the end (anything the stream missed is sent before `end`); for
 /// a command that had already ended, its whole kept output is sent.
+///
+/// A command that ran out of time, or whose sandbox ended under it (`gone` says), ends the
+/// stream with envd's error instead of an `end` event (`deadline_exceeded`; `unavailable`,
+/// "killed or reached its end of life"): the SDKs raise their `TimeoutException` for those.
 fn follow(
     cmd: Arc<BgCommand>,
     mut events: broadcast::Receiver<ExecEvent>,
     mut done: watch::Receiver<Option<Outcome>>,
     keepalive: Duration,
     from_start: bool,
+    gone: impl Fn() -> bool + Send + 'static,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
@@ -290,6 +301,23 @@ fn follow(
                         return;
                     }
                 }
+            }
+            let failed = if gone() {
+                Some(RpcError::new(
+                    "unavailable",
+                    "the sandbox was killed or reached its end of life while the command ran",
+                ))
+            } else if o.status == Status::Timeout {
+                Some(RpcError::new(
+                    "deadline_exceeded",
+                    "the command ran out of time and was killed",
+                ))
+            } else {
+                None
+            };
+            if let Some(e) = failed {
+                let _ = tx.send(frame(FLAG_END, &json!({"error": e.body()}))).await;
+                return;
             }
             if !send(end_event(&o)).await {
                 return;
@@ -396,13 +424,15 @@ async fn process_call(
                 )
                 .await?;
             let (_, done) = cmd.subscribe();
-            Ok(follow(cmd, first, done, keepalive_of(h), true))
+            let gone = sandbox_gone(e2b, caller, id);
+            Ok(follow(cmd, first, done, keepalive_of(h), true, gone))
         }
         "Connect" => {
             let req: SelReq = decode(&msg)?;
             let cmd = find(e2b, &caller, &id, &req.process)?;
             let (events, done) = cmd.subscribe();
-            Ok(follow(cmd, events, done, keepalive_of(h), false))
+            let gone = sandbox_gone(e2b, caller, id);
+            Ok(follow(cmd, events, done, keepalive_of(h), false, gone))
         }
         "List" => {
             let procs: Vec<Value> = e2b

@@ -130,6 +130,7 @@ impl CordonMcp {
             context: p.context,
             timeout: p.timeout_seconds.map(Amount::Number),
             env: Default::default(),
+            plain_strings: false,
         };
         let r = match self
             .state

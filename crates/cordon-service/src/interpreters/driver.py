@@ -13,8 +13,10 @@ are pipes that the driver reads itself, so nothing user code prints (even protoc
 text), closes (sys.stdout.close(), os.close(1)) or redirects can reach or corrupt the
 protocol, and output of subprocesses is captured too.
 
-  in:   {"id": 7, "op": "execute", "code": "...", "env"?: {"NAME": "value"}}
+  in:   {"id": 7, "op": "execute", "code": "...", "env"?: {"NAME": "value"}, "plain_str"?: true}
         {"op": "shutdown"}   (EOF = shutdown)
+        `plain_str`: a string result's text/plain is the string itself, not its repr (E2B's
+        display of strings; Jupyter's, the default, quotes them).
         `env` holds for that cell only: python sets os.environ around the cell, node
         process.env, bash runs the cell as `NAME=value source <cell>` (exported to the cell and
         what it starts, the earlier values back afterwards).
@@ -88,6 +90,7 @@ class _State:
     busy = False  # a cell is running
     interrupted = False  # SIGINT seen while busy
     pending = False  # SIGINT arrived while the driver itself (not user code) was running
+    plain_str = False  # this cell shows a string result as itself (E2B), not its repr
 
 
 S = _State()
@@ -425,7 +428,7 @@ def bundle(obj):
             except Exception as e:
                 _warn("rendering the figure failed: %s: %s" % (type(e).__name__, e))
     if not isinstance(data.get("text/plain"), str):
-        data["text/plain"] = _safe_repr(obj)
+        data["text/plain"] = obj if S.plain_str and type(obj) is str else _safe_repr(obj)
     return data
 
 
@@ -740,7 +743,8 @@ class NodeKernel:
         return self._version
 
     def run(self, rid, code, count, env=None):
-        msg = json.dumps({"id": rid, "op": "execute", "code": code, "count": count, "env": env or {}})
+        msg = json.dumps({"id": rid, "op": "execute", "code": code, "count": count, "env": env or {},
+                          "plain_str": S.plain_str})
         try:
             self.req.write(msg.encode("utf-8", "surrogatepass") + b"\n")
         except OSError:
@@ -983,6 +987,7 @@ def main():
         count += 1
         S.interrupted = False
         S.pending = False
+        S.plain_str = req.get("plain_str") is True
         pump.begin(rid)
         S.busy = lang != "python"  # the Python kernel marks exactly its user-code sections
         env = req.get("env") or {}

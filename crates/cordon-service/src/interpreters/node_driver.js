@@ -367,11 +367,15 @@
         }
       }
     }
-    if (typeof data['text/plain'] !== 'string') data['text/plain'] = inspect(value);
+    if (typeof data['text/plain'] !== 'string') {
+      data['text/plain'] = plainStr && typeof value === 'string' ? value : inspect(value);
+    }
     return data;
   }
 
   let current = null; // id of the running cell
+  // This cell shows a string result as itself (E2B), not quoted as inspect() does.
+  let plainStr = false;
 
   Object.defineProperty(globalThis, 'display', {
     value: function display(...objs) {
@@ -531,6 +535,7 @@
   async function runCell(req) {
     const id = req.id;
     current = id;
+    plainStr = req.plain_str === true;
     cells += 1;
     const filename = `<cell-${req.count || cells}>`;
     let status = 'ok';

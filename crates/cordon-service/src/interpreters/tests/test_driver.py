@@ -734,3 +734,23 @@ def test_cell_env_holds_for_that_cell_only(kernel_factory, lang):
     assert after.status == "ok", after.msgs
     none = "undefined" if lang == "javascript" else "None"
     assert after.stdout.split()[:2] == ["outer", none], after.stdout
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript"])
+def test_plain_str_shows_a_string_result_as_itself_for_that_cell_only(kernel_factory, lang):
+    """`plain_str` on an execute request (E2B's display): a string result's text/plain is the
+    string itself; other values, and the next cell without the flag, keep their repr."""
+    if lang == "javascript" and shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    k = kernel_factory(lang)
+
+    def run(code, plain):
+        k.next_id += 1
+        k.send({"id": k.next_id, "op": "execute", "code": code, "plain_str": plain})
+        c = k.collect(k.next_id)
+        assert c.status == "ok", c.msgs
+        return c.main["text/plain"]
+
+    assert run('"it\'s"', True) == "it's"
+    assert run("['a']", True) == ("['a']" if lang == "python" else "[ 'a' ]")
+    assert run("'q'", False) == "'q'"

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# E2B's own Python test suites, unmodified (../shared/e2b-suite: sdk-tests for e2b==2.45.1,
+# ci-tests for e2b-code-interpreter==2.9.1), against a real `cordon serve`: a ratchet.
+#   scripts/e2b-suite.sh CORDON_BINARY [SUITE...]      (SUITE: sdk-tests, ci-tests; default both)
+# Each suite runs from a scratch copy of its folder, against a server of its own (fresh data dir,
+# fresh API key), and both the server and pytest run inside a network namespace that holds only
+# loopback: nothing a test or a sandbox does can reach another address. Tests listed in
+# excluded.txt (beside the suites) are deselected. Prints pass/fail counts per suite, writes a
+# JUnit XML and a summary to $E2B_SUITE_OUT (default: a scratch dir, printed), and exits non-zero
+# when a test fails that clients/e2b-e2e/suite-known-failures.txt does not list (that list may
+# only shrink: listed tests that now pass are reported, to be taken off it).
+# Needs root (unshare -n). Environment:
+#   E2B_SUITE_DIR   the suites (default: shared/e2b-suite beside the repository)
+#   E2B_SUITE_VENV  a venv with clients/e2b-e2e/suite-requirements.txt (default: a new one)
+#   E2B_SUITE_JOBS  pytest-xdist workers (default 2)
+#   E2B_SUITE_ARGS  pytest arguments instead of `tests` (split on spaces: paths, node ids, -x, …);
+#                   the ratchet then judges only what ran
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
+  # Inside the namespace: loopback up, one server, one pytest run.
+  suite=$1 copy=$2 out=$3
+  ip link set lo up
+  data=$out/$suite.data
+  key=$("$CORDON" keys create --name e2b-suite --rps 100000 --max-sandboxes 200 --data-dir "$data" | tail -1)
+  "$CORDON" serve --listen 127.0.0.1:0 --data-dir "$data" >"$out/$suite.serve.out" 2>"$out/$suite.serve.err" &
+  server=$!
+  trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+  url=
+  for _ in $(seq 300); do
+    url=$(sed -n 's/^cordon serving on //p' "$out/$suite.serve.out")
+    [ -n "$url" ] && break
+    sleep 0.1
+  done
+  [ -n "$url" ] || { echo "cordon serve did not start: $(cat "$out/$suite.serve.err")" >&2; exit 1; }
+  deselect=()
+  while read -r id _; do
+    case "$id" in "$suite"/*) deselect+=(--deselect "${id#"$suite"/}") ;; esac
+  done < <(grep -v '^#' "$E2B_SUITE_DIR/excluded.txt")
+  extra=()
+  # The code-interpreter suite sets no per-test timeout of its own; a hung test must not hang
+  # the run (the SDK suite's pytest.ini sets 30 s).
+  [ "$suite" = ci-tests ] && extra+=(--timeout=120)
+  cd "$copy"
+  # shellcheck disable=SC2086 # E2B_SUITE_ARGS is split on purpose
+  E2B_API_URL=$url E2B_SANDBOX_URL=$url E2B_VOLUME_API_URL=$url E2B_API_KEY=$key \
+    E2B_VALIDATE_API_KEY=false E2B_TESTS_TEMPLATE=code-interpreter-v1 \
+    E2B_SUITE_REPORT=$out/$suite.json PYTHONPATH=$here/clients/e2b-e2e \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider -p suite_report -n "$JOBS" \
+    --junitxml="$out/$suite.junit.xml" "${deselect[@]}" "${extra[@]}" ${E2B_SUITE_ARGS:-tests} \
+    >"$out/$suite.pytest.log" 2>&1 || true
+  exit 0
+fi
+
+[ "$(id -u)" -eq 0 ] || { echo "e2b-suite.sh needs root (unshare -n)" >&2; exit 2; }
+export CORDON
+CORDON=$(realpath "${1:?usage: scripts/e2b-suite.sh CORDON_BINARY [SUITE...]}")
+shift
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(sdk-tests ci-tests)
+if [ -z "${E2B_SUITE_DIR:-}" ]; then
+  # shared/ lies beside the repository (CI's clone), or beside its worktrees' folder.
+  for d in "$here/../shared/e2b-suite" "$here/../../shared/e2b-suite"; do
+    [ -d "$d" ] && { E2B_SUITE_DIR=$d; break; }
+  done
+fi
+export E2B_SUITE_DIR=${E2B_SUITE_DIR:?no ../shared/e2b-suite beside the repository: set E2B_SUITE_DIR}
+E2B_SUITE_DIR=$(realpath "$E2B_SUITE_DIR")
+export JOBS=${E2B_SUITE_JOBS:-2}
+out=${E2B_SUITE_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+out=$(realpath "$out")
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+export VENV=${E2B_SUITE_VENV:-}
+if [ -z "$VENV" ]; then
+  VENV=$scratch/venv
+  /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$here/clients/e2b-e2e/suite-requirements.txt"
+fi
+
+for suite in "${suites[@]}"; do
+  [ -d "$E2B_SUITE_DIR/$suite" ] || { echo "no suite $E2B_SUITE_DIR/$suite" >&2; exit 2; }
+  cp -r "$E2B_SUITE_DIR/$suite" "$scratch/$suite"
+  chmod -R u+w "$scratch/$suite"
+  rm -f "$out/$suite.json"
+  start=$(date +%s)
+  _E2B_SUITE_INNER=1 unshare -n -- "$0" "$suite" "$scratch/$suite" "$out"
+  echo "$suite: $(($(date +%s) - start)) s wall" >"$out/$suite.time"
+  [ -s "$out/$suite.json" ] || { echo "$suite: pytest wrote no results:" >&2; tail -30 "$out/$suite.pytest.log" >&2; exit 1; }
+done
+
+"$VENV/bin/python" - "$out" "$here/clients/e2b-e2e/suite-known-failures.txt" "${suites[@]}" <<'EOF'
+import json, sys
+out, known_path, suites = sys.argv[1], sys.argv[2], sys.argv[3:]
+known = {}
+for line in open(known_path):
+    line = line.strip()
+    if line and not line.startswith("#"):
+        test, _, cause = line.partition(" ")
+        known[test] = cause.strip()
+new_failures, now_passing, summary = [], [], []
+for suite in suites:
+    results = json.load(open(f"{out}/{suite}.json"))
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for nodeid, outcome in sorted(results.items()):
+        counts[outcome] += 1
+        test = f"{suite}/{nodeid}"
+        if outcome == "failed" and test not in known:
+            new_failures.append(test)
+        if outcome == "passed" and test in known:
+            now_passing.append(test)
+    wall = open(f"{out}/{suite}.time").read().strip()
+    ran = counts["passed"] + counts["failed"]
+    summary.append(f"{suite}: {counts['passed']} passed, {counts['failed']} failed, "
+                   f"{counts['skipped']} skipped ({100 * counts['passed'] // max(ran, 1)} % of those run; {wall})")
+with open(f"{out}/summary.txt", "w") as f:
+    f.write("\n".join(summary) + "\n")
+    f.write("".join(f"NEW FAILURE {t}\n" for t in new_failures))
+    f.write("".join(f"NOW PASSES (take it off the known failures) {t}\n" for t in now_passing))
+print(open(f"{out}/summary.txt").read(), end="")
+print(f"details: {out} (<suite>.pytest.log, .junit.xml, .json)")
+sys.exit(1 if new_failures else 0)
+EOF
