@@ -167,6 +167,12 @@ pub struct Bind {
     pub source: PathBuf,
     pub dest: PathBuf,
     pub writable: bool,
+    /// Mounted idmapped when the sandbox runs as host root: host root's files there are the
+    /// sandbox user's, and what it creates stays root's on the host (a server's volumes,
+    /// shared by sandboxes each with a host uid of its own). Set by the service only: no
+    /// profile file or flag can ask for it.
+    #[serde(default)]
+    pub idmap: bool,
 }
 
 impl Bind {
@@ -187,6 +193,7 @@ impl Bind {
             source: PathBuf::from(src),
             dest: PathBuf::from(dest),
             writable,
+            idmap: false,
         })
     }
 }
