@@ -396,6 +396,13 @@ pub struct CreateSandbox {
     /// command. Unknown images are refused (400) unless the server pulls on demand.
     #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub image: Option<String>,
+    /// The caller's volumes to mount: `[{name, path, readonly}]` (see `/v1/volumes`).
+    #[serde(default)]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
+    /// A snapshot of the caller's (see `/v1/snapshots`) whose files the sandbox starts with;
+    /// its profile, limits and volumes are this request's.
+    #[cfg_attr(feature = "openapi", schema(max_length = 63))]
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
