@@ -588,6 +588,7 @@ mod tests {
             dest: "/data".into(),
             writable: true,
             idmap: false,
+            limit: None,
         });
         p.hide = vec![
             "/data/system".into(),
@@ -738,6 +739,7 @@ mod tests {
             dest: "/data".into(),
             writable: true,
             idmap: false,
+            limit: None,
         });
         p.hide = vec!["/data/system".into(), "/data/public/secret".into()];
         let plan = build(PlanInput {

@@ -173,6 +173,11 @@ pub struct Bind {
     /// profile file or flag can ask for it.
     #[serde(default)]
     pub idmap: bool,
+    /// A writable bind's size cap (a server's volume): while commands run, the sandbox's
+    /// helper walks the source every so often, and what runs while its usage grows past this
+    /// is ended (`limits_hit: ["disk"]`). Set by the service only.
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 impl Bind {
@@ -194,6 +199,7 @@ impl Bind {
             dest: PathBuf::from(dest),
             writable,
             idmap: false,
+            limit: None,
         })
     }
 }

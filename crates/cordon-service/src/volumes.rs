@@ -509,6 +509,7 @@ impl Service {
                 dest: dest.clone(),
                 writable: !m.readonly,
                 idmap: true,
+                limit: (!m.readonly).then_some(info.size_bytes),
             });
             paths.push(dest);
             names.push(m.name.clone());

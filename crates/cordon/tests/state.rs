@@ -273,7 +273,15 @@ fn a_full_volume_is_refused_for_read_write_mounts_but_mounts_read_only() {
     );
     assert_eq!(st, 201, "{v}");
     let a = s.new_sandbox(json!({"volumes": [{"name": "small", "path": "/data"}]}));
-    s.sh(&a, "head -c 2097152 /dev/zero > /data/big");
+    // Writing past the cap while mounted: what runs while the volume grows past it is ended.
+    let (st, o) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/exec"),
+        Some(json!({"cmd": "head -c 2097152 /dev/zero > /data/big; sleep 5; echo survived"})),
+    );
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["stdout"], "", "{o}");
+    assert!(o["limits_hit"].to_string().contains("disk"), "{o}");
     let (st, v) = s.call(
         "POST",
         "/v1/sandboxes",
