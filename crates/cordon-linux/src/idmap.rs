@@ -50,6 +50,29 @@ pub fn layer_trees(
     Ok((trees, child))
 }
 
+/// Idmapped, detached, nosuid/nodev copies of directories bound into the sandbox (a
+/// server's volumes: `Bind::idmap`), read-only where asked: host root's files there are the
+/// sandbox user's, what it creates is root's on the host, so sandboxes with different host
+/// uids share them. The calling process must be root and single-threaded.
+pub fn bind_trees(
+    binds: &[(&Path, bool)],
+    host_uid: u32,
+    host_gid: u32,
+) -> Result<(Vec<OwnedFd>, MappingChild), String> {
+    let (userns, child) = mapping_userns(host_uid, host_gid)?;
+    let trees = binds
+        .iter()
+        .map(|(dir, readonly)| {
+            let tree = sys::open_tree_clone(dir)
+                .map_err(|e| format!("open_tree {}: {e}", dir.display()))?;
+            sys::idmap_tree_with(&tree, &userns, *readonly)
+                .map_err(|e| format!("idmapping {}: {e}", dir.display()))?;
+            Ok(tree)
+        })
+        .collect::<Result<_, String>>()?;
+    Ok((trees, child))
+}
+
 /// The short-lived child that created a mapping user namespace. It leaves by itself once
 /// the namespace is held (it reads EOF); dropping this reaps it. Reaping is deferred to a
 /// point where the child has long gone (see `launcher`), so that a start never blocks on

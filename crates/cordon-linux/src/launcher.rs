@@ -72,7 +72,7 @@ pub(crate) struct Prepared {
     cgroup_plan: Option<CgroupPlan>,
     /// Held until the init has its copy (see `plan.workspace_tree`).
     workspace_tree: Option<OwnedFd>,
-    /// Held until the init has its copies (see `plan.image`).
+    /// Held until the init has its copies (see `plan.image`, and `RootEntry::Bind::tree`).
     layer_trees: Vec<OwnedFd>,
     /// The children that made the idmappings' user namespaces, reaped once the sandbox is on
     /// its way (they are gone by then; see `idmap::MappingChild`).
@@ -484,6 +484,44 @@ pub(crate) fn prepare(
         layer_trees = trees;
         mapping_children.push(child);
         img.layer_trees = layer_trees.iter().map(|t| t.as_raw_fd()).collect();
+    }
+    // Binds the service asked to idmap (volumes), as root: files of host root's that every
+    // sandbox sharing them, whatever its host uid, sees as its own.
+    if euid == 0 {
+        let wanted: Vec<(PathBuf, bool)> = plan
+            .root
+            .iter()
+            .filter_map(|e| match e {
+                plan::RootEntry::Bind {
+                    src,
+                    writable,
+                    idmap: true,
+                    ..
+                } => Some((src.clone(), !*writable)),
+                _ => None,
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let dirs: Vec<(&std::path::Path, bool)> =
+                wanted.iter().map(|(p, ro)| (p.as_path(), *ro)).collect();
+            let (trees, child) =
+                idmap::bind_trees(&dirs, host_uid, host_gid).map_err(|why| EngineError::Setup {
+                    step: "idmapping a volume".into(),
+                    message: format!("{why} (volumes as root need idmapped mounts: Linux 5.12+)"),
+                    errno: None,
+                })?;
+            mapping_children.push(child);
+            let mut fds = trees.iter().map(|t| t.as_raw_fd());
+            for e in plan.root.iter_mut() {
+                if let plan::RootEntry::Bind {
+                    idmap: true, tree, ..
+                } = e
+                {
+                    *tree = fds.next();
+                }
+            }
+            layer_trees.extend(trees);
+        }
     }
     Ok(Prepared {
         workspace_tree,

@@ -38,6 +38,7 @@ pub mod selfconfine;
 pub mod snapshot;
 mod supervisor;
 mod sys;
+pub mod treecopy;
 mod watch;
 
 /// Kept here for callers that knew it from the engine; it lives with the classifier now.

@@ -517,10 +517,25 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 )?;
             }
             RootEntry::Bind {
+                tree: Some(tree),
+                dest,
+                ..
+            } => {
+                let at = root
+                    .dir(dest, 0o755)
+                    .step(|| format!("mkdir {}", dest.display()))?;
+                sys::move_mount_to(*tree, at.as_fd())
+                    .step(|| format!("attach the idmapped {}", dest.display()))?;
+                // SAFETY: the supervisor left this fd open across the clone for this one use;
+                // nothing else owns it.
+                drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(*tree) });
+            }
+            RootEntry::Bind {
                 src,
                 dest,
                 writable,
                 is_dir,
+                ..
             } => {
                 let flags = if *writable {
                     MS_NOSUID | MS_NODEV

@@ -21,12 +21,16 @@ pub(crate) const HOME_ALIAS: &str = "/home/user";
 /// One piece of the new root, in the order it is built.
 #[derive(Debug, Clone)]
 pub enum RootEntry {
-    /// Bind host `src` at `dest`; read-only unless `writable`.
+    /// Bind host `src` at `dest`; read-only unless `writable`. `idmap`: as root, attach an
+    /// idmapped copy instead (`tree`, an fd the supervisor opened and the init inherits; see
+    /// `idmap::bind_tree`), so host root's files there are the sandbox user's.
     Bind {
         src: PathBuf,
         dest: PathBuf,
         writable: bool,
         is_dir: bool,
+        idmap: bool,
+        tree: Option<std::os::fd::RawFd>,
     },
     /// A symlink, as the host has it (merged-/usr systems: /bin -> usr/bin).
     Symlink { target: PathBuf, link: PathBuf },
@@ -334,6 +338,8 @@ fn host_entry(path: &Path, dest: &Path, writable: bool) -> Option<RootEntry> {
         dest: dest.to_path_buf(),
         writable,
         is_dir: meta.is_dir(),
+        idmap: false,
+        tree: None,
     })
 }
 
@@ -504,6 +510,8 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             dest: b.dest.clone(),
             writable: b.writable,
             is_dir: meta.is_dir(),
+            idmap: b.idmap && meta.is_dir(),
+            tree: None,
         });
         if b.writable {
             ll.read_write.push(b.dest.clone());
@@ -622,6 +630,8 @@ mod tests {
             source: dir.clone(),
             dest: "/data".into(),
             writable: true,
+            idmap: false,
+            limit: None,
         });
         p.hide = vec![
             "/data/system".into(),
@@ -771,6 +781,8 @@ mod tests {
             source: dir.clone(),
             dest: "/data".into(),
             writable: true,
+            idmap: false,
+            limit: None,
         });
         p.hide = vec!["/data/system".into(), "/data/public/secret".into()];
         let plan = build(PlanInput {

@@ -167,6 +167,17 @@ pub struct Bind {
     pub source: PathBuf,
     pub dest: PathBuf,
     pub writable: bool,
+    /// Mounted idmapped when the sandbox runs as host root: host root's files there are the
+    /// sandbox user's, and what it creates stays root's on the host (a server's volumes,
+    /// shared by sandboxes each with a host uid of its own). Set by the service only: no
+    /// profile file or flag can ask for it.
+    #[serde(default)]
+    pub idmap: bool,
+    /// A writable bind's size cap (a server's volume): while commands run, the sandbox's
+    /// helper walks the source every so often, and what runs while its usage grows past this
+    /// is ended (`limits_hit: ["disk"]`). Set by the service only.
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 impl Bind {
@@ -187,6 +198,8 @@ impl Bind {
             source: PathBuf::from(src),
             dest: PathBuf::from(dest),
             writable,
+            idmap: false,
+            limit: None,
         })
     }
 }

@@ -1,6 +1,8 @@
 //! The data directory (registry, audit log, lock) is private to the user running the server:
 //! the directory 0700 and every file in it 0600, whatever the umask. The registry holds key
 //! hashes and the audit log what every key did; neither is any other local user's business.
+//! Volumes and snapshots (`volumes`, `snapshots`, `.partial`) keep their files' own modes: the
+//! 0700 directory above them is what keeps other local users out.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
@@ -11,8 +13,15 @@ pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
 
 /// Files cordon keeps in a data directory; a directory holding one of them is cordon's to
-/// tighten.
-const OURS: [&str; 3] = ["cordon.db", "audit.jsonl", "lock"];
+/// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox.)
+const OURS: [&str; 6] = [
+    "cordon.db",
+    "audit.jsonl",
+    "lock",
+    "volumes",
+    "snapshots",
+    ".partial",
+];
 
 /// Creates `dir` (and its parents) if missing and makes it 0700.
 ///

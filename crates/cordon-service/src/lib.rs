@@ -28,6 +28,8 @@ mod images;
 mod lifecycle;
 mod network;
 mod requests;
+pub mod snapshots;
+pub mod volumes;
 mod wasm;
 
 pub use code::ContextEnd;
@@ -124,6 +126,8 @@ pub struct Live {
     pub(crate) key_id: String,
     pub(crate) sandbox: Arc<Sandbox>,
     pub(crate) profile: Profile,
+    /// Names of the key's volumes it mounts (see `volumes`).
+    pub(crate) volumes: Vec<String>,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) created_at: u64,
     /// When it was created, in milliseconds since the epoch: lists order by it (several
@@ -191,6 +195,8 @@ pub struct Service {
     live: RwLock<HashMap<String, Arc<Live>>>,
     /// Creates under way per key id: slots taken but not yet live (see `reserve`).
     pending: Mutex<HashMap<String, usize>>,
+    /// Volumes (key id, name) creates under way mount (see `volumes::VolumeUse`).
+    volume_uses: Mutex<HashMap<(String, String), usize>>,
 }
 
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
@@ -251,8 +257,10 @@ impl Service {
             limiter: auth::KeyLimiter::default(),
             live: RwLock::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            volume_uses: Mutex::new(HashMap::new()),
         });
         svc.reap_previous_run()?;
+        svc.remove_partial_state();
         Ok(svc)
     }
 

@@ -47,11 +47,19 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// What a new sandbox starts with besides its profile: files copied from a stored tree (a
+/// snapshot's, a fork's capture) and volumes its profile already binds (a fork's parent's).
+#[derive(Default)]
+pub(crate) struct Seed {
+    pub(crate) tree: Option<std::path::PathBuf>,
+    pub(crate) volumes: Vec<String>,
+}
+
 impl Service {
     /// What this server's freezer cgroups are named after (see [`cordon_linux::freeze`]): a
     /// digest of its data directory, so that servers on different data directories never
     /// touch each other's paused sandboxes, and the next server on this one finds them.
-    fn pause_scope(&self) -> String {
+    pub(crate) fn pause_scope(&self) -> String {
         use sha2::{Digest, Sha256};
         use std::os::unix::ffi::OsStrExt;
         let dir =
@@ -148,11 +156,12 @@ impl Service {
         m
     }
 
-    async fn create_from(
+    pub(crate) async fn create_seeded(
         self: &Arc<Self>,
         caller: &Caller,
         req: CreateSandbox,
         trusted: Option<Profile>,
+        seed: Seed,
     ) -> Result<SandboxInfo, ServiceError> {
         let mut profile = profile_from(
             req.profile.as_deref(),
@@ -175,6 +184,14 @@ impl Service {
         let trusted_profile = trusted.is_some();
         let mut profile = trusted.unwrap_or(profile);
         self.add_required(&mut profile);
+        // Volumes become binds before the profile is checked; held as in use from here on.
+        let mut volumes = self.mount_volumes(caller, &req.volumes, &mut profile)?;
+        volumes.hold(&seed.volumes);
+        let tree = match (&seed.tree, &req.from) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(name)) => Some(self.snapshot_tree(caller, name)?),
+            (None, None) => None,
+        };
         profile
             .validate()
             .map_err(|e| ServiceError::bad_request(e.to_string()))?;
@@ -206,6 +223,43 @@ impl Service {
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))?
         .map_err(|e| ServiceError::new(ErrorKind::Internal, "sandbox_failed", e.to_string()))?;
+        let sandbox = Arc::new(sandbox);
+        if let Some(tree) = tree {
+            // Its files before anyone can reach it: nothing runs in it yet but its init.
+            let sb = sandbox.clone();
+            let restored =
+                tokio::task::spawn_blocking(move || crate::snapshots::restore(&sb, &tree))
+                    .await
+                    .map_err(|e| ServiceError::internal(e.to_string()))
+                    .and_then(|r| r);
+            if let Err(e) = restored {
+                let sb = sandbox.clone();
+                let _ = tokio::task::spawn_blocking(move || sb.shutdown()).await;
+                return Err(e);
+            }
+        }
+        let names = volumes.names.clone();
+        let info = self.make_live(caller, req, profile, sandbox, image, ttl, egress, id, names)?;
+        // Only now that the sandbox counts as live (see `reserve`), and its volumes as in use.
+        drop(slot);
+        drop(volumes);
+        Ok(info)
+    }
+
+    /// Records a created sandbox and makes it live.
+    #[allow(clippy::too_many_arguments)]
+    fn make_live(
+        &self,
+        caller: &Caller,
+        req: CreateSandbox,
+        profile: Profile,
+        sandbox: Arc<Sandbox>,
+        image: Option<cordon_image::ImageRoot>,
+        ttl: std::time::Duration,
+        egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+        id: String,
+        volumes: Vec<String>,
+    ) -> Result<SandboxInfo, ServiceError> {
         let created_ms = crate::registry::now_ms();
         let created_at = created_ms / 1000;
         let expires_at = created_at + ttl.as_secs();
@@ -223,8 +277,9 @@ impl Service {
         let live = Arc::new(Live {
             id: id.clone(),
             key_id: caller.key_id.clone(),
-            sandbox: Arc::new(sandbox),
+            sandbox,
             profile,
+            volumes,
             metadata: req.metadata,
             created_at,
             created_ms,
@@ -239,8 +294,6 @@ impl Service {
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
         }
-        // Only now that the sandbox counts as live (see `reserve`).
-        drop(slot);
         self.metrics
             .sandboxes_created
             .fetch_add(1, Ordering::Relaxed);
@@ -259,7 +312,7 @@ impl Service {
         caller: &Caller,
         req: CreateSandbox,
     ) -> Result<SandboxInfo, ServiceError> {
-        self.create_from(caller, req, None).await
+        self.create_seeded(caller, req, None, Seed::default()).await
     }
 
     /// A sandbox of a profile the front end built itself from its own trusted configuration
@@ -277,7 +330,8 @@ impl Service {
             metadata,
             ..Default::default()
         };
-        self.create_from(caller, req, Some(profile)).await
+        self.create_seeded(caller, req, Some(profile), Seed::default())
+            .await
     }
 
     pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ServiceError> {

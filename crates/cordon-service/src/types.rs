@@ -233,6 +233,12 @@ pub struct CreateSandbox {
     /// root replaces the host's system directories; its `Env` and `WorkingDir` apply to every
     /// command. Unknown images are refused (400) unless the server pulls on demand.
     pub image: Option<String>,
+    /// The caller's volumes to mount: `[{name, path, readonly}]` (see `/v1/volumes`).
+    #[serde(default)]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
+    /// A snapshot of the caller's (see `/v1/snapshots`) whose files the sandbox starts with;
+    /// its profile, limits and volumes are this request's.
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

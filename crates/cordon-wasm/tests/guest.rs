@@ -116,6 +116,8 @@ fn workspace_is_writable_and_ro_binds_are_not() {
         source: data.clone(),
         dest: "/data".into(),
         writable: false,
+        idmap: false,
+        limit: None,
     });
     let o = go(&p, &["write", "/workspace/out.txt", "from the guest"]);
     assert_eq!(o.exit_code, Some(0), "{o:?}");

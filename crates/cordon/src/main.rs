@@ -18,6 +18,7 @@ mod run;
 mod run_tty;
 mod sandbox_args;
 mod serve;
+mod state;
 
 use clap::{Parser, Subcommand};
 
@@ -67,6 +68,12 @@ enum Command {
     Gateway(Box<gateway::GatewayArgs>),
     /// Check a hash-chained audit log (gateway or serve).
     Audit(audit::AuditArgs),
+    /// Volumes of a running `cordon serve` (over HTTP): create, list, rm.
+    Volume(state::VolumeArgs),
+    /// Snapshots of a running `cordon serve`'s sandboxes (over HTTP): create, list, rm.
+    Snapshot(state::SnapshotArgs),
+    /// Sandboxes of a running `cordon serve` (over HTTP): create (from a snapshot), fork.
+    Sandbox(state::SandboxArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -111,6 +118,9 @@ fn cordon_main() -> i32 {
         Command::Image(args) => image::main(args),
         Command::Audit(args) => audit::main(args),
         Command::Gateway(args) => gateway::main(*args),
+        Command::Volume(args) => state::volume_main(args),
+        Command::Snapshot(args) => state::snapshot_main(args),
+        Command::Sandbox(args) => state::sandbox_main(args),
     };
     code.clamp(0, 255)
 }

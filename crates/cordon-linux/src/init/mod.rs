@@ -59,6 +59,10 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
                 .iter()
                 .flat_map(|i| i.layer_trees.iter().copied()),
         )
+        .chain(plan.root.iter().filter_map(|e| match e {
+            crate::plan::RootEntry::Bind { tree, .. } => *tree,
+            _ => None,
+        }))
         .collect();
     if let Err(e) = sys::close_fds_except(&keep) {
         fail(&ch, "closing inherited fds", e);

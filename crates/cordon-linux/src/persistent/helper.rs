@@ -101,7 +101,22 @@ pub fn helper_main() -> i32 {
         scratch: Vec::new(),
         degraded: prepared.degraded(),
         disk: None,
+        volumes: Vec::new(),
     };
+    for b in profile.binds.iter().filter(|b| b.writable) {
+        let Some(limit) = b.limit else { continue };
+        match crate::watch::DiskWatch::open(&b.source, limit) {
+            Ok(w) => domains.volumes.push(w),
+            Err(e) => {
+                domains.kill();
+                return failed(
+                    &control,
+                    format!("watching {}: {e}", b.dest.display()),
+                    None,
+                );
+            }
+        }
+    }
     if let Some(dir) = &prepared.run_dir {
         match crate::watch::DiskWatch::open(dir, profile.limits.disk) {
             Ok(w) => domains.disk = Some(w),
@@ -314,6 +329,8 @@ struct Domains {
     degraded: bool,
     /// No tmpfs: the scratch directory's usage against `--disk` (see `DiskWatch`).
     disk: Option<crate::watch::DiskWatch>,
+    /// Writable binds with a size cap (volumes): their usage against it, the same way.
+    volumes: Vec<crate::watch::DiskWatch>,
 }
 
 /// The scratch filesystems among the descriptors the init handed over with `Confined`, each
@@ -425,7 +442,10 @@ impl Domains {
         if !self.commands.is_empty() {
             let (disk, inodes) = scratch_full(&self.scratch);
             // Without a tmpfs to fill, what runs while the usage grows past the limit ends.
-            let over = self.disk.as_mut().is_some_and(|w| w.grew_over(false));
+            let mut over = self.disk.as_mut().is_some_and(|w| w.grew_over(false));
+            for v in self.volumes.iter_mut() {
+                over |= v.grew_over(false);
+            }
             for (id, c) in self.commands.iter_mut() {
                 c.disk_full |= disk || over;
                 c.inodes_exhausted |= inodes;
@@ -526,7 +546,10 @@ impl Domains {
                 let (disk, inodes) = scratch_full(&self.scratch);
                 // A short command may have grown the scratch directory past the limit
                 // between two looks.
-                let over = self.disk.as_mut().is_some_and(|w| w.grew_over(true));
+                let mut over = self.disk.as_mut().is_some_and(|w| w.grew_over(true));
+                for v in self.volumes.iter_mut() {
+                    over |= v.grew_over(true);
+                }
                 c.disk_full |= disk || over;
                 c.inodes_exhausted |= inodes;
                 let usage = c.usage();

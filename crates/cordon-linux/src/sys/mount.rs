@@ -144,8 +144,14 @@ pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
 
 /// Makes the detached mount `tree` idmapped through `userns` (and nosuid, nodev).
 pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
+    idmap_tree_with(tree, userns, false)
+}
+
+/// [`idmap_tree`], and read-only too with `readonly`.
+pub fn idmap_tree_with(tree: &OwnedFd, userns: &OwnedFd, readonly: bool) -> io::Result<()> {
+    let ro = if readonly { MOUNT_ATTR_RDONLY } else { 0 };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | ro,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,

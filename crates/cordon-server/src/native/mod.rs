@@ -21,6 +21,7 @@ mod network;
 mod run;
 mod sandboxes;
 pub(crate) mod schema;
+mod state;
 
 use std::sync::{Arc, OnceLock};
 
@@ -82,6 +83,12 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(run::run_oneshot))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
+        .routes(routes!(state::create_volume, state::list_volumes))
+        .routes(routes!(state::get_volume, state::delete_volume))
+        .routes(routes!(state::create_snapshot))
+        .routes(routes!(state::list_snapshots))
+        .routes(routes!(state::delete_snapshot))
+        .routes(routes!(state::fork))
         .routes(routes!(
             mcp_mount::mcp_post,
             mcp_mount::mcp_get,
@@ -166,8 +173,19 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if has_body {
         v.push(413);
     }
-    if path.contains("{id}") || path.contains("{cid}") || path == "/mcp" {
+    if path.contains("{id}") || path.contains("{cid}") || path.contains("{name}") || path == "/mcp"
+    {
         v.push(404);
+    }
+    if path.starts_with("/v1/volumes") || path.contains("snapshots") {
+        v.push(409);
+    }
+    if path.starts_with("/v1/volumes")
+        || path.contains("snapshots")
+        || path.ends_with("/fork")
+        || path == "/v1/sandboxes"
+    {
+        v.push(507);
     }
     if path.starts_with("/v1/sandboxes/{id}/") {
         v.push(409);
@@ -181,6 +199,8 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if path == "/v1/images/pull" {
         v.extend([403, 404, 422, 502]);
     }
+    v.sort_unstable();
+    v.dedup();
     v
 }
 
@@ -193,7 +213,7 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         404 => "No such sandbox (or command, context, file, MCP session) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
-        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …)",
+        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume or snapshot of that name exists already, or a volume is in use",
         413 => "The body is larger than this server accepts",
         415 => "A content type this endpoint does not take",
         422 => "The image cannot be used: a digest that does not match, a format or feature not handled, a size cap reached, no image for the platform asked for",
@@ -201,7 +221,7 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         500 => "The server or the host failed (the message says what)",
         501 => "The sandbox's file system cannot do this",
         502 => "The registry refused or failed (the message says what it answered)",
-        507 => "The sandbox's disk is full",
+        507 => "The sandbox's disk is full, a volume is full, or the key's volumes or snapshots are at their quota",
         _ => "Error",
     };
     let mut schema: RefOr<utoipa::openapi::schema::Schema> =

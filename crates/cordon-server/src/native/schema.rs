@@ -225,6 +225,13 @@ pub struct CreateSandbox {
     /// command. Unknown images are refused (400) unless the server pulls on demand.
     #[schema(max_length = 4096)]
     pub image: Option<String>,
+    /// The caller's volumes to mount: `[{name, path, readonly}]` (see `/v1/volumes`).
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
+    /// A snapshot of the caller's (see `/v1/snapshots`) whose files the sandbox starts with;
+    /// its profile, limits and volumes are this request's.
+    #[schema(max_length = 63)]
+    pub from: Option<String>,
 }
 
 #[derive(ToSchema, Serialize)]
@@ -620,6 +627,128 @@ pub struct KeyRecord {
     pub revoked: bool,
 }
 
+/// `POST /v1/sandboxes/{id}/snapshots`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// 1 to 63 characters: lower-case letters, digits, `-`, `_`, `.`; unique per key.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+    pub name: String,
+}
+
+/// A snapshot as the API shows it.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// The sandbox it was taken of.
+    pub sandbox: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Bytes of its files (each hard link counted, and stored, as a file of its own).
+    pub bytes: u64,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Entries not carried (FIFOs, sockets, device nodes, files their owner cannot read,
+    /// mount points), the first 50 named with why.
+    pub skipped: Vec<String>,
+    pub skipped_count: u64,
+    /// How long the sandbox's processes were frozen for the copy, in milliseconds (0 if it
+    /// was paused already: it stays paused).
+    pub frozen_ms: u64,
+    /// `cgroup-freezer`, `sigstop`, or `already-paused`.
+    pub freeze_method: String,
+    /// The paths it holds.
+    pub carried: Vec<String>,
+    /// What it does not hold.
+    pub not_carried: Vec<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotInfo>,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many sandboxes (1 when absent).
+    #[schema(minimum = 1, maximum = 16)]
+    pub count: Option<u32>,
+    /// Each fork's time to live; the server's default when absent.
+    #[schema(value_type = Option<DurationSchema>)]
+    pub ttl: Option<Amount>,
+    /// Labels of the forks; the parent's when absent.
+    #[schema(value_type = Option<MetadataSchema>)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// What a fork made.
+#[derive(ToSchema, Serialize)]
+pub struct ForkResult {
+    /// The new sandboxes: the parent's files, profile, limits, environment, network policy
+    /// and volumes; the parent runs on untouched.
+    pub sandboxes: Vec<SandboxInfo>,
+    pub frozen_ms: u64,
+    pub freeze_method: String,
+    pub carried: Vec<String>,
+    pub not_carried: Vec<String>,
+    /// Said in words: memory and processes are not carried on this host.
+    pub note: String,
+    pub skipped: Vec<String>,
+}
+
+/// `POST /v1/volumes`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolume {
+    /// 1 to 63 characters: lower-case letters, digits, `-`, `_`, `.`; starting with a letter
+    /// or digit.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+    pub name: String,
+    /// Its cap, e.g. `"10G"` (see the README's *State* section for where it is enforced);
+    /// 1G when absent.
+    #[schema(value_type = Option<SizeSchema>)]
+    pub size: Option<Amount>,
+}
+
+/// A volume as the API shows it.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct VolumeInfo {
+    pub name: String,
+    /// The cap, in bytes.
+    pub size_bytes: u64,
+    /// Bytes its files take now (each hard-linked file once); absent when the tree is too
+    /// large to walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// The key's running sandboxes that mount it.
+    #[serde(default)]
+    pub mounted_by: Vec<String>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct VolumeList {
+    pub volumes: Vec<VolumeInfo>,
+}
+
+/// One volume of a sandbox create: `volumes: [{name, path, readonly}]`.
+#[derive(ToSchema, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    /// A volume of the caller's key.
+    pub name: String,
+    /// Where it appears inside the sandbox: an absolute path, not `/` and not in `/proc`,
+    /// `/sys`, `/dev`, `/etc`, `/usr`, `/bin`, `/sbin`, `/lib*`.
+    #[schema(max_length = 1024)]
+    pub path: String,
+    #[serde(default)]
+    pub readonly: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use serde::de::{self, Deserializer, Visitor};
@@ -697,6 +826,22 @@ mod tests {
         assert_eq!(
             fields_of::<super::PullRequest>(),
             fields_of::<cordon_service::PullRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::CreateSnapshot>(),
+            fields_of::<cordon_service::snapshots::CreateSnapshot>()
+        );
+        assert_eq!(
+            fields_of::<super::ForkRequest>(),
+            fields_of::<cordon_service::snapshots::ForkRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::CreateVolume>(),
+            fields_of::<cordon_service::volumes::CreateVolume>()
+        );
+        assert_eq!(
+            fields_of::<super::VolumeMount>(),
+            fields_of::<cordon_service::volumes::VolumeMount>()
         );
         assert!(fields_of::<super::CreateSandbox>().contains(&"memory"));
     }

@@ -1,0 +1,658 @@
+//! State that outlives a sandbox, end to end against a real `cordon serve` on loopback:
+//! volumes (shared, per key, capped, kept across restarts, not deletable in use), snapshots
+//! (of a tree hostile code planted, checked from outside: nothing of the host read or
+//! written), create from a snapshot, forks, and crash leftovers removed at start.
+#![allow(clippy::result_large_err)] // ureq 2 errors carry the whole response; fine in tests.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+mod serve;
+use serve::Server;
+
+impl Server {
+    fn new_sandbox(&self, body: Value) -> String {
+        let (s, v) = self.call("POST", "/v1/sandboxes", Some(body));
+        assert_eq!(s, 201, "{v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+
+    /// Runs `sh -c cmd`; (exit code, stdout, stderr).
+    fn sh(&self, id: &str, cmd: &str) -> (i64, String, String) {
+        let (s, v) = self.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({ "cmd": cmd })),
+        );
+        assert_eq!(s, 200, "{v}");
+        (
+            v["exit_code"].as_i64().unwrap_or(-1),
+            v["stdout"].as_str().unwrap_or("").to_string(),
+            v["stderr"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    fn as_key(&self, key: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let r = ureq::request(method, &format!("{}{}", self.url, path))
+            .set("Authorization", &format!("Bearer {key}"));
+        let res = match body {
+            Some(b) => r.send_json(b),
+            None => r.call(),
+        };
+        let resp = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        (status, resp.into_json().unwrap_or(Value::Null))
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "cordon-state-{tag}-{}-{}",
+        std::process::id(),
+        serve::unique()
+    ))
+}
+
+/// A second key of the server on `dir` (the registry takes keys while it runs).
+fn second_key(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["keys", "create", "--name", "other", "--data-dir"])
+        .arg(dir)
+        .output()
+        .expect("cordon keys create");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A host file the sandboxes are pointed at; its contents and mtime must never change.
+struct Canary {
+    path: PathBuf,
+    mtime: i64,
+}
+
+impl Canary {
+    fn plant(dir: &Path) -> Canary {
+        std::fs::create_dir_all(dir).expect("canary dir");
+        let path = dir.join("canary.txt");
+        std::fs::write(&path, "HOST-CANARY-CONTENTS").expect("canary");
+        let mtime = std::fs::metadata(&path).expect("canary").mtime();
+        Canary { path, mtime }
+    }
+
+    fn untouched(&self) {
+        assert_eq!(
+            std::fs::read_to_string(&self.path).expect("canary"),
+            "HOST-CANARY-CONTENTS"
+        );
+        assert_eq!(
+            std::fs::metadata(&self.path).expect("canary").mtime(),
+            self.mtime
+        );
+    }
+}
+
+/// Every regular file under `dir` (not following symlinks).
+fn regular_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let t = e.file_type().expect("type");
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn two_sandboxes_on_one_volume_see_each_others_files_and_a_restart_keeps_them() {
+    let dir = temp_dir("vol");
+    let s = Server::start_in(dir.clone(), &[]);
+    let (st, v) = s.call(
+        "POST",
+        "/v1/volumes",
+        Some(json!({"name": "shared", "size": "64M"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["size_bytes"], 64 << 20);
+    let (st, v) = s.call("POST", "/v1/volumes", Some(json!({"name": "shared"})));
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("already_exists")),
+        "{v}"
+    );
+
+    let a = s.new_sandbox(json!({"volumes": [{"name": "shared", "path": "/data"}]}));
+    let b = s.new_sandbox(json!({"volumes": [{"name": "shared", "path": "/mnt/v"}]}));
+    let (code, _, err) = s.sh(
+        &a,
+        "echo from-a > /data/a.txt && mkdir -p /data/d && echo x > /data/d/y",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = s.sh(
+        &b,
+        "cat /mnt/v/a.txt && echo from-b > /mnt/v/a.txt && id -u",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "from-a\n1000\n");
+    let (_, out, _) = s.sh(&a, "cat /data/a.txt; stat -c %u /data/a.txt");
+    assert_eq!(
+        out, "from-b\n1000\n",
+        "B's write, and the file is the sandbox user's in A too"
+    );
+
+    // Read-only: readable, not writable.
+    let c =
+        s.new_sandbox(json!({"volumes": [{"name": "shared", "path": "/ro", "readonly": true}]}));
+    let (code, out, _) = s.sh(&c, "cat /ro/a.txt; echo no > /ro/new.txt");
+    assert_ne!(code, 0);
+    assert_eq!(out, "from-b\n");
+    assert!(!dir.join("volumes").join("x").exists());
+
+    // In use: refused, naming the sandboxes.
+    let (st, v) = s.call("DELETE", "/v1/volumes/shared", None);
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "volume_in_use");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    for id in [&a, &b, &c] {
+        assert!(msg.contains(id.as_str()), "{msg}");
+    }
+    let (_, v) = s.call("GET", "/v1/volumes", None);
+    assert_eq!(v["volumes"][0]["name"], "shared");
+    assert_eq!(
+        v["volumes"][0]["mounted_by"].as_array().map(|a| a.len()),
+        Some(3),
+        "{v}"
+    );
+
+    // Restart: the volume and its files are there; the key is the same.
+    let key = s.key.clone();
+    drop(s);
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.key = key;
+    s.scratch = true;
+    let (st, v) = s.call("GET", "/v1/volumes", None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["volumes"][0]["name"], "shared", "{v}");
+    assert_eq!(v["volumes"][0]["mounted_by"], json!([]), "{v}");
+    let d = s.new_sandbox(json!({"volumes": [{"name": "shared", "path": "/workspace/v"}]}));
+    let (_, out, _) = s.sh(&d, "cat /workspace/v/a.txt /workspace/v/d/y");
+    assert_eq!(out, "from-b\nx\n");
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{d}"), None);
+    assert_eq!(st, 204);
+    let (st, v) = s.call("DELETE", "/v1/volumes/shared", None);
+    assert_eq!(st, 204, "{v}");
+    let (_, v) = s.call("GET", "/v1/volumes", None);
+    assert_eq!(v["volumes"], json!([]));
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"volumes": [{"name": "shared", "path": "/data"}]})),
+    );
+    assert_eq!(st, 404, "{v}");
+}
+
+#[test]
+fn another_key_can_neither_see_nor_mount_nor_delete_a_volume() {
+    let s = Server::start();
+    let other = second_key(&s.data_dir);
+    let (st, v) = s.call(
+        "POST",
+        "/v1/volumes",
+        Some(json!({"name": "mine", "size": "8M"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let a = s.new_sandbox(json!({"volumes": [{"name": "mine", "path": "/data"}]}));
+    s.sh(&a, "echo secret > /data/s.txt");
+
+    let (st, v) = s.as_key(&other, "GET", "/v1/volumes", None);
+    assert_eq!((st, &v["volumes"]), (200, &json!([])), "{v}");
+    let (st, _) = s.as_key(&other, "GET", "/v1/volumes/mine", None);
+    assert_eq!(st, 404);
+    let (st, v) = s.as_key(
+        &other,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"volumes": [{"name": "mine", "path": "/data"}]})),
+    );
+    assert_eq!(st, 404, "{v}");
+    let (st, _) = s.as_key(&other, "DELETE", "/v1/volumes/mine", None);
+    assert_eq!(st, 404);
+    // Its own volume of the same name is another volume.
+    let (st, v) = s.as_key(&other, "POST", "/v1/volumes", Some(json!({"name": "mine"})));
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = s.as_key(
+        &other,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"volumes": [{"name": "mine", "path": "/data"}]})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let b = v["id"].as_str().expect("id").to_string();
+    let (st, v) = s.as_key(
+        &other,
+        "POST",
+        &format!("/v1/sandboxes/{b}/exec"),
+        Some(json!({"cmd": "ls -A /data"})),
+    );
+    assert_eq!(st, 200);
+    assert_eq!(v["stdout"], "", "{v}");
+    // Names that would be paths are refused before any path is made of them.
+    for bad in ["../x", "a/b", ".hidden", "UPPER", ""] {
+        let (st, v) = s.call("POST", "/v1/volumes", Some(json!({"name": bad})));
+        assert_eq!(st, 400, "{bad}: {v}");
+    }
+    for bad in ["/", "relative", "/etc/x", "/proc", "/data/../etc"] {
+        let (st, v) = s.call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"volumes": [{"name": "mine", "path": bad}]})),
+        );
+        assert_eq!(st, 400, "{bad}: {v}");
+    }
+}
+
+#[test]
+fn a_full_volume_is_refused_for_read_write_mounts_but_mounts_read_only() {
+    let s = Server::start();
+    let (st, v) = s.call(
+        "POST",
+        "/v1/volumes",
+        Some(json!({"name": "small", "size": "1M"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let a = s.new_sandbox(json!({"volumes": [{"name": "small", "path": "/data"}]}));
+    // Writing past the cap while mounted: what runs while the volume grows past it is ended.
+    let (st, o) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/exec"),
+        Some(json!({"cmd": "head -c 2097152 /dev/zero > /data/big; sleep 5; echo survived"})),
+    );
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["stdout"], "", "{o}");
+    assert!(o["limits_hit"].to_string().contains("disk"), "{o}");
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"volumes": [{"name": "small", "path": "/data"}]})),
+    );
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"]["code"], "volume_full");
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"volumes": [{"name": "small", "path": "/data", "readonly": true}]})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let (_, v) = s.call("GET", "/v1/volumes/small", None);
+    assert!(v["used_bytes"].as_u64().unwrap_or(0) >= 2 << 20, "{v}");
+}
+
+#[test]
+fn a_snapshot_of_a_hostile_tree_reads_and_writes_nothing_of_the_host() {
+    let s = Server::start();
+    let host = temp_dir("host");
+    let canary = Canary::plant(&host);
+    let cp = canary.path.display().to_string();
+    let hd = host.display().to_string();
+    let a = s.new_sandbox(json!({}));
+    let plant = format!(
+        "cd /workspace && echo data > file && ln file hard && ln -s {cp} canary_link && \
+         ln -s {hd} hostdir_link && ln -s /etc/passwd passwd_link && ln -s / root_link && \
+         mkfifo fifo && mkdir -p deep/er && echo in > deep/er/f && ln -s ../../canary_link deep/er/up && \
+         cp /bin/true suid && chmod 755 suid; chmod u+s suid; mknod dev c 1 3; \
+         echo home > /home/sandbox/h; echo tmp > /tmp/t; ls -l /workspace"
+    );
+    let (_, out, err) = s.sh(&a, &plant);
+    assert!(out.contains("canary_link"), "{out} {err}");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/snapshots"),
+        Some(json!({"name": "hostile"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    assert!(v["frozen_ms"].is_u64(), "{v}");
+    assert_ne!(v["freeze_method"], "already-paused");
+    assert!(
+        v["skipped"].to_string().contains("fifo: a FIFO"),
+        "the FIFO is named as skipped: {v}"
+    );
+    assert!(v["not_carried"].to_string().contains("memory"), "{v}");
+    // The sandbox was thawed.
+    let (_, info) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
+    assert_eq!(info["state"], "running");
+
+    // From outside: the store holds symlinks as symlinks, no FIFO, no setuid bit, and no
+    // host file's contents.
+    let store = std::fs::read_dir(s.data_dir.join("snapshots"))
+        .expect("snapshots")
+        .flatten()
+        .next()
+        .expect("a key's dir")
+        .path()
+        .join("hostile/tree/workspace");
+    for l in [
+        "canary_link",
+        "hostdir_link",
+        "passwd_link",
+        "root_link",
+        "deep/er/up",
+    ] {
+        let m = std::fs::symlink_metadata(store.join(l)).expect(l);
+        assert!(m.file_type().is_symlink(), "{l} is kept as a symlink");
+    }
+    assert!(!store.join("fifo").exists() && std::fs::symlink_metadata(store.join("fifo")).is_err());
+    assert!(std::fs::symlink_metadata(store.join("dev")).is_err());
+    let passwd = std::fs::read("/etc/passwd").expect("host passwd");
+    for f in regular_files(&store) {
+        let m = std::fs::metadata(&f).expect("meta");
+        assert_eq!(
+            m.mode() & 0o7000,
+            0,
+            "{} has no setuid/setgid/sticky bit",
+            f.display()
+        );
+        let bytes = std::fs::read(&f).expect("read");
+        assert!(
+            bytes != passwd && !bytes.starts_with(b"HOST-CANARY"),
+            "{} is a host file",
+            f.display()
+        );
+    }
+    canary.untouched();
+
+    // Restored: the same tree inside a new sandbox, owned by its user, and still nothing of
+    // the host — the links are links, written nowhere but the new sandbox's own tmpfs.
+    let b = s.new_sandbox(json!({"from": "hostile"}));
+    let (code, out, err) = s.sh(
+        &b,
+        "cd /workspace && cat file hard deep/er/f /home/sandbox/h /tmp/t && readlink canary_link && \
+         test -L passwd_link && test -L root_link && test ! -e fifo && test ! -e dev && stat -c '%u %a' file deep",
+    );
+    assert_eq!(code, 0, "{out} {err}");
+    assert_eq!(
+        out,
+        format!("data\ndata\nin\nhome\ntmp\n{cp}\n1000 644\n1000 755\n")
+    );
+    // Writing through the restored link lands nowhere on the host (it dangles inside).
+    s.sh(
+        &b,
+        "echo overwritten > /workspace/canary_link; echo x > /workspace/hostdir_link/new",
+    );
+    canary.untouched();
+    assert!(!host.join("new").exists());
+    assert!(regular_files(&host).len() == 1);
+    let _ = std::fs::remove_dir_all(&host);
+}
+
+#[test]
+fn a_snapshot_larger_than_the_new_sandboxs_disk_is_refused_and_leaves_nothing_running() {
+    let s = Server::start();
+    let a = s.new_sandbox(json!({"disk": "64M"}));
+    s.sh(&a, "head -c 3145728 /dev/urandom > /workspace/big");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/snapshots"),
+        Some(json!({"name": "big"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    assert!(v["bytes"].as_u64().unwrap_or(0) >= 3 << 20, "{v}");
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"from": "big", "disk": "1M"})),
+    );
+    assert_eq!(st, 507, "{v}");
+    let (_, list) = s.call("GET", "/v1/sandboxes", None);
+    assert_eq!(
+        list["sandboxes"].as_array().map(|a| a.len()),
+        Some(1),
+        "{list}"
+    );
+    let (st, v) = s.call("POST", "/v1/sandboxes", Some(json!({"from": "nope"})));
+    assert_eq!(st, 404, "{v}");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/snapshots"),
+        Some(json!({"name": "big"})),
+    );
+    assert_eq!(st, 409, "{v}");
+}
+
+#[test]
+fn a_fork_has_its_parents_files_and_none_of_their_later_writes() {
+    let s = Server::start();
+    let p = s.new_sandbox(json!({"env": {"WHO": "parent-env"}}));
+    s.sh(&p, "echo before > /workspace/f; echo h > /home/sandbox/h");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{p}/fork"),
+        Some(json!({"count": 2})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let note = v["note"].as_str().unwrap_or("");
+    assert!(note.contains("memory and processes are not carried"), "{v}");
+    assert!(v["frozen_ms"].is_u64(), "{v}");
+    let forks: Vec<String> = v["sandboxes"]
+        .as_array()
+        .expect("sandboxes")
+        .iter()
+        .map(|f| f["id"].as_str().expect("id").to_string())
+        .collect();
+    assert_eq!(forks.len(), 2);
+    s.sh(&p, "echo after > /workspace/later");
+    for f in &forks {
+        let (_, out, _) = s.sh(
+            f,
+            "cat /workspace/f /home/sandbox/h; echo $WHO; ls /workspace",
+        );
+        assert_eq!(out, "before\nh\nparent-env\nf\n", "fork {f}");
+    }
+    s.sh(&forks[0], "echo fork > /workspace/from-fork");
+    let (_, out, _) = s.sh(&p, "ls /workspace");
+    assert_eq!(out, "f\nlater\n");
+    let (_, out, _) = s.sh(&forks[1], "ls /workspace");
+    assert_eq!(out, "f\n");
+    let (_, info) = s.call("GET", &format!("/v1/sandboxes/{p}"), None);
+    assert_eq!(info["state"], "running");
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{p}/fork"),
+        Some(json!({"count": 0})),
+    );
+    assert_eq!(st, 400);
+}
+
+#[test]
+fn a_restart_keeps_snapshots_and_removes_partial_leftovers() {
+    let dir = temp_dir("restart");
+    let s = Server::start_in(dir.clone(), &[]);
+    let a = s.new_sandbox(json!({}));
+    s.sh(&a, "echo kept > /workspace/k");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/snapshots"),
+        Some(json!({"name": "s1"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let key = s.key.clone();
+    drop(s);
+    // What a server killed mid-snapshot leaves: a half-written object in `.partial`.
+    let leftover = dir.join(".partial/snapshot-0123456789abcdef");
+    std::fs::create_dir_all(leftover.join("tree/workspace")).expect("leftover");
+    std::fs::write(leftover.join("tree/workspace/half"), "x").expect("leftover");
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.key = key;
+    s.scratch = true;
+    assert!(!leftover.exists(), "the leftover is removed at start");
+    let audit = std::fs::read_to_string(dir.join("audit.jsonl")).expect("audit");
+    assert!(
+        audit.contains("state.partial_removed"),
+        "and the removal is recorded"
+    );
+    let (_, v) = s.call("GET", "/v1/snapshots", None);
+    let names: Vec<&str> = v["snapshots"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    assert_eq!(names, ["s1"], "{v}");
+    let b = s.new_sandbox(json!({"from": "s1"}));
+    let (_, out, _) = s.sh(&b, "cat /workspace/k");
+    assert_eq!(out, "kept\n");
+    let (st, _) = s.call("DELETE", "/v1/snapshots/s1", None);
+    assert_eq!(st, 204);
+    let (_, v) = s.call("GET", "/v1/snapshots", None);
+    assert_eq!(v["snapshots"], json!([]));
+    let (st, _) = s.call("DELETE", "/v1/snapshots/s1", None);
+    assert_eq!(st, 404);
+}
+
+#[test]
+fn the_cli_manages_volumes_and_snapshots_through_the_server() {
+    let s = Server::start();
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_SERVER", &s.url)
+            .env("CORDON_API_KEY", &s.key)
+            .output()
+            .expect("cordon");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = cli(&["volume", "create", "datasets", "--size", "10G"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = cli(&["volume", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("datasets") && out.contains(&(10u64 << 30).to_string()),
+        "{out}"
+    );
+    let (code, id, err) = cli(&["sandbox", "create", "--volume", "datasets:/data"]);
+    assert_eq!(code, 0, "{err}");
+    let id = id.trim().to_string();
+    let (code, out, err) = cli(&["snapshot", "create", &id, "--name", "n1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("frozen_ms"), "{out}");
+    let (code, _, err) = cli(&["volume", "rm", "datasets"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("409") && err.contains(&id), "{err}");
+    let (code, out, err) = cli(&["sandbox", "fork", &id, "--count", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(err.contains("not carried"), "{err}");
+    let (code, _, err) = cli(&["snapshot", "rm", "n1"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_volume_mounted_inside_the_workspace_is_shared_not_copied_into_a_snapshot() {
+    let s = Server::start();
+    let (st, v) = s.call("POST", "/v1/volumes", Some(json!({"name": "inner"})));
+    assert_eq!(st, 201, "{v}");
+    let a = s.new_sandbox(json!({"volumes": [{"name": "inner", "path": "/workspace/vol"}]}));
+    s.sh(
+        &a,
+        "echo in-volume > /workspace/vol/v.txt; echo own > /workspace/own.txt",
+    );
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/snapshots"),
+        Some(json!({"name": "around"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    assert!(
+        v["skipped"].to_string().contains("/workspace/vol"),
+        "the mount point is named as not carried: {v}"
+    );
+    let b = s.new_sandbox(json!({"from": "around"}));
+    let (_, out, _) = s.sh(&b, "cat /workspace/own.txt; ls -A /workspace/vol");
+    assert_eq!(
+        out, "own\n",
+        "the snapshot holds the sandbox's own files, not the volume's"
+    );
+}
+
+/// `kill -9` of the server at several moments of a snapshot: after the restart the snapshot
+/// is whole (and restores every file) or absent, and nothing partial is left on disk.
+#[test]
+fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
+    let dir = temp_dir("kill9");
+    let mut key = String::new();
+    for (round, delay_ms) in [0u64, 3, 10, 30, 60, 120, 250, 800].into_iter().enumerate() {
+        let mut s = Server::start_in(dir.clone(), &[]);
+        if round == 0 {
+            key = s.key.clone();
+        } else {
+            s.key = key.clone();
+        }
+        let a = s.new_sandbox(json!({"disk": "256M"}));
+        let (code, _, err) = s.sh(
+            &a,
+            "mkdir -p /workspace/m && for i in $(seq 1 200); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
+        );
+        assert_eq!(code, 0, "{err}");
+        let name = format!("cut{round}");
+        let (url, k, path) = (
+            s.url.clone(),
+            key.clone(),
+            format!("/v1/sandboxes/{a}/snapshots"),
+        );
+        let body = json!({ "name": name });
+        let t = std::thread::spawn(move || {
+            let _ = ureq::post(&format!("{url}{path}"))
+                .set("Authorization", &format!("Bearer {k}"))
+                .send_json(body);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.kill9();
+        let _ = t.join();
+        drop(s);
+
+        let mut s = Server::start_in(dir.clone(), &[]);
+        s.key = key.clone();
+        let partial = dir.join(".partial");
+        assert!(
+            std::fs::read_dir(&partial).map(|d| d.count()).unwrap_or(0) == 0,
+            "round {round}: partial work left in {}",
+            partial.display()
+        );
+        let (_, v) = s.call("GET", "/v1/snapshots", None);
+        let listed = v["snapshots"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|x| x["name"] == name.as_str());
+        eprintln!(
+            "kill -9 after {delay_ms} ms: snapshot {}",
+            if listed { "whole" } else { "absent" }
+        );
+        if listed {
+            let b = s.new_sandbox(json!({"from": name, "disk": "256M"}));
+            let (_, out, _) = s.sh(&b, "ls /workspace/m | wc -l");
+            assert_eq!(
+                out.trim(),
+                "200",
+                "round {round}: a listed snapshot is whole"
+            );
+        }
+        drop(s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
