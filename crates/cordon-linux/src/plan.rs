@@ -175,7 +175,7 @@ impl Plan {
         if self.network_report_only {
             self.network = false;
             self.network_report_only = false;
-            for (k, _) in proxy_env() {
+            for (k, _) in proxy_env(PROXY_PORT) {
                 self.unset_env(k);
             }
         }
@@ -223,7 +223,7 @@ impl Plan {
         }
         self.network = true;
         self.network_report_only = true;
-        for (k, v) in proxy_env() {
+        for (k, v) in proxy_env(PROXY_PORT) {
             self.set_env(k, &v);
         }
     }
@@ -356,9 +356,9 @@ pub struct PlanInput<'a> {
     pub persistent_ok: bool,
 }
 
-/// The variables that point a payload's HTTP clients at the egress proxy.
-fn proxy_env() -> Vec<(&'static str, String)> {
-    let url = format!("http://127.0.0.1:{PROXY_PORT}");
+/// The variables that point a payload's HTTP clients at the egress proxy on `port`.
+pub(crate) fn proxy_env(port: u16) -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{port}");
     let mut vars: Vec<(&'static str, String)> = [
         "HTTP_PROXY",
         "HTTPS_PROXY",
@@ -406,7 +406,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     // something), so that their policy can change while they run.
     let network = p.network.is_enabled() || input.persistent_ok;
     if network {
-        for (k, v) in proxy_env() {
+        for (k, v) in proxy_env(PROXY_PORT) {
             env_map.insert(k.to_string(), v);
         }
     }

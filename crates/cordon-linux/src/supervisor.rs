@@ -387,6 +387,9 @@ impl Supervision {
             if let (Some(fd), None) = (&init_fd, &self.init_exit) {
                 pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
+            if let Some(l) = &heard.listener {
+                pfds.push(sys::pollfd(l.as_raw_fd(), libc::POLLIN));
+            }
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(20));
@@ -398,6 +401,15 @@ impl Supervision {
             let _ = sys::poll(&mut pfds, wait_ms);
 
             self.pump(&mut out_fd, &mut err_fd, &mut buf);
+            let knocked = heard.listener.as_ref().is_some_and(|l| {
+                pfds.iter()
+                    .any(|p| p.fd == l.as_raw_fd() && p.revents & libc::POLLIN != 0)
+            });
+            if knocked {
+                if let Err(why) = heard.start_egress() {
+                    self.end(why, chan.as_ref());
+                }
+            }
 
             let readable = chan.as_ref().is_some_and(|c| {
                 pfds.iter().any(|p| {
@@ -482,18 +494,15 @@ impl Supervision {
         enforcement: &mut Enforcement,
     ) -> Result<(), Ended> {
         match &msg {
-            ToSupervisor::ProxyListener if !heard.confined && heard.egress.is_none() => {
-                if let (Some(fd), Some(factory)) =
-                    (fds.into_iter().next(), heard.egress_factory.take())
-                {
-                    match factory(std::net::TcpListener::from(fd)) {
-                        Ok(e) => heard.egress = Some(e),
-                        Err(e) => {
-                            heard.setup_error = Some(format!("starting the egress proxy: {e}"));
-                            return Err(Ended::Setup);
-                        }
-                    }
-                }
+            // Kept, not served yet: the proxy starts when the first connection knocks (see
+            // `supervise`), so a run that never connects (most, with the network off) pays
+            // nothing for it. A connection waits in the listener's backlog meanwhile.
+            ToSupervisor::ProxyListener
+                if !heard.confined
+                    && heard.listener.is_none()
+                    && heard.egress_factory.is_some() =>
+            {
+                heard.listener = fds.into_iter().next();
             }
             ToSupervisor::Confined {
                 landlock_abi,
@@ -649,14 +658,35 @@ impl Supervision {
 /// What the sandbox side has said so far (see [`Supervision::hear`]).
 #[derive(Default)]
 struct Heard {
-    /// Starts the egress proxy on the listener the init hands over (taken when it comes).
+    /// Starts the egress proxy on the listener the init hands over (taken when it starts).
     egress_factory: Option<crate::EgressFactory>,
+    /// The proxy's listener, until its first connection starts the proxy.
+    listener: Option<OwnedFd>,
     egress: Option<Box<dyn Egress>>,
     /// The confinement report came: the layers are in force and the payload may run.
     confined: bool,
     setup_error: Option<String>,
     exec_failed: Option<(i32, String, bool)>,
     payload_end: Option<ToSupervisor>,
+}
+
+impl Heard {
+    /// Starts the egress proxy on the kept listener (once).
+    fn start_egress(&mut self) -> Result<(), Ended> {
+        let (Some(fd), Some(factory)) = (self.listener.take(), self.egress_factory.take()) else {
+            return Ok(());
+        };
+        match factory(std::net::TcpListener::from(fd)) {
+            Ok(e) => {
+                self.egress = Some(e);
+                Ok(())
+            }
+            Err(e) => {
+                self.setup_error = Some(format!("starting the egress proxy: {e}"));
+                Err(Ended::Setup)
+            }
+        }
+    }
 }
 
 struct Ending {

@@ -167,16 +167,8 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
         // No loopback of our own: the proxy listens on the host's, on a port the kernel
         // picks; the payload's proxy variables and Landlock's one allowed port follow it.
         let port = hand_over_proxy_listener(&ch, 0);
-        let url = format!("http://127.0.0.1:{port}");
-        for k in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
-            plan.set_env(k, &url);
+        for (k, v) in crate::plan::proxy_env(port) {
+            plan.set_env(k, &v);
         }
         if let Some(ports) = landlock.tcp_connect.as_mut() {
             ports.push(port);
