@@ -107,3 +107,46 @@ def test_two_sandboxes_on_one_volume_share_it_and_destroy_waits_for_them():
     assert Volume.destroy(vol.volume_id) is True
     assert name not in [v.name for v in Volume.list()]
     assert Volume.destroy(vol.volume_id) is False
+
+
+def test_another_keys_snapshots_volumes_and_sandboxes_are_invisible(sbx, server):
+    from e2b import Sandbox, Volume
+    from e2b.exceptions import NotFoundException, SandboxException
+
+    other = server.cordon("keys", "create", "--name", _name("other")).strip().splitlines()[-1].strip()
+    snap = sbx.create_snapshot(name=_name("mine"))
+    vol = Volume.create(_name("minevol"))
+    try:
+        assert snap.snapshot_id not in [s.snapshot_id for s in Sandbox.list_snapshots(api_key=other).next_items()]
+        assert vol.name not in [v.name for v in Volume.list(api_key=other)]
+        with pytest.raises(Exception, match="not found"):
+            Sandbox.create(snap.snapshot_id, timeout=60, api_key=other)
+        with pytest.raises(Exception, match="(?i)not found|volume"):
+            Sandbox.create(timeout=60, volume_mounts={"/data": vol.name}, api_key=other)
+        with pytest.raises((NotFoundException, SandboxException)):
+            Sandbox.fork(sbx.sandbox_id, api_key=other)
+        with pytest.raises(SandboxException):
+            Sandbox.create_snapshot(sbx.sandbox_id, name=_name("stolen"), api_key=other)
+        # Deleting them with the other key finds nothing, and they are still there.
+        assert Sandbox.delete_snapshot(snap.snapshot_id, api_key=other) is False
+        assert Volume.destroy(vol.volume_id, api_key=other) is False
+        assert snap.snapshot_id in [s.snapshot_id for s in sbx.list_snapshots().next_items()]
+        assert vol.name in [v.name for v in Volume.list()]
+    finally:
+        Sandbox.delete_snapshot(snap.snapshot_id)
+        Volume.destroy(vol.volume_id)
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/etc", "a/b", ".", "..", "x" * 200, "Upper"])
+def test_hostile_snapshot_and_volume_names_are_refused_and_write_nothing(sbx, server, name):
+    from e2b import Sandbox, Volume
+    from e2b.exceptions import SandboxException, VolumeException
+
+    outside = sorted(p.name for p in server.data_dir.parent.iterdir())
+    # 400, saying what a name may be.
+    with pytest.raises(SandboxException, match="1 to 63 characters"):
+        sbx.create_snapshot(name=name)
+    with pytest.raises(VolumeException, match="1 to 63 characters"):
+        Volume.create(name)
+    assert [s for s in Sandbox.list_snapshots().next_items() if name in s.snapshot_id] == []
+    assert sorted(p.name for p in server.data_dir.parent.iterdir()) == outside
