@@ -1,6 +1,6 @@
 """The JavaScript E2B SDKs (`e2b`, `@e2b/code-interpreter` from npm, as published) under Node
 against the same server: js/e2e.mjs drives the control plane, commands, files, the code
-interpreter and an isolation check, and fails on the first wrong answer."""
+interpreter, snapshots and forks and an isolation check, and fails on the first wrong answer."""
 
 from __future__ import annotations
 

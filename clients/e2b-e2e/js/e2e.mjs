@@ -1,4 +1,4 @@
-// The JavaScript E2B SDKs, as published, against `cordon serve` (E2B_API_URL, E2B_SANDBOX_URL
+// The JavaScript E2B SDKs, as published (snapshots and forks included), against `cordon serve` (E2B_API_URL, E2B_SANDBOX_URL
 // and E2B_API_KEY point them at it). Run by test_js.py, which starts the server.
 import assert from 'node:assert/strict'
 import { Sandbox as Base, CommandExitError } from 'e2b'
@@ -80,6 +80,28 @@ try {
   const leak = await sbx.commands.run(`env; cat /etc/shadow 2>&1 || true`)
   assert.ok(!leak.stdout.includes(process.env.E2B_API_KEY))
   assert.ok(!leak.stdout.includes('root:'))
+
+  // Snapshots and forks (files only): a sandbox created from the snapshot, and each fork,
+  // starts with the parent's files and sees none of its later writes.
+  await sbx.files.write('/home/user/state.txt', 'before')
+  const snap = await sbx.createSnapshot({ name: `${tag}-snap` })
+  const forks = await sbx.fork({ count: 2 })
+  await sbx.files.write('/home/user/state.txt', 'after')
+  const fromSnap = await Base.create(snap.snapshotId, { timeoutMs: 60_000 })
+  try {
+    assert.equal(await fromSnap.files.read('/home/user/state.txt'), 'before')
+    assert.equal(forks.length, 2)
+    for (const f of forks) {
+      assert.ok(!(f instanceof Error), String(f))
+      assert.equal(await f.files.read('/home/user/state.txt'), 'before')
+    }
+    assert.ok((await sbx.listSnapshots().nextItems()).some((s) => s.snapshotId === snap.snapshotId))
+  } finally {
+    await fromSnap.kill()
+    for (const f of forks) if (!(f instanceof Error)) await f.kill()
+  }
+  assert.equal(await Base.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Base.deleteSnapshot(snap.snapshotId), false)
 } finally {
   await sbx.kill()
 }

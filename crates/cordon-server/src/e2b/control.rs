@@ -1,5 +1,6 @@
 //! E2B's control plane: create, connect, list, info, kill, timeouts — over the service's
-//! sandboxes, with templates naming cordon profiles.
+//! sandboxes, with templates naming cordon profiles (or the caller's snapshots, which a
+//! sandbox then starts from) and `volumeMounts` naming the caller's volumes.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 use super::{rfc3339, rfc3339_ms, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
 use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
+use cordon_service::volumes::VolumeMount;
 use cordon_service::Caller;
 
 /// E2B's default sandbox lifetime when a create names none (its SDKs send 300 s too).
@@ -35,7 +37,16 @@ struct NewSandbox {
     /// Pause rather than kill when the timeout runs out: not offered here, so refused rather
     /// than left to lose the sandbox's state.
     auto_pause: Option<bool>,
+    /// Volumes of the caller's key to mount, read-write (E2B has no read-only mount).
+    volume_mounts: Option<Vec<E2bVolumeMount>>,
     // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
+}
+
+/// One of `volumeMounts`: `{name, path}`.
+#[derive(Debug, Deserialize)]
+struct E2bVolumeMount {
+    name: String,
+    path: String,
 }
 
 /// E2B's `network` object. Only what maps onto cordon's egress allowlist is taken; what
@@ -129,7 +140,7 @@ struct Timeout {
     timeout: Option<f64>,
 }
 
-fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiError> {
+pub(super) fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -150,7 +161,7 @@ fn profile_of(template: &str) -> Result<String, ApiError> {
     }
 }
 
-fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
+pub(super) fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
     if !(t.is_finite() && t > 0.0) {
         return Err(ApiError::bad_request(format!(
             "{field}: a positive number of seconds"
@@ -159,7 +170,7 @@ fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
     Ok(Amount::Number(t))
 }
 
-fn sandbox_body(e2b: &St, id: &str, template: &str, token: &str) -> Value {
+pub(super) fn sandbox_body(e2b: &St, id: &str, template: &str, token: &str) -> Value {
     json!({
         "templateID": template,
         "sandboxID": id,
@@ -209,7 +220,18 @@ pub(super) async fn create(
         .template_id
         .clone()
         .unwrap_or_else(|| DEFAULT_TEMPLATE.into());
-    let profile = profile_of(&template)?;
+    // A template that is no profile may be one of the caller's snapshots (E2B creates from
+    // a snapshot by naming it as the template): the sandbox starts with its files.
+    let (profile, from) = match profile_of(&template) {
+        Ok(p) => (p, None),
+        Err(e) => {
+            if super::state::is_snapshot(&e2b, &caller, &template).await? {
+                ("default".to_string(), Some(template.clone()))
+            } else {
+                return Err(e.into());
+            }
+        }
+    };
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
     if req.auto_pause == Some(true) {
         return Err(ApiError::bad_request(
@@ -236,6 +258,17 @@ pub(super) async fn create(
                     allow,
                     ..Default::default()
                 }),
+                volumes: req
+                    .volume_mounts
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|m| VolumeMount {
+                        name: m.name,
+                        path: m.path,
+                        readonly: false,
+                    })
+                    .collect(),
+                from,
                 ..Default::default()
             },
         )

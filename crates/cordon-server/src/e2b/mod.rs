@@ -19,6 +19,7 @@ mod gzip;
 mod interp;
 pub(crate) mod openapi;
 mod process;
+mod state;
 mod watch;
 
 use std::collections::HashMap;
@@ -122,6 +123,18 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/resume", post(control::resume))
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/sandboxes/{id}/network", put(control::update_network))
+        .route("/sandboxes/{id}/snapshots", post(state::create_snapshot))
+        .route("/sandboxes/{id}/fork", post(state::fork))
+        .route("/snapshots", get(state::list_snapshots))
+        .route("/templates/{id}", delete(state::delete_template))
+        .route(
+            "/volumes",
+            post(state::create_volume).get(state::list_volumes),
+        )
+        .route(
+            "/volumes/{id}",
+            get(state::get_volume).delete(state::delete_volume),
+        )
         // envd (access token).
         .route("/health", get(health))
         .route("/process.Process/{method}", post(process::process))
