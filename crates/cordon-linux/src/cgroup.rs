@@ -656,15 +656,25 @@ impl Cgroup {
         }
     }
 
-    /// Removes the cgroup directories, waiting briefly for dying processes to leave.
+    /// Removes the cgroup directories, waiting for dying processes to leave. A directory that
+    /// stays busy is swept again (a process still listed there is killed): on a loaded host
+    /// an exiting task can take a while to leave, and one that lingers must not keep the
+    /// directory for ever.
     pub fn remove(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(5);
         for d in std::mem::take(&mut self.dirs).into_iter().rev() {
+            let mut tries = 0u32;
             loop {
                 match fs::remove_dir(&d) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
                     Err(_) if Instant::now() < deadline => {
+                        tries += 1;
+                        if tries.is_multiple_of(20) {
+                            for p in procs_in(&d) {
+                                let _ = crate::sys::kill(p, libc::SIGKILL);
+                            }
+                        }
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     Err(_) => break,
@@ -678,6 +688,13 @@ impl Drop for Cgroup {
     fn drop(&mut self) {
         self.remove();
     }
+}
+
+/// The processes in the cgroup directory `dir`.
+fn procs_in(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// Removes cgroups left by cordon processes that died without cleaning up (e.g. SIGKILL).
