@@ -562,6 +562,16 @@ async def test_every_documented_route_is_reached(
         await sb.network.get()
         await sb.pause()
         await sb.resume()
+        snap = await sb.snapshot(f"walk-{tag[:12]}")
+        forked = await sb.fork(1)
+        for f in forked.sandboxes:
+            await (await AsyncSandbox.connect(f.id, **conn)).kill()
+    assert snap.name in [x.name for x in await AsyncSandbox.list_snapshots(**conn)]
+    assert await AsyncSandbox.delete_snapshot(snap.name, **conn)
+    vol = await AsyncSandbox.create_volume(f"walk-{tag[:12]}", "16M", **conn)
+    assert vol.name in [v.name for v in await AsyncSandbox.list_volumes(**conn)]
+    assert (await AsyncSandbox.get_volume(vol.name, **conn)).size_bytes == 16 << 20
+    assert await AsyncSandbox.delete_volume(vol.name, **conn)
     await AsyncSandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)

@@ -558,6 +558,16 @@ def test_every_documented_route_is_reached(
         sb.network.get()
         sb.pause()
         sb.resume()
+        snap = sb.snapshot(f"walk-{tag[:12]}")
+        forked = sb.fork(1)
+        for f in forked.sandboxes:
+            (Sandbox.connect(f.id, **conn)).kill()
+    assert snap.name in [x.name for x in Sandbox.list_snapshots(**conn)]
+    assert Sandbox.delete_snapshot(snap.name, **conn)
+    vol = Sandbox.create_volume(f"walk-{tag[:12]}", "16M", **conn)
+    assert vol.name in [v.name for v in Sandbox.list_volumes(**conn)]
+    assert (Sandbox.get_volume(vol.name, **conn)).size_bytes == 16 << 20
+    assert Sandbox.delete_volume(vol.name, **conn)
     Sandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)

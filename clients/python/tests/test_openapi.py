@@ -39,7 +39,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "CreateSandbox": (
         lambda: _core.create_body(
             "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s",
-            "python:3.12-slim",
+            "python:3.12-slim", "after-setup", {"/data": "datasets", "/ro": ("refs", True)},
         ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),
@@ -54,6 +54,9 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
         lambda: _core.run_body("true", None, None, None, None, None, None, None, None, None, None),
     ),
     "ExtendTtl": (lambda: _core.ttl_body("5m"), lambda: _core.ttl_body(60)),
+    "CreateSnapshot": (lambda: _core.snapshot_body("after-setup"), lambda: _core.snapshot_body("s")),
+    "ForkRequest": (lambda: _core.fork_body(2, "10m", {"k": "v"}), lambda: _core.fork_body(1, None, None)),
+    "CreateVolume": (lambda: _core.volume_body("datasets", "10G"), lambda: _core.volume_body("v", None)),
     "StdinRequest": (lambda: _core.stdin_body("x", True), lambda: _core.stdin_body("", False)),
     "SignalRequest": (lambda: _core.signal_body("TERM"), lambda: _core.signal_body(9)),
     "MkdirRequest": (lambda: _core.mkdir_body("/workspace/d", False), lambda: _core.mkdir_body("d", True)),

@@ -86,6 +86,9 @@ NetworkSpec = Union[None, Sequence[str], Mapping[str, Any]]
 """An egress allowlist (``["pypi.org", "*.example.com:8443"]``) or a whole policy
 (``{"allow": [...], "hosts": {"name": "ip"}}``)."""
 
+VolumeSpec = Union[str, Tuple[str, bool]]
+"""A volume to mount: its name (read-write), or ``(name, readonly)``."""
+
 T = TypeVar("T")
 
 
@@ -313,11 +316,17 @@ def create_body(
     output_limit: Optional[Size] = None,
     cpu_time: Optional[Duration] = None,
     image: Optional[str] = None,
+    from_snapshot: Optional[str] = None,
+    volumes: Optional[Mapping[str, VolumeSpec]] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
     if image is not None:
         body["image"] = str(image)
+    if from_snapshot is not None:
+        body["from"] = str(from_snapshot)
+    if volumes:
+        body["volumes"] = volumes_json(volumes)
     if profile is not None:
         body["profile"] = profile
     if memory is not None:
@@ -341,6 +350,39 @@ def create_body(
     net = network_json(network)
     if net is not None:
         body["network"] = net
+    return body
+
+
+def volumes_json(volumes: Mapping[str, VolumeSpec]) -> List[Dict[str, Any]]:
+    """``{path: "name"}`` or ``{path: ("name", readonly)}`` as the API's
+    ``[{name, path, readonly}]``."""
+    out: List[Dict[str, Any]] = []
+    for path, spec in volumes.items():
+        name, readonly = (spec, False) if isinstance(spec, str) else (spec[0], bool(spec[1]))
+        out.append({"name": str(name), "path": str(path), "readonly": readonly})
+    return out
+
+
+def snapshot_body(name: str) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/snapshots``."""
+    return {"name": str(name)}
+
+
+def fork_body(count: int, ttl: Optional[Duration], metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/fork``."""
+    body: Dict[str, Any] = {"count": int(count)}
+    if ttl is not None:
+        body["ttl"] = duration_json(ttl, "ttl")
+    if metadata is not None:
+        body["metadata"] = _str_map(metadata, "metadata")
+    return body
+
+
+def volume_body(name: str, size: Optional[Size]) -> Dict[str, Any]:
+    """``POST /v1/volumes``."""
+    body: Dict[str, Any] = {"name": str(name)}
+    if size is not None:
+        body["size"] = size_json(size, "size")
     return body
 
 

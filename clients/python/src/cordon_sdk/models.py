@@ -32,6 +32,9 @@ __all__ = [
     "NetworkInfo",
     "ImageInfo",
     "PullResult",
+    "SnapshotInfo",
+    "ForkResult",
+    "VolumeInfo",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -715,3 +718,108 @@ class PullResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PullResult":
         return cls(reference=_str(d.get("reference")), image=ImageInfo.from_dict(_obj(d.get("image"))))
+
+
+# ---- state: snapshots, forks, volumes ------------------------------------------------------
+
+
+@dataclass
+class SnapshotInfo:
+    """A snapshot of a sandbox's files (``/workspace``, the home, ``/tmp``): what
+    :meth:`~cordon_sdk.AsyncSandbox.snapshot` took and ``list_snapshots`` lists. ``frozen_ms``
+    is how long the sandbox's processes were frozen for the copy; ``skipped`` names entries not
+    carried (FIFOs, device nodes, …), ``not_carried`` what a snapshot never holds (memory,
+    processes)."""
+
+    __schema__: ClassVar[Optional[str]] = "SnapshotInfo"
+
+    name: str
+    sandbox: str
+    created_at: int
+    bytes: int
+    files: int
+    dirs: int
+    symlinks: int
+    skipped: List[str]
+    skipped_count: int
+    frozen_ms: int
+    freeze_method: str
+    carried: List[str]
+    not_carried: List[str]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SnapshotInfo":
+        return cls(
+            name=_str(d.get("name")),
+            sandbox=_str(d.get("sandbox")),
+            created_at=_int(d.get("created_at")),
+            bytes=_int(d.get("bytes")),
+            files=_int(d.get("files")),
+            dirs=_int(d.get("dirs")),
+            symlinks=_int(d.get("symlinks")),
+            skipped=_strs(d.get("skipped")),
+            skipped_count=_int(d.get("skipped_count")),
+            frozen_ms=_int(d.get("frozen_ms")),
+            freeze_method=_str(d.get("freeze_method")),
+            carried=_strs(d.get("carried")),
+            not_carried=_strs(d.get("not_carried")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ForkResult:
+    """What :meth:`~cordon_sdk.AsyncSandbox.fork` made: new sandboxes with the parent's files,
+    profile, environment, network policy and volumes (``note`` says what is not carried:
+    memory and processes)."""
+
+    __schema__: ClassVar[Optional[str]] = "ForkResult"
+
+    sandboxes: List[SandboxInfo]
+    frozen_ms: int
+    freeze_method: str
+    carried: List[str]
+    not_carried: List[str]
+    note: str
+    skipped: List[str]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ForkResult":
+        return cls(
+            sandboxes=[SandboxInfo.from_dict(s) for s in _objs(d.get("sandboxes"))],
+            frozen_ms=_int(d.get("frozen_ms")),
+            freeze_method=_str(d.get("freeze_method")),
+            carried=_strs(d.get("carried")),
+            not_carried=_strs(d.get("not_carried")),
+            note=_str(d.get("note")),
+            skipped=_strs(d.get("skipped")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class VolumeInfo:
+    """A named, persistent volume of the key: its cap and use in bytes, and the running
+    sandboxes that mount it."""
+
+    __schema__: ClassVar[Optional[str]] = "VolumeInfo"
+
+    name: str
+    size_bytes: int
+    created_at: int
+    used_bytes: Optional[int] = None
+    mounted_by: List[str] = field(default_factory=list)
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "VolumeInfo":
+        return cls(
+            name=_str(d.get("name")),
+            size_bytes=_int(d.get("size_bytes")),
+            created_at=_int(d.get("created_at")),
+            used_bytes=_opt_int(d.get("used_bytes")),
+            mounted_by=_strs(d.get("mounted_by")),
+            raw=dict(d),
+        )

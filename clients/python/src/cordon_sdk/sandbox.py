@@ -25,7 +25,7 @@ from typing import (
 import httpx
 
 from . import _core
-from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg
+from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
     CodeError,
@@ -33,6 +33,7 @@ from .models import (
     CommandInfo,
     ContextInfo,
     Entry,
+    ForkResult,
     ImageInfo,
     MimeBundle,
     NetworkInfo,
@@ -40,6 +41,8 @@ from .models import (
     Outcome,
     PullResult,
     SandboxInfo,
+    SnapshotInfo,
+    VolumeInfo,
 )
 
 __all__ = [
@@ -584,6 +587,8 @@ class Sandbox:
         output_limit: Optional[Size] = None,
         cpu_time: Optional[Duration] = None,
         image: Optional[str] = None,
+        from_snapshot: Optional[str] = None,
+        volumes: Optional[Mapping[str, VolumeSpec]] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -598,10 +603,25 @@ class Sandbox:
         rest is dropped: ``limits_hit`` has ``"output"``); ``cpu_time`` (a duration) the CPU
         time each command may use (``status == "cpu_time"`` when it runs out). ``image`` names
         an image in the server's store (``"python:3.12-slim"``) whose root replaces the host's
-        system directories.
+        system directories. ``from_snapshot`` names a snapshot of the key (see :meth:`snapshot`)
+        whose files the sandbox starts with; ``volumes`` mounts the key's volumes,
+        ``{"/data": "datasets"}`` (read-write) or ``{"/data": ("datasets", True)}`` (read-only).
         """
         body = _core.create_body(
-            profile, memory, cpus, pids, disk, ttl, env, metadata, network, output_limit, cpu_time, image
+            profile,
+            memory,
+            cpus,
+            pids,
+            disk,
+            ttl,
+            env,
+            metadata,
+            network,
+            output_limit,
+            cpu_time,
+            image,
+            from_snapshot,
+            volumes,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating
@@ -746,6 +766,131 @@ class Sandbox:
             if result is None:
                 raise SandboxError("the stream ended before the pull's result", code="stream_ended")
             return result
+        finally:
+            http.close()
+
+    # ---- state: snapshots, forks, volumes ---------------------------------------------------
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        """Copies the sandbox's files (``/workspace``, the home, ``/tmp``; not memory or
+        processes) into a snapshot of the key named ``name``, with its processes frozen for
+        the copy; new sandboxes can start from it (``create(from_snapshot=name)``)."""
+        return SnapshotInfo.from_dict(
+            self._http.post_json(self._path + "/snapshots", _core.snapshot_body(name), "snapshot")
+        )
+
+    def fork(
+        self, count: int = 1, *, ttl: Optional[Duration] = None, metadata: Optional[Mapping[str, str]] = None
+    ) -> ForkResult:
+        """``count`` new sandboxes with this one's files, profile, environment, network policy
+        and volumes, now; this one runs on untouched. Memory and processes are not carried
+        (``ForkResult.note`` says so). Connect to each with :meth:`connect`."""
+        return ForkResult.from_dict(
+            self._http.post_json(self._path + "/fork", _core.fork_body(count, ttl, metadata), "fork")
+        )
+
+    @classmethod
+    def list_snapshots(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[SnapshotInfo]:
+        """The key's snapshots (``GET /v1/snapshots``)."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            body = http.get_json("/v1/snapshots", "snapshot list")
+            return [SnapshotInfo.from_dict(x) for x in body.get("snapshots") or [] if isinstance(x, Mapping)]
+        finally:
+            http.close()
+
+    @classmethod
+    def delete_snapshot(
+        cls,
+        name: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> bool:
+        """Deletes the key's snapshot ``name``; False if there was none."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            http.request("DELETE", f"/v1/snapshots/{_core.seg(name)}")
+            return True
+        except NotFoundError:
+            return False
+        finally:
+            http.close()
+
+    @classmethod
+    def create_volume(
+        cls,
+        name: str,
+        size: Optional[Size] = None,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> VolumeInfo:
+        """Creates the key's volume ``name`` capped at ``size`` (``"10G"``; the server's default
+        when absent): persistent, mounted into sandboxes with ``create(volumes=...)``."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            return VolumeInfo.from_dict(http.post_json("/v1/volumes", _core.volume_body(name, size), "volume"))
+        finally:
+            http.close()
+
+    @classmethod
+    def list_volumes(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[VolumeInfo]:
+        """The key's volumes (``GET /v1/volumes``), with their use and who mounts them."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            body = http.get_json("/v1/volumes", "volume list")
+            return [VolumeInfo.from_dict(x) for x in body.get("volumes") or [] if isinstance(x, Mapping)]
+        finally:
+            http.close()
+
+    @classmethod
+    def get_volume(
+        cls,
+        name: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> VolumeInfo:
+        """The key's volume ``name``; raises :class:`~cordon_sdk.NotFoundError` if unknown."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            return VolumeInfo.from_dict(http.get_json(f"/v1/volumes/{_core.seg(name)}", "volume"))
+        finally:
+            http.close()
+
+    @classmethod
+    def delete_volume(
+        cls,
+        name: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> bool:
+        """Deletes the key's volume ``name`` and its files; False if there was none. A volume a
+        running sandbox mounts is refused (:class:`~cordon_sdk.ConflictError`)."""
+        http = _Http(base_url, api_key, timeout)
+        try:
+            http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
+            return True
+        except NotFoundError:
+            return False
         finally:
             http.close()
 
