@@ -726,7 +726,7 @@ pub fn remove_stale(layout: &Layout) {
                 continue;
             };
             if owner != me && !Path::new(&format!("/proc/{owner}")).exists() {
-                let _ = fs::remove_dir(e.path());
+                let _ = remove_tree(&e.path());
             }
         }
     }
@@ -738,11 +738,25 @@ pub fn remove_stale(layout: &Layout) {
 fn make_dir(path: &Path) -> io::Result<()> {
     match fs::create_dir(path) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_dir(path)?;
+            remove_tree(path)?;
             fs::create_dir(path)
         }
         other => other,
     }
+}
+
+/// Removes a cgroup directory of a dead cordon process and the cgroups below it (a persistent
+/// sandbox's per-command `cmd-N`), deepest first: cgroupfs refuses to remove a cgroup that has
+/// children, and their files go with their directory.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    if let Ok(entries) = fs::read_dir(path) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path())?;
+            }
+        }
+    }
+    fs::remove_dir(path)
 }
 
 fn write(path: &Path, value: &str) -> io::Result<()> {
