@@ -173,7 +173,12 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if has_body {
         v.push(413);
     }
-    if path.contains("{id}") || path.contains("{cid}") || path.contains("{name}") || path == "/mcp"
+    // `/v1/sandboxes`: a `from` snapshot or a volume the key does not have.
+    if path.contains("{id}")
+        || path.contains("{cid}")
+        || path.contains("{name}")
+        || path == "/mcp"
+        || path == "/v1/sandboxes"
     {
         v.push(404);
     }
@@ -210,7 +215,7 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         400 => "The request is malformed: its body, query or path does not fit the schema, or a value is out of range (the message names the field)",
         401 => "No API key, or one that is invalid or revoked",
         403 => "Not allowed: a path outside what the sandbox may touch, a registry this server may not pull from, or (without keys) a request that is not local",
-        404 => "No such sandbox (or command, context, file, MCP session) for this key",
+        404 => "No such sandbox (or command, context, file, MCP session, snapshot, volume) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
         409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume or snapshot of that name exists already, or a volume is in use",
