@@ -35,6 +35,7 @@ mod init;
 pub mod reaping;
 pub mod seccomp;
 pub mod selfconfine;
+mod setup_heard;
 pub mod snapshot;
 mod supervisor;
 mod sys;

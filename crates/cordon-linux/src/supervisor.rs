@@ -18,8 +18,9 @@ use crate::cgroup::Cgroup;
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::error::EngineError;
 use crate::init::Stdio;
-use crate::launcher::{apply_confined, prepare, spawn_init};
+use crate::launcher::{prepare, spawn_init};
 use crate::output::{Capture, Echo};
+use crate::setup_heard::{Heard, SetupHeard};
 use crate::sys;
 use crate::watch::{DiskWatch, Watch};
 
@@ -329,10 +330,7 @@ impl Supervision {
         let mut out_fd = Some(stdout);
         let mut err_fd = Some(stderr);
         let mut chan = Some(chan);
-        let mut heard = Heard {
-            egress_factory,
-            ..Heard::default()
-        };
+        let mut heard = Reported::new(egress_factory);
         // Not zeroed: only what `read` fills is ever looked at, and a zeroed 64 KiB would
         // touch (fault in) sixteen pages on every start whatever the program prints.
         let mut buf = Box::<[u8]>::new_uninit_slice(64 * 1024);
@@ -387,7 +385,7 @@ impl Supervision {
             if let (Some(fd), None) = (&init_fd, &self.init_exit) {
                 pfds.push(sys::pollfd(fd.as_raw_fd(), libc::POLLIN));
             }
-            if let Some(l) = &heard.listener {
+            if let Some(l) = &heard.setup.listener {
                 pfds.push(sys::pollfd(l.as_raw_fd(), libc::POLLIN));
             }
             let wait = deadline
@@ -401,7 +399,7 @@ impl Supervision {
             let _ = sys::poll(&mut pfds, wait_ms);
 
             self.pump(&mut out_fd, &mut err_fd, &mut buf);
-            let knocked = heard.listener.as_ref().is_some_and(|l| {
+            let knocked = heard.setup.listener.as_ref().is_some_and(|l| {
                 pfds.iter()
                     .any(|p| p.fd == l.as_raw_fd() && p.revents & libc::POLLIN != 0)
             });
@@ -439,11 +437,21 @@ impl Supervision {
         }
         let network = heard.egress.map(|e| e.finish()).unwrap_or_default();
         let ended = Ending {
-            setup_error: heard.setup_error,
+            setup_error: heard
+                .setup
+                .failure
+                .map(|f| f.to_string())
+                .or(heard.egress_error),
             exec_failed: heard.exec_failed,
             payload_end: heard.payload_end,
         };
-        self.finish(enforcement, ended, network, heard.confined, limits.pids)
+        self.finish(
+            enforcement,
+            ended,
+            network,
+            heard.setup.confined,
+            limits.pids,
+        )
     }
 
     /// Reads what the payload wrote into its captures, bounded per round so that one flooding
@@ -482,51 +490,42 @@ impl Supervision {
     }
 
     /// One message of the sandbox side, taken where the handshake (`channel.rs`) has its
-    /// place: the proxy's listener and the confinement report once each, before the payload
-    /// runs; the payload's end once, after. Anything else, or again, is the sandbox's doing
-    /// and ignored. `Err`: the run must end (a setup failure the init did not report itself).
+    /// place: the setup messages through [`SetupHeard`] (once each, before the payload runs);
+    /// the payload's end once, after. Anything else, or again, is the sandbox's doing and
+    /// ignored. `Err`: the run must end (a setup failure the init did not report itself).
     fn hear(
         &mut self,
-        heard: &mut Heard,
+        heard: &mut Reported,
         msg: ToSupervisor,
         fds: Vec<OwnedFd>,
         profile: &Profile,
         enforcement: &mut Enforcement,
     ) -> Result<(), Ended> {
-        match &msg {
-            // Kept, not served yet: the proxy starts when the first connection knocks (see
-            // `supervise`), so a run that never connects (most, with the network off) pays
-            // nothing for it. A connection waits in the listener's backlog meanwhile.
-            ToSupervisor::ProxyListener
-                if !heard.confined
-                    && heard.listener.is_none()
-                    && heard.egress_factory.is_some() =>
-            {
-                heard.listener = fds.into_iter().next();
-            }
-            ToSupervisor::Confined {
-                landlock_abi,
-                watch,
-                ..
-            } if !heard.confined => {
-                heard.confined = true;
-                let abi = *landlock_abi;
-                self.watch = Watch::adopt(watch, fds);
-                apply_confined(enforcement, &msg, self.degraded);
-                if profile.require.contains(&Layer::Landlock) && abi == 0 {
-                    heard.setup_error = Some("Landlock was required but is not enforced".into());
-                    return Err(Ended::Setup);
+        let require_landlock = profile.require.contains(&Layer::Landlock);
+        let degraded = self.degraded;
+        let msg = match heard
+            .setup
+            .take(msg, fds, enforcement, degraded, require_landlock)
+        {
+            Heard::Taken => {
+                if let Some((kinds, fds)) = heard.setup.watched.take() {
+                    self.watch = Watch::adopt(&kinds, fds);
+                    if heard.setup.failure.is_some() {
+                        return Err(Ended::Setup);
+                    }
                 }
+                return Ok(());
             }
-            ToSupervisor::SetupFailed { step, message, .. } if heard.setup_error.is_none() => {
-                heard.setup_error = Some(format!("{step}: {message}"));
-            }
+            Heard::Other(msg) => msg,
+        };
+        let confined = heard.setup.confined;
+        match &msg {
             ToSupervisor::ExecFailed {
                 errno, path, cwd, ..
-            } if heard.confined && heard.exec_failed.is_none() => {
+            } if confined && heard.exec_failed.is_none() => {
                 heard.exec_failed = Some((*errno, path.chars().take(4096).collect(), *cwd));
             }
-            ToSupervisor::TasksAtEnd { tasks } if heard.confined && heard.payload_end.is_none() => {
+            ToSupervisor::TasksAtEnd { tasks } if confined && heard.payload_end.is_none() => {
                 match &mut self.cgroup {
                     // The cgroup's count has the init in it too.
                     Some(cg) => cg.saw_pids(tasks.saturating_add(1)),
@@ -534,7 +533,7 @@ impl Supervision {
                 }
             }
             ToSupervisor::Exited { .. } | ToSupervisor::Signaled { .. }
-                if heard.confined && heard.payload_end.is_none() =>
+                if confined && heard.payload_end.is_none() =>
             {
                 heard.payload_end = Some(msg.clone());
             }
@@ -656,24 +655,35 @@ impl Supervision {
 
 /// What the sandbox side reported about the payload's end.
 /// What the sandbox side has said so far (see [`Supervision::hear`]).
-#[derive(Default)]
-struct Heard {
+struct Reported {
+    /// The setup messages (the proxy's listener, until its first connection starts the
+    /// proxy; the confinement report).
+    setup: SetupHeard,
     /// Starts the egress proxy on the listener the init hands over (taken when it starts).
     egress_factory: Option<crate::EgressFactory>,
-    /// The proxy's listener, until its first connection starts the proxy.
-    listener: Option<OwnedFd>,
     egress: Option<Box<dyn Egress>>,
-    /// The confinement report came: the layers are in force and the payload may run.
-    confined: bool,
-    setup_error: Option<String>,
+    /// The egress proxy could not start.
+    egress_error: Option<String>,
     exec_failed: Option<(i32, String, bool)>,
     payload_end: Option<ToSupervisor>,
 }
 
-impl Heard {
+impl Reported {
+    fn new(egress_factory: Option<crate::EgressFactory>) -> Self {
+        Reported {
+            setup: SetupHeard::new(egress_factory.is_some()),
+            egress_factory,
+            egress: None,
+            egress_error: None,
+            exec_failed: None,
+            payload_end: None,
+        }
+    }
+
     /// Starts the egress proxy on the kept listener (once).
     fn start_egress(&mut self) -> Result<(), Ended> {
-        let (Some(fd), Some(factory)) = (self.listener.take(), self.egress_factory.take()) else {
+        let (Some(fd), Some(factory)) = (self.setup.listener.take(), self.egress_factory.take())
+        else {
             return Ok(());
         };
         match factory(std::net::TcpListener::from(fd)) {
@@ -682,7 +692,7 @@ impl Heard {
                 Ok(())
             }
             Err(e) => {
-                self.setup_error = Some(format!("starting the egress proxy: {e}"));
+                self.egress_error = Some(format!("starting the egress proxy: {e}"));
                 Err(Ended::Setup)
             }
         }

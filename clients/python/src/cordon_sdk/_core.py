@@ -637,6 +637,12 @@ def expect_mapping(v: Any, what: str) -> Mapping[str, Any]:
     return v
 
 
+def items(body: Mapping[str, Any], key: str, parse: Callable[[Mapping[str, Any]], T]) -> List[T]:
+    """The objects of a list answer's ``key`` (``{"sandboxes": [...]}``), parsed; anything in
+    it that is not an object is passed over."""
+    return [parse(x) for x in body.get(key) or [] if isinstance(x, Mapping)]
+
+
 # ---- server-sent events ------------------------------------------------------------------
 
 

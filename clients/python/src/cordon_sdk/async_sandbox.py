@@ -330,7 +330,7 @@ class AsyncCommands:
     async def list(self) -> List[CommandInfo]:
         """The sandbox's background commands, running and recently finished, oldest first."""
         body = await self._sb._http.get_json(self._sb._path + "/commands", "command list")
-        return [CommandInfo.from_dict(c) for c in body.get("commands") or [] if isinstance(c, Mapping)]
+        return _core.items(body, "commands", CommandInfo.from_dict)
 
     async def connect(self, command_id: str) -> AsyncCommandHandle:
         """A handle on a background command by id (checks that it exists)."""
@@ -382,7 +382,7 @@ class AsyncFiles:
     async def list(self, path: str = "/workspace") -> List[Entry]:
         """The entries of a directory."""
         body = await self._sb._http.get_json(self._path + "/list", "file list", params={"path": path})
-        return [Entry.from_dict(e) for e in body.get("entries") or [] if isinstance(e, Mapping)]
+        return _core.items(body, "entries", Entry.from_dict)
 
     async def stat(self, path: str) -> Entry:
         """One entry; raises :class:`~cordon_sdk.NotFoundError` if there is none."""
@@ -487,7 +487,7 @@ class AsyncCode:
     async def list_contexts(self) -> List[ContextInfo]:
         """The sandbox's interpreter contexts, by language and name."""
         body = await self._sb._http.get_json(self._sb._path + "/contexts", "context list")
-        return [ContextInfo.from_dict(c) for c in body.get("contexts") or [] if isinstance(c, Mapping)]
+        return _core.items(body, "contexts", ContextInfo.from_dict)
 
     async def create_context(self, language: str = "python", name: str = "default") -> ContextInfo:
         """Starts a context's interpreter now, so its first cell does not wait for it."""
@@ -530,6 +530,16 @@ class AsyncNetwork:
         resp = await self._sb._http.request("PUT", self._path, json=_core.network_body(allow, hosts))
         body = _core.expect_mapping(_core.json_body(resp), "network policy")
         return NetworkPolicy.from_dict(body.get("policy"))
+
+
+@asynccontextmanager
+async def _one_call(base_url: Optional[str], api_key: Optional[str], timeout: TimeoutArg) -> AsyncIterator[_AsyncHttp]:
+    """A client for one class-level call (list, images, snapshots, volumes), closed after it."""
+    http = _AsyncHttp(base_url, api_key, timeout)
+    try:
+        yield http
+    finally:
+        await http.close()
 
 
 class AsyncSandbox:
@@ -668,12 +678,9 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SandboxInfo]:
         """Running sandboxes of this key, oldest first; ``metadata`` keeps those whose labels match."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             body = await http.get_json("/v1/sandboxes", "sandbox list", params=_core.metadata_params(metadata))
-            return [SandboxInfo.from_dict(s) for s in body.get("sandboxes") or [] if isinstance(s, Mapping)]
-        finally:
-            await http.close()
+            return _core.items(body, "sandboxes", SandboxInfo.from_dict)
 
     @classmethod
     async def run(
@@ -721,12 +728,9 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[ImageInfo]:
         """The images in the server's store (``GET /v1/images``), newest first."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             body = await http.get_json("/v1/images", "image list")
-            return [ImageInfo.from_dict(i) for i in body.get("images") or [] if isinstance(i, Mapping)]
-        finally:
-            await http.close()
+            return _core.items(body, "images", ImageInfo.from_dict)
 
     @classmethod
     async def pull_image(
@@ -744,8 +748,7 @@ class AsyncSandbox:
         ``event``: ``resolved``, ``layer_cached``, ``layer_start``, ``layer_progress``,
         ``layer_unpacking``, ``layer_done`` or ``retry``) as the pull goes."""
         body = _core.pull_body(reference, platform)
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             if on_progress is None:
                 return PullResult.from_dict(await http.post_json("/v1/images/pull", body, "pull result"))
             result: Optional[PullResult] = None
@@ -768,8 +771,6 @@ class AsyncSandbox:
             if result is None:
                 raise SandboxError("the stream ended before the pull's result", code="stream_ended")
             return result
-        finally:
-            await http.close()
 
     # ---- state: snapshots, forks, volumes ---------------------------------------------------
 
@@ -800,12 +801,9 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SnapshotInfo]:
         """The key's snapshots (``GET /v1/snapshots``)."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             body = await http.get_json("/v1/snapshots", "snapshot list")
-            return [SnapshotInfo.from_dict(x) for x in body.get("snapshots") or [] if isinstance(x, Mapping)]
-        finally:
-            await http.close()
+            return _core.items(body, "snapshots", SnapshotInfo.from_dict)
 
     @classmethod
     async def delete_snapshot(
@@ -817,14 +815,12 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> bool:
         """Deletes the key's snapshot ``name``; False if there was none."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
-            await http.request("DELETE", f"/v1/snapshots/{_core.seg(name)}")
-            return True
-        except NotFoundError:
-            return False
-        finally:
-            await http.close()
+        async with _one_call(base_url, api_key, timeout) as http:
+            try:
+                await http.request("DELETE", f"/v1/snapshots/{_core.seg(name)}")
+                return True
+            except NotFoundError:
+                return False
 
     @classmethod
     async def create_volume(
@@ -838,11 +834,8 @@ class AsyncSandbox:
     ) -> VolumeInfo:
         """Creates the key's volume ``name`` capped at ``size`` (``"10G"``; the server's default
         when absent): persistent, mounted into sandboxes with ``create(volumes=...)``."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             return VolumeInfo.from_dict(await http.post_json("/v1/volumes", _core.volume_body(name, size), "volume"))
-        finally:
-            await http.close()
 
     @classmethod
     async def list_volumes(
@@ -853,12 +846,9 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[VolumeInfo]:
         """The key's volumes (``GET /v1/volumes``), with their use and who mounts them."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             body = await http.get_json("/v1/volumes", "volume list")
-            return [VolumeInfo.from_dict(x) for x in body.get("volumes") or [] if isinstance(x, Mapping)]
-        finally:
-            await http.close()
+            return _core.items(body, "volumes", VolumeInfo.from_dict)
 
     @classmethod
     async def get_volume(
@@ -870,11 +860,8 @@ class AsyncSandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> VolumeInfo:
         """The key's volume ``name``; raises :class:`~cordon_sdk.NotFoundError` if unknown."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
+        async with _one_call(base_url, api_key, timeout) as http:
             return VolumeInfo.from_dict(await http.get_json(f"/v1/volumes/{_core.seg(name)}", "volume"))
-        finally:
-            await http.close()
 
     @classmethod
     async def delete_volume(
@@ -887,14 +874,12 @@ class AsyncSandbox:
     ) -> bool:
         """Deletes the key's volume ``name`` and its files; False if there was none. A volume a
         running sandbox mounts is refused (:class:`~cordon_sdk.ConflictError`)."""
-        http = _AsyncHttp(base_url, api_key, timeout)
-        try:
-            await http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
-            return True
-        except NotFoundError:
-            return False
-        finally:
-            await http.close()
+        async with _one_call(base_url, api_key, timeout) as http:
+            try:
+                await http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
+                return True
+            except NotFoundError:
+                return False
 
     async def info(self) -> SandboxInfo:
         """The sandbox's state, limits, metadata and expiry (also after it ended)."""

@@ -328,7 +328,7 @@ class Commands:
     def list(self) -> List[CommandInfo]:
         """The sandbox's background commands, running and recently finished, oldest first."""
         body = self._sb._http.get_json(self._sb._path + "/commands", "command list")
-        return [CommandInfo.from_dict(c) for c in body.get("commands") or [] if isinstance(c, Mapping)]
+        return _core.items(body, "commands", CommandInfo.from_dict)
 
     def connect(self, command_id: str) -> CommandHandle:
         """A handle on a background command by id (checks that it exists)."""
@@ -380,7 +380,7 @@ class Files:
     def list(self, path: str = "/workspace") -> List[Entry]:
         """The entries of a directory."""
         body = self._sb._http.get_json(self._path + "/list", "file list", params={"path": path})
-        return [Entry.from_dict(e) for e in body.get("entries") or [] if isinstance(e, Mapping)]
+        return _core.items(body, "entries", Entry.from_dict)
 
     def stat(self, path: str) -> Entry:
         """One entry; raises :class:`~cordon_sdk.NotFoundError` if there is none."""
@@ -485,7 +485,7 @@ class Code:
     def list_contexts(self) -> List[ContextInfo]:
         """The sandbox's interpreter contexts, by language and name."""
         body = self._sb._http.get_json(self._sb._path + "/contexts", "context list")
-        return [ContextInfo.from_dict(c) for c in body.get("contexts") or [] if isinstance(c, Mapping)]
+        return _core.items(body, "contexts", ContextInfo.from_dict)
 
     def create_context(self, language: str = "python", name: str = "default") -> ContextInfo:
         """Starts a context's interpreter now, so its first cell does not wait for it."""
@@ -528,6 +528,16 @@ class Network:
         resp = self._sb._http.request("PUT", self._path, json=_core.network_body(allow, hosts))
         body = _core.expect_mapping(_core.json_body(resp), "network policy")
         return NetworkPolicy.from_dict(body.get("policy"))
+
+
+@contextmanager
+def _one_call(base_url: Optional[str], api_key: Optional[str], timeout: TimeoutArg) -> Iterator[_Http]:
+    """A client for one class-level call (list, images, snapshots, volumes), closed after it."""
+    http = _Http(base_url, api_key, timeout)
+    try:
+        yield http
+    finally:
+        http.close()
 
 
 class Sandbox:
@@ -666,12 +676,9 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SandboxInfo]:
         """Running sandboxes of this key, oldest first; ``metadata`` keeps those whose labels match."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             body = http.get_json("/v1/sandboxes", "sandbox list", params=_core.metadata_params(metadata))
-            return [SandboxInfo.from_dict(s) for s in body.get("sandboxes") or [] if isinstance(s, Mapping)]
-        finally:
-            http.close()
+            return _core.items(body, "sandboxes", SandboxInfo.from_dict)
 
     @classmethod
     def run(
@@ -719,12 +726,9 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[ImageInfo]:
         """The images in the server's store (``GET /v1/images``), newest first."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             body = http.get_json("/v1/images", "image list")
-            return [ImageInfo.from_dict(i) for i in body.get("images") or [] if isinstance(i, Mapping)]
-        finally:
-            http.close()
+            return _core.items(body, "images", ImageInfo.from_dict)
 
     @classmethod
     def pull_image(
@@ -742,8 +746,7 @@ class Sandbox:
         ``event``: ``resolved``, ``layer_cached``, ``layer_start``, ``layer_progress``,
         ``layer_unpacking``, ``layer_done`` or ``retry``) as the pull goes."""
         body = _core.pull_body(reference, platform)
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             if on_progress is None:
                 return PullResult.from_dict(http.post_json("/v1/images/pull", body, "pull result"))
             result: Optional[PullResult] = None
@@ -766,8 +769,6 @@ class Sandbox:
             if result is None:
                 raise SandboxError("the stream ended before the pull's result", code="stream_ended")
             return result
-        finally:
-            http.close()
 
     # ---- state: snapshots, forks, volumes ---------------------------------------------------
 
@@ -798,12 +799,9 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[SnapshotInfo]:
         """The key's snapshots (``GET /v1/snapshots``)."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             body = http.get_json("/v1/snapshots", "snapshot list")
-            return [SnapshotInfo.from_dict(x) for x in body.get("snapshots") or [] if isinstance(x, Mapping)]
-        finally:
-            http.close()
+            return _core.items(body, "snapshots", SnapshotInfo.from_dict)
 
     @classmethod
     def delete_snapshot(
@@ -815,14 +813,12 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> bool:
         """Deletes the key's snapshot ``name``; False if there was none."""
-        http = _Http(base_url, api_key, timeout)
-        try:
-            http.request("DELETE", f"/v1/snapshots/{_core.seg(name)}")
-            return True
-        except NotFoundError:
-            return False
-        finally:
-            http.close()
+        with _one_call(base_url, api_key, timeout) as http:
+            try:
+                http.request("DELETE", f"/v1/snapshots/{_core.seg(name)}")
+                return True
+            except NotFoundError:
+                return False
 
     @classmethod
     def create_volume(
@@ -836,11 +832,8 @@ class Sandbox:
     ) -> VolumeInfo:
         """Creates the key's volume ``name`` capped at ``size`` (``"10G"``; the server's default
         when absent): persistent, mounted into sandboxes with ``create(volumes=...)``."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             return VolumeInfo.from_dict(http.post_json("/v1/volumes", _core.volume_body(name, size), "volume"))
-        finally:
-            http.close()
 
     @classmethod
     def list_volumes(
@@ -851,12 +844,9 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> List[VolumeInfo]:
         """The key's volumes (``GET /v1/volumes``), with their use and who mounts them."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             body = http.get_json("/v1/volumes", "volume list")
-            return [VolumeInfo.from_dict(x) for x in body.get("volumes") or [] if isinstance(x, Mapping)]
-        finally:
-            http.close()
+            return _core.items(body, "volumes", VolumeInfo.from_dict)
 
     @classmethod
     def get_volume(
@@ -868,11 +858,8 @@ class Sandbox:
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
     ) -> VolumeInfo:
         """The key's volume ``name``; raises :class:`~cordon_sdk.NotFoundError` if unknown."""
-        http = _Http(base_url, api_key, timeout)
-        try:
+        with _one_call(base_url, api_key, timeout) as http:
             return VolumeInfo.from_dict(http.get_json(f"/v1/volumes/{_core.seg(name)}", "volume"))
-        finally:
-            http.close()
 
     @classmethod
     def delete_volume(
@@ -885,14 +872,12 @@ class Sandbox:
     ) -> bool:
         """Deletes the key's volume ``name`` and its files; False if there was none. A volume a
         running sandbox mounts is refused (:class:`~cordon_sdk.ConflictError`)."""
-        http = _Http(base_url, api_key, timeout)
-        try:
-            http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
-            return True
-        except NotFoundError:
-            return False
-        finally:
-            http.close()
+        with _one_call(base_url, api_key, timeout) as http:
+            try:
+                http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
+                return True
+            except NotFoundError:
+                return False
 
     def info(self) -> SandboxInfo:
         """The sandbox's state, limits, metadata and expiry (also after it ended)."""

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use super::{CommandUsage, FromHelper, ToHelper, CONTROL_FD, SETUP_TIMEOUT};
 use crate::channel::{Channel, ToSandbox, ToSupervisor};
 use crate::init::Stdio;
-use crate::launcher::{apply_confined, prepare, spawn_init};
+use crate::launcher::{prepare, spawn_init};
+use crate::setup_heard::SetupHeard;
 use crate::sys;
 
 /// The helper's view of one running command.
@@ -103,104 +104,34 @@ pub fn helper_main() -> i32 {
         disk: None,
         volumes: Vec::new(),
     };
-    for b in profile.binds.iter().filter(|b| b.writable) {
-        let Some(limit) = b.limit else { continue };
-        match crate::watch::DiskWatch::open(&b.source, limit) {
-            Ok(w) => domains.volumes.push(w),
-            Err(e) => {
-                domains.kill();
-                return failed(
-                    &control,
-                    format!("watching {}: {e}", b.dest.display()),
-                    None,
-                );
-            }
-        }
-    }
-    if let Some(dir) = &prepared.run_dir {
-        match crate::watch::DiskWatch::open(dir, profile.limits.disk) {
-            Ok(w) => domains.disk = Some(w),
-            Err(e) => {
-                domains.kill();
-                return failed(
-                    &control,
-                    format!("watching the scratch directory: {e}"),
-                    None,
-                );
-            }
+    match watch_disks(&profile, prepared.run_dir.as_deref()) {
+        Ok((disk, volumes)) => (domains.disk, domains.volumes) = (disk, volumes),
+        Err(message) => {
+            domains.kill();
+            return failed(&control, message, None);
         }
     }
     let degraded = prepared.degraded().then_some(prepared.plan.network);
+    let require_landlock = profile.require.contains(&cordon_policy::Layer::Landlock);
 
-    // Setup: wait for the init's root and its confinement report.
-    let mut root_fd: Option<OwnedFd> = None;
-    let mut confined = false;
-    // Bounded, and watching the server: a helper whose server is gone must not wait on.
-    let deadline = Instant::now() + SETUP_TIMEOUT;
-    while !confined {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            domains.kill();
-            return failed(
-                &control,
-                format!(
-                    "the sandbox did not finish its setup within {}s",
-                    SETUP_TIMEOUT.as_secs()
-                ),
-                None,
-            );
-        }
-        let mut pfds = [
-            sys::pollfd(chan.raw(), libc::POLLIN),
-            // Only hang-up and errors: the server sends nothing before Ready.
-            sys::pollfd(control.raw(), 0),
-        ];
-        if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
-            continue;
-        }
-        if pfds[1].revents != 0 {
+    let mut root_fd = match await_setup(
+        &chan,
+        &control,
+        &mut domains,
+        &mut enforcement,
+        degraded,
+        require_landlock,
+    ) {
+        Ok(root) => root,
+        Err(SetupEnd::ServerGone) => {
             domains.kill();
             return 1;
         }
-        if pfds[0].revents == 0 {
-            continue;
+        Err(SetupEnd::Failed(message, errno)) => {
+            domains.kill();
+            return failed(&control, message, errno);
         }
-        match chan.recv::<ToSupervisor>() {
-            Ok(Some((ToSupervisor::RootFd, fds))) => root_fd = fds.into_iter().next(),
-            Ok(Some((ToSupervisor::ProxyListener, fds))) => {
-                let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                let _ =
-                    control.send_with_fds(&FromHelper::Sandbox(ToSupervisor::ProxyListener), &raw);
-            }
-            Ok(Some((msg @ ToSupervisor::Confined { .. }, fds))) => {
-                if let ToSupervisor::Confined { watch, .. } = &msg {
-                    domains.scratch = scratch_fds(watch, fds);
-                }
-                apply_confined(&mut enforcement, &msg, degraded);
-                confined = true;
-            }
-            Ok(Some((
-                ToSupervisor::SetupFailed {
-                    step,
-                    message,
-                    errno,
-                },
-                _,
-            ))) => {
-                domains.kill();
-                return failed(
-                    &control,
-                    format!("sandbox setup failed at {step}: {message}"),
-                    errno,
-                );
-            }
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => {
-                domains.kill();
-                return failed(&control, "the sandbox died during setup".into(), None);
-            }
-        }
-    }
+    };
     // Without a mount namespace the sandbox's own files are its run directory's (`/tmp`, the
     // home, `/workspace` below it, as `Plan::host_path` places them): that is the root the
     // files API resolves in. Opened here, not taken from the init.
@@ -220,14 +151,6 @@ pub fn helper_main() -> i32 {
             None,
         );
     };
-    if profile.require.contains(&cordon_policy::Layer::Landlock) && enforcement.landlock_abi == 0 {
-        domains.kill();
-        return failed(
-            &control,
-            "Landlock was required but is not enforced".into(),
-            None,
-        );
-    }
     let ready = FromHelper::Ready {
         enforcement: Box::new(enforcement),
         init_pid,
@@ -242,9 +165,130 @@ pub fn helper_main() -> i32 {
         return 1;
     }
 
-    // Routing: requests down, events (with their fds) up, until either side goes away.
+    let reason = route(&control, &chan, &mut domains, init_pid);
+    domains.kill();
+    // Nothing of the sandbox runs any more: its run directory (no namespaces) goes before
+    // the server hears that the sandbox ended.
+    prepared.cleanup();
+    let _ = control.send(&FromHelper::Ended { reason });
+    0
+}
+
+/// The disk-watch step: each writable bind with a size cap (a volume), and without a tmpfs the
+/// scratch directory against `--disk`, watched (see `DiskWatch`) while the sandbox lives.
+fn watch_disks(
+    profile: &cordon_policy::Profile,
+    run_dir: Option<&std::path::Path>,
+) -> Result<
+    (
+        Option<crate::watch::DiskWatch>,
+        Vec<crate::watch::DiskWatch>,
+    ),
+    String,
+> {
+    let mut volumes = Vec::new();
+    for b in profile.binds.iter().filter(|b| b.writable) {
+        let Some(limit) = b.limit else { continue };
+        let w = crate::watch::DiskWatch::open(&b.source, limit)
+            .map_err(|e| format!("watching {}: {e}", b.dest.display()))?;
+        volumes.push(w);
+    }
+    let disk = match run_dir {
+        Some(dir) => Some(
+            crate::watch::DiskWatch::open(dir, profile.limits.disk)
+                .map_err(|e| format!("watching the scratch directory: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok((disk, volumes))
+}
+
+/// Why setup did not end in a confined sandbox.
+enum SetupEnd {
+    /// The server hung up: nobody is left to tell.
+    ServerGone,
+    /// What to tell the server, and the errno of the failed call if there was one.
+    Failed(String, Option<i32>),
+}
+
+/// The setup step: waits for the init's setup messages (see `SetupHeard`), bounded by
+/// `SETUP_TIMEOUT` and watching the server, whose hang-up ends the wait (a helper whose server
+/// is gone must not wait on). The proxy's listener goes up to the server as it comes; the
+/// result is the root the init handed over (`None` without a mount namespace).
+fn await_setup(
+    chan: &Channel,
+    control: &Channel,
+    domains: &mut Domains,
+    enforcement: &mut cordon_policy::Enforcement,
+    degraded: Option<bool>,
+    require_landlock: bool,
+) -> Result<Option<OwnedFd>, SetupEnd> {
+    let mut heard = SetupHeard::new(true);
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    while !heard.confined {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(SetupEnd::Failed(
+                format!(
+                    "the sandbox did not finish its setup within {}s",
+                    SETUP_TIMEOUT.as_secs()
+                ),
+                None,
+            ));
+        }
+        let mut pfds = [
+            sys::pollfd(chan.raw(), libc::POLLIN),
+            // Only hang-up and errors: the server sends nothing before Ready.
+            sys::pollfd(control.raw(), 0),
+        ];
+        if sys::poll(&mut pfds, left.as_millis().min(1000) as i32).is_err() {
+            continue;
+        }
+        if pfds[1].revents != 0 {
+            return Err(SetupEnd::ServerGone);
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        let (msg, fds) = match chan.recv::<ToSupervisor>() {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => {
+                return Err(SetupEnd::Failed(
+                    "the sandbox died during setup".into(),
+                    None,
+                ))
+            }
+        };
+        // Anything else before the report is not the init's to send: ignored.
+        let _ = heard.take(msg, fds, enforcement, degraded, require_landlock);
+        if let Some(listener) = heard.listener.take() {
+            let up = FromHelper::Sandbox(ToSupervisor::ProxyListener);
+            let _ = control.send_with_fds(&up, &[listener.as_raw_fd()]);
+        }
+        if let Some(failure) = heard.failure.take() {
+            let message = match &failure.step {
+                Some(step) => format!("sandbox setup failed at {step}: {}", failure.message),
+                None => failure.message,
+            };
+            return Err(SetupEnd::Failed(message, failure.errno));
+        }
+    }
+    if let Some((kinds, fds)) = heard.watched.take() {
+        domains.scratch = scratch_fds(&kinds, fds);
+    }
+    Ok(heard.root.take())
+}
+
+/// The routing step: requests down, events (with their fds) up, until either side goes away.
+/// Returns why it ended.
+fn route(
+    control: &Channel,
+    chan: &Channel,
+    domains: &mut Domains,
+    init_pid: libc::pid_t,
+) -> String {
     let init_fd = sys::pidfd_open(init_pid).ok();
-    let reason = loop {
+    loop {
         let mut pfds = vec![
             sys::pollfd(control.raw(), libc::POLLIN),
             sys::pollfd(chan.raw(), libc::POLLIN),
@@ -264,7 +308,7 @@ pub fn helper_main() -> i32 {
         if pfds.get(2).is_some_and(|p| p.revents != 0) {
             break "the sandbox's init exited".to_string();
         }
-        domains.tick(&chan);
+        domains.tick(chan);
         if pfds[0].revents != 0 {
             match control.recv::<ToHelper>() {
                 Ok(Some((ToHelper::Exec { id, spec }, _))) => {
@@ -279,7 +323,7 @@ pub fn helper_main() -> i32 {
                     let _ = chan.send(&ToSandbox::Signal { id, signal });
                 }
                 Ok(Some((ToHelper::Usage { id }, _))) => {
-                    if let Some(answer) = domains.ask(id, &chan) {
+                    if let Some(answer) = domains.ask(id, chan) {
                         let _ = control.send(&answer);
                     }
                 }
@@ -302,13 +346,7 @@ pub fn helper_main() -> i32 {
                 Ok(None) | Err(_) => break "the sandbox's init exited".to_string(),
             }
         }
-    };
-    domains.kill();
-    // Nothing of the sandbox runs any more: its run directory (no namespaces) goes before
-    // the server hears that the sandbox ended.
-    prepared.cleanup();
-    let _ = control.send(&FromHelper::Ended { reason });
-    0
+    }
 }
 
 /// The helper's side of the sandbox's kill and accounting domains: the sandbox's cgroup, and

@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, RawQuery};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{rfc3339, rfc3339_ms, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
+use super::{rfc3339, rfc3339_ms, Control, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
 use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
 use cordon_service::volumes::VolumeMount;
@@ -210,11 +210,9 @@ fn listed(e2b: &St, info: &SandboxInfo) -> Value {
 }
 
 pub(super) async fn create(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: NewSandbox = parse(&body)?;
     let template = req
         .template_id
@@ -287,12 +285,10 @@ fn live_info(e2b: &St, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiErro
 }
 
 pub(super) async fn connect(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: Timeout = parse(&body)?;
     let info = live_info(&e2b, &caller, &id)?;
     if let Some(t) = req.timeout {
@@ -319,21 +315,18 @@ pub(super) async fn connect(
 }
 
 pub(super) async fn resume(
-    state: State<St>,
-    h: HeaderMap,
+    control: Control,
     id: Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    connect(state, h, id, body).await
+    connect(control, id, body).await
 }
 
 pub(super) async fn pause(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     // The SDK sends `{}`; anything but JSON is a malformed request.
     let _: serde_json::Map<String, Value> = parse(&body)?;
     // Memory and files stay; 409 when it is already paused, as E2B answers.
@@ -343,12 +336,10 @@ pub(super) async fn pause(
 
 /// Replaces a running sandbox's egress allowlist, mapped as at create.
 pub(super) async fn update_network(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: NetworkUpdate = parse(&body)?;
     let allow = egress(
         req.allow_internet_access,
@@ -386,12 +377,10 @@ fn metrics_range(raw: Option<&str>) -> Result<(Option<u64>, Option<u64>), ApiErr
 }
 
 pub(super) async fn metrics(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let (start, end) = metrics_range(raw.as_deref())?;
     // E2B keeps a history and filters it by start/end; this server samples when asked, so
     // the answer is the one sample of now (CPU: the use since the previous request), and
@@ -417,11 +406,9 @@ pub(super) async fn metrics(
 }
 
 pub(super) async fn info(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, E2bError> {
-    let caller = e2b.caller(&h)?;
     let info = live_info(&e2b, &caller, &id)?;
     let door = e2b.door(&caller, &id, None)?;
     let mut v = listed(&e2b, &info);
@@ -449,23 +436,19 @@ pub(super) async fn info(
 }
 
 pub(super) async fn kill(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     e2b.st.service.delete(&caller, &id).await?;
     e2b.forget(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn set_timeout(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: Timeout = parse(&body)?;
     let t = req
         .timeout
@@ -482,12 +465,10 @@ struct Refresh {
 }
 
 pub(super) async fn refresh(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: Refresh = parse(&body)?;
     let t = req.duration.unwrap_or(60.0);
     e2b.st
@@ -572,11 +553,9 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
 /// `GET /v2/sandboxes`: the caller's sandboxes, newest first unless `order=asc`, a page at a
 /// time; the next page's token (the last id shown) in `x-next-token`.
 pub(super) async fn list(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let q = list_query(raw.as_deref())?;
     let mut all: Vec<SandboxInfo> = e2b
         .st
@@ -619,11 +598,9 @@ pub(super) async fn list(
 
 /// `GET /sandboxes` (older SDKs): every running sandbox, no paging.
 pub(super) async fn list_v1(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Vec<Value>>, E2bError> {
-    let caller = e2b.caller(&h)?;
     let q = list_query(raw.as_deref())?;
     let all = e2b.st.service.list(&caller, &q.metadata).sandboxes;
     Ok(Json(all.iter().map(|s| listed(&e2b, s)).collect()))

@@ -247,6 +247,22 @@ pub(crate) async fn errors_for_e2b_clients(req: Request, next: Next) -> Response
     out
 }
 
+/// A control-plane request's door and its caller, authenticated by its `X-API-KEY` before any
+/// other part of the request is looked at (the first extractor of every control handler).
+pub(super) struct Control(pub St, pub Caller);
+
+impl axum::extract::FromRequestParts<St> for Control {
+    type Rejection = E2bError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        e2b: &St,
+    ) -> Result<Self, E2bError> {
+        let caller = e2b.caller(&parts.headers)?;
+        Ok(Control(e2b.clone(), caller))
+    }
+}
+
 impl E2b {
     /// The caller of a control-plane request: its `X-API-KEY` is a cordon API key.
     fn caller(&self, h: &HeaderMap) -> Result<Caller, ApiError> {

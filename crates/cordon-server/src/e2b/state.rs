@@ -11,15 +11,15 @@
 //! names what it did not carry (`notCarried`) and an explicit request for memory is refused.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::control::{parse, sandbox_body, seconds};
-use super::{E2bError, St};
+use super::{Control, E2bError, St};
 use crate::error::ApiError;
 use cordon_service::snapshots::{CreateSnapshot, ForkRequest, SnapshotInfo};
 use cordon_service::volumes::{CreateVolume, VolumeInfo};
@@ -94,12 +94,10 @@ pub(super) async fn is_snapshot(e2b: &St, caller: &Caller, name: &str) -> Result
 }
 
 pub(super) async fn create_snapshot(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: SnapshotRequest = parse(&body)?;
     if req.memory == Some(true) {
         return Err(ApiError::bad_request(NO_MEMORY).into());
@@ -117,11 +115,9 @@ pub(super) async fn create_snapshot(
 }
 
 pub(super) async fn list_snapshots(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Query(q): Query<SnapshotQuery>,
 ) -> Result<Json<Value>, E2bError> {
-    let caller = e2b.caller(&h)?;
     let list = e2b.st.service.list_snapshots(&caller).await?;
     let out: Vec<Value> = list
         .snapshots
@@ -136,22 +132,18 @@ pub(super) async fn list_snapshots(
 /// `delete_snapshot`: E2B deletes a snapshot as a template; the only templates one can delete
 /// here are snapshots.
 pub(super) async fn delete_template(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     e2b.st.service.delete_snapshot(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn fork(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: ForkBody = parse(&body)?;
     let ttl = req.timeout.map(|t| seconds(t, "timeout")).transpose()?;
     // The parent must be live (E2B answers 404 for an ended one), and its door gives the
@@ -187,11 +179,9 @@ fn volume_body(v: &VolumeInfo) -> Value {
 }
 
 pub(super) async fn create_volume(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    let caller = e2b.caller(&h)?;
     let req: NewVolume = parse(&body)?;
     let info = e2b
         .st
@@ -207,11 +197,7 @@ pub(super) async fn create_volume(
     Ok((StatusCode::CREATED, Json(volume_body(&info))).into_response())
 }
 
-pub(super) async fn list_volumes(
-    State(e2b): State<St>,
-    h: HeaderMap,
-) -> Result<Json<Value>, E2bError> {
-    let caller = e2b.caller(&h)?;
+pub(super) async fn list_volumes(Control(e2b, caller): Control) -> Result<Json<Value>, E2bError> {
     let list = e2b.st.service.list_volumes(&caller).await?;
     Ok(Json(Value::Array(
         list.volumes
@@ -222,11 +208,9 @@ pub(super) async fn list_volumes(
 }
 
 pub(super) async fn get_volume(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, E2bError> {
-    let caller = e2b.caller(&h)?;
     Ok(Json(volume_body(
         &e2b.st.service.get_volume(&caller, &id).await?,
     )))
@@ -234,11 +218,9 @@ pub(super) async fn get_volume(
 
 /// Refused with 409 while a running sandbox mounts it.
 pub(super) async fn delete_volume(
-    State(e2b): State<St>,
-    h: HeaderMap,
+    Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    let caller = e2b.caller(&h)?;
     e2b.st.service.delete_volume(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

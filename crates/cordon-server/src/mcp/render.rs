@@ -88,3 +88,17 @@ pub(super) fn code_facts(r: &cordon_service::interpreter::CodeResult) -> Option<
     }
     Some(v)
 }
+
+/// An outcome as a tool's result: an error result unless the program exited 0, with the
+/// outcome's facts as its structured content.
+pub(super) fn outcome_result(o: &Outcome) -> CallToolResult {
+    let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
+    let content = vec![text(outcome_text(o))];
+    let mut r = if ok {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    };
+    r.structured_content = outcome_facts(o);
+    r
+}

@@ -25,8 +25,9 @@ use rmcp::{
 use serde::Deserialize;
 
 use super::order;
-use super::render::{code_facts, outcome_facts, outcome_text, text, tool_error};
-use super::session::{McpState, SessionGuard};
+use super::render::{code_facts, outcome_result, text, tool_error};
+use super::session::{Bound, McpState, SessionGuard};
+use cordon_service::error::ServiceError;
 use cordon_service::interpreter::CodeRequest;
 use cordon_service::types::{Amount, Cmd, ExecRequest};
 
@@ -108,6 +109,22 @@ impl CordonMcp {
             tool_router: Self::tool_router(),
         }
     }
+
+    /// Runs `call` in the session's sandbox (created on first use): not getting one is the
+    /// tool's result, a service error becomes a tool error, and either way the result says
+    /// first when the sandbox is a fresh one (see `Bound::annotate`).
+    async fn in_sandbox(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        call: impl AsyncFnOnce(&Bound) -> Result<CallToolResult, ServiceError>,
+    ) -> Result<CallToolResult, McpError> {
+        let sb = match self.sandbox(ctx).await {
+            Ok(sb) => sb,
+            Err(r) => return Ok(r),
+        };
+        let r = call(&sb).await.unwrap_or_else(|e| tool_error(e.message));
+        Ok(sb.annotate(r))
+    }
 }
 
 #[tool_router]
@@ -120,10 +137,6 @@ impl CordonMcp {
         Parameters(p): Parameters<RunCodeParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let sb = match self.sandbox(&ctx).await {
-            Ok(sb) => sb,
-            Err(r) => return Ok(r),
-        };
         let req = CodeRequest {
             language: p.language.unwrap_or_else(|| "python".into()),
             code: p.code,
@@ -132,62 +145,15 @@ impl CordonMcp {
             env: Default::default(),
             plain_strings: false,
         };
-        let r = match self
-            .state
-            .service
-            .run_code(&sb.caller, &sb.id, req, None)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return Ok(sb.annotate(tool_error(e.message))),
-        };
-        let mut content = Vec::new();
-        if !r.stdout.is_empty() {
-            content.push(text(format!("stdout:\n{}", r.stdout)));
-        }
-        if !r.stderr.is_empty() {
-            content.push(text(format!("stderr:\n{}", r.stderr)));
-        }
-        for res in &r.results {
-            if let Some(png) = res.get("image/png").and_then(|v| v.as_str()) {
-                content.push(ContentBlock::image(png.to_string(), "image/png"));
-            } else if let Some(t) = res.get("text/plain").and_then(|v| v.as_str()) {
-                let label = if res["is_main_result"] == true {
-                    "result"
-                } else {
-                    "display"
-                };
-                content.push(text(format!("{label}: {t}")));
-            }
-        }
-        if let Some(e) = &r.error {
-            content.push(text(format!(
-                "error: {}: {}\n{}",
-                e.name,
-                e.value,
-                e.traceback.join("\n")
-            )));
-        }
-        if r.state_lost {
-            content.push(text(
-                "note: the interpreter restarted; earlier variables are gone",
-            ));
-        }
-        if r.stdout_truncated || r.stderr_truncated {
-            content.push(text(
-                "note: output past the sandbox's output limit was dropped",
-            ));
-        }
-        if content.is_empty() {
-            content.push(text("(no output)"));
-        }
-        let mut result = if r.error.is_some() {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        };
-        result.structured_content = code_facts(&r);
-        Ok(sb.annotate(result))
+        self.in_sandbox(&ctx, async |sb| {
+            let r = self
+                .state
+                .service
+                .run_code(&sb.caller, &sb.id, req, None)
+                .await?;
+            Ok(code_result(&r))
+        })
+        .await
     }
 
     #[tool(
@@ -198,10 +164,6 @@ impl CordonMcp {
         Parameters(p): Parameters<RunCommandParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let sb = match self.sandbox(&ctx).await {
-            Ok(sb) => sb,
-            Err(r) => return Ok(r),
-        };
         let req = ExecRequest {
             cmd: Cmd::Shell(p.command),
             cwd: p.cwd,
@@ -212,18 +174,15 @@ impl CordonMcp {
             pty: None,
             tag: None,
         };
-        let o = match self.state.service.exec(&sb.caller, &sb.id, req, None).await {
-            Ok(o) => o,
-            Err(e) => return Ok(sb.annotate(tool_error(e.message))),
-        };
-        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
-        let mut r = if ok {
-            CallToolResult::success(vec![text(outcome_text(&o))])
-        } else {
-            CallToolResult::error(vec![text(outcome_text(&o))])
-        };
-        r.structured_content = outcome_facts(&o);
-        Ok(sb.annotate(r))
+        self.in_sandbox(&ctx, async |sb| {
+            let o = self
+                .state
+                .service
+                .exec(&sb.caller, &sb.id, req, None)
+                .await?;
+            Ok(outcome_result(&o))
+        })
+        .await
     }
 
     #[tool(
@@ -295,18 +254,12 @@ impl CordonMcp {
             stdin: p.stdin,
             wasm: Some(b64),
         };
-        let o = match cordon_service::oneshot::execute(svc, req).await {
-            Ok(o) => o,
-            Err(e) => return Ok(annotate(tool_error(e.message))),
-        };
-        let ok = o.status == cordon_policy::Status::Exited && o.exit_code == Some(0);
-        let mut r = if ok {
-            CallToolResult::success(vec![text(outcome_text(&o))])
-        } else {
-            CallToolResult::error(vec![text(outcome_text(&o))])
-        };
-        r.structured_content = outcome_facts(&o);
-        Ok(annotate(r))
+        Ok(annotate(
+            match cordon_service::oneshot::execute(svc, req).await {
+                Ok(o) => outcome_result(&o),
+                Err(e) => tool_error(e.message),
+            },
+        ))
     }
 
     #[tool(
@@ -317,39 +270,12 @@ impl CordonMcp {
         Parameters(p): Parameters<PathParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        use base64::Engine;
-        let sb = match self.sandbox(&ctx).await {
-            Ok(sb) => sb,
-            Err(r) => return Ok(r),
-        };
-        let data =
-            match cordon_service::files::read(&self.state.service, &sb.caller, &sb.id, &p.path)
-                .await
-            {
-                Ok(d) => d,
-                Err(e) => return Ok(sb.annotate(tool_error(e.message))),
-            };
-        let b64 = || base64::engine::general_purpose::STANDARD.encode(&data);
-        let mime = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
-            Some("image/png")
-        } else if data.starts_with(&[0xff, 0xd8, 0xff]) {
-            Some("image/jpeg")
-        } else if data.starts_with(b"GIF8") {
-            Some("image/gif")
-        } else {
-            None
-        };
-        Ok(sb.annotate(CallToolResult::success(vec![
-            match (mime, std::str::from_utf8(&data)) {
-                (Some(m), _) => ContentBlock::image(b64(), m),
-                (None, Ok(t)) => text(t.to_string()),
-                (None, Err(_)) => text(format!(
-                    "(binary file, {} bytes, base64)\n{}",
-                    data.len(),
-                    b64()
-                )),
-            },
-        ])))
+        self.in_sandbox(&ctx, async |sb| {
+            let svc = &self.state.service;
+            let data = cordon_service::files::read(svc, &sb.caller, &sb.id, &p.path).await?;
+            Ok(CallToolResult::success(vec![file_content(&data)]))
+        })
+        .await
     }
 
     #[tool(
@@ -360,23 +286,22 @@ impl CordonMcp {
         Parameters(p): Parameters<WriteParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let sb = match self.sandbox(&ctx).await {
-            Ok(sb) => sb,
-            Err(r) => return Ok(r),
-        };
-        let r = match cordon_service::files::write(
-            &self.state.service,
-            &sb.caller,
-            &sb.id,
-            &p.path,
-            p.content.into_bytes(),
-        )
+        self.in_sandbox(&ctx, async |sb| {
+            let svc = &self.state.service;
+            let n = cordon_service::files::write(
+                svc,
+                &sb.caller,
+                &sb.id,
+                &p.path,
+                p.content.into_bytes(),
+            )
+            .await?;
+            Ok(CallToolResult::success(vec![text(format!(
+                "wrote {n} bytes to {}",
+                p.path
+            ))]))
+        })
         .await
-        {
-            Ok(n) => CallToolResult::success(vec![text(format!("wrote {n} bytes to {}", p.path))]),
-            Err(e) => tool_error(e.message),
-        };
-        Ok(sb.annotate(r))
     }
 
     #[tool(
@@ -387,43 +312,30 @@ impl CordonMcp {
         Parameters(p): Parameters<ListParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let sb = match self.sandbox(&ctx).await {
-            Ok(sb) => sb,
-            Err(r) => return Ok(r),
-        };
         let path = p.path.unwrap_or_else(|| "/workspace".into());
-        let r = match cordon_service::files::list(
-            &self.state.service,
-            &sb.caller,
-            &sb.id,
-            &path,
-            1,
-            usize::MAX,
-        )
+        self.in_sandbox(&ctx, async |sb| {
+            let svc = &self.state.service;
+            let entries =
+                cordon_service::files::list(svc, &sb.caller, &sb.id, &path, 1, usize::MAX).await?;
+            let lines: Vec<String> = entries
+                .iter()
+                .map(|e| {
+                    let v = serde_json::to_value(e).unwrap_or_default();
+                    format!(
+                        "{}\t{}\t{} bytes",
+                        v["type"].as_str().unwrap_or("?"),
+                        v["path"].as_str().unwrap_or("?"),
+                        v["size"]
+                    )
+                })
+                .collect();
+            Ok(CallToolResult::success(vec![text(if lines.is_empty() {
+                format!("{path} is empty")
+            } else {
+                lines.join("\n")
+            })]))
+        })
         .await
-        {
-            Ok(entries) => {
-                let lines: Vec<String> = entries
-                    .iter()
-                    .map(|e| {
-                        let v = serde_json::to_value(e).unwrap_or_default();
-                        format!(
-                            "{}\t{}\t{} bytes",
-                            v["type"].as_str().unwrap_or("?"),
-                            v["path"].as_str().unwrap_or("?"),
-                            v["size"]
-                        )
-                    })
-                    .collect();
-                CallToolResult::success(vec![text(if lines.is_empty() {
-                    format!("{path} is empty")
-                } else {
-                    lines.join("\n")
-                })])
-            }
-            Err(e) => tool_error(e.message),
-        };
-        Ok(sb.annotate(r))
     }
 
     #[tool(
@@ -495,5 +407,82 @@ impl ServerHandler for CordonMcp {
         };
         let tcc = ToolCallContext::new(self, request, context);
         self.tool_router.call(tcc).await
+    }
+}
+
+/// A cell's result as a tool's result: each stream, result and error as content (charts as
+/// images), an error result when the cell raised, its facts as structured content.
+fn code_result(r: &cordon_service::interpreter::CodeResult) -> CallToolResult {
+    let mut content = Vec::new();
+    if !r.stdout.is_empty() {
+        content.push(text(format!("stdout:\n{}", r.stdout)));
+    }
+    if !r.stderr.is_empty() {
+        content.push(text(format!("stderr:\n{}", r.stderr)));
+    }
+    for res in &r.results {
+        if let Some(png) = res.get("image/png").and_then(|v| v.as_str()) {
+            content.push(ContentBlock::image(png.to_string(), "image/png"));
+        } else if let Some(t) = res.get("text/plain").and_then(|v| v.as_str()) {
+            let label = if res["is_main_result"] == true {
+                "result"
+            } else {
+                "display"
+            };
+            content.push(text(format!("{label}: {t}")));
+        }
+    }
+    if let Some(e) = &r.error {
+        content.push(text(format!(
+            "error: {}: {}\n{}",
+            e.name,
+            e.value,
+            e.traceback.join("\n")
+        )));
+    }
+    if r.state_lost {
+        content.push(text(
+            "note: the interpreter restarted; earlier variables are gone",
+        ));
+    }
+    if r.stdout_truncated || r.stderr_truncated {
+        content.push(text(
+            "note: output past the sandbox's output limit was dropped",
+        ));
+    }
+    if content.is_empty() {
+        content.push(text("(no output)"));
+    }
+    let mut result = if r.error.is_some() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    result.structured_content = code_facts(r);
+    result
+}
+
+/// A file's bytes as content: PNG, JPEG and GIF as images, UTF-8 as text, anything else as
+/// base64 text that says so.
+fn file_content(data: &[u8]) -> ContentBlock {
+    use base64::Engine;
+    let b64 = || base64::engine::general_purpose::STANDARD.encode(data);
+    let mime = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if data.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if data.starts_with(b"GIF8") {
+        Some("image/gif")
+    } else {
+        None
+    };
+    match (mime, std::str::from_utf8(data)) {
+        (Some(m), _) => ContentBlock::image(b64(), m),
+        (None, Ok(t)) => text(t.to_string()),
+        (None, Err(_)) => text(format!(
+            "(binary file, {} bytes, base64)\n{}",
+            data.len(),
+            b64()
+        )),
     }
 }
