@@ -31,6 +31,11 @@ pub struct BenchArgs {
     /// PATH).
     #[arg(long, value_name = "PATH")]
     cordon: Option<PathBuf>,
+    /// A second cordon binary (say, the previous release) timed beside the first, interleaved
+    /// in the cold starts and with a server of its own for the warm paths: the `baseline`
+    /// rows, and cordon's ratio to them.
+    #[arg(long, value_name = "PATH")]
+    baseline: Option<PathBuf>,
     /// Runs per variant (interleaved, so drift affects all variants alike).
     #[arg(long, default_value_t = 50)]
     iterations: u32,
@@ -250,6 +255,15 @@ fn run(a: BenchArgs) -> i32 {
             argv: d,
             samples: Vec::new(),
         });
+        if let Some(base) = &a.baseline {
+            let mut b = vec![base.display().to_string(), "run".into(), "--".into()];
+            b.extend(cmd.iter().map(|s| s.to_string()));
+            variants.push(Variant {
+                name: "baseline".into(),
+                argv: b,
+                samples: Vec::new(),
+            });
+        }
         // Warm the page cache once for each, then interleave.
         for v in &variants {
             if let Err(e) = time_once(&v.argv) {
@@ -306,6 +320,7 @@ fn run(a: BenchArgs) -> i32 {
             "cordon_vs_bwrap_gone": bwrap.map(|b| ratio(cordon.gone, b.gone)),
             "cordon_vs_bwrap_cpu": bwrap.map(|b| ratio(cordon.cpu, b.cpu)),
             "cordon_no_ns_vs_cordon": get("cordon-no-ns").map(|d| ratio(d.exited, cordon.exited)),
+            "cordon_vs_baseline": get("baseline").map(|b| ratio(cordon.exited, b.exited)),
         }));
         if !a.json {
             println!(
@@ -328,6 +343,14 @@ fn run(a: BenchArgs) -> i32 {
                 println!(
                     "  cordon without namespaces (a host refusing them, as Docker's seccomp profile does) / cordon = {:.2}x",
                     ratio(d.exited, cordon.exited)
+                );
+            }
+            if let Some(b) = get("baseline") {
+                println!(
+                    "  cordon / baseline = {:.2}x, until gone = {:.2}x, CPU = {:.2}x",
+                    ratio(cordon.exited, b.exited),
+                    ratio(cordon.gone, b.gone),
+                    ratio(cordon.cpu, b.cpu)
                 );
             }
             if let Some(b) = bwrap {
@@ -368,18 +391,47 @@ fn run(a: BenchArgs) -> i32 {
             .get(1)
             .and_then(|r| r["median_ms"]["bare"].as_f64())
             .unwrap_or(0.0);
-        match bench_serve(&me, a.iterations, cold_true, cold_python) {
-            Ok(v) => {
-                if !a.json {
-                    print_serve(&v);
+        let mut servers = vec![(me.clone(), "cordon")];
+        if let Some(base) = &a.baseline {
+            servers.push((base.display().to_string(), "baseline"));
+        }
+        let mut warm = Vec::new();
+        for (bin, name) in servers {
+            match bench_serve(&bin, a.iterations, cold_true, cold_python) {
+                Ok(mut v) => {
+                    if !a.json {
+                        println!("[{name}: {bin}]");
+                        print_serve(&v);
+                    }
+                    v["binary"] = serde_json::json!(name);
+                    warm.push(v);
                 }
-                report.push(v);
-            }
-            Err(e) => {
-                eprintln!("cordon-bench: serve part: {e}");
-                return 125;
+                Err(e) => {
+                    eprintln!("cordon-bench: serve part ({name}): {e}");
+                    return 125;
+                }
             }
         }
+        if let [new, base] = &warm[..] {
+            let r = |k: &str| {
+                new[k].as_f64().unwrap_or(0.0) / base[k].as_f64().unwrap_or(0.0).max(1e-9)
+            };
+            let ratios = serde_json::json!({
+                "create": r("create_ms"),
+                "warm_exec": r("warm_exec_ms"),
+                "warm_cell": r("warm_cell_ms"),
+            });
+            if !a.json {
+                println!(
+                    "  cordon / baseline: create {:.2}x, warm exec {:.2}x, python cell {:.2}x",
+                    r("create_ms"),
+                    r("warm_exec_ms"),
+                    r("warm_cell_ms")
+                );
+            }
+            report.push(serde_json::json!({"serve_cordon_vs_baseline": ratios}));
+        }
+        report.extend(warm);
     }
     if a.json {
         println!("{}", serde_json::Value::Array(report));
