@@ -45,7 +45,10 @@ if [ "$(id -u)" -eq 0 ]; then
   fi
 fi
 
-echo "== fmt and clippy"
+# Each stage's heading says how long the run has taken so far.
+stage() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
+
+stage "fmt and clippy"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 # Unused dependencies (cargo-machete reads the sources; ~1.5 min to build once on 2 cores.
@@ -57,13 +60,14 @@ aarch64_target() {
   rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
     || rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1
 }
-if [ "$(uname -m)" = x86_64 ] && command -v aarch64-linux-gnu-gcc >/dev/null && aarch64_target; then
-  # aarch64: the whole workspace (tests included) must build and pass clippy with that
-  # target's syscall numbers, and the seccomp filter's unit tests run under qemu-aarch64 user
-  # emulation (its verdicts against seccompiler's aarch64 program, its numbers against the
-  # kernel's asm-generic table). qemu-user emulates no namespaces, seccomp or Landlock, so no
-  # sandbox runs here: the README says what has and has not run on aarch64.
-  echo "== aarch64: build, clippy, and the seccomp tables under emulation"
+# aarch64: the whole workspace (tests included) must build and pass clippy with that target's
+# syscall numbers, and the seccomp filter's unit tests run under qemu-aarch64 user emulation
+# (its verdicts against seccompiler's aarch64 program, its numbers against the kernel's
+# asm-generic table). qemu-user emulates no namespaces, seccomp or Landlock, so no sandbox runs
+# here: the README says what has and has not run on aarch64. It is compiling, not waiting: it
+# runs in the background beside the Python suites below, which mostly wait on sandboxes.
+aarch64_checks() (
+  set -euo pipefail
   export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
@@ -74,13 +78,17 @@ if [ "$(uname -m)" = x86_64 ] && command -v aarch64-linux-gnu-gcc >/dev/null && 
   cargo clippy --locked --target aarch64-unknown-linux-gnu --workspace --exclude cordon-wasm --all-targets -- -D warnings
   cargo test --locked --target aarch64-unknown-linux-gnu -p cordon-linux --lib -- seccomp:: detect::tests mounts::tests
   cargo test --locked --target aarch64-unknown-linux-gnu -p cordon-policy
+)
+have_aarch64=0
+if [ "$(uname -m)" = x86_64 ] && command -v aarch64-linux-gnu-gcc >/dev/null && aarch64_target; then
+  have_aarch64=1
 else
   # Then only the x86_64 tables are checked against the kernel's numbers (the unit tests
   # above); the aarch64 ones wait for a machine with the cross target.
-  echo "== aarch64: skipped (no aarch64 Rust target or cross compiler can be had on this machine)"
+  stage "aarch64: skipped (no aarch64 Rust target or cross compiler can be had on this machine)"
 fi
 
-echo "== Rust tests (as $(id -un))"
+stage "Rust tests (as $(id -un))"
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace -- --test-threads=4
 # The filesystem attack suite again with cordon inside a container's layout (Docker's
@@ -91,7 +99,7 @@ if [ "$(id -u)" -eq 0 ]; then
   # The same integration suites, run by an unprivileged account (rootless mode).
   user=cordontest
   id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
-  echo "== integration tests as unprivileged user $user"
+  stage "integration tests as unprivileged user $user"
   bins=$(cargo test --locked -p cordon --tests --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys, json
 for line in sys.stdin:
@@ -118,7 +126,7 @@ fi
 # Measured on this 2-core machine under load (nice): the VM script 55 s wall; qemu-system-x86's
 # three packages download in ~1 s and unpack in ~1 s from the Debian mirror.
 if [ "$cgroup2_vm" = 1 ] && [ "$(id -u)" -eq 0 ]; then
-  echo "== cgroup v2 in a VM (scripts/cgroup2-vm.sh)"
+  stage "cgroup v2 in a VM (scripts/cgroup2-vm.sh)"
   engine=$(cargo test --locked -p cordon-linux --lib --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys, json
 for line in sys.stdin:
@@ -128,7 +136,7 @@ for line in sys.stdin:
   ./scripts/cgroup2-vm.sh target/debug/cordon "$engine"
 fi
 
-echo "== Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
+stage "Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
 venv=$(mktemp -d)/venv
 # The gateway's upstream servers run in sandboxes (an unprivileged uid, even as root) with the
 # venv bound read-only: its directory must be reachable by others, as a system Python is.
@@ -142,6 +150,12 @@ export CORDON_BIN="$repo/target/debug/cordon"
 # network namespace (root: unshare -n), with the known-failures ratchet: ~3 min on 2 cores, run
 # beside the suites below (both spend most of their time waiting on sandboxes).
 e2b_suite_pid=
+aarch64_pid=
+if [ "$have_aarch64" = 1 ]; then
+  aarch64_log=$(mktemp)
+  aarch64_checks >"$aarch64_log" 2>&1 &
+  aarch64_pid=$!
+fi
 if [ "$(id -u)" -eq 0 ]; then
   e2b_suite_log=$(mktemp)
   E2B_SUITE_OUT=$(mktemp -d) scripts/e2b-suite.sh "$CORDON_BIN" >"$e2b_suite_log" 2>&1 &
@@ -154,21 +168,29 @@ for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
 
+if [ -n "$aarch64_pid" ]; then
+  stage "aarch64: build, clippy, and the seccomp tables under emulation (ran beside the Python suites)"
+  aarch64_rc=0
+  wait "$aarch64_pid" || aarch64_rc=$?
+  cat "$aarch64_log"
+  [ "$aarch64_rc" -eq 0 ] || { echo "aarch64 checks failed"; exit 1; }
+fi
+
 if [ -n "$e2b_suite_pid" ]; then
-  echo "== E2B's own test suites (scripts/e2b-suite.sh)"
+  stage "E2B's own test suites (scripts/e2b-suite.sh)"
   e2b_suite_rc=0
   wait "$e2b_suite_pid" || e2b_suite_rc=$?
   cat "$e2b_suite_log"
   [ "$e2b_suite_rc" -eq 0 ] || { echo "E2B's suites: a test failed that suite-known-failures.txt does not list"; exit 1; }
 fi
 
-echo "== the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
+stage "the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
 "$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10
 
-echo "== schemathesis against /openapi.json of a real server (0 failures allowed)"
+stage "schemathesis against /openapi.json of a real server (0 failures allowed)"
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 
-echo "== the release binary, as installed (statically linked on glibc hosts)"
+stage "the release binary, as installed (statically linked on glibc hosts)"
 if [ "${CI:-}" = true ]; then
   # Nothing below uses the debug build or the aarch64 one.
   rm -rf target/debug target/aarch64-unknown-linux-gnu "$(dirname "$venv")"
@@ -205,7 +227,7 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
   # install.sh with the binary above: where it puts cordon and what it tells the user, as an
   # unprivileged user (~/.local/bin; not on PATH, then on PATH) and as root (/usr/local/bin).
-  echo "== install.sh: where cordon goes and how to reach it"
+  stage "install.sh: where cordon goes and how to reach it"
   home=$(mktemp -d); chown cordontest "$home"; chmod o+rx target target/install
   want() { grep -qF -- "$2" <<<"$1" || { echo "install.sh: expected \"$2\" in:" >&2; echo "$1" >&2; exit 1; }; }
   as_user() { runuser -u cordontest -- env -i HOME="$home" SHELL=/bin/bash PATH="$1" ./scripts/install.sh "$bin" 2>&1; }
@@ -229,5 +251,5 @@ if [ "$(id -u)" -eq 0 ]; then
   rm -rf "$home"
 fi
 
-echo "== benchmark (short run; see README for the full one)"
+stage "benchmark (short run; see README for the full one)"
 "$(dirname "$bin")/cordon-bench" --cordon "$bin" --iterations 30
