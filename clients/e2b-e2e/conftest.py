@@ -47,10 +47,12 @@ def host_secret() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def e2b_env(server: "Server") -> Iterator[None]:
-    """The three variables an E2B program is pointed at cordon with — nothing else."""
-    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")}
+    """The four variables an E2B program is pointed at cordon with — nothing else."""
+    names = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY", "E2B_DOMAIN")
+    saved = {k: os.environ.get(k) for k in names}
     os.environ["E2B_API_URL"] = server.url
     os.environ["E2B_SANDBOX_URL"] = server.url
+    os.environ["E2B_VOLUME_API_URL"] = server.url
     os.environ["E2B_API_KEY"] = server.api_key
     os.environ.pop("E2B_DOMAIN", None)
     yield

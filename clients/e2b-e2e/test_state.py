@@ -109,6 +109,69 @@ def test_two_sandboxes_on_one_volume_share_it_and_destroy_waits_for_them():
     assert Volume.destroy(vol.volume_id) is False
 
 
+def test_a_volumes_files_are_read_and_written_without_a_sandbox_and_sandboxes_see_them():
+    from e2b import Sandbox, Volume
+
+    vol = Volume.create(_name("files"))
+    try:
+        st = vol.write_file("/dir/a.txt", "hello volume", force=True)
+        assert (st.name, st.type, st.size) == ("a.txt", "file", 12)
+        assert vol.read_file("/dir/a.txt") == "hello volume"
+        assert vol.read_file("/dir/a.txt", format="bytes") == b"hello volume"
+        assert vol.get_info("/dir").type == "directory"
+        assert [e.name for e in vol.list("/dir")] == ["a.txt"]
+        assert vol.exists("/dir/a.txt") and not vol.exists("/dir/none")
+        made = vol.make_dir("/deep/er", force=True)
+        assert made.type == "directory"
+        # Set-user-ID is dropped whoever asks; another owner than the sandbox user is refused.
+        assert vol.update_metadata("/dir/a.txt", mode=0o4755).mode & 0o7777 == 0o755
+        with pytest.raises(Exception, match="sandbox user"):
+            vol.update_metadata("/dir/a.txt", uid=0)
+        sbx = Sandbox.create(timeout=120, volume_mounts={"/data": vol})
+        try:
+            assert sbx.files.read("/data/dir/a.txt") == "hello volume"
+            sbx.commands.run("echo from the sandbox > /data/dir/b.txt")
+            # A link the sandbox plants resolves inside the volume, never on the host.
+            sbx.commands.run("ln -s /etc /data/etc-link && ln -s ../../../../../etc/passwd /data/up")
+        finally:
+            sbx.kill()
+        assert vol.read_file("/dir/b.txt") == "from the sandbox\n"
+        host_passwd = open("/etc/passwd", "rb").read()
+        for path in ("/etc-link/passwd", "/up", "/../../../etc/passwd"):
+            try:
+                got = vol.read_file(path, format="bytes")
+            except Exception:
+                continue
+            assert got != host_passwd, path
+        vol.remove("/dir")
+        assert not vol.exists("/dir/a.txt")
+    finally:
+        Volume.destroy(vol.volume_id)
+
+
+def test_a_volume_token_opens_its_own_volume_only(server):
+    from e2b import Volume
+
+    a = Volume.create(_name("tok-a"))
+    b = Volume.create(_name("tok-b"))
+    try:
+        a.write_file("/x", "a's", force=True)
+        # b's handle with a's token: refused, and nothing written into a or b.
+        forged = Volume(b.volume_id, b.name, token=a.token)
+        with pytest.raises(Exception):
+            forged.write_file("/y", "forged", force=True)
+        with pytest.raises(Exception):
+            Volume(a.volume_id, a.name, token="cdnv:nobody:" + a.name + ":00").read_file("/x")
+        assert not b.exists("/y") and not a.exists("/y")
+        # Another key does not get the token of a volume it cannot see.
+        other = server.cordon("keys", "create", "--name", _name("tok")).strip().splitlines()[-1].strip()
+        with pytest.raises(Exception):
+            Volume.connect(a.volume_id, api_key=other)
+    finally:
+        Volume.destroy(a.volume_id)
+        Volume.destroy(b.volume_id)
+
+
 def test_another_keys_snapshots_volumes_and_sandboxes_are_invisible(sbx, server):
     from e2b import Sandbox, Volume
     from e2b.exceptions import NotFoundException, SandboxException

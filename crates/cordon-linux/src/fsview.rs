@@ -519,6 +519,44 @@ impl SandboxFs {
         }
     }
 
+    /// Sets the permission bits of a regular file or directory (never through a symlink: one
+    /// is refused, as anything but a file or directory is). Set-user-ID and set-group-ID bits
+    /// are dropped: nothing made here may carry them, whoever owns it.
+    pub fn set_mode(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        let p = SPath::parse(path)?;
+        let fd = match p.comps.last() {
+            Some(&name) if name != "." && name != ".." => {
+                let parent = self.open_parent(&p)?;
+                check_fs(parent.as_fd(), &p.shown)?;
+                openat_raw(
+                    parent.as_fd(),
+                    &cstring(name),
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+                    0,
+                )
+            }
+            _ => openat2(
+                self.root.as_fd(),
+                &p.full(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                RESOLVE,
+            ),
+        }
+        .map_err(|e| match e.raw_os_error() {
+            // O_NOFOLLOW on a symlink.
+            Some(libc::ELOOP) => FsError::NotAFile {
+                path: p.shown.clone(),
+            },
+            _ => p.err(e),
+        })?;
+        let st = fstat(fd.as_fd()).map_err(|e| FsError::from_io(e, &p.shown))?;
+        if !matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR) {
+            return Err(FsError::NotAFile { path: p.shown });
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o1777))
+            .map_err(|e| FsError::from_io(e.into(), &p.shown))
+    }
+
     /// Removes a file, symlink (never its target) or empty directory; with `recursive`, a
     /// directory and everything under it (not crossing into other mounts).
     pub fn remove(&self, path: &str, recursive: bool) -> Result<(), FsError> {

@@ -37,20 +37,62 @@ pub(crate) fn fs_error(e: FsError) -> ServiceError {
     ServiceError::new(fs_kind(&e), e.code(), e.to_string())
 }
 
-/// Runs `op` on a blocking thread against the sandbox's root, as the sandbox's own user, and
-/// records `event` in the audit log.
+/// Where a file operation happens: inside a sandbox (by id: a `&str` converts to this), or
+/// in one of the caller's volumes, with no sandbox at all.
+#[derive(Debug, Clone, Copy)]
+pub enum Place<'a> {
+    Sandbox(&'a str),
+    Volume(&'a str),
+}
+
+impl<'a> From<&'a str> for Place<'a> {
+    fn from(id: &'a str) -> Self {
+        Place::Sandbox(id)
+    }
+}
+
+impl<'a> From<&'a String> for Place<'a> {
+    fn from(id: &'a String) -> Self {
+        Place::Sandbox(id)
+    }
+}
+
+/// Runs `op` on a blocking thread against the place's root and records `event` in the audit
+/// log: in a sandbox as the sandbox's own user; in a volume as the server's user, which owns
+/// a volume's files (sandboxes see them as theirs through an idmapped mount).
 async fn with_fs<T: Send + 'static>(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: Place<'_>,
     event: &str,
     path: &str,
     op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
 ) -> Result<T, ServiceError> {
-    svc.sandbox_for_files(caller, id)?;
-    svc.audit
-        .record(event, &caller.key_id, Some(id), json!({"path": path}));
-    in_sandbox(svc, caller, id, op).await
+    match at {
+        Place::Sandbox(id) => {
+            svc.sandbox_for_files(caller, id)?;
+            svc.audit
+                .record(event, &caller.key_id, Some(id), json!({"path": path}));
+            in_sandbox(svc, caller, id, op).await
+        }
+        Place::Volume(name) => {
+            let data = svc.volume_data(caller, name)?;
+            svc.audit.record(
+                &format!("volume.{event}"),
+                &caller.key_id,
+                None,
+                json!({"volume": name, "path": path}),
+            );
+            tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::MetadataExt;
+                let meta = std::fs::metadata(&data).map_err(|e| FsError::from_io(e, "/"))?;
+                op(&SandboxFs::open(&data, (meta.uid(), meta.gid()))?)
+            })
+            .await
+            .map_err(|e| ServiceError::internal(e.to_string()))?
+            .map_err(fs_error)
+        }
+    }
 }
 
 /// Runs `op` against the sandbox's root as its own user, without an audit record (a
@@ -84,12 +126,12 @@ async fn in_sandbox<T: Send + 'static>(
 pub async fn read(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
 ) -> Result<Vec<u8>, ServiceError> {
     let max = svc.cfg.max_download;
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.read", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.read", path, move |fs| {
         fs.read(&p, max)
     })
     .await
@@ -98,7 +140,7 @@ pub async fn read(
 pub async fn write(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
     data: Vec<u8>,
 ) -> Result<u64, ServiceError> {
@@ -106,8 +148,12 @@ pub async fn write(
     if data.len() as u64 > max {
         return Err(ServiceError::too_large("the upload", max));
     }
+    let at = at.into();
+    if let Place::Volume(name) = at {
+        svc.volume_room(caller, name, data.len() as u64)?;
+    }
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.write", path, move |fs| {
+    with_fs(svc, caller, at, "file.write", path, move |fs| {
         fs.write(&p, &mut data.as_slice(), max, true)
     })
     .await
@@ -117,11 +163,14 @@ pub async fn write(
 pub async fn stat(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
 ) -> Result<Entry, ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.stat", path, move |fs| fs.stat(&p)).await
+    with_fs(svc, caller, at.into(), "file.stat", path, move |fs| {
+        fs.stat(&p)
+    })
+    .await
 }
 
 /// One entry, a symlink followed (up to 40 links, as the kernel does): the link's name and
@@ -131,11 +180,11 @@ pub async fn stat(
 pub async fn stat_following(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
 ) -> Result<Entry, ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.stat", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.stat", path, move |fs| {
         let link = fs.stat(&p)?;
         let mut cur = link.clone();
         for _ in 0..40 {
@@ -199,13 +248,13 @@ fn link_target(link: &str, target: &str) -> String {
 pub async fn list(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
     depth: u32,
     cap: usize,
 ) -> Result<Vec<Entry>, ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.list", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.list", path, move |fs| {
         let mut out = walk(fs, &p, depth, cap, false)?;
         out.sort_by(|a, b| std::path::Path::new(&a.path).cmp(std::path::Path::new(&b.path)));
         Ok(out)
@@ -268,12 +317,12 @@ fn walk(
 pub async fn mkdir(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
     parents: bool,
 ) -> Result<(), ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.mkdir", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.mkdir", path, move |fs| {
         fs.mkdir(&p, parents)
     })
     .await
@@ -283,11 +332,11 @@ pub async fn mkdir(
 pub async fn mkdir_new(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
 ) -> Result<Entry, ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.mkdir", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.mkdir", path, move |fs| {
         if fs.stat(&p).is_ok() {
             return Err(FsError::AlreadyExists { path: p.clone() });
         }
@@ -301,7 +350,7 @@ pub async fn mkdir_new(
 pub async fn rename(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     from: &str,
     to: &str,
 ) -> Result<Entry, ServiceError> {
@@ -309,7 +358,7 @@ pub async fn rename(
     with_fs(
         svc,
         caller,
-        id,
+        at.into(),
         "file.move",
         &format!("{from} -> {to}"),
         move |fs| {
@@ -324,11 +373,11 @@ pub async fn rename(
 pub async fn remove_if_present(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
     recursive: bool,
 ) -> Result<bool, ServiceError> {
-    match remove(svc, caller, id, path, recursive).await {
+    match remove(svc, caller, at, path, recursive).await {
         Ok(()) => Ok(true),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
@@ -339,13 +388,29 @@ pub async fn remove_if_present(
 pub async fn remove(
     svc: &Service,
     caller: &Caller,
-    id: &str,
+    at: impl Into<Place<'_>>,
     path: &str,
     recursive: bool,
 ) -> Result<(), ServiceError> {
     let p = path.to_string();
-    with_fs(svc, caller, id, "file.delete", path, move |fs| {
+    with_fs(svc, caller, at.into(), "file.delete", path, move |fs| {
         fs.remove(&p, recursive).map(|_| ())
+    })
+    .await
+}
+
+/// Sets a file's or directory's permission bits (set-user-ID and set-group-ID dropped; never
+/// through a symlink).
+pub async fn set_mode(
+    svc: &Service,
+    caller: &Caller,
+    at: impl Into<Place<'_>>,
+    path: &str,
+    mode: u32,
+) -> Result<(), ServiceError> {
+    let p = path.to_string();
+    with_fs(svc, caller, at.into(), "file.chmod", path, move |fs| {
+        fs.set_mode(&p, mode)
     })
     .await
 }

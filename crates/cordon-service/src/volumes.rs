@@ -25,6 +25,10 @@ pub const MAX_VOLUMES_PER_KEY: usize = 32;
 pub const MAX_VOLUME_SIZE: u64 = 1 << 40;
 /// Volumes one sandbox may mount.
 pub const MAX_MOUNTS: usize = 8;
+/// What a volume token starts with (then `KEY_ID:VOLUME:SECRET`).
+const TOKEN_PREFIX: &str = "cdnv:";
+/// The one caller of a server without keys (the doors' `local`).
+const OPEN_KEY: &str = "local";
 
 /// `POST /v1/volumes`.
 #[derive(Debug, Deserialize)]
@@ -397,6 +401,131 @@ impl Service {
             ids.push(format!("({creating} being created)"));
         }
         ids
+    }
+
+    /// The directory holding the caller's volume `name`'s files.
+    pub(crate) fn volume_data(&self, caller: &Caller, name: &str) -> Result<PathBuf, ServiceError> {
+        valid_name("volume", name)?;
+        let dir = self.volumes_dir(caller)?.join(name);
+        if !dir.join("volume.json").exists() {
+            return Err(ServiceError::not_found(format!("no volume '{name}'")));
+        }
+        Ok(dir.join("data"))
+    }
+
+    /// Refuses a write of `adding` bytes that would take volume `name` past its cap. Checked
+    /// before the write, so writers at the same moment can pass it together (as in a mounted
+    /// volume, whose cap is watched, not enforced by the file system: see the README).
+    pub(crate) fn volume_room(
+        &self,
+        caller: &Caller,
+        name: &str,
+        adding: u64,
+    ) -> Result<(), ServiceError> {
+        let data = self.volume_data(caller, name)?;
+        let info: VolumeInfo = read_meta(&data.with_file_name("volume.json"))
+            .ok_or_else(|| ServiceError::not_found(format!("no volume '{name}'")))?;
+        let used = cordon_linux::treecopy::usage(&data).unwrap_or(u64::MAX);
+        if used.saturating_add(adding) > info.size_bytes {
+            return Err(ServiceError::new(
+                ErrorKind::NoSpace,
+                "volume_full",
+                format!(
+                    "volume '{name}' holds {used} of its {} bytes: {adding} more do not fit",
+                    info.size_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The token that opens volume `name`'s files without the key (E2B's volume content API:
+    /// `Authorization: Bearer TOKEN`): made at first use, kept beside the volume (0600), and
+    /// valid as long as the volume and its key are. It names both, so that checking it needs
+    /// no index.
+    pub fn volume_token(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
+        let data = self.volume_data(caller, name)?;
+        let file = data.with_file_name("token");
+        if let Ok(t) = std::fs::read_to_string(&file) {
+            return Ok(t.trim().to_string());
+        }
+        let token = format!(
+            "{TOKEN_PREFIX}{}:{name}:{}",
+            caller.key_id,
+            crate::keys::random_hex(24)
+        );
+        let partial = file.with_file_name(".token.partial");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&partial)
+                .map_err(|e| internal_io(&partial, e))?;
+            f.write_all(token.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| internal_io(&partial, e))?;
+        }
+        // Two first uses at once: one rename wins and both read the winner's back.
+        std::fs::rename(&partial, &file).map_err(|e| internal_io(&file, e))?;
+        std::fs::read_to_string(&file)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| internal_io(&file, e))
+    }
+
+    /// Which key and volume a volume token opens: the key must still be valid (not revoked;
+    /// the request is charged to its rate limit) and the token the one kept beside the
+    /// volume. `open`: the server runs without keys (its one caller is `local`).
+    pub fn volume_by_token(
+        &self,
+        token: Option<&str>,
+        open: bool,
+    ) -> Result<(Caller, String), ServiceError> {
+        let bad = || {
+            self.metrics.deny("bad_volume_token");
+            ServiceError::unauthorized("invalid volume token: use the token create or get gave")
+        };
+        let token = token.ok_or_else(bad)?;
+        let rest = token.strip_prefix(TOKEN_PREFIX).ok_or_else(bad)?;
+        let mut parts = rest.splitn(3, ':');
+        let (Some(key_id), Some(name), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        if valid_name("volume", name).is_err() || key_id.is_empty() {
+            return Err(bad());
+        }
+        let caller = if open {
+            if key_id != OPEN_KEY {
+                return Err(bad());
+            }
+            Caller {
+                key_id: OPEN_KEY.into(),
+                max_sandboxes: 1000,
+            }
+        } else {
+            match self.key(key_id)? {
+                Some(rec) if !rec.revoked => {
+                    self.charge(&rec)?;
+                    Caller {
+                        key_id: rec.id,
+                        max_sandboxes: rec.max_sandboxes,
+                    }
+                }
+                _ => return Err(bad()),
+            }
+        };
+        let kept = self
+            .volume_data(&caller, name)
+            .ok()
+            .and_then(|d| std::fs::read_to_string(d.with_file_name("token")).ok())
+            .ok_or_else(bad)?;
+        if !crate::keys::constant_time_eq(kept.trim(), token) {
+            return Err(bad());
+        }
+        Ok((caller, name.to_string()))
     }
 
     pub async fn delete_volume(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {

@@ -20,6 +20,7 @@ mod interp;
 pub(crate) mod openapi;
 mod process;
 mod state;
+mod volume_content;
 mod watch;
 
 use std::collections::HashMap;
@@ -134,6 +135,21 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route(
             "/volumes/{id}",
             get(state::get_volume).delete(state::delete_volume),
+        )
+        // The volume content API (a volume's token, `Authorization: Bearer`).
+        .route(
+            "/volumecontent/{id}/path",
+            get(volume_content::stat)
+                .delete(volume_content::remove)
+                .patch(volume_content::update),
+        )
+        .route(
+            "/volumecontent/{id}/dir",
+            get(volume_content::list).post(volume_content::make_dir),
+        )
+        .route(
+            "/volumecontent/{id}/file",
+            get(volume_content::read).put(volume_content::write),
         )
         // envd (access token).
         .route("/health", get(health))

@@ -18,6 +18,8 @@ enum Auth {
     Token,
     /// `/health`: nothing (a token is checked when a sandbox is named).
     None,
+    /// The volume content API: the volume's token, `Authorization: Bearer`.
+    VolumeToken,
 }
 
 struct Op {
@@ -64,6 +66,13 @@ const OPS: &[Op] = &[
     Op { method: "get", path: "/contexts", summary: "List code contexts", auth: Auth::Token, body: None, ok: &[(200, "The contexts", JSON)] },
     Op { method: "delete", path: "/contexts/{id}", summary: "Remove a code context", auth: Auth::Token, body: None, ok: &[(204, "Removed", None)] },
     Op { method: "post", path: "/contexts/{id}/restart", summary: "Restart a code context (its state is lost)", auth: Auth::Token, body: None, ok: &[(204, "Restarted", None)] },
+    Op { method: "get", path: "/volumecontent/{id}/path", summary: "A volume entry's details (`Volume.get_info`, `exists`)", auth: Auth::VolumeToken, body: None, ok: &[(200, "The entry", JSON)] },
+    Op { method: "delete", path: "/volumecontent/{id}/path", summary: "Remove a file or directory (with its contents) from a volume (`Volume.remove`)", auth: Auth::VolumeToken, body: None, ok: &[(204, "Removed", None)] },
+    Op { method: "patch", path: "/volumecontent/{id}/path", summary: "Change a volume entry's mode (`Volume.update_metadata`; owner: the sandbox user only)", auth: Auth::VolumeToken, body: JSON, ok: &[(200, "The entry", JSON)] },
+    Op { method: "get", path: "/volumecontent/{id}/dir", summary: "List a volume directory (`Volume.list`, `depth`)", auth: Auth::VolumeToken, body: None, ok: &[(200, "The entries", JSON)] },
+    Op { method: "post", path: "/volumecontent/{id}/dir", summary: "Make a volume directory (`Volume.make_dir`; `force`: with its parents)", auth: Auth::VolumeToken, body: None, ok: &[(201, "The directory", JSON)] },
+    Op { method: "get", path: "/volumecontent/{id}/file", summary: "Read a volume file (`Volume.read_file`)", auth: Auth::VolumeToken, body: None, ok: &[(200, "The file's bytes", Some("application/octet-stream"))] },
+    Op { method: "put", path: "/volumecontent/{id}/file", summary: "Write a volume file, with its parents (`Volume.write_file`; within the volume's size)", auth: Auth::VolumeToken, body: Some("application/octet-stream"), ok: &[(201, "The file", JSON)] },
 ];
 
 /// Every status an E2B route can answer besides its successes.
@@ -144,6 +153,10 @@ fn operation(op: &Op) -> Value {
             "description": "The sandbox's `envdAccessToken` (the code-context calls send it as `E2B-Traffic-Access-Token`)",
             "schema": {"type": "string"}}));
     }
+    if matches!(op.auth, Auth::VolumeToken) {
+        params.push(json!({"name": "path", "in": "query", "required": true,
+            "description": "A path in the volume (`/` is its top)", "schema": {"type": "string"}}));
+    }
     let mut responses = Map::new();
     for (status, desc, ct) in op.ok {
         let mut r = json!({"description": desc});
@@ -171,6 +184,7 @@ fn operation(op: &Op) -> Value {
         "responses": responses,
         "security": match op.auth {
             Auth::Key => json!([{"e2b_api_key": []}]),
+            Auth::VolumeToken => json!([{"bearer": []}]),
             _ => json!([]),
         },
     });

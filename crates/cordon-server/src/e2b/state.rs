@@ -173,9 +173,11 @@ pub(super) async fn fork(
     Ok((StatusCode::CREATED, Json(Value::Array(out))).into_response())
 }
 
-fn volume_body(v: &VolumeInfo) -> Value {
-    // No volume content API here (`E2B_VOLUME_API_URL`): the token opens nothing.
-    json!({"volumeID": v.name, "name": v.name, "token": "", "domain": null})
+/// A volume with the token that opens its files through the volume content API
+/// (`volume_content.rs`; the SDK sends it to `E2B_VOLUME_API_URL`).
+fn volume_body(e2b: &St, caller: &Caller, v: &VolumeInfo) -> Result<Value, E2bError> {
+    let token = e2b.st.service.volume_token(caller, &v.name)?;
+    Ok(json!({"volumeID": v.name, "name": v.name, "token": token, "domain": null}))
 }
 
 pub(super) async fn create_volume(
@@ -194,7 +196,8 @@ pub(super) async fn create_volume(
             },
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(volume_body(&info))).into_response())
+    let body = volume_body(&e2b, &caller, &info)?;
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 pub(super) async fn list_volumes(Control(e2b, caller): Control) -> Result<Json<Value>, E2bError> {
@@ -211,9 +214,8 @@ pub(super) async fn get_volume(
     Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, E2bError> {
-    Ok(Json(volume_body(
-        &e2b.st.service.get_volume(&caller, &id).await?,
-    )))
+    let info = e2b.st.service.get_volume(&caller, &id).await?;
+    Ok(Json(volume_body(&e2b, &caller, &info)?))
 }
 
 /// Refused with 409 while a running sandbox mounts it.
