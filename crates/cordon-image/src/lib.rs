@@ -27,7 +27,9 @@
 
 mod add;
 pub mod auth;
+pub mod build;
 pub mod digest;
+pub mod dockerfile;
 pub mod error;
 mod fsutil;
 pub mod import;
