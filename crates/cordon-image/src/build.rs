@@ -283,7 +283,10 @@ pub fn build(
                         }
                         Ok(())
                     })?;
-                    cached += hit as usize;
+                    if hit {
+                        cached += 1;
+                        log("  cached");
+                    }
                     push_layer(st, layer, &key, ins)?;
                 }
                 st.config.working_dir = Some(abs);

@@ -1,0 +1,280 @@
+//! `cordon image build` end to end, with the real binary: a base image made in the test (a
+//! directory with a statically linked busybox), RUN steps in cordon sandboxes, COPY from a
+//! context, the step cache, and hostile Dockerfiles and contexts — each refused or contained,
+//! and the host checked from outside afterwards.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static N: AtomicU64 = AtomicU64::new(0);
+
+fn cordon_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon")
+}
+
+fn busybox() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("busybox"))
+            .find(|b| b.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("busybox is not installed (scripts/test.sh installs it)");
+        }
+        eprintln!("SKIPPED: busybox is not installed");
+    }
+    found
+}
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!(
+            "cordon-build-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Tmp(p)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwX")
+            .arg(&self.0)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A context with a busybox root at `rootfs/` (excluded from the context's copies by
+/// `.dockerignore`) and a data dir.
+fn setup(tag: &str) -> Option<(Tmp, PathBuf, PathBuf)> {
+    let bb = busybox()?;
+    let t = Tmp::new(tag);
+    let ctx = t.0.join("ctx");
+    let root = ctx.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::copy(&bb, root.join("bin/busybox")).unwrap();
+    for tool in [
+        "sh", "cat", "echo", "mkdir", "rm", "ls", "touch", "wget", "nc", "test",
+    ] {
+        symlink("busybox", root.join("bin").join(tool)).unwrap();
+    }
+    std::fs::write(root.join("etc/greeting"), "hi\n").unwrap();
+    std::fs::write(ctx.join(".dockerignore"), "rootfs\nsecret*\n").unwrap();
+    let data = t.0.join("data");
+    Some((t, ctx, data))
+}
+
+fn build(data: &Path, ctx: &Path, dockerfile: &str, extra: &[&str]) -> Output {
+    std::fs::write(ctx.join("Dockerfile"), dockerfile).unwrap();
+    let out = Command::new(cordon_bin())
+        .args(["image", "build", "-t", "built:1"])
+        .args(extra)
+        .arg(ctx)
+        .arg("--data-dir")
+        .arg(data)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cordon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "cordon panicked: {err}");
+    out
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "build failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn refused(out: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "the build should have been refused: {err}"
+    );
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    err
+}
+
+fn run_image(data: &Path, cmd: &[&str]) -> String {
+    let out = Command::new(cordon_bin())
+        .args(["run", "--image", "built:1", "--data-dir"])
+        .arg(data)
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cordon run");
+    assert!(
+        out.status.success(),
+        "cordon run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const BASIC: &str = "FROM ./rootfs
+ARG V=1
+ENV GREETING=hello
+WORKDIR /app
+COPY a.txt .
+RUN echo \"$GREETING $V\" > /app/b.txt && rm /etc/greeting && mkdir -p /app/x/y
+LABEL org.example.k=v
+CMD [\"cat\", \"/app/b.txt\"]
+";
+
+#[test]
+fn a_dockerfile_becomes_an_image_that_cordon_run_runs_and_unchanged_steps_are_cached() {
+    let Some((_t, ctx, data)) = setup("basic") else {
+        return;
+    };
+    std::fs::write(ctx.join("a.txt"), "one\n").unwrap();
+    let err = ok(&build(&data, &ctx, BASIC, &["--build-arg", "V=7"]));
+    assert!(err.contains("step 6/8: RUN echo"), "{err}");
+    // The image's Cmd, Env, WorkingDir, its RUN's writes and deletions, and the COPY.
+    assert_eq!(
+        Command::new(cordon_bin())
+            .args(["run", "--image", "built:1", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap()
+            .stdout,
+        b"hello 7\n"
+    );
+    let seen = run_image(&data, &["sh", "-c", "cat /app/a.txt; pwd; echo $GREETING; test -e /etc/greeting || echo gone; test -d /app/x/y && echo dir"]);
+    assert_eq!(seen, "one\n/app\nhello\ngone\ndir\n");
+
+    // Nothing changed: every layer-making step comes from the cache.
+    let err = ok(&build(&data, &ctx, BASIC, &["--build-arg", "V=7"]));
+    assert_eq!(err.matches("  cached").count(), 3, "{err}");
+    // A changed file invalidates its COPY and everything after it.
+    std::fs::write(ctx.join("a.txt"), "two\n").unwrap();
+    let err = ok(&build(&data, &ctx, BASIC, &["--build-arg", "V=7"]));
+    let after_copy = err.split("step 5/8").nth(1).unwrap_or("");
+    assert!(!after_copy.contains("cached"), "{err}");
+    assert!(run_image(&data, &["cat", "/app/a.txt"]).contains("two"));
+}
+
+#[test]
+fn copy_from_outside_the_context_is_refused_whatever_the_path() {
+    let Some((t, ctx, data)) = setup("escape") else {
+        return;
+    };
+    let outside = t.0.join("outside-secret");
+    std::fs::write(&outside, "host secret\n").unwrap();
+    symlink(&outside, ctx.join("link-out")).unwrap();
+    symlink("../outside-secret", ctx.join("rel-link-out")).unwrap();
+    std::fs::write(ctx.join("secret.key"), "ignored\n").unwrap();
+    for (src, why) in [
+        ("../outside-secret", "leaves the build context"),
+        (outside.to_str().unwrap(), "absolute path"),
+        ("/etc/passwd", "absolute path"),
+        ("link-out", "leaves the build context"),
+        ("rel-link-out", "leaves the build context"),
+        ("secret.key", "excluded by .dockerignore"),
+        ("http://127.0.0.1:9/x", "never fetch from URLs"),
+    ] {
+        for kw in ["COPY", "ADD"] {
+            let out = build(&data, &ctx, &format!("FROM ./rootfs\n{kw} {src} /x\n"), &[]);
+            let err = refused(&out, why);
+            assert!(err.contains("line 2"), "{err}");
+        }
+    }
+    // A directory copy carries a symlink out of the context as a link, never its target.
+    std::fs::create_dir(ctx.join("d")).unwrap();
+    symlink(&outside, ctx.join("d/l")).unwrap();
+    ok(&build(&data, &ctx, "FROM ./rootfs\nCOPY d /d\n", &[]));
+    let seen = run_image(&data, &["sh", "-c", "ls -l /d; cat /d/l 2>&1 || true"]);
+    assert!(!seen.contains("host secret"), "{seen}");
+}
+
+#[test]
+fn a_dockerignore_that_is_a_symlink_out_of_the_context_is_refused() {
+    let Some((t, ctx, data)) = setup("ignore") else {
+        return;
+    };
+    let outside = t.0.join("patterns");
+    std::fs::write(&outside, "!*\n").unwrap();
+    std::fs::remove_file(ctx.join(".dockerignore")).unwrap();
+    symlink(&outside, ctx.join(".dockerignore")).unwrap();
+    refused(&build(&data, &ctx, "FROM ./rootfs\n", &[]), ".dockerignore");
+    // Re-including with `!` cannot reach past the context either.
+    std::fs::remove_file(ctx.join(".dockerignore")).unwrap();
+    std::fs::write(
+        ctx.join(".dockerignore"),
+        "*\n!../outside\n!/etc/passwd\n!rootfs\n",
+    )
+    .unwrap();
+    refused(
+        &build(&data, &ctx, "FROM ./rootfs\nCOPY ../patterns /p\n", &[]),
+        "leaves the build context",
+    );
+}
+
+#[test]
+fn a_run_step_cannot_write_the_host_nor_reach_the_network_and_fails_the_build() {
+    let Some((t, ctx, data)) = setup("hostile") else {
+        return;
+    };
+    let marker = t.0.join("host-marker");
+    std::fs::write(&marker, "untouched\n").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let m = marker.display();
+    let out = build(
+        &data,
+        &ctx,
+        &format!("FROM ./rootfs\nRUN echo pwned > {m}; echo x | nc -w 2 127.0.0.1 {port}; wget -T 2 -q -O- http://127.0.0.1:{port}/; test -e {m} && echo SEES-HOST; true\nRUN false\n"),
+        &[],
+    );
+    let err = refused(&out, "line 3 (RUN): the command failed");
+    assert!(!err.contains("SEES-HOST"), "{err}");
+    // Checked from outside: the host file is as it was, nothing connected.
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "untouched\n");
+    assert!(
+        listener.accept().is_err(),
+        "a RUN step reached the host's network"
+    );
+}
+
+#[test]
+fn unsupported_instructions_huge_and_endless_dockerfiles_are_refused_by_name_and_line() {
+    let Some((_t, ctx, data)) = setup("refuse") else {
+        return;
+    };
+    let err = refused(
+        &build(&data, &ctx, "FROM ./rootfs\nRUN true\nEXPOSE 80\n", &[]),
+        "EXPOSE",
+    );
+    assert!(err.contains("line 3"), "{err}");
+    // Refused before any step ran.
+    assert!(!err.contains("step 2/"), "{err}");
+    refused(
+        &build(&data, &ctx, "FROM ./rootfs\nCOPY --from=x /a /b\n", &[]),
+        "--from",
+    );
+    let many = format!("FROM ./rootfs\n{}", "RUN true\n".repeat(10_000));
+    refused(
+        &build(&data, &ctx, &many, &[]),
+        "more than 1000 instructions",
+    );
+    let huge = format!("FROM ./rootfs\nRUN echo {}\n", "a".repeat(2 << 20));
+    refused(&build(&data, &ctx, &huge, &[]), "larger than");
+}
