@@ -351,7 +351,7 @@ pub fn build(
                         .ctx(|| "opening the step's writable layer".into())?;
                     layer_from_tar(&w, opts, Some(&key), |tb| tb.tree(upper.as_fd(), "", true))
                 })();
-                let _ = fsutil::remove_tree(&dir);
+                remove_step_dir(&dir);
                 let (layer, _) = made?;
                 push_layer(st, layer, &key, ins)?;
             }
@@ -1335,6 +1335,29 @@ impl TarBuilder {
         w.inner.sync_all().map_err(tar_err)?;
         Ok((Digest::from_hasher(w.hasher), w.count))
     }
+}
+
+/// Removes a RUN step's directory. Rootless, overlayfs' own `work/work` (mode 000) and any
+/// directory the step made unreadable are the user's: made listable first, never through a
+/// symlink (each is looked at with `lstat`; the step's processes are gone by now).
+fn remove_step_dir(dir: &Path) {
+    if fsutil::remove_tree(dir).is_ok() {
+        return;
+    }
+    fn open_up(p: &Path, depth: usize) {
+        use std::os::unix::fs::PermissionsExt;
+        if depth > fsutil::MAX_REMOVE_DEPTH {
+            return;
+        }
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                open_up(&e.path(), depth + 1);
+            }
+        }
+    }
+    open_up(dir, 0);
+    let _ = fsutil::remove_tree(dir);
 }
 
 /// What the engine itself put into a sandbox's writable layer to mount its own filesystems

@@ -82,9 +82,9 @@ pub fn parse(text: &str) -> Result<Vec<Instruction>, ImageError> {
         let n = i + 1;
         let line = raw.trim_end_matches('\r');
         let trimmed = line.trim_start();
-        if trimmed.starts_with('#') {
+        if let Some(comment) = trimmed.strip_prefix('#') {
             if directives_open && current.is_none() {
-                if let Some(d) = trimmed[1..].trim().split_once('=') {
+                if let Some(d) = comment.trim().split_once('=') {
                     let key = d.0.trim().to_ascii_lowercase();
                     if key == "escape" && d.1.trim() != "\\" {
                         return Err(bad(

@@ -278,3 +278,35 @@ fn unsupported_instructions_huge_and_endless_dockerfiles_are_refused_by_name_and
     let huge = format!("FROM ./rootfs\nRUN echo {}\n", "a".repeat(2 << 20));
     refused(&build(&data, &ctx, &huge, &[]), "larger than");
 }
+
+#[test]
+fn a_run_step_that_writes_past_disk_is_ended_and_leaves_nothing_in_the_store() {
+    let Some((_t, ctx, data)) = setup("disk") else {
+        return;
+    };
+    let out = build(
+        &data,
+        &ctx,
+        "FROM ./rootfs\nRUN for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do dd if=/dev/zero of=/etc/f$i bs=1M count=1; sleep 0.2; done\n",
+        &["--disk", "2M"],
+    );
+    refused(&out, "limits: disk");
+    // Checked from outside: no step directory is left behind, and no image was made.
+    let tmp = data.join("images/tmp");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let ls = Command::new(cordon_bin())
+        .args(["image", "ls", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ls.stdout).contains("built"),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
+}
