@@ -169,6 +169,28 @@ fn a_dockerfile_becomes_an_image_that_cordon_run_runs_and_unchanged_steps_are_ca
     let after_copy = err.split("step 5/8").nth(1).unwrap_or("");
     assert!(!after_copy.contains("cached"), "{err}");
     assert!(run_image(&data, &["cat", "/app/a.txt"]).contains("two"));
+
+    // An image of the store is a base like any other: its layers, Env and WorkingDir carry on.
+    std::fs::write(
+        ctx.join("Dockerfile.child"),
+        "FROM built:1\nRUN cat b.txt a.txt > c.txt\nCMD [\"cat\", \"c.txt\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(cordon_bin())
+        .args(["image", "build", "-t", "child:1", "-f"])
+        .arg(ctx.join("Dockerfile.child"))
+        .arg(&ctx)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    ok(&out);
+    let child = Command::new(cordon_bin())
+        .args(["run", "--image", "child:1", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&child.stdout), "hello 7\ntwo\n");
 }
 
 #[test]
