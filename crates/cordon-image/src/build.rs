@@ -1078,8 +1078,11 @@ impl Write for HashingWriter {
 }
 
 /// A layer tar being written, under the build's byte and entry caps.
-struct TarBuilder {
+pub(crate) struct TarBuilder {
     tar: tar::Builder<HashingWriter>,
+    /// The tree is an unpacked layer of the store: its `user.overlay.*` whiteouts and opaque
+    /// directories become OCI `.wh.` entries again, and as root its owners are kept.
+    pub(crate) from_store: bool,
     limits: Limits,
     bytes: u64,
     entries: u64,
@@ -1091,7 +1094,7 @@ fn tar_err(e: io::Error) -> ImageError {
 }
 
 impl TarBuilder {
-    fn new(file: File, limits: Limits) -> TarBuilder {
+    pub(crate) fn new(file: File, limits: Limits) -> TarBuilder {
         let mut tar = tar::Builder::new(HashingWriter {
             inner: file,
             hasher: Sha256::new(),
@@ -1100,6 +1103,7 @@ impl TarBuilder {
         tar.mode(tar::HeaderMode::Complete);
         TarBuilder {
             tar,
+            from_store: false,
             limits,
             bytes: 0,
             entries: 0,
@@ -1161,6 +1165,29 @@ impl TarBuilder {
             .map_err(tar_err)
     }
 
+    fn whiteout(&mut self, prefix: &str, name: &str, mtime: u64) -> Result<(), ImageError> {
+        self.count(0)?;
+        let wh = if prefix.is_empty() {
+            format!(".wh.{name}")
+        } else {
+            format!("{prefix}/.wh.{name}")
+        };
+        let mut h = Self::header(tar::EntryType::Regular, 0o644, 0, 0, mtime, 0);
+        self.tar
+            .append_data(&mut h, wh, io::empty())
+            .map_err(tar_err)
+    }
+
+    /// Owners written: a store layer's as root (they are the image's), else 0 (the
+    /// image's root: rootless, and what a sandbox wrote, everything is its user's).
+    fn owner(&self, st: &rustix::fs::Stat) -> (u64, u64) {
+        if self.from_store && rustix::process::geteuid().is_root() {
+            (st.st_uid as u64, st.st_gid as u64)
+        } else {
+            (0, 0)
+        }
+    }
+
     fn file_fd(
         &mut self,
         fd: &OwnedFd,
@@ -1169,11 +1196,12 @@ impl TarBuilder {
     ) -> Result<(), ImageError> {
         let size = st.st_size as u64;
         self.count(size)?;
+        let (uid, gid) = self.owner(st);
         let mut h = Self::header(
             tar::EntryType::Regular,
             st.st_mode,
-            0,
-            0,
+            uid,
+            gid,
             st.st_mtime as u64,
             size,
         );
@@ -1186,7 +1214,12 @@ impl TarBuilder {
     /// Copies the tree under `dir` into the layer at `prefix` (relative to the image root),
     /// following nothing. `overlay`: the tree is an overlayfs upper directory (whiteouts
     /// become `.wh.` entries).
-    fn tree(&mut self, dir: BorrowedFd<'_>, prefix: &str, overlay: bool) -> Result<(), ImageError> {
+    pub(crate) fn tree(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        prefix: &str,
+        overlay: bool,
+    ) -> Result<(), ImageError> {
         self.walk(dir, prefix, overlay, None, "", 0)
     }
 
@@ -1214,7 +1247,7 @@ impl TarBuilder {
                 self.limits.max_depth
             )));
         }
-        if overlay && !prefix.is_empty() && opaque(dir) {
+        if (overlay || self.from_store) && !prefix.is_empty() && opaque(dir) {
             self.count(0)?;
             let mut h = Self::header(tar::EntryType::Regular, 0o644, 0, 0, 0, 0);
             self.tar
@@ -1261,7 +1294,8 @@ impl TarBuilder {
                     let child = fsutil::open_dir_beneath(dir, &name)
                         .map_err(|e| ImageError::io(path.clone(), e))?;
                     self.dirs_written.remove(&path);
-                    self.dir(&path, st.st_mode, 0, 0, mtime)?;
+                    let (uid, gid) = self.owner(&st);
+                    self.dir(&path, st.st_mode, uid, gid, mtime)?;
                     self.walk(child.as_fd(), &path, overlay, ctx, &rel, depth + 1)?;
                 }
                 FileType::RegularFile => {
@@ -1279,6 +1313,14 @@ impl TarBuilder {
                     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
                         continue;
                     }
+                    let mut buf = [0u8; 8];
+                    if self.from_store
+                        && st.st_size == 0
+                        && rustix::fs::fgetxattr(&fd, "user.overlay.whiteout", &mut buf).is_ok()
+                    {
+                        self.whiteout(prefix, &name_s, mtime)?;
+                        continue;
+                    }
                     self.file_fd(&fd, &path, &st)?;
                 }
                 FileType::Symlink => {
@@ -1286,23 +1328,15 @@ impl TarBuilder {
                         continue;
                     };
                     self.count(0)?;
-                    let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0, 0, mtime, 0);
+                    let (uid, gid) = self.owner(&st);
+                    let mut h = Self::header(tar::EntryType::Symlink, 0o777, uid, gid, mtime, 0);
                     self.tar
                         .append_link(&mut h, &path, Path::new(os(target.as_bytes())))
                         .map_err(tar_err)?;
                 }
                 FileType::CharacterDevice if overlay && st.st_rdev == 0 => {
                     // overlayfs' whiteout: the entry was deleted.
-                    self.count(0)?;
-                    let wh = if prefix.is_empty() {
-                        format!(".wh.{name_s}")
-                    } else {
-                        format!("{prefix}/.wh.{name_s}")
-                    };
-                    let mut h = Self::header(tar::EntryType::Regular, 0o644, 0, 0, mtime, 0);
-                    self.tar
-                        .append_data(&mut h, wh, io::empty())
-                        .map_err(tar_err)?;
+                    self.whiteout(prefix, &name_s, mtime)?;
                 }
                 FileType::Fifo => {
                     self.count(0)?;
@@ -1329,7 +1363,7 @@ impl TarBuilder {
             .collect()
     }
 
-    fn finish(self) -> Result<(Digest, u64), ImageError> {
+    pub(crate) fn finish(self) -> Result<(Digest, u64), ImageError> {
         let mut w = self.tar.into_inner().map_err(tar_err)?;
         w.flush().map_err(tar_err)?;
         w.inner.sync_all().map_err(tar_err)?;

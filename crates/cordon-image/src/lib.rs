@@ -35,6 +35,7 @@ mod fsutil;
 pub mod import;
 pub mod oci;
 pub mod pull;
+pub mod push;
 pub mod reference;
 pub mod store;
 pub mod unpack;

@@ -332,3 +332,122 @@ fn a_run_step_that_writes_past_disk_is_ended_and_leaves_nothing_in_the_store() {
         String::from_utf8_lossy(&ls.stdout)
     );
 }
+
+/// docker-registry on a free 127.0.0.1 port, killed on drop.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    _dir: Tmp,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry() -> Option<Registry> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file()));
+    if !found {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("docker-registry is not installed");
+        }
+        eprintln!("SKIPPED: docker-registry is not installed");
+        return None;
+    }
+    let dir = Tmp::new("registry");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let cfg = dir.0.join("config.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.0.join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the registry did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(Registry {
+        child,
+        port,
+        _dir: dir,
+    })
+}
+
+#[test]
+fn a_built_image_pushed_to_a_registry_is_pulled_elsewhere_and_runs_the_same() {
+    let Some((t, ctx, data)) = setup("push") else {
+        return;
+    };
+    let Some(reg) = registry() else { return };
+    std::fs::write(ctx.join("a.txt"), "pushed\n").unwrap();
+    ok(&build(&data, &ctx, BASIC, &[]));
+    let dest = format!("127.0.0.1:{}/team/built:1", reg.port);
+    let out = Command::new(cordon_bin())
+        .args(["image", "push", "built:1", &dest, "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A store that never saw the build pulls it and runs it: files, the deletion, Cmd, Env.
+    let other = t.0.join("other");
+    let pull = Command::new(cordon_bin())
+        .args(["image", "pull", &dest, "--data-dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        pull.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let run = |cmd: &[&str]| {
+        let o = Command::new(cordon_bin())
+            .args(["run", "--image", &dest, "--data-dir"])
+            .arg(&other)
+            .arg("--")
+            .args(cmd)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(
+        run(&[
+            "sh",
+            "-c",
+            "cat /app/a.txt /app/b.txt; test -e /etc/greeting || echo gone; echo $GREETING"
+        ]),
+        "pushed\nhello 1\ngone\nhello\n"
+    );
+    // Pushing again uploads nothing new.
+    let again = Command::new(cordon_bin())
+        .args(["image", "push", "built:1", &dest, "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(v["skipped_blobs"], 5, "{v}");
+}
