@@ -211,3 +211,11 @@ impl FileLock {
         }
     }
 }
+
+/// Reads a small file cordon wrote (at most 1 MiB).
+pub(crate) fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    File::open(path)?.take(1 << 20).read_to_end(&mut out)?;
+    Ok(out)
+}

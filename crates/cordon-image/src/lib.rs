@@ -27,12 +27,15 @@
 
 mod add;
 pub mod auth;
+pub mod build;
 pub mod digest;
+pub mod dockerfile;
 pub mod error;
 mod fsutil;
 pub mod import;
 pub mod oci;
 pub mod pull;
+pub mod push;
 pub mod reference;
 pub mod store;
 pub mod unpack;

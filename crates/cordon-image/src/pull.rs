@@ -160,7 +160,7 @@ fn may_use_http(registry: &str, insecure: &[String]) -> bool {
     host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-struct Client {
+pub(crate) struct Client {
     agent: ureq::Agent,
     /// `https://host` or `http://host`.
     base: String,
@@ -263,7 +263,7 @@ fn unresolved(registry: &str, e: &ureq::Error) -> Option<ImageError> {
 }
 
 impl Client {
-    fn connect(
+    pub(crate) fn connect(
         r: &Reference,
         opts: &PullOptions,
         creds: Option<Credentials>,
@@ -433,7 +433,91 @@ impl Client {
         }
     }
 
-    fn check_status(
+    /// A request with a body (or none) and the current authorization; on `401`,
+    /// authenticates as the challenge asks (a push asks for `pull,push`) and tries once more.
+    /// `target` is a path on the registry or an absolute URL it gave (an upload's Location).
+    pub(crate) fn send(
+        &self,
+        method: &str,
+        target: &str,
+        body: Body<'_>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ImageError> {
+        let url = if target.starts_with("http://") || target.starts_with("https://") {
+            // An upload location on another host would receive our credentials: refused.
+            if !target.starts_with(&format!("{}/", self.base)) {
+                return Err(ImageError::Registry {
+                    registry: self.registry.clone(),
+                    message: "the registry sent an upload to another host (refused)".into(),
+                });
+            }
+            target.to_string()
+        } else {
+            format!("{}{target}", self.base)
+        };
+        let send = |auth: Option<String>| -> Result<ureq::http::Response<ureq::Body>, ImageError> {
+            let auth_h = auth;
+            let r = match (method, &body) {
+                ("HEAD", _) => {
+                    let mut q = self.agent.head(&url);
+                    if let Some(a) = &auth_h {
+                        q = q.header("Authorization", a);
+                    }
+                    q.call()
+                }
+                (m, b) => {
+                    let mut q = match m {
+                        "POST" => self.agent.post(&url),
+                        "PATCH" => self.agent.patch(&url),
+                        _ => self.agent.put(&url),
+                    };
+                    if let Some(a) = &auth_h {
+                        q = q.header("Authorization", a);
+                    }
+                    match b {
+                        Body::Empty => q.send_empty(),
+                        Body::Bytes(bytes, ct) => q.header("Content-Type", *ct).send(*bytes),
+                        Body::File(path) => {
+                            let f = std::fs::File::open(path)
+                                .ctx(|| format!("reading {}", path.display()))?;
+                            q.header("Content-Type", "application/octet-stream").send(f)
+                        }
+                    }
+                }
+            };
+            r.map_err(|e| transport(&self.registry, e))
+        };
+        let resp = send(self.current_auth())?;
+        if resp.status().as_u16() != 401 {
+            return Ok(resp);
+        }
+        let challenge = resp
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge);
+        let fresh = self.authenticate(challenge)?;
+        if let Ok(mut a) = self.auth.lock() {
+            *a = Some(fresh.clone());
+        }
+        let resp = send(Some(fresh))?;
+        if resp.status().as_u16() == 401 {
+            return Err(ImageError::Auth {
+                registry: self.registry.clone(),
+                message: if self.creds.is_some() {
+                    "the credentials were refused".into()
+                } else {
+                    "the registry wants credentials: `cordon image login`".into()
+                },
+            });
+        }
+        Ok(resp)
+    }
+
+    pub(crate) fn repository(&self) -> &str {
+        &self.repository
+    }
+
+    pub(crate) fn check_status(
         &self,
         resp: &ureq::http::Response<ureq::Body>,
         what: &str,
@@ -508,6 +592,15 @@ impl Client {
         }
         self.check_status(&resp, "/v2/")
     }
+}
+
+/// What a [`Client::send`] carries.
+pub(crate) enum Body<'a> {
+    Empty,
+    /// Bytes and their content type.
+    Bytes(&'a [u8], &'a str),
+    /// A file, as `application/octet-stream`.
+    File(&'a Path),
 }
 
 fn read_capped(body: ureq::Body, cap: u64, registry: &str) -> Result<Vec<u8>, ImageError> {

@@ -167,6 +167,7 @@ impl ImageRoot {
             cmd: c.cmd.clone().unwrap_or_default(),
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             user: c.user.clone().filter(|u| !u.is_empty()),
+            upper: None,
         }
     }
 
@@ -238,6 +239,11 @@ impl Store {
 
     pub(crate) fn blob_path(&self, d: &Digest) -> PathBuf {
         self.root.join("blobs/sha256").join(d.hex())
+    }
+
+    /// Where the unpacked layer `diff_id` lives.
+    pub(crate) fn layer_path(&self, diff_id: &Digest) -> PathBuf {
+        self.layer_dir(diff_id)
     }
 
     fn layer_dir(&self, diff_id: &Digest) -> PathBuf {

@@ -484,6 +484,23 @@ pub(crate) fn prepare(
         layer_trees = trees;
         mapping_children.push(child);
         img.layer_trees = layer_trees.iter().map(|t| t.as_raw_fd()).collect();
+        // A build's writable layer on the host (root's, like the store): idmapped the same
+        // way, writable, so what the step creates is root's on disk and the sandbox's inside.
+        if let Some(upper) = img.upper.clone() {
+            let (mut trees, child) =
+                idmap::bind_trees(&[(upper.as_path(), false)], host_uid, host_gid).map_err(
+                    |why| EngineError::Setup {
+                        step: "mounting the image's writable layer".into(),
+                        message: format!("{why} (idmapped mounts: Linux 5.12+)"),
+                        errno: None,
+                    },
+                )?;
+            mapping_children.push(child);
+            if let Some(t) = trees.pop() {
+                img.upper_tree = Some(t.as_raw_fd());
+                layer_trees.push(t);
+            }
+        }
     }
     // Binds the service asked to idmap (volumes), as root: files of host root's that every
     // sandbox sharing them, whatever its host uid, sees as its own.

@@ -367,14 +367,40 @@ fn image_root(image: &ImagePlan, plan: &Plan) -> Result<(), MountError> {
         lower.push_str(&point.to_string_lossy());
     }
     mkdir_p(Path::new(UPPER), 0o755).step(|| format!("mkdir {UPPER}"))?;
-    tmpfs(
-        Path::new(UPPER),
-        Path::new(UPPER),
-        plan.limits.disk,
-        plan.limits.scratch_inodes(),
-        0o755,
-        MS_NOSUID | MS_NODEV,
-    )?;
+    match (&image.upper, image.upper_tree) {
+        // A build step's writable layer is a host directory, so that it outlives the run.
+        (Some(_), Some(tree)) => {
+            let at = rustix::fs::open(
+                UPPER,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(io::Error::from)
+            .step(|| format!("open {UPPER}"))?;
+            sys::move_mount_to(tree, at.as_fd()).step(|| "attach the writable layer".into())?;
+            // SAFETY: the supervisor left this fd open across the clone for this one use;
+            // nothing else owns it.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
+        }
+        (Some(dir), None) => sys::mount(
+            Some(&under_old(dir)),
+            Path::new(UPPER),
+            None,
+            libc::MS_BIND,
+            None,
+        )
+        .step(|| format!("bind the writable layer {}", dir.display()))?,
+        (None, _) => tmpfs(
+            Path::new(UPPER),
+            Path::new(UPPER),
+            plan.limits.disk,
+            plan.limits.scratch_inodes(),
+            0o755,
+            MS_NOSUID | MS_NODEV,
+        )?,
+    }
     for d in ["upper", "work"] {
         let p = Path::new(UPPER).join(d);
         mkdir_p(&p, 0o755).step(|| format!("mkdir {}", p.display()))?;

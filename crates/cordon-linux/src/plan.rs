@@ -252,6 +252,10 @@ impl Plan {
 pub struct ImagePlan {
     pub layers: Vec<PathBuf>,
     pub layer_trees: Vec<std::os::fd::RawFd>,
+    /// A host directory as the writable layer (see `RootImage::upper`), else a tmpfs.
+    pub upper: Option<PathBuf>,
+    /// As root: an idmapped copy of `upper` the init attaches instead (an fd it inherits).
+    pub upper_tree: Option<std::os::fd::RawFd>,
 }
 
 /// Top-level entries of an image root that get their own rules: the union of the layers'
@@ -454,6 +458,8 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     let image = p.root_image.as_ref().map(|img| ImagePlan {
         layers: img.layers.clone(),
         layer_trees: Vec::new(),
+        upper: img.upper.clone(),
+        upper_tree: None,
     });
     if let Some(img) = &image {
         // The image's root is the sandbox's own writable layer: everything in it may be

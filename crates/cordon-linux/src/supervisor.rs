@@ -106,15 +106,22 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
             stderr: stderr_w,
         },
     )?;
-    let mut disk = prepared.run_dir.as_ref().and_then(|dir| {
-        DiskWatch::open(dir, profile.limits.disk)
-            .map_err(|e| {
-                prepared
-                    .notes
-                    .push(format!("--disk is not watched: the scratch directory: {e}"))
-            })
-            .ok()
-    });
+    // A build step's writable layer is a host directory, not a capped tmpfs: watched
+    // against --disk from outside, as a degraded run's scratch directory is.
+    let upper = prepared.plan.image.as_ref().and_then(|i| i.upper.clone());
+    let mut disk = prepared
+        .run_dir
+        .as_ref()
+        .or(upper.as_ref())
+        .and_then(|dir| {
+            DiskWatch::open(dir, profile.limits.disk)
+                .map_err(|e| {
+                    prepared
+                        .notes
+                        .push(format!("--disk is not watched: the scratch directory: {e}"))
+                })
+                .ok()
+        });
     let enforcement = prepared.enforcement();
     let mut sup = Supervision::new(
         req.output,
@@ -125,6 +132,8 @@ pub fn run(req: RunRequest) -> Result<Outcome, EngineError> {
     );
     if prepared.degraded() {
         sup.degraded = Some(prepared.plan.network);
+    }
+    if prepared.degraded() || upper.is_some() {
         sup.disk = disk.take().map(|w| (w, false));
     }
     let stdin_thread = feed_stdin(req.stdin, stdin_w);

@@ -336,6 +336,12 @@ pub struct RootImage {
     pub working_dir: Option<String>,
     /// The image's `User`: recorded, and run as the sandbox user (never host root).
     pub user: Option<String>,
+    /// A host directory (holding `upper/` and `work/`) to be the root's writable layer
+    /// instead of a tmpfs, so that what the run changed outlives it: `cordon image build`
+    /// takes a RUN step's new layer from there. `None` (every sandbox but a build's): a
+    /// tmpfs capped by `--disk`. With a directory, `--disk` is watched from outside instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<PathBuf>,
 }
 
 impl RootImage {
@@ -368,6 +374,9 @@ impl RootImage {
         }
         for l in &self.layers {
             check_abs_clean(l, "image")?;
+        }
+        if let Some(u) = &self.upper {
+            check_abs_clean(u, "image upper")?;
         }
         if let Some(w) = self.working_dir() {
             check_abs_clean(&w, "image WorkingDir")?;

@@ -18,7 +18,7 @@ created, setuid/setgid bits are stripped, and an image unpacks to at most --max-
 
 #[derive(Args, Debug)]
 #[command(
-    about = "Manage OCI images: pull, import, list, inspect, remove",
+    about = "Manage OCI images: build, pull, push, import, list, inspect, remove",
     long_about = "Manage the OCI images sandboxes can run from, without a daemon.\n\n".to_string() + STORE_HELP,
     after_help = "Examples:\n  cordon image pull python:3.12-slim\n  cordon image pull --insecure-registry 10.0.0.5:5000 10.0.0.5:5000/team/app:1\n  \
 cordon image import ./app.tar                 # docker save / podman save, oci-archive\n  cordon image import ./oci-layout --tag app:dev\n  \
@@ -69,6 +69,18 @@ impl Fetching {
 
 #[derive(Subcommand, Debug)]
 enum ImageCommand {
+    /// Build an image from a Dockerfile: each RUN in a cordon sandbox, COPY/ADD from the context only.
+    #[command(
+        after_help = "Instructions: FROM (an image in the store, a registry — pulled as `image pull` \
+pulls, with its credentials —, scratch, or a directory / OCI layout), RUN, COPY, ADD (from the \
+context only: never a URL, an absolute path, `..`, or a symlink out of the context), ENV, ARG, \
+WORKDIR, USER, LABEL, ENTRYPOINT, CMD; anything else is refused with its line. Each RUN runs in a \
+sandbox with the build's limits and no network unless --allow-net names hosts. Steps that make a \
+layer are cached by their inputs (the layers before, the instruction, the environment, the \
+bytes a COPY copies). Progress goes to stderr, one line per step.\n\nExample:\n  \
+cordon image build -t my-agent:1 -f Dockerfile ."
+    )]
+    Build(crate::build::BuildArgs),
     /// Pull an image from a registry (Docker Hub, ghcr.io, any OCI registry).
     #[command(
         after_help = "REF is NAME[:TAG][@DIGEST] as Docker takes it: `python` is \
@@ -92,6 +104,24 @@ Offline: `cordon image import` an archive or OCI layout, run from a directory wi
         progress: bool,
         #[command(flatten)]
         fetching: Fetching,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Push an image of the store to an OCI registry (credentials as `image pull` finds them).
+    #[command(
+        after_help = "DEST is REGISTRY/NAME[:TAG], e.g. 127.0.0.1:5000/team/app:1. The store \
+keeps layers unpacked, so each is written out again as a tar: the pushed image has the same \
+files and config and a manifest digest of its own (printed). Registries on loopback may speak \
+plain HTTP; others must speak HTTPS unless named with --insecure-registry."
+    )]
+    Push {
+        /// A name or digest in the store.
+        source: String,
+        /// Where to push it.
+        dest: String,
+        /// A registry (HOST:PORT) that may be reached over plain HTTP. Repeatable.
+        #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+        insecure: Vec<String>,
         #[command(flatten)]
         out: Output,
     },
@@ -202,6 +232,35 @@ fn run(a: ImageArgs) -> Result<()> {
             .with_context(|| format!("opening the image store in {}", data_dir.display()))
     };
     match a.command {
+        ImageCommand::Build(b) => {
+            cordon_linux::pin_name_service();
+            crate::build::run(b, &open()?)?;
+        }
+        ImageCommand::Push {
+            source,
+            dest,
+            insecure,
+            out,
+        } => {
+            cordon_linux::pin_name_service();
+            let store = open()?;
+            let opts = PullOptions {
+                insecure,
+                ..PullOptions::default()
+            };
+            let log = |l: &str| eprintln!("{l}");
+            let pushed = cordon_image::push::push(&store, &source, &dest, &opts, &log)?;
+            if out.json {
+                return print_json(&pushed);
+            }
+            println!(
+                "pushed {} {} ({} layers, {} blobs already there)",
+                familiar(&pushed.reference),
+                pushed.digest,
+                pushed.layers,
+                pushed.skipped_blobs
+            );
+        }
         ImageCommand::Pull {
             reference,
             insecure,

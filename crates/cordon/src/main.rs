@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod audit;
+mod build;
 mod check;
 mod e2b;
 mod gateway;

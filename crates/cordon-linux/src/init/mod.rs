@@ -57,7 +57,7 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
         .chain(
             plan.image
                 .iter()
-                .flat_map(|i| i.layer_trees.iter().copied()),
+                .flat_map(|i| i.layer_trees.iter().copied().chain(i.upper_tree)),
         )
         .chain(plan.root.iter().filter_map(|e| match e {
             crate::plan::RootEntry::Bind { tree, .. } => *tree,
