@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 
@@ -91,7 +91,11 @@ class ClusterUnderTest:
     front: Front
     api_key: str
     cordon: Path
-    env: Dict[str, str]
+    data: Path
+
+    def node_secret(self, node: str) -> str:
+        """The cluster secret as the node's actor wrote it (what a router sends)."""
+        return (self.data / node / "cluster-secret").read_text().strip()
 
     def status(self) -> List[dict]:
         out = subprocess.run(
@@ -138,7 +142,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterUnderTe
         want_key=True,
     )
     assert key.startswith("cdn_"), front.lines
-    c = ClusterUnderTest(rc, rc.address, front, key, cordon_bin(), {})
+    c = ClusterUnderTest(rc, rc.address, front, key, cordon_bin(), data)
     c.workers = workers  # type: ignore[attr-defined]
     c.wait_nodes(NODES)
     # The router has the view too once it answers its health with every node.

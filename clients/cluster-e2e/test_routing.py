@@ -46,13 +46,15 @@ def test_sandboxes_spread_over_the_nodes_and_the_listing_covers_them_all(cluster
     try:
         nodes = {node_of(b.sandbox_id) for b in boxes}
         assert len(nodes) >= 2, f"six sandboxes all on {nodes}"
-        listed = {s.sandbox_id for s in Sandbox.list(query=None).items()} if hasattr(Sandbox.list(), "items") else set()
+        pages = Sandbox.list()
+        listed = {s.sandbox_id for s in pages.next_items()}
+        while pages.has_next:
+            listed |= {s.sandbox_id for s in pages.next_items()}
         r = httpx.get(cluster.front.url + "/v1/sandboxes", headers={"Authorization": f"Bearer {cluster.api_key}"})
         assert r.status_code == 200, r.text
         native = {s["id"] for s in r.json()["sandboxes"]}
         assert {b.sandbox_id for b in boxes} <= native
-        if listed:
-            assert {b.sandbox_id for b in boxes} <= listed
+        assert {b.sandbox_id for b in boxes} <= listed
     finally:
         for b in boxes:
             b.kill()

@@ -9,12 +9,30 @@ cluster secret to the router over a pipe only, never to a terminal (``status`` o
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import ray
 
 from . import _actors
+
+
+def _keep_stdout_for_us() -> None:
+    """Ray's driver prints its cluster's events (a raylet that died, …) to stdout, where the
+    router reads one JSON view per line: the views get a descriptor of their own and
+    everything else printed to stdout goes to stderr."""
+    global _out
+    _out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+
+_out = sys.stdout
+
+
+def _emit(obj: object) -> None:
+    _out.write(json.dumps(obj) + "\n")
+    _out.flush()
 
 
 def _connect(address: str) -> None:
@@ -36,8 +54,7 @@ def membership(a: argparse.Namespace) -> None:
             print(f"cordon membership: {e}", file=sys.stderr)
             time.sleep(a.period)
             continue
-        sys.stdout.write(json.dumps(v) + "\n")
-        sys.stdout.flush()
+        _emit(v)
         time.sleep(a.period)
 
 
@@ -51,30 +68,30 @@ def status(a: argparse.Namespace) -> None:
     for n in nodes:
         n.pop("age", None)
     if a.json:
-        print(json.dumps({"nodes": nodes}))
+        _emit({"nodes": nodes})
         return
-    print(f"{'NODE':<16}{'HEALTH':<10}{'ADDRESS':<24}{'SANDBOXES':>10}{'SLOTS':>7}")
+    print(f"{'NODE':<16}{'HEALTH':<10}{'ADDRESS':<24}{'SANDBOXES':>10}{'SLOTS':>7}", file=_out)
     for n in nodes:
         health = ("alive" if n["alive"] else "lost") + ("/drain" if n["draining"] else "")
-        print(f"{n['node']:<16}{health:<10}{n['addr']:<24}{n['live']:>10}{n['slots']:>7}")
+        print(f"{n['node']:<16}{health:<10}{n['addr']:<24}{n['live']:>10}{n['slots']:>7}", file=_out)
 
 
 def add_key(a: argparse.Namespace) -> None:
     record = json.loads(sys.stdin.read())
     added = ray.get(_actors.control().add_key.remote(record, a.if_none))
-    print("added" if added else "exists")
+    print("added" if added else "exists", file=_out)
 
 
 def revoke_key(a: argparse.Namespace) -> None:
     found = ray.get(_actors.control().revoke_key.remote(a.id))
-    print(f"revoked {a.id}" if found else f"no key {a.id}")
+    print(f"revoked {a.id}" if found else f"no key {a.id}", file=_out)
     if not found:
         sys.exit(1)
 
 
 def drain(a: argparse.Namespace) -> None:
     known = ray.get(_actors.control().drain.remote(a.node, not a.undo))
-    print(f"{a.node}: {'open' if a.undo else 'draining'}" + ("" if known else " (no such node reports now)"))
+    print(f"{a.node}: {'open' if a.undo else 'draining'}" + ("" if known else " (no such node reports now)"), file=_out)
 
 
 def main() -> None:
@@ -99,6 +116,7 @@ def main() -> None:
     for q in (m, s, k, r, d):
         q.add_argument("--ray", default="auto")
     a = p.parse_args()
+    _keep_stdout_for_us()
     _connect(a.ray)
     {"membership": membership, "status": status, "add-key": add_key, "revoke-key": revoke_key,
      "drain": drain}[a.cmd](a)
