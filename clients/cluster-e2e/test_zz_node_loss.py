@@ -23,13 +23,15 @@ def test_a_lost_nodes_sandboxes_say_sandbox_lost_and_creates_avoid_it(cluster: C
     worker = cluster.workers[-1]  # type: ignore[attr-defined]
     doomed = "n" + worker.node_id[:12]
     assert doomed in {n["node"] for n in cluster.status()}
-    on_doomed, others = None, []
+    on_doomed, others, also_lost = None, [], []
     for _ in range(24):
         s = Sandbox.create(timeout=120)
-        if node_of(s.sandbox_id) == doomed and on_doomed is None:
+        if node_of(s.sandbox_id) != doomed:
+            others.append(s)
+        elif on_doomed is None:
             on_doomed = s
         else:
-            others.append(s)
+            also_lost.append(s.sandbox_id)
         if on_doomed is not None and len(others) >= 2:
             break
     assert on_doomed is not None, f"no sandbox landed on {doomed}"
@@ -84,7 +86,7 @@ def test_a_lost_nodes_sandboxes_say_sandbox_lost_and_creates_avoid_it(cluster: C
 
     ids = {s["id"] for s in httpx.get(cluster.front.url + "/v1/sandboxes",
                                       headers={"Authorization": f"Bearer {cluster.api_key}"}).json()["sandboxes"]}
-    assert lost_id not in ids
+    assert lost_id not in ids and not ids & set(also_lost)
     assert {s.sandbox_id for s in others} <= ids
 
     fresh = [Sandbox.create(timeout=60) for _ in range(6)]
