@@ -121,7 +121,9 @@ async fn run_once(command: &[OsString], tx: &watch::Sender<Arc<View>>) -> std::i
         }
     }
     let status = child.wait().await?;
-    Err(std::io::Error::other(format!("membership process ended ({status})")))
+    Err(std::io::Error::other(format!(
+        "membership process ended ({status})"
+    )))
 }
 
 #[cfg(test)]

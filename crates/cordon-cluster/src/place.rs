@@ -103,7 +103,11 @@ mod tests {
 
     #[test]
     fn placement_spreads_over_equal_nodes() {
-        let v = view(&[("a", true, false, 99, 0), ("b", true, false, 99, 0), ("c", true, false, 99, 0)]);
+        let v = view(&[
+            ("a", true, false, 99, 0),
+            ("b", true, false, 99, 0),
+            ("c", true, false, 99, 0),
+        ]);
         let mut seen = std::collections::BTreeSet::new();
         for salt in 0..200 {
             seen.insert(pick(&v, &HashMap::new(), &[], salt));

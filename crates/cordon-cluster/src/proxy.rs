@@ -146,7 +146,9 @@ fn lost(style: Style, id: &str, node: &str) -> Response {
         style,
         StatusCode::NOT_FOUND,
         "sandbox_lost",
-        &format!("sandbox {id} was on node {node}, which has left the cluster: the sandbox is lost"),
+        &format!(
+            "sandbox {id} was on node {node}, which has left the cluster: the sandbox is lost"
+        ),
     )
 }
 
@@ -186,15 +188,35 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
     match route::target(req.method(), &path, req.headers()) {
         Target::Health => {
             let alive = view.alive().count();
-            let status = if alive > 0 { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-            (status, axum::Json(json!({"status": if alive > 0 {"ok"} else {"no_nodes"}, "nodes_alive": alive}))).into_response()
+            let status = if alive > 0 {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (
+                status,
+                axum::Json(
+                    json!({"status": if alive > 0 {"ok"} else {"no_nodes"}, "nodes_alive": alive}),
+                ),
+            )
+                .into_response()
         }
         Target::Sandbox(id) => {
             let Some(name) = route::node_of(&id) else {
-                return fail(st, StatusCode::NOT_FOUND, "not_found", &format!("no sandbox {id}"));
+                return fail(
+                    st,
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    &format!("no sandbox {id}"),
+                );
             };
             let Some(node) = view.node(name) else {
-                return fail(st, StatusCode::NOT_FOUND, "not_found", &format!("no sandbox {id}"));
+                return fail(
+                    st,
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    &format!("no sandbox {id}"),
+                );
             };
             if !node.alive {
                 return lost(st, &id, name);
@@ -214,7 +236,12 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
             };
             match r.forward(&node, &view.secret, req).await {
                 Ok(resp) => resp,
-                Err(_) => fail(st, StatusCode::BAD_GATEWAY, "node_lost", "the node serving this request left the cluster; retry"),
+                Err(_) => fail(
+                    st,
+                    StatusCode::BAD_GATEWAY,
+                    "node_lost",
+                    "the node serving this request left the cluster; retry",
+                ),
             }
         }
         Target::All => r.list(&view, st, req).await,
@@ -232,10 +259,20 @@ fn no_nodes(st: Style) -> Response {
 
 impl Router {
     /// Sends `req` to `node`, cut short if membership reports the node dead meanwhile.
-    async fn forward(&self, node: &NodeView, secret: &str, req: Request) -> Result<Response, Forward> {
+    async fn forward(
+        &self,
+        node: &NodeView,
+        secret: &str,
+        req: Request,
+    ) -> Result<Response, Forward> {
         let (mut parts, body) = req.into_parts();
-        let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        parts.uri = Uri::try_from(format!("http://{}{}", node.addr, pq)).map_err(|_| Forward::Unreachable)?;
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        parts.uri = Uri::try_from(format!("http://{}{}", node.addr, pq))
+            .map_err(|_| Forward::Unreachable)?;
         node_headers(&mut parts.headers, secret);
         let call = self.client.request(Request::from_parts(parts, body));
         let mut rx = self.view.clone();
@@ -266,7 +303,12 @@ impl Router {
     async fn place(&self, view: &View, st: Style, req: Request) -> Response {
         let (parts, body) = req.into_parts();
         let Ok(body) = axum::body::to_bytes(body, MAX_CREATE_BODY).await else {
-            return fail(st, StatusCode::PAYLOAD_TOO_LARGE, "too_large", "request body too large");
+            return fail(
+                st,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "request body too large",
+            );
         };
         let mut tried: Vec<String> = Vec::new();
         for _ in 0..CREATE_TRIES {
@@ -276,7 +318,9 @@ impl Router {
                 crate::place::pick(view, &inflight, &tried, salt)
             };
             let Some(name) = pick else { break };
-            let Some(node) = view.node(&name).cloned() else { break };
+            let Some(node) = view.node(&name).cloned() else {
+                break;
+            };
             tried.push(name.clone());
             self.count(&name, 1);
             let req = Request::from_parts(parts.clone(), Body::from(Bytes::clone(&body)));
@@ -286,7 +330,12 @@ impl Router {
                 Ok(resp) => return resp,
                 Err(Forward::Unreachable) => continue,
                 Err(Forward::Lost) => {
-                    return fail(st, StatusCode::BAD_GATEWAY, "node_lost", &format!("node {name} left the cluster while creating; retry"));
+                    return fail(
+                        st,
+                        StatusCode::BAD_GATEWAY,
+                        "node_lost",
+                        &format!("node {name} left the cluster while creating; retry"),
+                    );
                 }
             }
         }
@@ -315,19 +364,25 @@ impl Router {
                 let resp = this.forward(&node, &secret, req).await.ok()?;
                 let status = resp.status();
                 let headers = resp.headers().clone();
-                let bytes = axum::body::to_bytes(resp.into_body(), MAX_LIST_BODY).await.ok()?;
+                let bytes = axum::body::to_bytes(resp.into_body(), MAX_LIST_BODY)
+                    .await
+                    .ok()?;
                 Some((status, headers, bytes))
             });
         }
         let mut merged: Option<(HeaderMap, Value)> = None;
         while let Some(done) = calls.join_next().await {
-            let Ok(Some((status, headers, bytes))) = done else { continue };
+            let Ok(Some((status, headers, bytes))) = done else {
+                continue;
+            };
             if !status.is_success() {
                 let mut resp = (status, bytes).into_response();
                 *resp.headers_mut() = headers;
                 return resp;
             }
-            let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { continue };
+            let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
+                continue;
+            };
             merged = Some(match merged {
                 None => (headers, v),
                 Some((h, acc)) => (h, merge(acc, v)),
@@ -385,7 +440,10 @@ mod tests {
     fn listings_of_two_nodes_merge_whatever_their_shape() {
         assert_eq!(merge(json!([1]), json!([2])), json!([1, 2]));
         assert_eq!(
-            merge(json!({"sandboxes": [1], "n": 1}), json!({"sandboxes": [2], "n": 1})),
+            merge(
+                json!({"sandboxes": [1], "n": 1}),
+                json!({"sandboxes": [2], "n": 1})
+            ),
             json!({"sandboxes": [1, 2], "n": 1})
         );
     }
@@ -397,7 +455,10 @@ mod tests {
         h.insert("connection", HeaderValue::from_static("close"));
         node_headers(&mut h, "real");
         assert_eq!(h.get_all(SECRET_HEADER).iter().count(), 1);
-        assert_eq!(h.get(SECRET_HEADER).map(|v| v.as_bytes()), Some(&b"real"[..]));
+        assert_eq!(
+            h.get(SECRET_HEADER).map(|v| v.as_bytes()),
+            Some(&b"real"[..])
+        );
         assert!(h.get("connection").is_none());
     }
 }

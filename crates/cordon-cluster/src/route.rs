@@ -36,10 +36,7 @@ pub fn node_of(id: &str) -> Option<&str> {
 
 /// The route of one request.
 pub fn target(method: &Method, path: &str, headers: &HeaderMap) -> Target {
-    if let Some(id) = headers
-        .get("e2b-sandbox-id")
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(id) = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
         return Target::Sandbox(id.to_string());
     }
     if path == "/healthz" || path == "/cluster/healthz" {
@@ -73,7 +70,10 @@ mod tests {
 
     #[test]
     fn a_sandbox_id_names_its_node_and_nothing_else_does() {
-        assert_eq!(node_of("n0a1b2c3d4e5-0123456789abcdef"), Some("n0a1b2c3d4e5"));
+        assert_eq!(
+            node_of("n0a1b2c3d4e5-0123456789abcdef"),
+            Some("n0a1b2c3d4e5")
+        );
         assert_eq!(node_of("my-host-0123456789abcdef"), Some("my-host"));
         assert_eq!(node_of("0123456789abcdef"), None);
         assert_eq!(node_of("n1-0123"), None);
@@ -84,12 +84,24 @@ mod tests {
     #[test]
     fn each_door_routes_by_the_sandbox_it_names() {
         let id = "n1-0123456789abcdef";
-        assert_eq!(t(Method::POST, &format!("/v1/sandboxes/{id}/exec")), Target::Sandbox(id.into()));
-        assert_eq!(t(Method::DELETE, &format!("/sandboxes/{id}")), Target::Sandbox(id.into()));
-        assert_eq!(t(Method::POST, &format!("/v2/sandboxes/{id}/connect")), Target::Sandbox(id.into()));
+        assert_eq!(
+            t(Method::POST, &format!("/v1/sandboxes/{id}/exec")),
+            Target::Sandbox(id.into())
+        );
+        assert_eq!(
+            t(Method::DELETE, &format!("/sandboxes/{id}")),
+            Target::Sandbox(id.into())
+        );
+        assert_eq!(
+            t(Method::POST, &format!("/v2/sandboxes/{id}/connect")),
+            Target::Sandbox(id.into())
+        );
         let mut h = HeaderMap::new();
         h.insert("e2b-sandbox-id", id.parse().expect("header"));
-        assert_eq!(target(&Method::POST, "/process.Process/Start", &h), Target::Sandbox(id.into()));
+        assert_eq!(
+            target(&Method::POST, "/process.Process/Start", &h),
+            Target::Sandbox(id.into())
+        );
     }
 
     #[test]

@@ -142,7 +142,11 @@ fn new_key(name: &str, max_sandboxes: u32, rps: u32) -> Result<(String, String, 
     Ok((secret, id, record.to_string()))
 }
 
-fn router(membership: Vec<OsString>, listen: SocketAddr, first_key: Option<(String, String)>) -> Result<(), String> {
+fn router(
+    membership: Vec<OsString>,
+    listen: SocketAddr,
+    first_key: Option<(String, String)>,
+) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -172,10 +176,21 @@ pub fn cluster_main(a: ClusterArgs) -> i32 {
 
 fn cluster(a: ClusterArgs) -> Result<(), String> {
     match a.command {
-        ClusterCommand::Up { ray, listen, data_root, slots, allow_degraded } => {
-            let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+        ClusterCommand::Up {
+            ray,
+            listen,
+            data_root,
+            slots,
+            allow_degraded,
+        } => {
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find my own executable: {e}"))?;
             // The cluster's first key, if it has none yet.
-            let (secret, id, record) = new_key("default", cordon_service::DEFAULT_MAX_SANDBOXES, cordon_service::DEFAULT_RPS)?;
+            let (secret, id, record) = new_key(
+                "default",
+                cordon_service::DEFAULT_MAX_SANDBOXES,
+                cordon_service::DEFAULT_RPS,
+            )?;
             let added = run_py(&py(&ray, "add-key", &["--if-none".into()]), Some(&record))?;
             let first = (added.trim() == "added").then_some((secret, id));
             let mut args: Vec<OsString> = vec![
@@ -209,14 +224,24 @@ fn cluster(a: ClusterArgs) -> Result<(), String> {
             print!("{}", run_py(&py(&ray, "drain", &args), None)?);
             Ok(())
         }
-        ClusterCommand::Keys { command: KeysCommand::Create { ray, name, max_sandboxes, rps } } => {
+        ClusterCommand::Keys {
+            command:
+                KeysCommand::Create {
+                    ray,
+                    name,
+                    max_sandboxes,
+                    rps,
+                },
+        } => {
             let (secret, id, record) = new_key(&name, max_sandboxes, rps)?;
             run_py(&py(&ray, "add-key", &[]), Some(&record))?;
             println!("{secret}");
             eprintln!("created key {id} ({name}) for the whole cluster: at most {max_sandboxes} sandboxes, {rps} requests/s. The secret above is shown only once.");
             Ok(())
         }
-        ClusterCommand::Keys { command: KeysCommand::Revoke { id, ray } } => {
+        ClusterCommand::Keys {
+            command: KeysCommand::Revoke { id, ray },
+        } => {
             print!("{}", run_py(&py(&ray, "revoke-key", &[id.into()]), None)?);
             Ok(())
         }

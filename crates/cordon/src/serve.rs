@@ -215,7 +215,10 @@ fn sync_keys(reg: &Registry) -> Result<(), cordon_service::error::ServiceError> 
     let (mut added, mut revoked) = (0, 0);
     for k in keys {
         if k.hash.len() != 64 || !k.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ServiceError::bad_request(format!("key {}: not a SHA-256 hash", k.id)));
+            return Err(ServiceError::bad_request(format!(
+                "key {}: not a SHA-256 hash",
+                k.id
+            )));
         }
         let known = reg.key_by_id(&k.id)?;
         if known.is_none() {
@@ -350,7 +353,9 @@ fn serve(a: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("--cluster-secret-file {}: {e}", f.display()))?;
             let s = s.trim().to_string();
             if s.len() < 32 {
-                return Err("--cluster-secret-file: the secret is shorter than 32 characters".into());
+                return Err(
+                    "--cluster-secret-file: the secret is shorter than 32 characters".into(),
+                );
             }
             Some(s)
         }
