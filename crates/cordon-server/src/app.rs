@@ -47,6 +47,43 @@ pub fn router(st: Arc<AppState>) -> Router {
 pub struct ServeOptions {
     pub listen: SocketAddr,
     pub open: bool,
+    /// A node of a cordon cluster: every request must carry this secret in
+    /// [`CLUSTER_SECRET_HEADER`] (the cluster's routers add it), so that a client that reaches
+    /// the node's port directly is refused.
+    pub cluster_secret: Option<String>,
+}
+
+/// The header in which a cluster's router proves itself to a node.
+pub const CLUSTER_SECRET_HEADER: &str = "x-cordon-cluster-secret";
+
+/// A cluster node's gate: a request without the cluster's secret never reaches a door (not
+/// even `/healthz`: the node's port is for its routers only).
+async fn cluster_gate(
+    axum::extract::State(secret): axum::extract::State<Arc<String>>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let given = req
+        .headers()
+        .get(CLUSTER_SECRET_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // Compared as digests: equal length, no early exit on the first differing byte.
+    let (a, b) = (
+        cordon_service::keys::hash(given),
+        cordon_service::keys::hash(&secret),
+    );
+    if !cordon_service::keys::constant_time_eq(&a, &b) {
+        return ApiError::new(
+            crate::error::ErrorKind::Forbidden,
+            "cluster_secret_required",
+            "this is a node of a cordon cluster: it answers its cluster's routers only (send \
+             requests to a router)",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// Runs the HTTP server until SIGINT/SIGTERM, then kills every sandbox it owns.
@@ -70,7 +107,13 @@ pub async fn serve(
         }
     });
     ready(addr);
-    let app = router(state);
+    let mut app = router(state);
+    if let Some(secret) = opts.cluster_secret {
+        app = app.layer(middleware::from_fn_with_state(
+            Arc::new(secret),
+            cluster_gate,
+        ));
+    }
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

@@ -11,6 +11,7 @@
 mod audit;
 mod build;
 mod check;
+mod cluster;
 mod e2b;
 mod gateway;
 mod image;
@@ -75,6 +76,9 @@ enum Command {
     Snapshot(state::SnapshotArgs),
     /// Sandboxes of a running `cordon serve` (over HTTP): create (from a snapshot), fork.
     Sandbox(state::SandboxArgs),
+    /// A cordon cluster on Ray: `up` (a node on every Ray node and the front door), `router`,
+    /// `status`, `drain`, `keys`.
+    Cluster(cluster::ClusterArgs),
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -122,6 +126,7 @@ fn cordon_main() -> i32 {
         Command::Volume(args) => state::volume_main(args),
         Command::Snapshot(args) => state::snapshot_main(args),
         Command::Sandbox(args) => state::sandbox_main(args),
+        Command::Cluster(args) => cluster::cluster_main(args),
     };
     code.clamp(0, 255)
 }

@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// allowlist: without this flag such sandboxes get no network, and their info says so.
     #[arg(long = "e2b-allow-net", value_name = "ENTRY,…", value_delimiter = ',')]
     e2b_allow_net: Vec<String>,
+    /// Serve as a node of a cordon cluster (`cordon cluster up` starts nodes so): a file
+    /// holding the cluster's secret, which every request must carry (the cluster's routers
+    /// send it), so that clients reach this node only through a router. Keys then come from
+    /// the cluster (none is created here).
+    #[arg(long, value_name = "FILE", hide = true)]
+    cluster_secret_file: Option<PathBuf>,
 }
 
 /// Whether this host gives sandboxes what the server's configuration accepts: every required
@@ -180,6 +186,52 @@ enum KeysCommand {
     List,
     /// Revoke a key by id.
     Revoke { id: String },
+    /// Take a cluster's keys (a JSON array of `{id, name, hash, max_sandboxes, rps, revoked}`
+    /// on stdin; hashes only, never secrets): add the missing ones, revoke the revoked ones.
+    /// A cluster node's supervisor calls this whenever the cluster's keys change.
+    #[command(hide = true)]
+    Sync,
+}
+
+/// A key as a cluster hands it to its nodes: its hash, never its secret.
+#[derive(serde::Deserialize)]
+struct SyncedKey {
+    id: String,
+    name: String,
+    hash: String,
+    max_sandboxes: u32,
+    rps: u32,
+    #[serde(default)]
+    revoked: bool,
+}
+
+fn sync_keys(reg: &Registry) -> Result<(), cordon_service::error::ServiceError> {
+    use cordon_service::error::ServiceError;
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut buf)
+        .map_err(|e| ServiceError::bad_request(format!("reading stdin: {e}")))?;
+    let keys: Vec<SyncedKey> = serde_json::from_str(&buf)
+        .map_err(|e| ServiceError::bad_request(format!("keys on stdin: {e}")))?;
+    let (mut added, mut revoked) = (0, 0);
+    for k in keys {
+        if k.hash.len() != 64 || !k.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ServiceError::bad_request(format!(
+                "key {}: not a SHA-256 hash",
+                k.id
+            )));
+        }
+        let known = reg.key_by_id(&k.id)?;
+        if known.is_none() {
+            reg.add_key(&k.id, &k.name, &k.hash, k.max_sandboxes, k.rps)?;
+            added += 1;
+        }
+        if k.revoked && !known.is_some_and(|r| r.revoked) {
+            reg.revoke_key(&k.id)?;
+            revoked += 1;
+        }
+    }
+    eprintln!("keys: {added} added, {revoked} revoked");
+    Ok(())
 }
 
 fn open_registry(dir: &std::path::Path) -> Result<Registry, String> {
@@ -210,6 +262,7 @@ pub fn keys_main(a: KeysArgs) -> i32 {
                 println!("{}\t{}\tmax_sandboxes={}\trps={}\t{}", k.id, k.name, k.max_sandboxes, k.requests_per_second, if k.revoked { "revoked" } else { "active" });
             }
         }),
+        KeysCommand::Sync => sync_keys(&reg),
         KeysCommand::Revoke { id } => reg.revoke_key(&id).map(|found| {
             if found {
                 eprintln!("revoked {id}");
@@ -294,6 +347,20 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             p.allow
         },
     };
+    let cluster_secret = match &a.cluster_secret_file {
+        Some(f) => {
+            let s = std::fs::read_to_string(f)
+                .map_err(|e| format!("--cluster-secret-file {}: {e}", f.display()))?;
+            let s = s.trim().to_string();
+            if s.len() < 32 {
+                return Err(
+                    "--cluster-secret-file: the secret is shorter than 32 characters".into(),
+                );
+            }
+            Some(s)
+        }
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -301,7 +368,8 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     rt.block_on(async move {
         let service = Service::new(cfg).map_err(|e| e.to_string())?;
         let mut first_key = None;
-        if !a.no_auth && service.active_keys().map_err(|e| e.to_string())? == 0 {
+        let in_cluster = cluster_secret.is_some();
+        if !a.no_auth && !in_cluster && service.active_keys().map_err(|e| e.to_string())? == 0 {
             let (secret, id) = service
                 .create_key(
                     "default",
@@ -314,6 +382,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         let opts = ServeOptions {
             listen: a.listen,
             open: a.no_auth,
+            cluster_secret,
         };
         cordon_server::serve(service, opts, move |addr| {
             println!("cordon serving on http://{addr}");
@@ -321,6 +390,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             match first_key {
                 Some((secret, id)) => println!("API key ({id}, shown once): {secret}"),
                 None if a.no_auth => println!("authentication disabled (loopback only)"),
+                None if in_cluster => println!("API keys: the cluster's"),
                 None => println!(
                     "API keys: see `cordon keys list`; create one with `cordon keys create`"
                 ),
