@@ -184,6 +184,14 @@ if [ -n "$e2b_suite_pid" ]; then
   [ "$e2b_suite_rc" -eq 0 ] || { echo "E2B's suites: a test failed that suite-known-failures.txt does not list"; exit 1; }
 fi
 
+if [ "$(id -u)" -eq 0 ]; then
+  # A three-node Ray cluster (ray.cluster_utils.Cluster) with `cordon cluster up`, the E2B SDK
+  # and cordon's through the router, node loss and drain; in a loopback-only network namespace
+  # (Ray's agents probe cloud metadata and DNS), its own venv with ray from PyPI (~1.5 min).
+  stage "the cluster on Ray (scripts/cluster-e2e.sh)"
+  scripts/cluster-e2e.sh
+fi
+
 stage "the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
 "$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10
 
