@@ -147,3 +147,49 @@ def test_gzip_uploads_and_downloads(sbx, server):
         # A client that does not ask gets plain bytes.
         r = c.get(f"{server.url}/files", params={"path": "/home/user/packed.bin"}, headers={**h, "Accept-Encoding": "identity"})
         assert "content-encoding" not in r.headers and r.content == data
+
+
+def test_signed_file_urls_open_their_own_sandbox_only_and_expire():
+    import json
+    import urllib.error
+    import urllib.request
+
+    from e2b import Sandbox
+
+    a = Sandbox.create(timeout=120, secure=True)
+    b = Sandbox.create(timeout=120, secure=True)
+    try:
+        a.files.write("signed.txt", "a's file")
+        b.files.write("signed.txt", "b's file")
+        # A download URL names no sandbox (E2B_SANDBOX_URL is the server): its signature does.
+        with urllib.request.urlopen(a.download_url("signed.txt", "user")) as r:
+            assert r.read() == b"a's file"
+        with urllib.request.urlopen(b.download_url("signed.txt", "user", 120)) as r:
+            assert r.read() == b"b's file"
+        # An upload URL writes into its own sandbox.
+        req = urllib.request.Request(
+            a.upload_url("up.txt", "user"), data=b"uploaded", method="POST",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        urllib.request.urlopen(req).close()
+        assert a.files.read("up.txt") == "uploaded"
+        assert not b.files.exists("up.txt")
+
+        def refused(url: str) -> dict:
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(url)
+            assert e.value.code == 401
+            return json.loads(e.value.read())
+
+        assert refused(a.download_url("signed.txt", "user", use_signature_expiration=-120)) == {
+            "code": 401, "message": "signature is already expired"}
+        # A signature for one path does not open another, nor a tampered one anything.
+        url = a.download_url("signed.txt", "user")
+        refused(url.replace("signed.txt", "up.txt"))
+        refused(url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB"))
+        # Read and write signatures are not interchangeable.
+        up = a.upload_url("signed.txt", "user")
+        refused(up)
+    finally:
+        a.kill()
+        b.kill()

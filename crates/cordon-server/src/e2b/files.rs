@@ -14,10 +14,43 @@ use serde_json::{json, Value};
 
 use super::{check_user, sandbox_path, E2bError, St};
 use crate::error::ApiError;
+use cordon_service::Caller;
 #[derive(Deserialize)]
 pub(super) struct FilesQuery {
     path: Option<String>,
     username: Option<String>,
+    /// A signed URL's (`download_url`, `upload_url`): it stands for the access token.
+    signature: Option<String>,
+    signature_expiration: Option<i64>,
+}
+
+/// Whose sandbox a `/files` request is for: the `E2b-Sandbox-Id` header and access token, or,
+/// on a signed URL that carries no token, the signature (see `E2b::signed`).
+fn files_caller(
+    e2b: &St,
+    h: &HeaderMap,
+    q: &FilesQuery,
+    operation: &str,
+) -> Result<(Caller, String), ApiError> {
+    let has_token = ["x-access-token", "e2b-traffic-access-token"]
+        .iter()
+        .any(|n| h.contains_key(*n));
+    let Some(sig) = q.signature.as_deref().filter(|_| !has_token) else {
+        return e2b.sandbox(h);
+    };
+    let path = q.path.as_deref().unwrap_or("");
+    let (caller, id) = e2b.signed(
+        path,
+        operation,
+        q.username.as_deref(),
+        sig,
+        q.signature_expiration,
+    )?;
+    let named = h.get("e2b-sandbox-id").and_then(|v| v.to_str().ok());
+    if named.is_some_and(|n| n.trim() != id) {
+        return Err(ApiError::unauthorized("invalid signature"));
+    }
+    Ok((caller, id))
 }
 
 pub(super) async fn download(
@@ -25,7 +58,7 @@ pub(super) async fn download(
     h: HeaderMap,
     Query(q): Query<FilesQuery>,
 ) -> Result<Response, E2bError> {
-    let (caller, id) = e2b.sandbox(&h)?;
+    let (caller, id) = files_caller(&e2b, &h, &q, "read")?;
     check_user(&h, q.username.as_deref())?;
     let path = sandbox_path(
         q.path
@@ -68,7 +101,7 @@ pub(super) async fn upload(
     req: Request,
 ) -> Result<Response, E2bError> {
     let h = req.headers().clone();
-    let (caller, id) = e2b.sandbox(&h)?;
+    let (caller, id) = files_caller(&e2b, &h, &q, "write")?;
     check_user(&h, q.username.as_deref())?;
     let ct = h
         .get(header::CONTENT_TYPE)

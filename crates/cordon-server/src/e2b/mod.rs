@@ -382,8 +382,20 @@ impl E2b {
                 "invalid access token for this sandbox",
             ));
         }
-        // The token acts for the key that made the sandbox: a revoked key's tokens stop
-        // working, and their requests spend from that key's rate limit.
+        self.admit(id, door)
+    }
+
+    /// The checks every request that opened a sandbox's door passes after its token: the
+    /// token acts for the key that made the sandbox, so a revoked key's tokens stop working
+    /// and their requests spend from that key's rate limit; and the sandbox must still run.
+    fn admit(&self, id: &str, door: Door) -> Result<(Caller, String), ApiError> {
+        let gone = || {
+            ApiError::new(
+                ErrorKind::Upstream,
+                "sandbox_not_found",
+                format!("The sandbox {id} was not found"),
+            )
+        };
         if !self.st.open {
             match self.st.service.key(&door.caller.key_id)? {
                 Some(rec) if !rec.revoked => self.st.service.charge(&rec)?,
@@ -401,6 +413,54 @@ impl E2b {
             return Err(gone());
         }
         Ok((door.caller, id.to_string()))
+    }
+
+    /// The sandbox a signed file URL (`download_url` / `upload_url`) is for. Such a URL names
+    /// no sandbox — E2B's names it in the host, which `E2B_SANDBOX_URL` replaces — so the
+    /// signature itself says which: the one sandbox whose access token makes it, computed as
+    /// the SDK does (`v1_` + unpadded base64 of SHA-256 over `path:operation:user:token`, then
+    /// `:expiration` when there is one). An expiration in the past is refused whoever signed.
+    fn signed(
+        &self,
+        path: &str,
+        operation: &str,
+        user: Option<&str>,
+        signature: &str,
+        expiration: Option<i64>,
+    ) -> Result<(Caller, String), ApiError> {
+        use base64::Engine;
+        use sha2::{Digest, Sha256};
+        let user = user.unwrap_or("");
+        let found = {
+            let doors = self.doors.lock().map_err(|_| ApiError::internal("lock"))?;
+            doors
+                .iter()
+                .find(|(_, d)| {
+                    let raw = match expiration {
+                        None => format!("{path}:{operation}:{user}:{}", d.token),
+                        Some(e) => format!("{path}:{operation}:{user}:{}:{e}", d.token),
+                    };
+                    let want = format!(
+                        "v1_{}",
+                        base64::engine::general_purpose::STANDARD_NO_PAD
+                            .encode(Sha256::digest(raw.as_bytes()))
+                    );
+                    same_secret(&want, signature)
+                })
+                .map(|(id, d)| (id.clone(), d.clone()))
+        };
+        let Some((id, door)) = found else {
+            self.st.service.deny("bad_key");
+            return Err(ApiError::unauthorized("invalid signature"));
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        if expiration.is_some_and(|e| e < now) {
+            return Err(ApiError::unauthorized("signature is already expired"));
+        }
+        self.admit(&id, door)
     }
 }
 
