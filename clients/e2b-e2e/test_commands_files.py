@@ -193,3 +193,17 @@ def test_signed_file_urls_open_their_own_sandbox_only_and_expire():
     finally:
         a.kill()
         b.kill()
+
+
+def test_a_commands_pid_is_its_pid_inside_the_sandbox(sbx):
+    from e2b import CommandExitException
+
+    cmd = sbx.commands.run("sleep 30", background=True)
+    # The sandbox's own tools name the same process.
+    assert sbx.commands.run(f"cat /proc/{cmd.pid}/cmdline | tr '\\0' ' '").stdout.strip() == "sleep 30" or \
+        "sleep" in sbx.commands.run(f"cat /proc/{cmd.pid}/comm").stdout
+    assert cmd.pid in [p.pid for p in sbx.commands.list()]
+    assert sbx.commands.kill(cmd.pid)
+    with pytest.raises(CommandExitException):
+        sbx.commands.run(f"kill -0 {cmd.pid}")
+    assert not sbx.commands.kill(999999)

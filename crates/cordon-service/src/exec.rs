@@ -28,6 +28,8 @@ pub enum ExecEvent {
 pub struct BgCommand {
     pub id: String,
     pub exec_id: u64,
+    /// Its process id inside the sandbox (as the sandbox's own `ps` and `kill` see it).
+    pub pid: i32,
     pub argv: Vec<String>,
     pub started_at_ms: u64,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
@@ -206,6 +208,7 @@ async fn run_in(
 /// A started command's output side and exit, for `pump`.
 struct Output {
     exec_id: u64,
+    pid: i32,
     stdout: tokio::net::unix::pipe::Receiver,
     stderr: tokio::net::unix::pipe::Receiver,
     exit_rx: tokio::sync::oneshot::Receiver<ExitInfo>,
@@ -251,6 +254,7 @@ fn split(started: StartedParts) -> Result<Split, ServiceError> {
     };
     let output = Output {
         exec_id: st.id,
+        pid: st.pid,
         stdout,
         stderr: Receiver::from_owned_fd(st.stderr).map_err(io)?,
         exit_rx,
@@ -270,6 +274,7 @@ async fn pump(
 ) -> Result<Outcome, ServiceError> {
     let Output {
         exec_id,
+        pid: _,
         stdout: mut out,
         stderr: mut err,
         exit_rx,
@@ -481,6 +486,7 @@ impl Service {
         let cmd = Arc::new(BgCommand {
             id: cid.clone(),
             exec_id: output.exec_id,
+            pid: output.pid,
             argv,
             started_at_ms: unix_ms(),
             stdin: tokio::sync::Mutex::new(keep_stdin.then_some(stdin)),

@@ -85,6 +85,8 @@ impl ExitInfo {
 /// A started command: write its stdin, read its stdout and stderr.
 pub struct Started {
     pub id: u64,
+    /// Its process id in the sandbox's pid namespace (what `kill` and `ps` there name).
+    pub pid: i32,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -468,7 +470,7 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
         return;
     };
     match msg {
-        ToSupervisor::Started { id, .. } => {
+        ToSupervisor::Started { id, pid } => {
             let Some(p) = pending.get_mut(&id) else {
                 return;
             };
@@ -476,6 +478,7 @@ fn dispatch(shared: &Shared, msg: ToSupervisor, fds: Vec<OwnedFd>) {
             let started = match (it.next(), it.next(), it.next()) {
                 (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started {
                     id,
+                    pid,
                     stdin,
                     stdout,
                     stderr,

@@ -109,7 +109,7 @@ fn find(e2b: &St, caller: &Caller, id: &str, sel: &Selector) -> Result<Arc<BgCom
     match (sel.pid, sel.tag.as_deref()) {
         (Some(pid), _) => all
             .into_iter()
-            .find(|c| c.exec_id == pid)
+            .find(|c| u64::try_from(c.pid).is_ok_and(|p| p == pid))
             .ok_or_else(|| RpcError::new("not_found", format!("process with pid {pid} not found"))),
         (None, Some(tag)) => {
             let tagged: Vec<Arc<BgCommand>> = all
@@ -143,7 +143,7 @@ fn input_bytes(cmd: &BgCommand, input: Input) -> Result<Vec<u8>, RpcError> {
                     "failed_precondition",
                     format!(
                         "process with pid {} has no PTY (send its input as stdin)",
-                        cmd.exec_id
+                        cmd.pid
                     ),
                 ));
             }
@@ -243,7 +243,7 @@ fn follow(
             let tx = tx.clone();
             async move { tx.send(frame(0, &v)).await.is_ok() }
         };
-        if !send(json!({"event": {"start": {"pid": cmd.exec_id}}})).await {
+        if !send(json!({"event": {"start": {"pid": cmd.pid}}})).await {
             return;
         }
         // A terminal's output (stdout of a command on a pty) is `data.pty`.
@@ -443,7 +443,7 @@ async fn process_call(
                 .filter(|c| c.running())
                 .map(|c| {
                     let mut p = json!({
-                        "pid": c.exec_id,
+                        "pid": c.pid,
                         "config": {
                             "cmd": c.argv.first().cloned().unwrap_or_default(),
                             "args": c.argv.iter().skip(1).collect::<Vec<_>>(),
@@ -496,7 +496,7 @@ async fn process_call(
             if !cmd.running() {
                 return Err(RpcError::new(
                     "not_found",
-                    format!("process with pid {} has already ended", cmd.exec_id),
+                    format!("process with pid {} has already ended", cmd.pid),
                 ));
             }
             e2b.st.service.command_signal(&caller, &id, &cmd.id, sig)?;
