@@ -207,3 +207,11 @@ def test_a_commands_pid_is_its_pid_inside_the_sandbox(sbx):
     with pytest.raises(CommandExitException):
         sbx.commands.run(f"kill -0 {cmd.pid}")
     assert not sbx.commands.kill(999999)
+
+
+def test_the_home_is_at_home_user_for_the_kernel_too(sbx):
+    # A bind, not a symlink: getcwd() names the path the program went through.
+    r = sbx.commands.run("python3 -c 'import os; print(os.getcwd())'; readlink /proc/self/cwd")
+    assert r.stdout.split() == ["/home/user", "/home/user"]
+    sbx.files.write("/home/user/same.txt", "one directory")
+    assert sbx.commands.run("cat /home/sandbox/same.txt").stdout == "one directory"

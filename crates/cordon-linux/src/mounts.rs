@@ -189,6 +189,26 @@ fn remount(root: &InRoot, dest: &Path, extra: libc::c_ulong) -> Result<(), Mount
     remount_at(&fd_path(&top), dest, extra)
 }
 
+/// Binds the new root's directory `of` (with what is mounted below it) at `at` too, both
+/// resolved inside the root.
+fn alias(root: &InRoot, of: &Path, at: &Path) -> Result<(), MountError> {
+    let src = root
+        .resolve(of, Make::Nothing, 0)
+        .step(|| format!("find {}", of.display()))?;
+    let dest = root
+        .resolve(at, Make::Dirs, 0o755)
+        .step(|| format!("make the mount point {}", at.display()))?;
+    sys::mount(
+        Some(&fd_path(&src)),
+        &fd_path(&dest),
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+    .step(|| format!("bind {} to {}", of.display(), at.display()))?;
+    remount(root, at, MS_NOSUID | MS_NODEV)
+}
+
 /// [`remount`] of a mount the kernel resolves `target` to; `shown` names it in errors.
 fn remount_at(target: &Path, shown: &Path, extra: libc::c_ulong) -> Result<(), MountError> {
     let keep = locked_flags(target).step(|| format!("statvfs {}", shown.display()))?;
@@ -303,6 +323,7 @@ fn root_inodes(plan: &Plan) -> u64 {
         .map(|e| match e {
             RootEntry::Bind { dest, .. } => depth(dest),
             RootEntry::Symlink { link, .. } => depth(link),
+            RootEntry::Alias { at, .. } => depth(at),
             RootEntry::Hide { dest, .. } => depth(dest),
             RootEntry::Generated { dest, .. } => depth(dest),
         })
@@ -593,6 +614,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             RootEntry::Symlink { target, link } => root
                 .symlink(target, link)
                 .step(|| format!("symlink {}", link.display()))?,
+            RootEntry::Alias { of, at } => alias(root, of, at)?,
         }
     }
 

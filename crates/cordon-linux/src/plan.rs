@@ -34,6 +34,11 @@ pub enum RootEntry {
     },
     /// A symlink, as the host has it (merged-/usr systems: /bin -> usr/bin).
     Symlink { target: PathBuf, link: PathBuf },
+    /// A second path for a directory of the new root (`/home/user` for the home): a bind of
+    /// it, so that the kernel's own name for it (`getcwd`, `/proc/self/cwd`) is the one the
+    /// program went through — with a symlink, Python's `os.getcwd()` in `/home/user` said
+    /// `/home/sandbox`.
+    Alias { of: PathBuf, at: PathBuf },
     /// A path below a bind that the sandbox must not reach (a profile's `hide`): an empty
     /// read-only directory, or `/dev/null` without device access for a file, mounted over it.
     Hide { dest: PathBuf, is_dir: bool },
@@ -558,9 +563,9 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
     // Programs written for E2B (and other agent tools) expect the user's home at /home/user:
     // there it is the same directory, unless a bind of the profile's own claims the name.
     if !p.binds.iter().any(|b| b.dest.starts_with(HOME_ALIAS)) {
-        root.push(RootEntry::Symlink {
-            target: "sandbox".into(),
-            link: HOME_ALIAS.into(),
+        root.push(RootEntry::Alias {
+            of: cordon_policy::profile::HOME.into(),
+            at: HOME_ALIAS.into(),
         });
     }
     if let Some(ws) = &p.workspace {
