@@ -97,3 +97,44 @@ def test_paused_sandbox_counts_against_the_quota(server):
             Sandbox.create(api_key=key, timeout=60)
     finally:
         s.kill()
+
+
+def test_a_timeout_pauses_a_sandbox_that_asked_and_connect_resumes_it_with_its_memory():
+    from e2b import Sandbox, SandboxState
+
+    sbx = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause", "auto_resume": False})
+    try:
+        cmd = sbx.commands.run("sleep 600", background=True)
+        deadline = time.time() + 15
+        while time.time() < deadline and sbx.get_info().state != SandboxState.PAUSED:
+            time.sleep(0.3)
+        assert sbx.get_info().state == SandboxState.PAUSED
+        assert not sbx.is_running()
+        sbx.connect(timeout=60)
+        assert sbx.get_info().state == SandboxState.RUNNING and sbx.is_running()
+        # The same processes, not a new start: the background command still runs.
+        assert sbx.commands.run(f"kill -0 {cmd.pid} && echo alive").stdout.strip() == "alive"
+        # Its new time to live is the connect's, not the server's longest.
+        left = sbx.get_info().end_at.timestamp() - time.time()
+        assert 30 < left <= 61
+    finally:
+        sbx.kill()
+
+
+def test_a_files_only_auto_pause_is_refused_not_pretended():
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    with pytest.raises(SandboxException, match="keep_memory|autoPauseMemory"):
+        Sandbox.create(timeout=30, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+
+
+def test_a_sandbox_without_the_ask_still_ends_at_its_timeout():
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=2)
+    deadline = time.time() + 15
+    while time.time() < deadline and sbx.is_running():
+        time.sleep(0.3)
+    assert not sbx.is_running()
+    assert sbx.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]

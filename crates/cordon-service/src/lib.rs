@@ -134,6 +134,9 @@ pub struct Live {
     /// sandboxes are made within one second).
     pub(crate) created_ms: u64,
     pub(crate) expires_at: AtomicU64,
+    /// Paused, not ended, when `expires_at` passes (see `CreateSandbox::pause_on_timeout`);
+    /// cleared when that pause fails, so that the sandbox ends instead.
+    pub(crate) pause_on_timeout: std::sync::atomic::AtomicBool,
     pub(crate) commands: Mutex<HashMap<String, Arc<BgCommand>>>,
     pub(crate) contexts: crate::interpreter::Contexts,
     /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything
@@ -180,6 +183,7 @@ impl Live {
             }),
             ended_reason: self.sandbox.ended(),
             paused_by: self.sandbox.paused().map(|m| m.name().to_string()),
+            pause_on_timeout: self.pause_on_timeout.load(Ordering::SeqCst),
         }
     }
 }

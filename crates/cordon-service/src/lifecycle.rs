@@ -284,6 +284,7 @@ impl Service {
             created_at,
             created_ms,
             expires_at: AtomicU64::new(expires_at),
+            pause_on_timeout: std::sync::atomic::AtomicBool::new(req.pause_on_timeout),
             commands: Mutex::new(HashMap::new()),
             contexts: Default::default(),
             egress,
@@ -353,6 +354,7 @@ impl Service {
                 limits: None,
                 ended_reason: row.ended_reason,
                 paused_by: None,
+                pause_on_timeout: false,
             }),
             _ => Err(ServiceError::not_found(format!("no sandbox '{id}'"))),
         }
@@ -557,6 +559,13 @@ impl Service {
             })
             .unwrap_or_default();
         for live in due {
+            if live.pause_on_timeout.load(Ordering::SeqCst)
+                && live.sandbox.is_alive()
+                && live.sandbox.paused().is_none()
+            {
+                self.pause_at_timeout(&live).await;
+                continue;
+            }
             let (state, reason) = if live.sandbox.is_alive() {
                 (
                     SandboxState::Expired,
@@ -583,6 +592,34 @@ impl Service {
                 json!({"reason": reason}),
             );
         }
+    }
+
+    /// A sandbox that asked to be paused when its time ran out: paused, and kept until the
+    /// server's `--max-ttl` from now (a resume sets a new time to live). If it cannot be
+    /// paused it ends as any other whose time ran out, at the next look.
+    async fn pause_at_timeout(&self, live: &Arc<Live>) {
+        let sb = live.sandbox.clone();
+        let name = format!("{}-{}", self.pause_scope(), live.id);
+        let paused = tokio::task::spawn_blocking(move || sb.pause(&name)).await;
+        let (keep, outcome) = match paused {
+            Ok(Ok(method)) => (self.cfg.max_ttl.as_secs(), json!({"method": method.name()})),
+            Ok(Err(e)) => (0, json!({"error": e.to_string()})),
+            Err(e) => (0, json!({"error": e.to_string()})),
+        };
+        if keep == 0 {
+            // Not paused: it ends at the next look, like any other.
+            live.pause_on_timeout.store(false, Ordering::SeqCst);
+            return;
+        }
+        let exp = now() + keep;
+        live.expires_at.store(exp, Ordering::SeqCst);
+        let _ = self.registry.set_expiry(&live.id, exp);
+        self.audit.record(
+            "sandbox.pause_on_timeout",
+            &live.key_id,
+            Some(&live.id),
+            outcome,
+        );
     }
 
     /// Kills every sandbox (server shutdown).

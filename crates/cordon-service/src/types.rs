@@ -239,6 +239,11 @@ pub struct CreateSandbox {
     /// A snapshot of the caller's (see `/v1/snapshots`) whose files the sandbox starts with;
     /// its profile, limits and volumes are this request's.
     pub from: Option<String>,
+    /// When its time to live runs out, pause it (its processes frozen, its memory kept) instead
+    /// of ending it; a resume brings it back with a new time to live. A paused sandbox is kept
+    /// for at most the server's `--max-ttl`, then ended.
+    #[serde(default)]
+    pub pause_on_timeout: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -323,6 +328,9 @@ pub struct SandboxInfo {
     /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
+    /// It is paused, not ended, when its time to live runs out (see `CreateSandbox`).
+    #[serde(default)]
+    pub pause_on_timeout: bool,
 }
 
 #[derive(Debug, Serialize)]

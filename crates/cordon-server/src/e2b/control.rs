@@ -34,9 +34,11 @@ struct NewSandbox {
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
     network: Option<E2bNetwork>,
-    /// Pause rather than kill when the timeout runs out: not offered here, so refused rather
-    /// than left to lose the sandbox's state.
+    /// Pause rather than kill when the timeout runs out (the processes frozen, memory kept).
     auto_pause: Option<bool>,
+    /// `false` asks the auto-pause to drop memory and keep the files only (a cold boot on
+    /// resume): not offered, so refused rather than pretended.
+    auto_pause_memory: Option<bool>,
     /// Volumes of the caller's key to mount, read-write (E2B has no read-only mount).
     volume_mounts: Option<Vec<E2bVolumeMount>>,
     // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
@@ -231,9 +233,10 @@ pub(super) async fn create(
         }
     };
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
-    if req.auto_pause == Some(true) {
+    let pause_on_timeout = req.auto_pause == Some(true);
+    if pause_on_timeout && req.auto_pause_memory == Some(false) {
         return Err(ApiError::bad_request(
-            "autoPause (lifecycle on_timeout='pause') is not supported: this server kills a sandbox when its timeout runs out; extend it with set_timeout, or pause() it before",
+            "autoPauseMemory=false (lifecycle keep_memory=False: a files-only pause that cold-boots on resume) is not offered: this server's auto-pause keeps the sandbox's memory and processes",
         )
         .into());
     }
@@ -267,6 +270,7 @@ pub(super) async fn create(
                     })
                     .collect(),
                 from,
+                pause_on_timeout,
                 ..Default::default()
             },
         )
@@ -291,7 +295,15 @@ pub(super) async fn connect(
 ) -> Result<Response, E2bError> {
     let req: Timeout = parse(&body)?;
     let info = live_info(&e2b, &caller, &id)?;
-    if let Some(t) = req.timeout {
+    // Connecting to a paused sandbox resumes it (E2B answers 201 then); one the timeout
+    // paused gets its time to live from this call (it was kept for the server's longest).
+    let resumed = e2b.st.service.resume(&caller, &id).await?;
+    if resumed && info.pause_on_timeout {
+        let t = req.timeout.unwrap_or(DEFAULT_TIMEOUT_S);
+        e2b.st
+            .service
+            .extend(&caller, &id, &seconds(t, "timeout")?)?;
+    } else if let Some(t) = req.timeout {
         // Connecting never shortens the sandbox's life.
         let want = cordon_service::registry::now() + t.max(0.0) as u64;
         if want > info.expires_at {
@@ -300,8 +312,6 @@ pub(super) async fn connect(
                 .extend(&caller, &id, &seconds(t, "timeout")?)?;
         }
     }
-    // Connecting to a paused sandbox resumes it (E2B answers 201 then).
-    let resumed = e2b.st.service.resume(&caller, &id).await?;
     let door = e2b.door(&caller, &id, None)?;
     Ok((
         if resumed {
@@ -425,7 +435,8 @@ pub(super) async fn info(
         o.insert("allowInternetAccess".into(), json!(!allow.is_empty()));
         o.insert(
             "lifecycle".into(),
-            json!({"autoResume": false, "onTimeout": "kill"}),
+            json!({"autoResume": false,
+                "onTimeout": if info.pause_on_timeout { "pause" } else { "kill" }}),
         );
         o.insert(
             "network".into(),

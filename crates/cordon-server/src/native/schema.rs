@@ -232,6 +232,11 @@ pub struct CreateSandbox {
     /// its profile, limits and volumes are this request's.
     #[schema(max_length = 63)]
     pub from: Option<String>,
+    /// When its time to live runs out, pause it (processes frozen, memory kept) instead of
+    /// ending it; a resume brings it back with a new time to live. A paused sandbox is kept
+    /// for at most the server's `--max-ttl`, then ended.
+    #[serde(default)]
+    pub pause_on_timeout: bool,
 }
 
 #[derive(ToSchema, Serialize)]
@@ -275,6 +280,8 @@ pub struct SandboxInfo {
     /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
+    /// It is paused, not ended, when its time to live runs out.
+    pub pause_on_timeout: bool,
 }
 
 #[derive(ToSchema, Serialize)]
