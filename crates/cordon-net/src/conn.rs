@@ -450,10 +450,6 @@ async fn forward(mut client: Client, head: RequestHead, mut rec: Record, shared:
     };
     rec.target(http::raw_host(&url.authority), port);
     if let Some(icpt) = &shared.secrets {
-        if let Some(s) = icpt.placeholder_in_head(&head) {
-            let reason = crate::intercept::exfiltration(&s.name, &host.to_string());
-            return client.refuse(&mut rec, 403, &reason).await;
-        }
         if let Host::Name(name) = &host {
             if icpt.binds(name) {
                 let reason = format!(
@@ -462,6 +458,10 @@ async fn forward(mut client: Client, head: RequestHead, mut rec: Record, shared:
                 );
                 return client.refuse(&mut rec, 403, &reason).await;
             }
+        }
+        if let Some(s) = icpt.placeholder_in_head(&head) {
+            let reason = crate::intercept::exfiltration(&s.name, &host.to_string());
+            return client.refuse(&mut rec, 403, &reason).await;
         }
     }
     // The Host header must name the request target, so that the server cannot be told
