@@ -384,6 +384,7 @@ impl Acct<'_> {
 
 /// Serve a `CONNECT` to `host` (a bound name) whose upstream TCP connection is open and whose
 /// `200` has been sent. `rec` has the pending allow.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     client: Prefixed<TcpStream>,
     upstream: TcpStream,

@@ -362,13 +362,13 @@ mod tests {
     #[test]
     fn every_host_must_also_be_allowed_by_the_allowlist() {
         let s = SecretSpec::parse_flag("K=env:X@api.test").unwrap();
-        let e = validate(&[s.clone()], &rules(&["other.test"]), FLAG)
+        let e = validate(std::slice::from_ref(&s), &rules(&["other.test"]), FLAG)
             .unwrap_err()
             .to_string();
         assert!(e.contains("not allowed by the network allowlist"), "{e}");
         assert!(e.contains("--allow-net api.test"), "{e}");
-        validate(&[s.clone()], &rules(&["api.test"]), FLAG).unwrap();
-        validate(&[s.clone()], &rules(&["*.test"]), FLAG).unwrap();
+        validate(std::slice::from_ref(&s), &rules(&["api.test"]), FLAG).unwrap();
+        validate(std::slice::from_ref(&s), &rules(&["*.test"]), FLAG).unwrap();
         validate(&[s], &rules(&["api.test:8443"]), FLAG).unwrap();
     }
 

@@ -185,8 +185,16 @@ fn temp_dir(tag: &str) -> PathBuf {
 
 /// Nothing cordon printed or reported holds the value.
 fn assert_value_nowhere_in(run: &Run) {
-    assert!(!run.stdout_raw.contains(VALUE), "value in the Outcome: {}", run.outcome);
-    assert!(!run.stderr.contains(VALUE), "value on stderr: {}", run.stderr);
+    assert!(
+        !run.stdout_raw.contains(VALUE),
+        "value in the Outcome: {}",
+        run.outcome
+    );
+    assert!(
+        !run.stderr.contains(VALUE),
+        "value on stderr: {}",
+        run.stderr
+    );
 }
 
 fn python_has(module: &str) -> bool {
@@ -259,7 +267,10 @@ fn unmodified_clients_get_the_value_injected_for_the_bound_host_only() {
     assert!(!stdout.contains("upstream saw no value"), "{stdout}");
     // The upstream got the value, never the placeholder, over one connection per client.
     let seen = up.seen();
-    assert!(seen.contains(&format!("Authorization: Bearer {VALUE}")), "{seen}");
+    assert!(
+        seen.contains(&format!("Authorization: Bearer {VALUE}")),
+        "{seen}"
+    );
     assert!(!seen.contains(placeholder), "{seen}");
     assert_value_nowhere_in(&run);
     let ev = o["network"].as_array().unwrap();
@@ -335,7 +346,10 @@ fn hostile_code_never_gets_the_value_out_of_the_sandbox() {
     // key is not there either.
     assert!(!stdout.contains(VALUE), "{stdout}");
     assert!(stdout.contains("API_KEY=cordon-secret:v1:"), "{stdout}");
-    assert!(stdout.contains("\n0\n"), "no PRIVATE KEY in /run/cordon-secrets: {stdout}");
+    assert!(
+        stdout.contains("\n0\n"),
+        "no PRIVATE KEY in /run/cordon-secrets: {stdout}"
+    );
     // The attacker's servers, the bound upstream (reached by IP literal, no substitution) and
     // the impostor never received the value.
     for (who, s) in [
@@ -344,11 +358,19 @@ fn hostile_code_never_gets_the_value_out_of_the_sandbox() {
         ("bound upstream", &up),
         ("impostor", &impostor),
     ] {
-        assert!(!s.seen().contains(VALUE), "{who} received the value: {}", s.seen());
+        assert!(
+            !s.seen().contains(VALUE),
+            "{who} received the value: {}",
+            s.seen()
+        );
     }
     // The https request to the attacker went through the ordinary relay (not intercepted):
     // the attacker got the placeholder, which is worth nothing.
-    assert!(evil_tls.seen().contains("cordon-secret:v1:"), "{}", evil_tls.seen());
+    assert!(
+        evil_tls.seen().contains("cordon-secret:v1:"),
+        "{}",
+        evil_tls.seen()
+    );
     // The plain HTTP attempts never reached the attacker.
     assert_eq!(evil_plain.seen(), "", "plain attempts were relayed");
     // The IP literal reached the bound upstream without substitution; the impostor got no
@@ -375,10 +397,19 @@ fn hostile_code_never_gets_the_value_out_of_the_sandbox() {
             >= 3,
         "query, header and CONNECT target: {reasons:#?}"
     );
-    assert!(has("host header does not name api.secret.test"), "{reasons:#?}");
-    assert!(has("tls sni attacker.test does not match connect host api.secret.test"), "{reasons:#?}");
+    assert!(
+        has("host header does not name api.secret.test"),
+        "{reasons:#?}"
+    );
+    assert!(
+        has("tls sni attacker.test does not match connect host api.secret.test"),
+        "{reasons:#?}"
+    );
     assert!(has("plain HTTP to api.secret.test"), "{reasons:#?}");
-    assert!(has("upstream api2.secret.test failed TLS verification"), "{reasons:#?}");
+    assert!(
+        has("upstream api2.secret.test failed TLS verification"),
+        "{reasons:#?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -396,7 +427,10 @@ fn a_secret_host_outside_the_allowlist_or_an_inline_value_is_refused_before_runn
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(stderr.contains("--secret") && stderr.contains("network allowlist"), "{stderr}");
+    assert!(
+        stderr.contains("--secret") && stderr.contains("network allowlist"),
+        "{stderr}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
         .args([
             "run",
@@ -429,5 +463,8 @@ fn a_secret_host_outside_the_allowlist_or_an_inline_value_is_refused_before_runn
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(stderr.contains("env:CORDON_TEST_UNSET_VAR is not set"), "{stderr}");
+    assert!(
+        stderr.contains("env:CORDON_TEST_UNSET_VAR is not set"),
+        "{stderr}"
+    );
 }
