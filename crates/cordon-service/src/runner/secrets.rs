@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cordon_net::{Interception, SecretBinding};
 use cordon_policy::secrets::{placeholder, SecretSource};
-use cordon_policy::{Bind, Profile};
+use cordon_policy::{Bind, Layer, Profile};
 
 /// Where the sandbox finds the CA certificate and the combined bundle.
 pub const SANDBOX_DIR: &str = "/run/cordon-secrets";
@@ -143,6 +143,14 @@ pub fn prepare(profile: &mut Profile) -> Result<Option<Prepared>, String> {
         "NODE_EXTRA_CA_CERTS".into(),
         format!("{SANDBOX_DIR}/ca.pem"),
     );
+    // Without its own pid and network namespaces the payload could read cordon's
+    // /proc/PID/environ (where an env: value is) and would have no proxy to reach anyway: a
+    // host that refuses namespaces makes the run fail instead of running without them.
+    for layer in [Layer::PidNs, Layer::NetNs, Layer::MountNs] {
+        if !profile.require.contains(&layer) {
+            profile.require.push(layer);
+        }
+    }
     profile.binds.push(Bind {
         source: dir,
         dest: PathBuf::from(SANDBOX_DIR),
