@@ -563,6 +563,11 @@ where
         .collect();
     let (bytes, used, close) = rebuild_request(&head, &bound);
     acct.write(uw, &bytes).await?;
+    if framing != Framing::None && expects_continue(&head.headers) {
+        // The proxy answers the client's `Expect` itself (it is dropped from what the upstream
+        // gets), so the body is not held up waiting for an interim answer.
+        acct.write(cw, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
     copy_body(cr, uw, framing_of(framing), acct).await?;
     let head_request = head.method.eq_ignore_ascii_case("HEAD");
     // The response (interim answers first).
@@ -580,7 +585,7 @@ where
             Ok(Ok(parsed)) => parsed,
         };
         ur.unread(rest);
-        acct.write(cw, &response_bytes(&resp)).await?;
+        acct.write(cw, &response_bytes(&resp, &bound)).await?;
         if resp.code == 101 {
             // An upgrade (e.g. a WebSocket): from here on the bytes are opaque both ways.
             let up = async {
@@ -675,6 +680,11 @@ fn rebuild_request(head: &RequestHead, bound: &[&SecretBinding]) -> (Vec<u8>, u6
     );
     let mut used = 0u64;
     for (name, value) in &head.headers {
+        if name.eq_ignore_ascii_case("expect")
+            && expects_continue(std::slice::from_ref(&(name.clone(), value.clone())))
+        {
+            continue;
+        }
         let mut value = value.clone();
         for s in bound {
             let (v, hit) = replace(&value, s.placeholder.as_bytes(), s.value.as_bytes());
@@ -722,7 +732,14 @@ fn rebuild_request(head: &RequestHead, bound: &[&SecretBinding]) -> (Vec<u8>, u6
     (out, used, close)
 }
 
-fn response_bytes(head: &ResponseHead) -> Vec<u8> {
+fn expects_continue(headers: &[(String, Vec<u8>)]) -> bool {
+    http::header_values(headers, "expect")
+        .any(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// The response head as the client gets it, with any value of `bound` an upstream reflects in
+/// a header (an echo service, a debug header) turned back into its placeholder.
+fn response_bytes(head: &ResponseHead, bound: &[&SecretBinding]) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.{} {} {}\r\n",
         head.minor_version.min(1),
@@ -731,9 +748,13 @@ fn response_bytes(head: &ResponseHead) -> Vec<u8> {
     )
     .into_bytes();
     for (name, value) in &head.headers {
+        let mut value = value.clone();
+        for s in bound {
+            value = replace(&value, s.value.as_bytes(), s.placeholder.as_bytes()).0;
+        }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
+        out.extend_from_slice(&value);
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");

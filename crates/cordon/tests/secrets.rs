@@ -134,6 +134,34 @@ fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<u8>>) {
         let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         let head = String::from_utf8_lossy(&pending[..end]).into_owned();
         pending.drain(..end);
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        if head.to_ascii_lowercase().contains("expect: 100-continue") {
+            let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        while pending.len() < length {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                    pending.extend_from_slice(&buf[..n]);
+                }
+            }
+        }
+        pending.drain(..length);
+        // An upstream that reflects the credential (an echo service): the proxy must not let
+        // it back into the sandbox.
+        let echo = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Authorization: "))
+            .unwrap_or("-")
+            .to_string();
         let basic = base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
             format!("user:{VALUE}"),
@@ -145,7 +173,7 @@ fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<u8>>) {
         };
         let _ = write!(
             s,
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            "HTTP/1.1 200 OK\r\nX-Echo-Auth: {echo}\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         let _ = s.flush();
@@ -229,9 +257,10 @@ fn unmodified_clients_get_the_value_injected_for_the_bound_host_only() {
          curl -sS -H \"Authorization: Bearer $API_KEY\" {url}/curl; \
          curl -sS -H \"Authorization: Bearer $API_KEY\" {url}/keep1 {url}/keep2; \
          curl -sS -u \"user:$API_KEY\" {url}/basic; \
+         head -c 3000 /dev/zero | tr '\\0' a > /tmp/body; curl -sS -D /tmp/h -H 'Expect: 100-continue' -H \"Authorization: Bearer $API_KEY\" --data-binary @/tmp/body {url}/post; grep -i x-echo-auth /tmp/h; \
          python3 -c 'import os, urllib.request as u; print(u.urlopen(u.Request(\"{url}/urllib\", headers={{\"Authorization\": \"Bearer \" + os.environ[\"API_KEY\"]}})).read().decode(), end=\"\")'; "
     );
-    let mut expected = 5;
+    let mut expected = 6;
     if python_has("requests") {
         script.push_str(&format!(
             "python3 -c 'import os, requests; s = requests.Session(); h = {{\"Authorization\": \"Bearer \" + os.environ[\"API_KEY\"]}}; [print(s.get(\"{url}/requests\", headers=h).text, end=\"\") for _ in range(2)]'; "
@@ -265,6 +294,11 @@ fn unmodified_clients_get_the_value_injected_for_the_bound_host_only() {
         run.stderr
     );
     assert!(!stdout.contains("upstream saw no value"), "{stdout}");
+    // The upstream echoed the value in a response header; the sandbox saw the placeholder.
+    assert!(
+        stdout.contains(&format!("X-Echo-Auth: Bearer {placeholder}")),
+        "{stdout}"
+    );
     // The upstream got the value, never the placeholder, over one connection per client.
     let seen = up.seen();
     assert!(
