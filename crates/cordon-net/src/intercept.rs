@@ -9,7 +9,8 @@
 //!    store plus the CA files the secret names) — nothing is substituted before this;
 //! 3. completes the client's handshake with a leaf certificate for the name, signed by the
 //!    per-run CA made in [`Interception::new`] (its key never leaves this process);
-//! 4. relays HTTP/1.1 requests one by one (keep-alive): each request's `Host` must be the TLS
+//! 4. relays HTTP/1.1 requests one by one (keep-alive), or HTTP/2 streams when both sides chose
+//!    `h2` (see `intercept_h2`): each request's `Host` must be the TLS
 //!    name; placeholders of the host's secrets are replaced in header values (and inside
 //!    `Basic` credentials), never in the target or the body; a secret's `header` is added when
 //!    the request has none; a placeholder of a secret *not* bound to this host refuses the
@@ -81,10 +82,12 @@ pub struct Interception {
     ca_der: CertificateDer<'static>,
     ca_pem: String,
     secrets: Vec<SecretBinding>,
-    /// Per bound host: the client configuration whose roots verify that host's upstream.
-    upstream: HashMap<String, Arc<rustls::ClientConfig>>,
-    /// Per bound host: the server configuration with its leaf certificate, made on first use.
-    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+    /// Per bound host: the client configurations whose roots verify that host's upstream,
+    /// offering `http/1.1` only and `h2` first.
+    upstream: HashMap<String, UpstreamTls>,
+    /// Per bound host and protocol (h2 or not): the server configuration with its leaf
+    /// certificate, made on first use.
+    leaves: Mutex<HashMap<(String, bool), Arc<rustls::ServerConfig>>>,
 }
 
 impl fmt::Debug for Interception {
@@ -93,6 +96,11 @@ impl fmt::Debug for Interception {
             .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
+}
+
+struct UpstreamTls {
+    h1: Arc<rustls::ClientConfig>,
+    h2: Arc<rustls::ClientConfig>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -175,7 +183,15 @@ impl Interception {
                 .with_root_certificates(roots)
                 .with_no_client_auth();
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            upstream.insert(host.clone(), Arc::new(config));
+            let mut h2 = config.clone();
+            h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            upstream.insert(
+                host.clone(),
+                UpstreamTls {
+                    h1: Arc::new(config),
+                    h2: Arc::new(h2),
+                },
+            );
         }
         Ok(Interception {
             issuer,
@@ -190,6 +206,10 @@ impl Interception {
     /// The CA's certificate (PEM), for the sandbox to trust. Not its key.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    pub(crate) fn secrets(&self) -> &[SecretBinding] {
+        &self.secrets
     }
 
     /// Whether `host` (normalised) has a secret bound to it.
@@ -216,12 +236,14 @@ impl Interception {
         })
     }
 
-    fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    /// The client side's configuration for `host`, offering `h2` by ALPN when the upstream
+    /// chose it (the two sides always speak the same protocol).
+    fn server_config(&self, host: &str, h2: bool) -> Result<Arc<rustls::ServerConfig>, String> {
         let mut leaves = match self.leaves.lock() {
             Ok(l) => l,
             Err(p) => p.into_inner(),
         };
-        if let Some(c) = leaves.get(host) {
+        if let Some(c) = leaves.get(&(host.to_string(), h2)) {
             return Ok(c.clone());
         }
         let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
@@ -245,10 +267,13 @@ impl Interception {
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
             )
             .map_err(|e| e.to_string())?;
-        // HTTP/1.1 only for now: a client offering h2 falls back.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let config = Arc::new(config);
-        leaves.insert(host.to_string(), config.clone());
+        leaves.insert((host.to_string(), h2), config.clone());
         Ok(config)
     }
 }
@@ -257,8 +282,14 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Whether a header value holds `placeholder`, as is or inside `Basic` credentials.
+pub(crate) fn placeholder_in_value(value: &[u8], placeholder: &str) -> bool {
+    let p = placeholder.as_bytes();
+    contains(value, p) || decode_basic(value).is_some_and(|d| contains(&d, p))
+}
+
 /// The decoded credentials of a `Basic …` header value.
-fn decode_basic(value: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn decode_basic(value: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(value).ok()?.trim();
     let (scheme, cred) = text.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
@@ -269,7 +300,7 @@ fn decode_basic(value: &[u8]) -> Option<Vec<u8>> {
         .ok()
 }
 
-fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> (Vec<u8>, bool) {
+pub(crate) fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> (Vec<u8>, bool) {
     let mut out = Vec::with_capacity(hay.len());
     let mut i = 0;
     let mut hit = false;
@@ -419,7 +450,17 @@ pub(crate) async fn serve(
     }
     // The upstream proves it is `host` before the client's handshake completes, so nothing is
     // ever substituted for a peer that did not.
-    let Some(client_config) = icpt.upstream.get(&host).cloned() else {
+    let client_h2 = start
+        .client_hello()
+        .alpn()
+        .is_some_and(|mut protocols| protocols.any(|p| p == b"h2"));
+    let Some(client_config) = icpt.upstream.get(&host).map(|u| {
+        if client_h2 {
+            u.h2.clone()
+        } else {
+            u.h1.clone()
+        }
+    }) else {
         return rec.deny(format!("no TLS configuration for {host}"));
     };
     let Ok(name) = ServerName::try_from(host.clone()) else {
@@ -437,7 +478,8 @@ pub(crate) async fn serve(
         }
         Ok(Ok(s)) => s,
     };
-    let server_config = match icpt.server_config(&host) {
+    let h2 = up.get_ref().1.alpn_protocol() == Some(b"h2");
+    let server_config = match icpt.server_config(&host, h2) {
         Ok(c) => c,
         Err(e) => return rec.deny(format!("cannot make a certificate for {host}: {e}")),
     };
@@ -447,7 +489,29 @@ pub(crate) async fn serve(
             Ok(Err(e)) => return rec.deny(format!("client TLS handshake failed: {e}")),
             Ok(Ok(s)) => s,
         };
-    rec.allow(format!("{reason}; TLS terminated (secret host)"));
+    rec.allow(format!(
+        "{reason}; TLS terminated (secret host){}",
+        if h2 { ", h2" } else { "" }
+    ));
+    if h2 {
+        let ctx = Arc::new(crate::intercept_h2::Ctx {
+            host: host.clone(),
+            port,
+            icpt: icpt.clone(),
+            shared: shared.clone(),
+            bytes: rec.bytes.clone(),
+            used: AtomicU64::new(0),
+        });
+        let note = crate::intercept_h2::serve(tls, up, ctx.clone()).await;
+        let used = ctx.used.load(Ordering::Acquire);
+        if used > 0 {
+            rec.note(format!("secret value inserted {used} time(s)"));
+        }
+        if let Some(n) = note {
+            rec.note(n);
+        }
+        return;
+    }
     let acct = Acct {
         shared: &shared,
         bytes: rec.bytes.clone(),
@@ -474,7 +538,7 @@ pub(crate) async fn serve(
         }
     };
     if injected > 0 {
-        rec.note(format!("secret substituted in {injected} request(s)"));
+        rec.note(format!("secret value inserted {injected} time(s)"));
     }
     match end {
         Stop::Quiet => {}
@@ -650,7 +714,7 @@ pub(crate) fn exfiltration(name: &str, host: &str) -> String {
 }
 
 /// A denial of its own in the log, beside the connection's event.
-fn deny_event(shared: &Arc<Shared>, host: &str, port: u16, reason: &str) {
+pub(crate) fn deny_event(shared: &Arc<Shared>, host: &str, port: u16, reason: &str) {
     let mut rec = Record::new(shared.clone());
     rec.target(host, port);
     rec.deny(reason.to_string());

@@ -39,6 +39,7 @@ mod conn;
 mod events;
 mod http;
 mod intercept;
+mod intercept_h2;
 #[cfg(target_os = "linux")]
 mod local_hop;
 #[cfg(not(target_os = "linux"))]

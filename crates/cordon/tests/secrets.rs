@@ -312,7 +312,7 @@ fn unmodified_clients_get_the_value_injected_for_the_bound_host_only() {
         ev.iter().any(|e| e["reason"]
             .as_str()
             .unwrap()
-            .contains("secret substituted in 2 request(s)")),
+            .contains("secret value inserted 2 time(s)")),
         "keep-alive: two requests on one connection: {ev:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -501,4 +501,125 @@ fn a_secret_host_outside_the_allowlist_or_an_inline_value_is_refused_before_runn
         stderr.contains("env:CORDON_TEST_UNSET_VAR is not set"),
         "{stderr}"
     );
+}
+
+/// A loopback HTTPS upstream speaking HTTP/2 (and 1.1): Node's http2 server, which answers
+/// with the protocol it spoke and whether the request carried the value, and echoes the
+/// Authorization header back in a response header.
+struct NodeH2 {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for NodeH2 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node_h2(dir: &std::path::Path, ca: &TestCa, host: &str) -> Option<NodeH2> {
+    use std::io::BufRead;
+    let (cert, key) = ca.leaf(host);
+    let pem = |label: &str, der: &[u8]| {
+        let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            lines.join("\n")
+        )
+    };
+    std::fs::write(dir.join("leaf.pem"), pem("CERTIFICATE", cert.as_ref())).unwrap();
+    std::fs::write(dir.join("leaf.key"), pem("PRIVATE KEY", key.secret_der())).unwrap();
+    let script = format!(
+        "const http2 = require('http2'), fs = require('fs');
+         const s = http2.createSecureServer({{key: fs.readFileSync('{d}/leaf.key'), cert: fs.readFileSync('{d}/leaf.pem'), allowHTTP1: true}}, (req, res) => {{
+           let n = 0; req.on('data', c => n += c.length); req.on('end', () => {{
+             const auth = String(req.headers['authorization']);
+             res.setHeader('x-echo-auth', auth);
+             res.end('proto=' + req.httpVersion + ' value=' + (auth.includes('{VALUE}') ? 'yes' : 'no') + ' body=' + n + '\\n');
+           }});
+         }});
+         s.listen(0, '127.0.0.9', () => console.log(s.address().port));",
+        d = dir.display()
+    );
+    let mut child = Command::new("node")
+        .args(["-e", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take()?)
+        .read_line(&mut line)
+        .ok()?;
+    let port = line.trim().parse().ok()?;
+    Some(NodeH2 { child, port })
+}
+
+#[test]
+fn http2_requests_get_the_value_and_a_foreign_authority_is_refused() {
+    let dir = temp_dir("h2");
+    let ca = TestCa::new("test upstream CA");
+    let Some(up) = node_h2(&dir, &ca, "api.secret.test") else {
+        eprintln!("note: no node on this host; the HTTP/2 upstream cannot run");
+        return;
+    };
+    let p = up.port;
+    let args: Vec<String> = [
+        "--allow-net".into(),
+        format!("api.secret.test:{p}"),
+        "--allow-net".into(),
+        format!("127.0.0.9:{p}"),
+        "--add-host".into(),
+        "api.secret.test:127.0.0.9".into(),
+        "--secret".into(),
+        "API_KEY=env:TEST_SECRET_VALUE@api.secret.test".into(),
+        "--secret-ca".into(),
+        ca.file(&dir, "ca.pem").display().to_string(),
+    ]
+    .into();
+    let url = format!("https://api.secret.test:{p}");
+    let script = format!(
+        "curl -sS --http2 -D /tmp/h -H \"Authorization: Bearer $API_KEY\" {url}/a {url}/b; \
+         grep -i x-echo-auth /tmp/h; \
+         curl -sS --http2 -H \"Authorization: Bearer $API_KEY\" -d hello {url}/post; \
+         curl -sS --http2 -H 'Host: attacker.test' -H \"Authorization: Bearer $API_KEY\" {url}/host; echo"
+    );
+    let run = cordon(&args, &script);
+    let o = &run.outcome;
+    let stdout = o["stdout"].as_str().unwrap();
+    assert_eq!(
+        stdout.matches("proto=2.0 value=yes").count(),
+        3,
+        "{stdout}\n{}",
+        run.stderr
+    );
+    assert!(stdout.contains("proto=2.0 value=yes body=5"), "{stdout}");
+    assert!(
+        stdout.contains("x-echo-auth: Bearer cordon-secret:v1:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("h2 :authority or host does not name api.secret.test"),
+        "{stdout}"
+    );
+    assert_value_nowhere_in(&run);
+    let reasons: Vec<String> = o["network"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains(", h2; secret value inserted 2 time(s)")),
+        "two h2 requests on one connection: {reasons:#?}"
+    );
+    drop(up);
+    let _ = std::fs::remove_dir_all(&dir);
 }
