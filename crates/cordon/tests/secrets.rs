@@ -623,3 +623,58 @@ fn http2_requests_get_the_value_and_a_foreign_authority_is_refused() {
     drop(up);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_profile_secret_from_a_file_is_injected_as_a_header_the_program_never_sent() {
+    let dir = temp_dir("profile");
+    let ca = TestCa::new("test upstream CA");
+    let up = Server::tls("127.0.0.9", ca.leaf("api.secret.test"));
+    let p = up.port;
+    // Written the way `echo KEY > file` does: the trailing newline is no part of the value.
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, format!("{VALUE}\n")).unwrap();
+    let profile = dir.join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            r#"
+[network]
+allow = ["api.secret.test:{p}", "127.0.0.9:{p}"]
+hosts = {{ "api.secret.test" = "127.0.0.9" }}
+
+[secrets.API_KEY]
+value = "file:{key}"
+hosts = ["api.secret.test"]
+header = "X-Api-Key"
+format = "Key {{value}}"
+ca = "{ca}"
+"#,
+            key = key_file.display(),
+            ca = ca.file(&dir, "ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let run = cordon(
+        &["--profile".into(), profile.display().to_string()],
+        &format!(
+            "curl -sS https://api.secret.test:{p}/plain; \
+             curl -sS -H 'X-Api-Key: mine' https://api.secret.test:{p}/own; \
+             cat /run/cordon-secrets/*.pem | grep -c 'BEGIN CERTIFICATE' >/dev/null && echo trust-ok"
+        ),
+    );
+    let stdout = run.outcome["stdout"].as_str().unwrap();
+    // Injected when absent; a header the program set itself is left as it is.
+    assert_eq!(
+        stdout, "upstream saw the value\nupstream saw no value\ntrust-ok\n",
+        "{}",
+        run.stderr
+    );
+    let seen = up.seen();
+    assert!(
+        seen.contains(&format!("X-Api-Key: Key {VALUE}\r\n")),
+        "{seen}"
+    );
+    assert!(seen.contains("X-Api-Key: mine\r\n"), "{seen}");
+    assert_value_nowhere_in(&run);
+    let _ = std::fs::remove_dir_all(&dir);
+}
