@@ -678,3 +678,69 @@ ca = "{ca}"
     assert_value_nowhere_in(&run);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The request heads `server` received whose `User-Agent` starts with `agent`.
+fn heads_from(server: &Server, agent: &str) -> Vec<String> {
+    server
+        .seen()
+        .split("\r\n\r\n")
+        .filter(|h| {
+            h.lines().any(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with(&format!("user-agent: {agent}"))
+            })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn pip_and_git_reach_a_private_index_with_the_value_as_their_credentials() {
+    let dir = temp_dir("pipgit");
+    let ca = TestCa::new("test upstream CA");
+    let up = Server::tls("127.0.0.9", ca.leaf("api.secret.test"));
+    let p = up.port;
+    let args: Vec<String> = [
+        "--allow-net".into(),
+        format!("api.secret.test:{p}"),
+        "--allow-net".into(),
+        format!("127.0.0.9:{p}"),
+        "--add-host".into(),
+        "api.secret.test:127.0.0.9".into(),
+        "--secret".into(),
+        "API_KEY=env:TEST_SECRET_VALUE@api.secret.test".into(),
+        "--secret-ca".into(),
+        ca.file(&dir, "ca.pem").display().to_string(),
+        "--disk".into(),
+        "256M".into(),
+    ]
+    .into();
+    // Unmodified: the credentials in the index URL (pip sends them as Basic), an extra header
+    // for git; the test upstream is no real index, so both then fail, after the request.
+    let script = format!(
+        "python3 -m pip download --no-deps --retries 0 --timeout 10 -d /tmp/dl \
+           --index-url \"https://user:$API_KEY@api.secret.test:{p}/simple/\" cordon-test-pkg >/dev/null 2>&1; \
+         git -c http.extraHeader=\"Authorization: Bearer $API_KEY\" ls-remote https://api.secret.test:{p}/repo.git >/dev/null 2>&1; \
+         echo done"
+    );
+    let run = cordon(&args, &script);
+    assert_eq!(run.outcome["stdout"], "done\n", "{}", run.stderr);
+    let basic = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("user:{VALUE}"),
+    );
+    let pip = heads_from(&up, "pip/");
+    assert!(
+        pip.iter().any(|h| h.contains(&format!("Basic {basic}"))),
+        "pip's request, verified against the CA bundle cordon gave it, carried the value: {}",
+        up.seen()
+    );
+    let git = heads_from(&up, "git/");
+    assert!(
+        git.iter().any(|h| h.contains(&format!("Bearer {VALUE}"))),
+        "git's request carried the value: {}",
+        up.seen()
+    );
+    assert_value_nowhere_in(&run);
+    let _ = std::fs::remove_dir_all(&dir);
+}
