@@ -501,6 +501,34 @@ fn a_secret_host_outside_the_allowlist_or_an_inline_value_is_refused_before_runn
         stderr.contains("env:CORDON_TEST_UNSET_VAR is not set"),
         "{stderr}"
     );
+    // Where secrets are not wired yet they are refused, never silently dropped (the program
+    // would run without them).
+    for cmd in [&["run", "-t"][..], &["mcp"][..]] {
+        let tail: &[&str] = if cmd[0] == "run" {
+            &["--", "true"]
+        } else {
+            &[]
+        };
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(cmd)
+            .args([
+                "--allow-net",
+                "api.secret.test",
+                "--secret",
+                "API_KEY=env:TEST_SECRET_VALUE@api.secret.test",
+            ])
+            .args(tail)
+            .env("TEST_SECRET_VALUE", VALUE)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{cmd:?}: {stderr}");
+        assert!(
+            stderr.contains("--secret: not available"),
+            "{cmd:?}: {stderr}"
+        );
+    }
 }
 
 /// A loopback HTTPS upstream speaking HTTP/2 (and 1.1): Node's http2 server, which answers
