@@ -204,11 +204,27 @@ fn cordon(args: &[String], script: &str) -> Run {
     }
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+/// A per-test directory, removed when the test ends (also when it fails).
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("cordon-secrets-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 /// Nothing cordon printed or reported holds the value.
@@ -315,7 +331,6 @@ fn unmodified_clients_get_the_value_injected_for_the_bound_host_only() {
             .contains("secret value inserted 2 time(s)")),
         "keep-alive: two requests on one connection: {ev:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -444,7 +459,6 @@ fn hostile_code_never_gets_the_value_out_of_the_sandbox() {
         has("upstream api2.secret.test failed TLS verification"),
         "{reasons:#?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -649,7 +663,6 @@ fn http2_requests_get_the_value_and_a_foreign_authority_is_refused() {
         "two h2 requests on one connection: {reasons:#?}"
     );
     drop(up);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -704,7 +717,6 @@ ca = "{ca}"
     );
     assert!(seen.contains("X-Api-Key: mine\r\n"), "{seen}");
     assert_value_nowhere_in(&run);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The request heads `server` received whose `User-Agent` starts with `agent`.
@@ -770,5 +782,4 @@ fn pip_and_git_reach_a_private_index_with_the_value_as_their_credentials() {
         up.seen()
     );
     assert_value_nowhere_in(&run);
-    let _ = std::fs::remove_dir_all(&dir);
 }
