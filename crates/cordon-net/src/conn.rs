@@ -300,6 +300,13 @@ async fn admit(
 
 async fn tunnel(mut client: Client, head: RequestHead, mut rec: Record, shared: Arc<Shared>) {
     rec.target(http::raw_host(&head.target), 0);
+    if let Some(icpt) = &shared.secrets {
+        if let Some(s) = icpt.placeholder_in_head(&head) {
+            let reason =
+                crate::intercept::exfiltration(&s.name, &sanitize(http::raw_host(&head.target)));
+            return client.refuse(&mut rec, 403, &reason).await;
+        }
+    }
     let (host, port) = match parse_authority(&head.target) {
         Ok((host, Some(port))) => (host, port),
         Ok((_, None)) => {
@@ -326,6 +333,27 @@ async fn tunnel(mut client: Client, head: RequestHead, mut rec: Record, shared: 
     {
         rec.note("client went away");
         return;
+    }
+    if let (Some(icpt), Host::Name(name)) = (&shared.secrets, &host) {
+        if icpt.binds(name) {
+            let Client { r, w, leftover } = client;
+            let Ok(sock) = r.reunite(w) else {
+                return;
+            };
+            let client = crate::intercept::Prefixed::new(leftover, sock);
+            crate::intercept::serve(
+                client,
+                upstream,
+                name.clone(),
+                port,
+                icpt.clone(),
+                shared.clone(),
+                rec,
+                reason,
+            )
+            .await;
+            return;
+        }
     }
     let flow = Flow::new(&shared, rec.bytes.clone());
     let Client {
@@ -421,6 +449,21 @@ async fn forward(mut client: Client, head: RequestHead, mut rec: Record, shared:
         }
     };
     rec.target(http::raw_host(&url.authority), port);
+    if let Some(icpt) = &shared.secrets {
+        if let Host::Name(name) = &host {
+            if icpt.binds(name) {
+                let reason = format!(
+                    "plain HTTP to {name}, which a secret is bound to: refused (secrets go over \
+                     verified TLS only; use https)"
+                );
+                return client.refuse(&mut rec, 403, &reason).await;
+            }
+        }
+        if let Some(s) = icpt.placeholder_in_head(&head) {
+            let reason = crate::intercept::exfiltration(&s.name, &host.to_string());
+            return client.refuse(&mut rec, 403, &reason).await;
+        }
+    }
     // The Host header must name the request target, so that the server cannot be told
     // another name than the one the policy checked.
     let host_headers: Vec<&[u8]> = http::header_values(&head.headers, "host").collect();

@@ -22,6 +22,11 @@
 //! * `CONNECT`: after the tunnel opens, the first bytes from the client are inspected; if they
 //!   are a TLS ClientHello with a server name (SNI) that differs from the `CONNECT` host, the
 //!   tunnel is closed before anything reaches the server.
+//! * Secrets (issue 30, [`ProxyConfig::secrets`]): a `CONNECT` to a host a secret is bound to
+//!   is TLS-terminated with a per-run CA and its requests get the secret's value in place of
+//!   its placeholder (see `intercept`); a placeholder in any other request (a `CONNECT` target,
+//!   a plain HTTP request) refuses it as an attempted exfiltration; plain HTTP to a bound host
+//!   is refused (a value never goes out in cleartext).
 //! * Caps on concurrent client connections and on total bytes relayed; connect, idle and
 //!   request-head timeouts (a slow client only holds its own connection).
 //! * Every decision becomes a [`NetworkEvent`]: immediately for denials, when the connection
@@ -33,6 +38,8 @@
 mod conn;
 mod events;
 mod http;
+mod intercept;
+mod intercept_h2;
 #[cfg(target_os = "linux")]
 mod local_hop;
 #[cfg(not(target_os = "linux"))]
@@ -55,6 +62,7 @@ use cordon_policy::network::{EgressRules, Host, NetworkPolicy};
 use cordon_policy::{NetworkEvent, ProfileError};
 
 pub use cordon_policy::network::{Decision, Verdict};
+pub use intercept::{InterceptError, Interception, SecretBinding};
 #[doc(hidden)]
 pub use sni::client_hello_record;
 
@@ -101,6 +109,10 @@ pub struct ProxyConfig {
     /// kernel instead of being copied through the proxy. Default on; off copies through a
     /// buffer (for comparison, or a kernel where splice misbehaves).
     pub splice: bool,
+    /// Secrets bound to hosts (issue 30): TLS to those hosts is terminated and the secrets'
+    /// placeholders replaced in request headers; placeholders sent anywhere else are refused.
+    /// `None`: no interception at all.
+    pub secrets: Option<Arc<Interception>>,
 }
 
 impl ProxyConfig {
@@ -122,6 +134,7 @@ impl ProxyConfig {
             on_event: None,
             connect_filter: None,
             splice: true,
+            secrets: None,
         }
     }
 
@@ -150,6 +163,7 @@ impl fmt::Debug for ProxyConfig {
                 "connect_filter",
                 &self.connect_filter.as_ref().map(|_| "Fn"),
             )
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -186,6 +200,7 @@ pub(crate) struct Shared {
     pub idle_timeout: Duration,
     pub header_timeout: Duration,
     pub splice: bool,
+    pub secrets: Option<Arc<Interception>>,
 }
 
 impl Shared {
@@ -269,6 +284,7 @@ impl EgressProxy {
             idle_timeout: config.idle_timeout,
             header_timeout: config.header_timeout,
             splice: config.splice,
+            secrets: config.secrets,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);

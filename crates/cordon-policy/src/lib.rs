@@ -10,6 +10,7 @@ pub mod notices;
 pub mod outcome;
 pub mod output;
 pub mod profile;
+pub mod secrets;
 pub mod units;
 pub mod wasm;
 

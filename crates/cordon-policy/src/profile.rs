@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::network::NetworkPolicy;
+use crate::secrets::{SecretFile, SecretSpec};
 use crate::units::{parse_duration, parse_size, UnitError};
 
 /// A profile that failed to load or validate. Messages name the offending key or flag.
@@ -304,6 +305,10 @@ pub struct Profile {
     /// [`Profile::hidden_in`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<PathBuf>,
+    /// Secrets bound to hosts (`--secret`, `[secrets.NAME]`): references to values read
+    /// outside the sandbox, which gets placeholders only (see [`crate::secrets`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretSpec>,
 }
 
 /// One bind with hidden paths below it: Landlock must grant its destination minus these.
@@ -421,6 +426,7 @@ impl Profile {
             image: None,
             root_image: None,
             hide: Vec::new(),
+            secrets: Vec::new(),
         };
         match name {
             "default" => Ok(base),
@@ -597,6 +603,9 @@ impl Profile {
             ));
         }
         self.network.validate()?;
+        if !self.secrets.is_empty() {
+            crate::secrets::validate(&self.secrets, &self.network.compile()?, "--secret")?;
+        }
         if let Some(img) = &self.root_image {
             img.validate()?;
         }
@@ -733,6 +742,7 @@ fn file_key(field: &str) -> String {
         "--workspace" => "filesystem.workspace",
         "--allow-net" => "network.allow",
         "--env" => "env",
+        "--secret" => "secrets",
         other => other.trim_start_matches('-'),
     };
     key.to_string()
@@ -813,6 +823,7 @@ struct ProfileFile {
     env: Option<EnvFile>,
     network: Option<NetworkPolicy>,
     image: Option<String>,
+    secrets: Option<BTreeMap<String, SecretFile>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -923,6 +934,10 @@ impl ProfileFile {
         }
         if let Some(i) = self.image {
             p.image = Some(i);
+        }
+        for (name, file) in self.secrets.unwrap_or_default() {
+            p.secrets.retain(|s| s.name != name);
+            p.secrets.push(file.into_spec(name)?);
         }
         Ok(())
     }

@@ -36,6 +36,10 @@ pub fn main(a: McpArgs) -> i32 {
             return 125;
         }
     };
+    if !profile.secrets.is_empty() {
+        eprintln!("cordon: --secret: not available with cordon mcp yet (cordon run has it)");
+        return 125;
+    }
     // The image comes from the store the user pulls into (`--data-dir`, else the default one,
     // not this session's temporary directory), and is held for the whole session.
     let images = a

@@ -66,6 +66,10 @@ pub fn main(a: RunArgs) -> i32 {
             return exit::CORDON_FAILED;
         }
     };
+    if a.tty && !profile.secrets.is_empty() {
+        eprintln!("cordon: --secret: not available with --tty yet");
+        return exit::CORDON_FAILED;
+    }
     if a.tty {
         return run_tty(&a, &profile);
     }

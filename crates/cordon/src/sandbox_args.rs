@@ -49,6 +49,15 @@ pub struct SandboxArgs {
     /// Allow egress through the proxy to this domain (repeatable). Default: no network.
     #[arg(long = "allow-net", value_name = "DOMAIN[:PORT]")]
     pub allow_net: Vec<String>,
+    /// Bind a secret to hosts (repeatable): the sandbox gets a placeholder in NAME, the egress
+    /// proxy puts the value (read here from env:VAR or file:PATH, never given inline) into
+    /// request headers of HTTPS requests to HOST only. Each HOST must be in --allow-net.
+    #[arg(long, value_name = "NAME=SOURCE@HOST[,HOST…]")]
+    pub secret: Vec<String>,
+    /// A PEM file of extra CA certificates the upstreams of the --secret hosts may chain to,
+    /// besides the host's trust store.
+    #[arg(long = "secret-ca", value_name = "FILE")]
+    pub secret_ca: Option<PathBuf>,
     /// Resolve NAME to IP in the egress proxy instead of asking DNS (repeatable).
     #[arg(long = "add-host", value_name = "NAME:IP")]
     pub add_host: Vec<String>,
@@ -151,6 +160,21 @@ impl SandboxArgs {
                 .parse()
                 .map_err(|_| bad("--add-host", format!("'{ip}' is not an IP address")))?;
             p.network.hosts.insert(name.to_string(), ip);
+        }
+        for spec in &a.secret {
+            let mut s =
+                cordon_policy::secrets::SecretSpec::parse_flag(spec).map_err(|e| e.to_string())?;
+            p.secrets.retain(|old| old.name != s.name);
+            if let Some(ca) = &a.secret_ca {
+                s.ca = Some(absolute(ca.clone()));
+            }
+            p.secrets.push(s);
+        }
+        if let Some(ca) = &a.secret_ca {
+            let ca = absolute(ca.clone());
+            for s in p.secrets.iter_mut().filter(|s| s.ca.is_none()) {
+                s.ca = Some(ca.clone());
+            }
         }
         for r in &a.require {
             let layer = Layer::parse(r).map_err(|e| bad("--require", e))?;

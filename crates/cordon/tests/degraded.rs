@@ -683,3 +683,38 @@ fn an_image_root_is_refused_without_namespaces() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Without its own pid namespace the payload could read cordon's `/proc/PID/environ`, where an
+/// `env:` secret is: a run with secrets refuses to run without namespaces, saying which.
+#[test]
+fn a_run_with_secrets_refuses_to_run_without_namespaces() {
+    const VALUE: &str = "sk-degraded-test-value-91c2";
+    for (name, layout) in hosts() {
+        let f = layout
+            .cordon()
+            .env("CORDON_TEST_SECRET", VALUE)
+            .args([
+                "run",
+                "--allow-net",
+                "api.test",
+                "--secret",
+                "KEY=env:CORDON_TEST_SECRET@api.test",
+                "--",
+                "sh",
+                "-c",
+                "cat /proc/*/environ",
+            ])
+            .run();
+        assert_no_run_dir_left(f.pid);
+        assert_eq!(f.code, Some(125), "{name}: {f:?}");
+        assert!(
+            f.stderr.contains("pid_ns") && f.stderr.contains("required"),
+            "{name}: {}",
+            f.stderr
+        );
+        assert!(
+            !f.stdout.contains(VALUE) && !f.stderr.contains(VALUE),
+            "{name}: {f:?}"
+        );
+    }
+}

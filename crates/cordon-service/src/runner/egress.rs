@@ -6,7 +6,9 @@
 //! proxy refuses every request, reporting it.
 
 use cordon_linux::{Egress, EgressFactory};
-use cordon_net::{EgressProxy, ProxyConfig};
+use std::sync::Arc;
+
+use cordon_net::{EgressProxy, Interception, ProxyConfig};
 use cordon_policy::{NetworkEvent, Profile};
 
 struct Running(EgressProxy);
@@ -20,7 +22,16 @@ impl Egress for Running {
 /// Checks the policy now (so a bad entry fails before anything starts) and returns the
 /// factory the engine calls once the sandbox's listener exists.
 pub fn factory(profile: &Profile) -> Result<EgressFactory, String> {
-    starter(profile).map(|f| Box::new(f) as EgressFactory)
+    factory_with(profile, None)
+}
+
+/// [`factory`] with the run's secrets (see `runner::secrets`): the proxy terminates TLS for
+/// their hosts and injects their values.
+pub fn factory_with(
+    profile: &Profile,
+    secrets: Option<Arc<Interception>>,
+) -> Result<EgressFactory, String> {
+    starter_with(profile, secrets).map(|f| Box::new(f) as EgressFactory)
 }
 
 /// What `factory` gives, as a closure that may be called from another thread (a persistent
@@ -31,9 +42,20 @@ pub fn starter(
     impl FnOnce(std::net::TcpListener) -> Result<Box<dyn Egress>, String> + Send + 'static,
     String,
 > {
+    starter_with(profile, None)
+}
+
+fn starter_with(
+    profile: &Profile,
+    secrets: Option<Arc<Interception>>,
+) -> Result<
+    impl FnOnce(std::net::TcpListener) -> Result<Box<dyn Egress>, String> + Send + 'static,
+    String,
+> {
     // Still the only thread: the proxy's lookups come later, from its own.
     cordon_linux::pin_name_service();
-    let config = ProxyConfig::from_policy(&profile.network).map_err(|e| e.to_string())?;
+    let mut config = ProxyConfig::from_policy(&profile.network).map_err(|e| e.to_string())?;
+    config.secrets = secrets;
     Ok(move |listener| {
         EgressProxy::start(listener, config)
             .map(|p| Box::new(Running(p)) as Box<dyn Egress>)

@@ -10,6 +10,7 @@
 //! the door or the CLI that built it.
 
 pub mod egress;
+pub mod secrets;
 pub mod wasm;
 
 use std::collections::BTreeMap;
@@ -69,6 +70,9 @@ pub enum RunError {
     WasmCwd,
     #[error("{0}")]
     Wasm(String),
+    /// A secret could not be made ready (its message names the secret, never a value).
+    #[error("{0}")]
+    Secrets(String),
     #[error("{0}")]
     Engine(#[from] cordon_linux::EngineError),
 }
@@ -89,6 +93,13 @@ pub fn execute(job: Job) -> Result<Outcome, RunError> {
             if job.cwd.is_some() {
                 return Err(RunError::WasmCwd);
             }
+            if !job.profile.secrets.is_empty() {
+                return Err(RunError::Secrets(
+                    "--secret: a WebAssembly module has no egress proxy to inject secrets at; \
+                     use --backend process"
+                        .into(),
+                ));
+            }
             let stdin = match job.stdin {
                 Stdin::Empty => wasm::Stdin::Empty,
                 Stdin::Bytes(b) => wasm::Stdin::Bytes(b),
@@ -108,12 +119,21 @@ pub fn execute(job: Job) -> Result<Outcome, RunError> {
         None => {
             // Always a proxy, even with the network off: then it refuses everything, and what
             // the payload tried is reported (see the engine's `Plan::report_network_off`).
-            let egress = egress::factory(&job.profile).map_err(RunError::Network)?;
+            let mut profile = job.profile;
+            let mut env = job.env;
+            // Held until the run is over: the proxy keeps the values, the directory the CA.
+            let secrets = secrets::prepare(&mut profile).map_err(RunError::Secrets)?;
+            if let Some(s) = &secrets {
+                env.extend(s.env.clone());
+            }
+            let egress =
+                egress::factory_with(&profile, secrets.as_ref().map(|s| s.interception.clone()))
+                    .map_err(RunError::Network)?;
             let req = RunRequest {
-                profile: job.profile,
+                profile,
                 argv: job.argv,
                 cwd: job.cwd,
-                env: job.env,
+                env,
                 stdin: match job.stdin {
                     Stdin::Empty => StdinSource::Empty,
                     Stdin::Bytes(b) => StdinSource::Bytes(b),
@@ -128,6 +148,7 @@ pub fn execute(job: Job) -> Result<Outcome, RunError> {
                 egress: Some(egress),
             };
             let mut o = cordon_linux::run(req)?;
+            drop(secrets);
             o.enforcement.backend = Some(OutcomeBackend::Process);
             Ok(o)
         }
