@@ -31,8 +31,9 @@ if [ "$(id -u)" -eq 0 ]; then
   cross=(); [ "$(uname -m)" = x86_64 ] && cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
   # qemu-system-x86: the cgroup v2 VM (scripts/cgroup2-vm.sh), in the same apt run.
   [ "$cgroup2_vm" = 1 ] && [ "$(uname -m)" = x86_64 ] && cross+=(qemu-system-x86)
+  # python3-requests, python3-httpx: real clients of the secrets suite (crates/cordon/tests/secrets.rs).
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
-    python3-pandas docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
+    python3-pandas python3-requests python3-httpx docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
     clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
