@@ -46,7 +46,9 @@ def _wait_router(url: str) -> None:
     raise AssertionError(f"router {url} never saw the cluster")
 
 
-def test_a_keys_quota_holds_across_the_cluster_under_concurrent_creates_on_two_routers(cluster: ClusterUnderTest) -> None:
+def test_a_keys_quota_holds_across_the_cluster_under_concurrent_creates_on_two_routers(
+    cluster: ClusterUnderTest,
+) -> None:
     from e2b import RateLimitException, Sandbox
 
     secret = _new_key(cluster, QUOTA)
