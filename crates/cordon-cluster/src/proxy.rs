@@ -252,11 +252,9 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
                 None => resp,
             }
         }
+        Target::Mcp => r.mcp(&view, st, req).await,
         Target::Any => {
-            let salt = r.salt.fetch_add(1, Ordering::Relaxed);
-            let pick = crate::place::pick(&view, &HashMap::new(), &[], salt)
-                .or_else(|| view.alive().next().map(|n| n.node.clone()));
-            let Some(node) = pick.and_then(|p| view.node(&p).cloned()) else {
+            let Some(node) = r.any_node(&view) else {
                 return no_nodes(st);
             };
             match r.forward(&node, &view.secret, req).await {
@@ -367,6 +365,72 @@ fn makes_sandbox(method: &Method, path: &str) -> bool {
 }
 
 impl Router {
+    /// The node for a request that names none: placement's pick, or any alive node.
+    fn any_node(&self, view: &View) -> Option<NodeView> {
+        let salt = self.salt.fetch_add(1, Ordering::Relaxed);
+        let pick = crate::place::pick(view, &HashMap::new(), &[], salt)
+            .or_else(|| view.alive().next().map(|n| n.node.clone()));
+        pick.and_then(|p| view.node(&p).cloned())
+    }
+
+    /// MCP over HTTP: a new session goes to placement's pick, and the session id the node
+    /// answers is handed to the client prefixed with that node's name; every later request of
+    /// the session goes to the node its id names, with the node's own id.
+    async fn mcp(&self, view: &View, st: Style, mut req: Request) -> Response {
+        let session = req
+            .headers()
+            .get(route::MCP_SESSION)
+            .map(|v| v.to_str().map(str::to_string));
+        let node = match session {
+            None => match self.any_node(view) {
+                Some(n) => n,
+                None => return no_nodes(st),
+            },
+            Some(id) => {
+                // Unknown sessions get 404, on which MCP clients start a new one.
+                let gone = |code: &str, msg: &str| fail(st, StatusCode::NOT_FOUND, code, msg);
+                let Some((name, inner)) = id.as_deref().ok().and_then(route::mcp_session) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                let Some(node) = view.node(name) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                if !node.alive {
+                    return gone(
+                        "session_lost",
+                        &format!("the MCP session was on node {name}, which has left the cluster: start a new session"),
+                    );
+                }
+                let Ok(v) = HeaderValue::from_str(inner) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                req.headers_mut().insert(route::MCP_SESSION, v);
+                node.clone()
+            }
+        };
+        match self.forward(&node, &view.secret, req).await {
+            Ok(mut resp) => {
+                let named = resp
+                    .headers()
+                    .get(route::MCP_SESSION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|inner| {
+                        HeaderValue::from_str(&format!("{}.{inner}", node.node)).ok()
+                    });
+                if let Some(v) = named {
+                    resp.headers_mut().insert(route::MCP_SESSION, v);
+                }
+                resp
+            }
+            Err(_) => fail(
+                st,
+                StatusCode::BAD_GATEWAY,
+                "node_lost",
+                "the node holding this MCP session left the cluster; start a new session",
+            ),
+        }
+    }
+
     /// Takes a slot of the create's key, or answers the refusal: 429 `quota_exceeded` when
     /// the key's sandboxes fill its quota across the cluster, 503 when the control actor
     /// cannot be asked (failing closed). A request with no key, or a key the cluster does not
