@@ -5,13 +5,14 @@ the slots come back once the sandboxes are killed."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from conftest import ClusterUnderTest, node_of, start_front
+from conftest import LEASE, ClusterUnderTest, node_of, start_front
 
 QUOTA = 5
 CREATES = 50
@@ -98,3 +99,32 @@ def test_a_keys_quota_holds_across_the_cluster_under_concurrent_creates_on_two_r
             httpx.delete(f"{cluster.front.url}/v1/sandboxes/{sid}", headers={"Authorization": f"Bearer {secret}"})
     finally:
         second.stop()
+
+
+def test_slots_taken_by_a_router_that_died_mid_create_come_back_after_the_lease(cluster: ClusterUnderTest) -> None:
+    secret = _new_key(cluster, 2)
+    # A "router" that takes both of the key's slots from the control actor, then dies before
+    # it can confirm or release them.
+    taker = (
+        "import sys, ray\n"
+        "ray.init(address=sys.argv[1], namespace='cordon', logging_level='ERROR', log_to_driver=False)\n"
+        "c = ray.get_actor('cordon-control', namespace='cordon')\n"
+        "print([ray.get(c.reserve.remote(sys.argv[2]))['ok'] for _ in range(2)])\n"
+    )
+    key_hash = hashlib.sha256(secret.encode()).hexdigest()
+    out = subprocess.run([sys.executable, "-c", taker, cluster.address, key_hash], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[True, True]", out.stdout
+    t0 = time.time()
+    auth = {"Authorization": f"Bearer {secret}"}
+    r = httpx.post(cluster.front.url + "/v1/sandboxes", json={"ttl": "1m"}, headers=auth, timeout=60)
+    assert r.status_code == 429, r.text
+    while True:
+        r = httpx.post(cluster.front.url + "/v1/sandboxes", json={"ttl": "1m"}, headers=auth, timeout=60)
+        if r.status_code == 201:
+            break
+        assert r.status_code == 429, r.text
+        assert time.time() - t0 < LEASE + 5, "the dead router's slots never came back"
+        time.sleep(0.2)
+    assert time.time() - t0 >= LEASE - 1.5, "a slot came back before its lease ran out"
+    httpx.delete(f"{cluster.front.url}/v1/sandboxes/{r.json()['id']}", headers=auth)

@@ -45,8 +45,9 @@ _KV_KEY = b"cordon:control:v1"
 # A node whose actor has not reported for this long counts as gone, whatever Ray says yet.
 STALE_AFTER = 3.0
 REPORT_EVERY = 0.5
-# An unconfirmed reservation (its router died mid-create) holds its slot this long at most.
-LEASE = 60.0
+# An unconfirmed reservation (its router died mid-create) holds its slot this long at most
+# (CORDON_CLUSTER_LEASE, in seconds, in the Ray workers' environment sets another bound).
+LEASE = float(os.environ.get("CORDON_CLUSTER_LEASE", "60"))
 SECRET_HEADER = "x-cordon-cluster-secret"
 
 
