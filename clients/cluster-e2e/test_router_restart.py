@@ -87,6 +87,12 @@ def test_a_router_killed_and_restarted_mid_load_loses_no_sandbox(cluster: Cluste
             time.sleep(0.1)
         time.sleep(0.5)
         router, _ = start_front(args, want_key=False)
+        # Before it has heard from the cluster, the restarted router says so (503), never that
+        # a sandbox does not exist.
+        with lock:
+            some = made[0]
+        early = httpx.get(f"{router.url}/v1/sandboxes/{some}", headers=auth, timeout=30)
+        assert early.status_code in (200, 503), early.text
         _wait_router(router.url, nodes)
         time.sleep(1.0)
     finally:

@@ -196,7 +196,18 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let st = style(&path, req.headers());
     let view = r.view.borrow().clone();
-    match route::target(req.method(), &path, req.headers()) {
+    let target = route::target(req.method(), &path, req.headers());
+    // A router that has not heard from the cluster yet (just started) knows no node: "no such
+    // sandbox" would then be a lie a client might act on (E2B's SDK raises not-found).
+    if view.nodes.is_empty() && target != Target::Health {
+        return fail(
+            st,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster_unknown",
+            "this router has not heard from the cluster yet; retry",
+        );
+    }
+    match target {
         Target::Health => {
             let alive = view.alive().count();
             let status = if alive > 0 {
