@@ -54,3 +54,13 @@ def test_pool_map_survives_a_node_removed_midway_with_every_result_in_order_once
     assert pool.stats["completed"] == ITEMS
     assert pool.sandbox_ids() == []
     print(f"{ITEMS} items in {time.time() - t0:.1f}s, {pool.stats}")
+
+
+def test_pool_imap_unordered_with_fresh_sandboxes_gives_each_item_its_own(cluster: ClusterUnderTest) -> None:
+    from cordon_sdk.ray import SandboxPool
+
+    pool = SandboxPool(size=3, fresh=True, base_url=cluster.front.url, api_key=cluster.api_key, progress=False)
+    got = sorted(pool.imap_unordered(lambda sb, i: (i, sb.id), range(12)))
+    assert [i for i, _ in got] == list(range(12))
+    assert len({sid for _, sid in got}) == 12, got
+    assert pool.sandbox_ids() == []
