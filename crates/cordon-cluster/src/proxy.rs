@@ -16,8 +16,11 @@
 //! then reports dead is cut short the same way; connecting to a node gives up after 2 s.
 //!
 //! Threat model: requests are hostile client input and pass through unread except for the
-//! route; the cluster secret header is stripped from every incoming request and set by the
-//! router alone, so a client can neither learn nor forge it. Hop-by-hop headers are dropped.
+//! route, a create's API key (hashed here: its secret never leaves the router but for the
+//! node that checks it) and an MCP session id (whose node prefix only selects among the nodes
+//! membership knows); the cluster secret header is stripped from every incoming request and
+//! set by the router alone, so a client can neither learn nor forge it. Hop-by-hop headers
+//! are dropped. An unknown key takes no slot: its node refuses it.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
