@@ -25,6 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 NODES = 3
+LEASE = 4.0
 
 
 def _only_loopback() -> bool:
@@ -121,6 +122,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterUnderTe
         pytest.fail("run the cluster suite in a network namespace that has only loopback "
                     "(scripts/cluster-e2e.sh does)", pytrace=False)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Reservations of a router that died mid-create lapse after this (60 s by default).
+    os.environ["CORDON_CLUSTER_LEASE"] = str(LEASE)
     src = str(REPO / "clients" / "python" / "src")
     os.environ["PYTHONPATH"] = src + os.pathsep + os.environ.get("PYTHONPATH", "")
     sys.path.insert(0, src)

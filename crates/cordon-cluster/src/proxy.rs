@@ -4,14 +4,23 @@
 //! a listing to every live node, merged. The router keeps no table of its own, so any number
 //! of replicas may run and one restarted loses nothing.
 //!
+//! A sandbox create first takes one of its key's slots from the cluster's control actor (a
+//! Ray actor, so one call at a time: concurrent creates through different routers cannot both
+//! take the last slot); the router names the key by its secret's SHA-256, the form the cluster
+//! stores, confirms the slot with the new sandbox's id, or releases it when the create fails
+//! (a router that dies between the two leaves the slot to the control actor's lease).
+//!
 //! Failure is said, never waited out: a sandbox whose node Ray reports gone (or whose node
 //! cannot be reached) answers `sandbox_lost` (404, in the shape of the door the client speaks:
 //! the E2B SDK raises its not-found exception); a call in flight to a node that membership
 //! then reports dead is cut short the same way; connecting to a node gives up after 2 s.
 //!
 //! Threat model: requests are hostile client input and pass through unread except for the
-//! route; the cluster secret header is stripped from every incoming request and set by the
-//! router alone, so a client can neither learn nor forge it. Hop-by-hop headers are dropped.
+//! route, a create's API key (hashed here: its secret never leaves the router but for the
+//! node that checks it) and an MCP session id (whose node prefix only selects among the nodes
+//! membership knows); the cluster secret header is stripped from every incoming request and
+//! set by the router alone, so a client can neither learn nor forge it. Hop-by-hop headers
+//! are dropped. An unknown key takes no slot: its node refuses it.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -30,7 +39,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::membership::{self, NodeView, View};
+use crate::membership::{self, Control, NodeView, View};
 use crate::route::{self, Target};
 
 /// The header in which a router proves itself to a node (the node side:
@@ -42,6 +51,8 @@ const MAX_CREATE_BODY: usize = 4 << 20;
 const MAX_LIST_BODY: usize = 64 << 20;
 /// Nodes tried for one create before giving up.
 const CREATE_TRIES: usize = 3;
+/// Largest create answer the router reads for the new sandbox's id.
+const MAX_CREATE_ANSWER: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
@@ -60,6 +71,7 @@ pub struct RouterOptions {
 
 struct Router {
     view: watch::Receiver<Arc<View>>,
+    control: Control,
     client: Client<HttpConnector, Body>,
     inflight: Mutex<HashMap<String, u32>>,
     salt: AtomicU64,
@@ -77,8 +89,10 @@ pub async fn serve(opts: RouterOptions, ready: impl FnOnce(SocketAddr)) -> Resul
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(http);
+    let (view, control) = membership::follow(opts.membership);
     let router = Arc::new(Router {
-        view: membership::follow(opts.membership),
+        view,
+        control,
         client,
         inflight: Mutex::new(HashMap::new()),
         salt: AtomicU64::new(0),
@@ -185,7 +199,18 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let st = style(&path, req.headers());
     let view = r.view.borrow().clone();
-    match route::target(req.method(), &path, req.headers()) {
+    let target = route::target(req.method(), &path, req.headers());
+    // A router that has not heard from the cluster yet (just started) knows no node: "no such
+    // sandbox" would then be a lie a client might act on (E2B's SDK raises not-found).
+    if view.nodes.is_empty() && target != Target::Health {
+        return fail(
+            st,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster_unknown",
+            "this router has not heard from the cluster yet; retry",
+        );
+    }
+    match target {
         Target::Health => {
             let alive = view.alive().count();
             let status = if alive > 0 {
@@ -226,12 +251,24 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
                 Err(_) => lost(st, &id, name),
             }
         }
-        Target::Place => r.place(&view, st, req).await,
+        Target::Place => {
+            let slot = match r.reserve(st, &path, req.method(), req.headers()).await {
+                Ok(slot) => slot,
+                Err(refused) => return refused,
+            };
+            let mut resp = r.place(&view, st, req).await;
+            let node = resp
+                .headers_mut()
+                .remove(NODE_HEADER)
+                .and_then(|v| v.to_str().ok().map(str::to_string));
+            match slot {
+                Some(slot) => slot.settle(st, node, resp).await,
+                None => resp,
+            }
+        }
+        Target::Mcp => r.mcp(&view, st, req).await,
         Target::Any => {
-            let salt = r.salt.fetch_add(1, Ordering::Relaxed);
-            let pick = crate::place::pick(&view, &HashMap::new(), &[], salt)
-                .or_else(|| view.alive().next().map(|n| n.node.clone()));
-            let Some(node) = pick.and_then(|p| view.node(&p).cloned()) else {
+            let Some(node) = r.any_node(&view) else {
                 return no_nodes(st);
             };
             match r.forward(&node, &view.secret, req).await {
@@ -257,7 +294,215 @@ fn no_nodes(st: Style) -> Response {
     )
 }
 
+/// A key's sandbox slot, taken from the control actor for one create. Dropped unsettled (the
+/// client went away mid-create), it is released.
+struct Slot {
+    control: Control,
+    rid: String,
+    settled: bool,
+}
+
+impl Slot {
+    /// Keeps the slot for the sandbox a successful create made (naming it, so the control
+    /// actor knows it when its node reports it), or releases it.
+    async fn settle(mut self, st: Style, node: Option<String>, resp: Response) -> Response {
+        self.settled = true;
+        let (Some(node), true) = (node, resp.status().is_success()) else {
+            self.release();
+            return resp;
+        };
+        let (parts, body) = resp.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_CREATE_ANSWER).await else {
+            // The sandbox exists but its answer was lost: the slot stays until its node's
+            // reports settle it.
+            self.confirm(node, None);
+            return fail(
+                st,
+                StatusCode::BAD_GATEWAY,
+                "node_lost",
+                "the node's answer to the create was cut off",
+            );
+        };
+        let id = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
+            ["id", "sandboxID", "sandboxId"]
+                .iter()
+                .find_map(|k| v.get(*k).and_then(Value::as_str).map(str::to_string))
+        });
+        self.confirm(node, id);
+        Response::from_parts(parts, Body::from(bytes))
+    }
+
+    fn confirm(&self, node: String, sandbox: Option<String>) {
+        let (control, rid) = (self.control.clone(), self.rid.clone());
+        tokio::spawn(async move {
+            let args = json!({"rid": rid, "node": node, "sandbox": sandbox});
+            let _ = control.call("confirm", args).await;
+        });
+    }
+
+    fn release(&self) {
+        let (control, rid) = (self.control.clone(), self.rid.clone());
+        tokio::spawn(async move {
+            let _ = control.call("release", json!({"rid": rid})).await;
+        });
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.release();
+        }
+    }
+}
+
+/// Set by [`Router::place`] on a create's answer: the node that made it (never sent on).
+const NODE_HEADER: &str = "x-cordon-cluster-node";
+
+/// The API key a request carries (the native API's bearer token, E2B's `X-API-KEY`).
+fn api_key(h: &HeaderMap) -> Option<&str> {
+    h.get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+/// Whether a placed request makes a sandbox (rather than a one-shot run).
+fn makes_sandbox(method: &Method, path: &str) -> bool {
+    *method == Method::POST
+        && matches!(
+            path.trim_end_matches('/'),
+            "/v1/sandboxes" | "/sandboxes" | "/v2/sandboxes"
+        )
+}
+
 impl Router {
+    /// The node for a request that names none: placement's pick, or any alive node.
+    fn any_node(&self, view: &View) -> Option<NodeView> {
+        let salt = self.salt.fetch_add(1, Ordering::Relaxed);
+        let pick = crate::place::pick(view, &HashMap::new(), &[], salt)
+            .or_else(|| view.alive().next().map(|n| n.node.clone()));
+        pick.and_then(|p| view.node(&p).cloned())
+    }
+
+    /// MCP over HTTP: a new session goes to placement's pick, and the session id the node
+    /// answers is handed to the client prefixed with that node's name; every later request of
+    /// the session goes to the node its id names, with the node's own id.
+    async fn mcp(&self, view: &View, st: Style, mut req: Request) -> Response {
+        let session = req
+            .headers()
+            .get(route::MCP_SESSION)
+            .map(|v| v.to_str().map(str::to_string));
+        let node = match session {
+            None => match self.any_node(view) {
+                Some(n) => n,
+                None => return no_nodes(st),
+            },
+            Some(id) => {
+                // Unknown sessions get 404, on which MCP clients start a new one.
+                let gone = |code: &str, msg: &str| fail(st, StatusCode::NOT_FOUND, code, msg);
+                let Some((name, inner)) = id.as_deref().ok().and_then(route::mcp_session) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                let Some(node) = view.node(name) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                if !node.alive {
+                    return gone(
+                        "session_lost",
+                        &format!("the MCP session was on node {name}, which has left the cluster: start a new session"),
+                    );
+                }
+                let Ok(v) = HeaderValue::from_str(inner) else {
+                    return gone("not_found", "no such MCP session");
+                };
+                req.headers_mut().insert(route::MCP_SESSION, v);
+                node.clone()
+            }
+        };
+        match self.forward(&node, &view.secret, req).await {
+            Ok(mut resp) => {
+                let named = resp
+                    .headers()
+                    .get(route::MCP_SESSION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|inner| {
+                        HeaderValue::from_str(&format!("{}.{inner}", node.node)).ok()
+                    });
+                if let Some(v) = named {
+                    resp.headers_mut().insert(route::MCP_SESSION, v);
+                }
+                resp
+            }
+            Err(_) => fail(
+                st,
+                StatusCode::BAD_GATEWAY,
+                "node_lost",
+                "the node holding this MCP session left the cluster; start a new session",
+            ),
+        }
+    }
+
+    /// Takes a slot of the create's key, or answers the refusal: 429 `quota_exceeded` when
+    /// the key's sandboxes fill its quota across the cluster, 503 when the control actor
+    /// cannot be asked (failing closed). A request with no key, or a key the cluster does not
+    /// know, takes no slot: its node refuses it.
+    async fn reserve(
+        &self,
+        st: Style,
+        path: &str,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Option<Slot>, Response> {
+        if !makes_sandbox(method, path) {
+            return Ok(None);
+        }
+        let Some(key) = api_key(headers) else {
+            return Ok(None);
+        };
+        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+        let answer = match self.control.call("reserve", json!({"hash": hash})).await {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("cordon cluster: quota: {e}");
+                return Err(fail(
+                    st,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "quota_unavailable",
+                    "the cluster cannot check this key's sandbox quota now; retry",
+                ));
+            }
+        };
+        if answer.get("unknown").and_then(Value::as_bool) == Some(true) {
+            return Ok(None);
+        }
+        match answer.get("rid").and_then(Value::as_str) {
+            Some(rid) if answer.get("ok").and_then(Value::as_bool) == Some(true) => {
+                Ok(Some(Slot {
+                    control: self.control.clone(),
+                    rid: rid.to_string(),
+                    settled: false,
+                }))
+            }
+            _ => {
+                let max = answer.get("max").and_then(Value::as_u64).unwrap_or(0);
+                let mut resp = fail(
+                    st,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "quota_exceeded",
+                    &format!(
+                        "this key may run at most {max} sandboxes at once in the cluster; delete one first"
+                    ),
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                Err(resp)
+            }
+        }
+    }
+
     /// Sends `req` to `node`, cut short if membership reports the node dead meanwhile.
     async fn forward(
         &self,
@@ -327,7 +572,12 @@ impl Router {
             let out = self.forward(&node, &view.secret, req).await;
             self.count(&name, -1);
             match out {
-                Ok(resp) => return resp,
+                Ok(mut resp) => {
+                    if let Ok(v) = HeaderValue::from_str(&name) {
+                        resp.headers_mut().insert(NODE_HEADER, v);
+                    }
+                    return resp;
+                }
                 Err(Forward::Unreachable) => continue,
                 Err(Forward::Lost) => {
                     return fail(
@@ -446,6 +696,23 @@ mod tests {
             ),
             json!({"sandboxes": [1, 2], "n": 1})
         );
+    }
+
+    #[test]
+    fn only_sandbox_creates_take_a_slot_and_the_key_is_read_from_either_door() {
+        assert!(makes_sandbox(&Method::POST, "/v1/sandboxes"));
+        assert!(makes_sandbox(&Method::POST, "/sandboxes/"));
+        assert!(!makes_sandbox(&Method::POST, "/v1/run"));
+        assert!(!makes_sandbox(&Method::GET, "/v1/sandboxes"));
+        let mut h = HeaderMap::new();
+        assert_eq!(api_key(&h), None);
+        h.insert("x-api-key", HeaderValue::from_static("cdn_e2b"));
+        assert_eq!(api_key(&h), Some("cdn_e2b"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer cdn_n"),
+        );
+        assert_eq!(api_key(&h), Some("cdn_n"));
     }
 
     #[test]

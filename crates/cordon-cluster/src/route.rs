@@ -1,6 +1,9 @@
 //! Which node a request belongs to, read from the request alone: a sandbox id in the E2B
 //! SDK's `E2b-Sandbox-Id` header or in a `/v1/sandboxes/{id}`, `/sandboxes/{id}` or
 //! `/v2/sandboxes/{id}` path names its node; a create is placed; a listing covers every node.
+//! MCP over HTTP (`/mcp`): a session's `Mcp-Session-Id`, as the router hands it out, is
+//! `<node>.<the node's own session id>`, so any router replica sends the session's every
+//! request to the node that holds it (and its sandbox) with no table of its own.
 //!
 //! Threat model: the path and headers are client input. A malformed id routes nowhere (it
 //! gets the node's own "not found" by never matching a node), never to an address the client
@@ -19,6 +22,8 @@ pub enum Target {
     All,
     /// The router's own health.
     Health,
+    /// MCP over HTTP: to the node its session id names, or (a new session) placement's pick.
+    Mcp,
     /// Anything else (images, volumes, snapshots' listings, MCP, the OpenAPI document): to
     /// one live node (placement's pick); such state is still per node.
     Any,
@@ -34,8 +39,23 @@ pub fn node_of(id: &str) -> Option<&str> {
     ok.then_some(node)
 }
 
+/// The header that carries an MCP session's id.
+pub const MCP_SESSION: &str = "mcp-session-id";
+
+/// The node and the node's own session id in a session id the router handed out.
+pub fn mcp_session(id: &str) -> Option<(&str, &str)> {
+    let (node, inner) = id.split_once('.')?;
+    let ok = !node.is_empty()
+        && !inner.is_empty()
+        && node.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    ok.then_some((node, inner))
+}
+
 /// The route of one request.
 pub fn target(method: &Method, path: &str, headers: &HeaderMap) -> Target {
+    if path == "/mcp" || path.starts_with("/mcp/") {
+        return Target::Mcp;
+    }
     if let Some(id) = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
         return Target::Sandbox(id.to_string());
     }
@@ -102,6 +122,24 @@ mod tests {
             target(&Method::POST, "/process.Process/Start", &h),
             Target::Sandbox(id.into())
         );
+    }
+
+    #[test]
+    fn an_mcp_session_id_names_its_node_and_a_forged_one_names_no_address() {
+        assert_eq!(t(Method::POST, "/mcp"), Target::Mcp);
+        assert_eq!(
+            mcp_session("n0a1b2c3d4e5.7f0e-uuid"),
+            Some(("n0a1b2c3d4e5", "7f0e-uuid"))
+        );
+        assert_eq!(mcp_session("no-dot"), None);
+        assert_eq!(mcp_session(".x"), None);
+        assert_eq!(mcp_session("n1."), None);
+        assert_eq!(
+            mcp_session("evil.example:80.x"),
+            Some(("evil", "example:80.x"))
+        );
+        assert_eq!(mcp_session("host:80.x"), None);
+        assert_eq!(mcp_session("../n1.x"), None);
     }
 
     #[test]

@@ -3,3 +3,7 @@ up``), and :class:`SandboxPool` for batches of programs spread over the cluster.
 
 Needs the ``ray`` extra: ``pip install 'cordon-sdk[ray]'``.
 """
+
+from .pool import SandboxPool
+
+__all__ = ["SandboxPool"]

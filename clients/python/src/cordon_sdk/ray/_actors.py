@@ -3,7 +3,14 @@
 ``Control`` (one per cluster, detached, named ``cordon-control``) is the cluster's small shared
 state: its secret, its API keys (hashes only) and the nodes' last reports. It persists the
 secret, keys and drains in Ray's GCS key-value store, so a restarted control actor (Ray restarts
-it) keeps them. Being one actor, it serialises every change.
+it) keeps them. Being one actor, it serialises every change — which is what makes a key's
+sandbox quota hold across the cluster: a router reserves a slot here before it forwards a
+create (``reserve``), and a key's use is its live sandboxes as the nodes last reported them
+plus the reservations not yet seen in a report. A reservation ends when its sandbox shows up
+in its node's report (it is then counted there), when the router says the create failed
+(``release``), when two reports of its node taken after the create do not hold it (deleted
+meanwhile), when its node is lost, or after ``LEASE`` seconds unconfirmed (a router that died
+mid-create). A deleted or ended sandbox leaves the count with its node's next report.
 
 ``Node`` (one per Ray node, detached, named ``cordon-node-<node>``, pinned to its Ray node by
 node affinity) starts and supervises that host's ``cordon serve`` as a cluster node: listening
@@ -22,6 +29,7 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -37,6 +45,9 @@ _KV_KEY = b"cordon:control:v1"
 # A node whose actor has not reported for this long counts as gone, whatever Ray says yet.
 STALE_AFTER = 3.0
 REPORT_EVERY = 0.5
+# An unconfirmed reservation (its router died mid-create) holds its slot this long at most
+# (CORDON_CLUSTER_LEASE, in seconds, in the Ray workers' environment sets another bound).
+LEASE = float(os.environ.get("CORDON_CLUSTER_LEASE", "60"))
 SECRET_HEADER = "x-cordon-cluster-secret"
 
 
@@ -58,6 +69,8 @@ class Control:
         self._draining: List[str] = saved.get("draining", [])
         self._version: int = saved.get("version", 0)
         self._nodes: Dict[str, Dict[str, Any]] = {}
+        # Reservation id -> {key, at, node, sandbox, reports}; node is None until confirmed.
+        self._res: Dict[str, Dict[str, Any]] = {}
         self._save()
 
     def _save(self) -> None:
@@ -97,14 +110,66 @@ class Control:
 
     def report(self, info: Dict[str, Any]) -> Dict[str, Any]:
         """A node's heartbeat; answers what the node should know back."""
-        self._nodes[info["node"]] = dict(info, reported=time.time())
+        name = info["node"]
+        self._nodes[name] = dict(info, reported=time.time())
+        held = {s for ids in info.get("sandboxes", {}).values() for s in ids}
+        for rid, r in list(self._res.items()):
+            if r["node"] != name:
+                continue
+            r["reports"] += 1
+            # The node's report loop is sequential: the second report received after the
+            # confirmation was taken after the create had finished.
+            if r["sandbox"] in held or r["reports"] >= 2:
+                del self._res[rid]
         return {"keys_version": self._version}
+
+    def _used(self, key_id: str, now: float) -> int:
+        for rid, r in list(self._res.items()):
+            lost = r["node"] is not None and now - self._nodes.get(r["node"], {}).get("reported", 0) >= STALE_AFTER
+            if lost or (r["node"] is None and now - r["at"] > LEASE):
+                del self._res[rid]
+        n = sum(1 for r in self._res.values() if r["key"] == key_id)
+        for node in self._nodes.values():
+            if now - node["reported"] < STALE_AFTER:
+                n += len(node.get("sandboxes", {}).get(key_id, []))
+        return n
+
+    def reserve(self, key_hash: str) -> Dict[str, Any]:
+        """One sandbox slot of the key whose secret hashes to ``key_hash``, if its quota has room
+        across the cluster. An unknown or revoked key gets ``unknown``: the node refuses it."""
+        key = next((k for k in self._keys.values() if k["hash"] == key_hash and not k.get("revoked")), None)
+        if key is None:
+            return {"unknown": True}
+        now = time.time()
+        limit = int(key.get("max_sandboxes", 0))
+        if self._used(key["id"], now) >= limit:
+            return {"ok": False, "max": limit}
+        rid = secrets.token_hex(8)
+        self._res[rid] = {"key": key["id"], "at": now, "node": None, "sandbox": None, "reports": 0}
+        return {"ok": True, "rid": rid}
+
+    def confirm(self, rid: str, node: str, sandbox: Optional[str]) -> bool:
+        """The create of reservation ``rid`` made ``sandbox`` on ``node``."""
+        r = self._res.get(rid)
+        if r is None:
+            return False
+        held = self._nodes.get(node, {}).get("sandboxes", {}).get(r["key"], [])
+        if sandbox is not None and sandbox in held:
+            del self._res[rid]  # already counted by the node's report
+            return True
+        r.update(node=node, sandbox=sandbox, reports=0)
+        return True
+
+    def release(self, rid: str) -> bool:
+        """The create of reservation ``rid`` failed: its slot is free."""
+        return self._res.pop(rid, None) is not None
 
     def view(self) -> Dict[str, Any]:
         now = time.time()
         nodes = []
         for n in self._nodes.values():
             n = dict(n)
+            n.pop("sandboxes", None)
             n["age"] = now - n.pop("reported")
             n["draining"] = n["node"] in self._draining
             nodes.append(n)
@@ -148,6 +213,7 @@ class Node:
         self.addr = self._read_addr(log)
         self.live = 0
         self.draining = False
+        self._db: Optional[sqlite3.Connection] = None
         self._report()
         threading.Thread(target=self._loop, daemon=True).start()
 
@@ -177,8 +243,22 @@ class Node:
         return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
                    if line.startswith("cordon_sandboxes{"))
 
+    def _sandboxes_by_key(self) -> Dict[str, List[str]]:
+        """The node's live sandboxes per key, read from its registry (the node's own SQLite
+        file, in WAL mode, so reading never blocks its writer)."""
+        if self._db is None:
+            self._db = sqlite3.connect(os.path.join(self.dir, "cordon.db"), timeout=2, check_same_thread=False)
+            self._db.execute("PRAGMA query_only=1")
+        out: Dict[str, List[str]] = {}
+        for sid, key in self._db.execute("SELECT id, key_id FROM sandboxes WHERE state = 'running'"):
+            out.setdefault(key, []).append(sid)
+        return out
+
     def _report(self) -> None:
-        back = ray.get(self.control.report.remote(self.info()), timeout=5)
+        info = self.info()
+        # Taken before the report is sent: what the control actor relies on to end reservations.
+        info["sandboxes"] = self._sandboxes_by_key()
+        back = ray.get(self.control.report.remote(info), timeout=5)
         if back["keys_version"] != self.keys_version:
             self._sync_keys()
 

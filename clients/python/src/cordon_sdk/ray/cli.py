@@ -1,6 +1,8 @@
 """``python -m cordon_sdk.ray.cli``: what ``cordon cluster`` asks of Ray. ``membership`` streams
 the cluster's view as JSON lines for a router (and with ``--ensure-nodes`` starts a node actor
-on each Ray node that lacks one); ``add-key``, ``revoke-key``, ``drain`` and ``status`` act on
+on each Ray node that lacks one), and answers the router's quota calls read from its stdin
+(``{"id": N, "op": "reserve"|"confirm"|"release", …}`` → ``{"reply": N, "result": …}`` on
+stdout, between views); ``add-key``, ``revoke-key``, ``drain`` and ``status`` act on
 the control actor.
 
 Threat model: run by the operator (or the router) with Ray access; its stdout carries the
@@ -11,7 +13,9 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
@@ -28,11 +32,42 @@ def _keep_stdout_for_us() -> None:
 
 
 _out = sys.stdout
+_out_lock = threading.Lock()
 
 
 def _emit(obj: object) -> None:
-    _out.write(json.dumps(obj) + "\n")
-    _out.flush()
+    line = json.dumps(obj) + "\n"
+    with _out_lock:
+        _out.write(line)
+        _out.flush()
+
+
+# The control actor's methods a router may call, with their arguments.
+_CALLS = {"reserve": ("hash",), "confirm": ("rid", "node", "sandbox"), "release": ("rid",)}
+
+
+def _serve_calls(ctl: object) -> None:
+    """The router's quota calls, each answered as soon as the control actor has (the actor
+    serialises them; threads only keep one slow call from holding up the next)."""
+    pool = ThreadPoolExecutor(max_workers=16)
+
+    def one(req: dict) -> None:
+        try:
+            args = [req.get(a) for a in _CALLS[req["op"]]]
+            result = ray.get(getattr(ctl, req["op"]).remote(*args), timeout=10)
+            _emit({"reply": req["id"], "result": result})
+        except Exception as e:  # noqa: BLE001 - the router fails the create closed
+            _emit({"reply": req.get("id"), "error": str(e)[:200]})
+
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(req, dict) and req.get("op") in _CALLS:
+            pool.submit(one, req)
+    # The router is gone: so is the reason to run.
+    os._exit(0)
 
 
 def _connect(address: str) -> None:
@@ -42,6 +77,7 @@ def _connect(address: str) -> None:
 
 def membership(a: argparse.Namespace) -> None:
     ctl = _actors.control(create=True)
+    threading.Thread(target=_serve_calls, args=(ctl,), daemon=True).start()
     started: set = set()
     next_ensure = 0.0
     while True:
