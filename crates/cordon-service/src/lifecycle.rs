@@ -163,6 +163,13 @@ impl Service {
         trusted: Option<Profile>,
         seed: Seed,
     ) -> Result<SandboxInfo, ServiceError> {
+        let req = match &req.template {
+            Some(name) => match self.cfg.templates.get(name) {
+                Some(t) => t.apply(req),
+                None => return Err(self.cfg.templates.not_found(name)),
+            },
+            None => req,
+        };
         let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
