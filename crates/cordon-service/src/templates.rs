@@ -19,8 +19,16 @@ use crate::error::ServiceError;
 use crate::types::{Amount, CreateSandbox};
 
 /// The templates a server starts with whatever its file says: E2B's two well-known names,
-/// each the `default` profile on the host's system directories.
+/// each the `default` profile on the host's system directories with [`BUILTIN_DISK`] and
+/// [`BUILTIN_MEMORY`].
 pub const BUILTIN: [&str; 2] = ["base", "code-interpreter-v1"];
+/// Scratch of the built-in templates: a data-stack `pip install` (numpy, pandas, scipy,
+/// scikit-learn, matplotlib and their dependencies: roughly 400-500 MB unpacked in `~/.local`,
+/// the wheels, about 100 MB, in `/tmp` while it runs) fits with room to spare.
+pub const BUILTIN_DISK: u64 = 2 << 30;
+/// Memory of the built-in templates: the scratch tmpfs' pages count against the sandbox's
+/// memory, so an install needs room for its files and for the interpreter that imports them.
+pub const BUILTIN_MEMORY: u64 = 2 << 30;
 
 /// One template: what a create that names it gets unless the request says otherwise.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,6 +57,8 @@ impl Template {
     fn builtin() -> Template {
         Template {
             profile: "default".into(),
+            disk: Some(BUILTIN_DISK),
+            memory: Some(BUILTIN_MEMORY),
             ..Default::default()
         }
     }

@@ -159,9 +159,10 @@ fn a_template_gives_its_image_limits_and_env_and_the_request_overrides_them() {
     let id = info["id"].as_str().expect("id");
     let out = exec(&s, id, "test -e /etc/greeting && echo image || echo host");
     assert_eq!(out, "host\n");
-    // The other built-in stays as it was: the default profile's memory.
+    // The other built-in stays as it was: room for a data-stack install.
     let info = create(&s, json!({"template": "code-interpreter-v1"}));
-    assert_eq!(info["limits"]["memory_bytes"], 512u64 << 20, "{info}");
+    assert_eq!(info["limits"]["memory_bytes"], 2u64 << 30, "{info}");
+    assert_eq!(info["limits"]["disk_bytes"], 2u64 << 30, "{info}");
 
     // An unknown name: 404, naming the known ones.
     let (st, err) = s.call("POST", "/v1/sandboxes", Some(json!({"template": "nope"})));
