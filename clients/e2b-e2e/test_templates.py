@@ -89,3 +89,69 @@ def test_create_by_template_name_gets_its_image_limits_and_env(server, tmp_path,
         assert "base, code-interpreter-v1, my-template" in str(e.value)
     finally:
         srv.stop()
+
+
+def test_pip_install_in_a_code_interpreter_cell_through_a_template(tmp_path, monkeypatch):
+    """`!pip install` and `%pip install` in the code-interpreter SDK's cells, from a loopback
+    package index (wheels built here) that a template's `allow_net` and `hosts` admit — the
+    template an operator would write for an internal index — imported by the running
+    interpreter."""
+    import socket
+    import sys
+    import time
+
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python" / "tests"))
+    from test_pip import make_wheel  # noqa: E402
+
+    index = tmp_path / "simple"
+    for name in ("cordonprobe_e2b_bang", "cordonprobe_e2b_magic"):
+        make_wheel(index, name)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    web = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    (tmp_path / "templates.toml").write_text(
+        f"""
+[templates.with-index]
+disk = "2G"
+memory = "2G"
+allow_net = ["pkgs.test:{port}", "127.0.0.1:{port}"]
+hosts = {{ "pkgs.test" = "127.0.0.1" }}
+env = {{ PIP_INDEX_URL = "http://pkgs.test:{port}/simple/", PIP_TRUSTED_HOST = "pkgs.test", PIP_DISABLE_PIP_VERSION_CHECK = "1" }}
+"""
+    )
+    srv = start_server(tmp_path / "data", ["--templates", str(tmp_path / "templates.toml")])
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the package index did not start"
+                time.sleep(0.05)
+        for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"):
+            monkeypatch.setenv(k, srv.url)
+        monkeypatch.setenv("E2B_API_KEY", srv.api_key)
+        s = CodeSandbox.create("with-index", timeout=120)
+        try:
+            assert s.get_info().memory_mb == 2048
+            assert s.run_code("1 + 1").text == "2"
+            ex = s.run_code("!pip install cordonprobe_e2b_bang\nimport cordonprobe_e2b_bang\ncordonprobe_e2b_bang.VALUE")
+            assert ex.error is None, (ex.logs.stdout, ex.logs.stderr)
+            assert ex.text == "cordonprobe_e2b_bang from the loopback index"
+            ex = s.run_code("%pip install cordonprobe_e2b_magic\nimport cordonprobe_e2b_magic\ncordonprobe_e2b_magic.VALUE")
+            assert ex.error is None, (ex.logs.stdout, ex.logs.stderr)
+            assert ex.text == "cordonprobe_e2b_magic from the loopback index"
+        finally:
+            s.kill()
+    finally:
+        srv.stop()
+        web.terminate()
+        web.wait()
