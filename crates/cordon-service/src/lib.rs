@@ -29,6 +29,7 @@ mod lifecycle;
 mod network;
 mod requests;
 pub mod snapshots;
+pub mod templates;
 pub mod volumes;
 mod wasm;
 
@@ -107,6 +108,9 @@ pub struct Config {
     /// (`allow_internet_access`, true by default in E2B's SDKs) without naming hosts
     /// (`cordon serve --e2b-allow-net`); empty: no network.
     pub e2b_allow_net: Vec<String>,
+    /// Named templates a create may select (`cordon serve --templates`): the built-in ones
+    /// and the operator's file.
+    pub templates: templates::Templates,
 }
 
 /// What `cordon serve` does with a request for an image its store does not have.

@@ -55,6 +55,52 @@ pub(crate) struct Seed {
     pub(crate) volumes: Vec<String>,
 }
 
+/// What makes a plain `pip install x` work in a server's sandbox (see the README's *pip inside
+/// just works*): PEP 668's marker (Debian's `EXTERNALLY-MANAGED`) is waived because nothing
+/// pip writes can reach the host — the host's system directories are read-only in the sandbox,
+/// so pip falls back to a user install in the sandbox's own home tmpfs (`~/.local`), and an
+/// image's root is the sandbox's own writable layer; no wheel cache, which would hold every
+/// download a second time on the same size-capped tmpfs; and `~/.local/bin`, where installed
+/// commands land, on `PATH`. Each only where neither the image's `Env` nor the request (nor
+/// the template) sets it.
+const PIP_DEFAULTS: [(&str, &str); 2] = [
+    ("PIP_BREAK_SYSTEM_PACKAGES", "1"),
+    ("PIP_NO_CACHE_DIR", "1"),
+];
+
+fn add_pip_defaults(profile: &mut Profile) {
+    let image_sets = |k: &str| {
+        profile.root_image.as_ref().is_some_and(|i| {
+            i.env
+                .iter()
+                .any(|e| e.split_once('=').is_some_and(|(n, _)| n == k))
+        })
+    };
+    let profile_sets = |k: &str| {
+        profile.env.iter().any(|e| match e {
+            cordon_policy::EnvEntry::Set(n, _) | cordon_policy::EnvEntry::Pass(n) => n == k,
+        })
+    };
+    let mut add: Vec<cordon_policy::EnvEntry> = PIP_DEFAULTS
+        .iter()
+        .filter(|(k, _)| !image_sets(k) && !profile_sets(k))
+        .map(|(k, v)| cordon_policy::EnvEntry::Set(k.to_string(), v.to_string()))
+        .collect();
+    if !image_sets("PATH") && !profile_sets("PATH") {
+        let base = cordon_policy::profile::BASE_ENV
+            .iter()
+            .find(|(k, _)| *k == "PATH")
+            .map(|(_, v)| *v)
+            .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+        add.push(cordon_policy::EnvEntry::Set(
+            "PATH".into(),
+            format!("{base}:{}/.local/bin", cordon_policy::profile::HOME),
+        ));
+    }
+    // First, so that nothing the profile sets later is overridden.
+    profile.env.splice(0..0, add);
+}
+
 impl Service {
     /// What this server's freezer cgroups are named after (see [`cordon_linux::freeze`]): a
     /// digest of its data directory, so that servers on different data directories never
@@ -163,6 +209,13 @@ impl Service {
         trusted: Option<Profile>,
         seed: Seed,
     ) -> Result<SandboxInfo, ServiceError> {
+        let req = match &req.template {
+            Some(name) => match self.cfg.templates.get(name) {
+                Some(t) => t.apply(req),
+                None => return Err(self.cfg.templates.not_found(name)),
+            },
+            None => req,
+        };
         let mut profile = profile_from(
             req.profile.as_deref(),
             req.memory.as_ref(),
@@ -196,6 +249,7 @@ impl Service {
             .validate()
             .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let image = self.attach_image(&mut profile, trusted_profile).await?;
+        add_pip_defaults(&mut profile);
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -640,5 +694,42 @@ impl Service {
             cordon_linux::freeze::end_leftovers(&scope, &[]);
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pip_defaults_yield_to_the_image_and_the_request() {
+        let env = |p: &Profile| p.environment(|_| None);
+        let mut p = Profile::builtin("default").expect("default");
+        add_pip_defaults(&mut p);
+        let e = env(&p);
+        assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "1");
+        assert!(
+            e["PATH"].ends_with(":/home/sandbox/.local/bin"),
+            "{}",
+            e["PATH"]
+        );
+
+        let mut p = Profile::builtin("default").expect("default");
+        p.env.push(cordon_policy::EnvEntry::Set(
+            "PIP_NO_CACHE_DIR".into(),
+            "0".into(),
+        ));
+        p.root_image = Some(cordon_policy::RootImage {
+            env: vec![
+                "PATH=/opt/venv/bin:/usr/bin".into(),
+                "PIP_BREAK_SYSTEM_PACKAGES=0".into(),
+            ],
+            ..Default::default()
+        });
+        add_pip_defaults(&mut p);
+        let e = env(&p);
+        assert_eq!(e["PATH"], "/opt/venv/bin:/usr/bin");
+        assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "0");
+        assert_eq!(e["PIP_NO_CACHE_DIR"], "0");
     }
 }

@@ -203,6 +203,11 @@ pub const METADATA_MAX_VALUE: usize = 1024;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
+    /// A template of the server's (`cordon serve --templates`; `base` and
+    /// `code-interpreter-v1` are built in): its image, profile and defaults apply to every
+    /// field this request leaves out (env: variable by variable). Unknown names are a 404
+    /// listing the known ones.
+    pub template: Option<String>,
     /// Built-in profile: `default` or `strict`.
     pub profile: Option<String>,
     /// Memory limit (at least 8M), e.g. `"512M"`.

@@ -18,7 +18,23 @@ says; the whole API is described at /openapi.json.\n\nExample:\n  \
 KEY=$(cordon keys create --name me)\n  \
 cordon serve --listen 127.0.0.1:8080 &\n  \
 until curl -sf http://127.0.0.1:8080/healthz >/dev/null; do sleep 0.2; done\n  \
-curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes"
+curl -H \"Authorization: Bearer $KEY\" -d '{}' http://127.0.0.1:8080/v1/sandboxes\n\n\
+Templates (--templates FILE): each names an image and a profile with defaults; a request's own \
+fields win over them (env variable by variable). `base` and `code-interpreter-v1` are built in \
+(the default profile on the host's system directories) and a table of that name replaces them; \
+a create naming no known template is a 404 listing the known ones.\n  \
+[templates.data-science]\n  \
+image = \"my-agent:1\"        # in the store (cordon image build/pull); absent: the host's system\n  \
+profile = \"default\"         # a built-in profile: default or strict\n  \
+disk = \"2G\"                 # /tmp, /workspace and the home\n  \
+memory = \"2G\"\n  \
+cpus = 2\n  \
+pids = 256\n  \
+ttl = \"1h\"\n  \
+allow_net = [\"pypi.org\", \"files.pythonhosted.org\"]   # egress allowlist (--allow-net entries)\n  \
+hosts = { \"pkgs.internal\" = \"10.0.0.5\" }               # names the proxy resolves itself\n  \
+env = { MPLBACKEND = \"Agg\" }\n\
+Then: curl -d '{\"template\": \"data-science\"}' …/v1/sandboxes, or E2B's Sandbox.create(\"data-science\")."
 )]
 pub struct ServeArgs {
     /// Address to listen on. Non-loopback addresses require API keys (no --no-auth).
@@ -70,6 +86,10 @@ pub struct ServeArgs {
     /// allowlist: without this flag such sandboxes get no network, and their info says so.
     #[arg(long = "e2b-allow-net", value_name = "ENTRY,…", value_delimiter = ',')]
     e2b_allow_net: Vec<String>,
+    /// Named templates a create selects (the native API's `template`, E2B's `templateID`):
+    /// a TOML file of `[templates.NAME]` tables, checked at start (see below).
+    #[arg(long, value_name = "FILE")]
+    templates: Option<PathBuf>,
     /// Serve as a node of a cordon cluster (`cordon cluster up` starts nodes so): a file
     /// holding the cluster's secret, which every request must carry (the cluster's routers
     /// send it), so that clients reach this node only through a router. Keys then come from
@@ -338,6 +358,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             ImagePullArg::Never => cordon_server::ImagePull::Never,
             ImagePullArg::Missing => cordon_server::ImagePull::Missing,
         },
+        templates: match &a.templates {
+            Some(f) => {
+                let t = cordon_service::templates::Templates::load(f)
+                    .map_err(|e| format!("--templates {e}"))?;
+                warn_missing_images(&t, &dir);
+                t
+            }
+            None => Default::default(),
+        },
         e2b_allow_net: {
             let p = cordon_policy::network::NetworkPolicy {
                 allow: a.e2b_allow_net.clone(),
@@ -401,6 +430,29 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())
     })
+}
+
+/// Says which templates name an image the store lacks (a create naming them is refused until
+/// it is built or pulled, or pulled then with --image-pull missing): not an error, since the
+/// operator may build it after starting the server.
+fn warn_missing_images(t: &cordon_service::templates::Templates, dir: &std::path::Path) {
+    let Ok(store) = cordon_image::Store::open(dir) else {
+        return;
+    };
+    for (name, t) in t.iter() {
+        if let Some(image) = &t.image {
+            if matches!(
+                store.resolve(image),
+                Err(cordon_image::ImageError::NotFound { .. })
+            ) {
+                eprintln!(
+                    "cordon: warning: template {name}: image {image} is not in the store yet \
+                     (cordon image build/pull {image} --data-dir {})",
+                    dir.display()
+                );
+            }
+        }
+    }
 }
 
 /// `cordon __oneshot`: one run for the server, request on stdin, Outcome JSON on stdout.

@@ -318,9 +318,12 @@ def create_body(
     image: Optional[str] = None,
     from_snapshot: Optional[str] = None,
     volumes: Optional[Mapping[str, VolumeSpec]] = None,
+    template: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if template is not None:
+        body["template"] = str(template)
     if image is not None:
         body["image"] = str(image)
     if from_snapshot is not None:

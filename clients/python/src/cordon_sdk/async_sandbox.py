@@ -601,6 +601,7 @@ class AsyncSandbox:
         image: Optional[str] = None,
         from_snapshot: Optional[str] = None,
         volumes: Optional[Mapping[str, VolumeSpec]] = None,
+        template: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -618,6 +619,9 @@ class AsyncSandbox:
         system directories. ``from_snapshot`` names a snapshot of the key (see :meth:`snapshot`)
         whose files the sandbox starts with; ``volumes`` mounts the key's volumes,
         ``{"/data": "datasets"}`` (read-write) or ``{"/data": ("datasets", True)}`` (read-only).
+        ``template`` names one of the server's templates (``cordon serve --templates``;
+        ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
+        apply to whatever this call leaves out.
         """
         body = _core.create_body(
             profile,
@@ -634,6 +638,7 @@ class AsyncSandbox:
             image,
             from_snapshot,
             volumes,
+            template,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return _core.Creating(creating)  # sync: return creating

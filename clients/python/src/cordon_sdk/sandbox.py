@@ -599,6 +599,7 @@ class Sandbox:
         image: Optional[str] = None,
         from_snapshot: Optional[str] = None,
         volumes: Optional[Mapping[str, VolumeSpec]] = None,
+        template: Optional[str] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -616,6 +617,9 @@ class Sandbox:
         system directories. ``from_snapshot`` names a snapshot of the key (see :meth:`snapshot`)
         whose files the sandbox starts with; ``volumes`` mounts the key's volumes,
         ``{"/data": "datasets"}`` (read-write) or ``{"/data": ("datasets", True)}`` (read-only).
+        ``template`` names one of the server's templates (``cordon serve --templates``;
+        ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
+        apply to whatever this call leaves out.
         """
         body = _core.create_body(
             profile,
@@ -632,6 +636,7 @@ class Sandbox:
             image,
             from_snapshot,
             volumes,
+            template,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating

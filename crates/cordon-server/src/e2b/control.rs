@@ -1,6 +1,7 @@
 //! E2B's control plane: create, connect, list, info, kill, timeouts — over the service's
-//! sandboxes, with templates naming cordon profiles (or the caller's snapshots, which a
-//! sandbox then starts from) and `volumeMounts` naming the caller's volumes.
+//! sandboxes, with `templateID` naming one of the server's templates (`cordon serve
+//! --templates`), a cordon profile, or one of the caller's snapshots (which a sandbox then
+//! starts from), and `volumeMounts` naming the caller's volumes.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::{rfc3339, rfc3339_ms, Control, E2bError, St, DEFAULT_TEMPLATE, ENVD_VERSION};
 use crate::error::ApiError;
+use cordon_service::templates::Templates;
 use cordon_service::types::{Amount, CreateSandbox, SandboxInfo, SandboxState};
 use cordon_service::volumes::VolumeMount;
 use cordon_service::Caller;
@@ -149,18 +151,29 @@ pub(super) fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Res
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
 }
 
-/// The cordon profile a template names: E2B's own template names give the default sandbox
-/// (python, node and bash on the host's system), any built-in profile name gives that one.
-fn profile_of(template: &str) -> Result<String, ApiError> {
-    match template {
-        "" | "base" | "code-interpreter-v1" | "code-interpreter" | "code-interpreter-beta" => {
-            Ok("default".into())
+/// What an E2B `templateID` selects.
+#[derive(Debug, PartialEq)]
+enum Chosen {
+    /// One of the server's templates (built-in `base` and `code-interpreter-v1`, or the
+    /// operator's file); E2B's other names for the code interpreter's are aliases of it.
+    Template(String),
+    /// A built-in cordon profile named directly (`default`, `strict`).
+    Profile(String),
+}
+
+fn choose(templates: &Templates, name: &str) -> Option<Chosen> {
+    let alias = match name {
+        "" | "code-interpreter" | "code-interpreter-beta" if templates.get(name).is_none() => {
+            DEFAULT_TEMPLATE
         }
-        t if cordon_policy::Profile::builtin(t).is_ok() => Ok(t.to_string()),
-        t => Err(ApiError::not_found(format!(
-            "template '{t}' not found: use base, code-interpreter-v1 or a built-in cordon profile (default, strict)"
-        ))),
+        n => n,
+    };
+    if templates.get(alias).is_some() {
+        return Some(Chosen::Template(alias.to_string()));
     }
+    cordon_policy::Profile::builtin(name)
+        .is_ok()
+        .then(|| Chosen::Profile(name.to_string()))
 }
 
 pub(super) fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
@@ -220,17 +233,25 @@ pub(super) async fn create(
         .template_id
         .clone()
         .unwrap_or_else(|| DEFAULT_TEMPLATE.into());
-    // A template that is no profile may be one of the caller's snapshots (E2B creates from
-    // a snapshot by naming it as the template): the sandbox starts with its files.
-    let (profile, from) = match profile_of(&template) {
-        Ok(p) => (p, None),
-        Err(e) => {
-            if super::state::is_snapshot(&e2b, &caller, &template).await? {
-                ("default".to_string(), Some(template.clone()))
-            } else {
-                return Err(e.into());
-            }
+    let templates = &e2b.st.service.config().templates;
+    // A name that is no template or profile may be one of the caller's snapshots (E2B
+    // creates from a snapshot by naming it as the template): the sandbox starts with its files.
+    let (chosen, from) = match choose(templates, &template) {
+        Some(c) => (c, None),
+        None if super::state::is_snapshot(&e2b, &caller, &template).await? => {
+            (Chosen::Profile("default".into()), Some(template.clone()))
         }
+        None => {
+            return Err(ApiError::not_found(format!(
+                "template '{template}' not found: name one of this server's templates ({}), a built-in profile (default, strict) or one of your snapshots; an operator adds templates with cordon serve --templates FILE",
+                templates.names()
+            ))
+            .into());
+        }
+    };
+    let picked = match &chosen {
+        Chosen::Template(n) => templates.get(n),
+        Chosen::Profile(_) => None,
     };
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
     let pause_on_timeout = req.auto_pause == Some(true);
@@ -240,25 +261,33 @@ pub(super) async fn create(
         )
         .into());
     }
-    let allow = egress(
-        req.allow_internet_access,
-        req.network,
-        &e2b.st.service.config().e2b_allow_net,
-    )?;
+    // "The internet" is the template's allowlist where it has one, else the server's.
+    let internet = picked
+        .and_then(|t| t.allow_net.as_deref())
+        .unwrap_or(&e2b.st.service.config().e2b_allow_net);
+    let allow = egress(req.allow_internet_access, req.network, internet)?;
     let info = e2b
         .st
         .service
         .create(
             &caller,
             CreateSandbox {
-                profile: Some(profile),
+                template: match &chosen {
+                    Chosen::Template(n) => Some(n.clone()),
+                    Chosen::Profile(_) => None,
+                },
+                profile: match chosen {
+                    Chosen::Profile(p) => Some(p),
+                    Chosen::Template(_) => None,
+                },
+                // Given always, so that no internet access stays none whatever the template.
+                network: Some(cordon_policy::network::NetworkPolicy {
+                    allow,
+                    hosts: picked.map(|t| t.hosts.clone()).unwrap_or_default(),
+                }),
                 ttl: Some(ttl),
                 env: req.env_vars.unwrap_or_default(),
                 metadata: req.metadata.unwrap_or_default(),
-                network: (!allow.is_empty()).then(|| cordon_policy::network::NetworkPolicy {
-                    allow,
-                    ..Default::default()
-                }),
                 volumes: req
                     .volume_mounts
                     .unwrap_or_default()
@@ -691,16 +720,19 @@ mod tests {
     }
 
     #[test]
-    fn templates_name_profiles() {
-        assert_eq!(profile_of("base").ok().as_deref(), Some("default"));
+    fn template_ids_name_templates_then_profiles() {
+        let t = Templates::default();
+        let tpl = |n: &str| Some(Chosen::Template(n.to_string()));
+        assert_eq!(choose(&t, "base"), tpl("base"));
         assert_eq!(
-            profile_of("code-interpreter-v1").ok().as_deref(),
-            Some("default")
+            choose(&t, "code-interpreter-v1"),
+            tpl("code-interpreter-v1")
         );
-        assert_eq!(profile_of("strict").ok().as_deref(), Some("strict"));
+        assert_eq!(choose(&t, "code-interpreter"), tpl("code-interpreter-v1"));
         assert_eq!(
-            profile_of("nope").err().map(|e| e.kind),
-            Some(ErrorKind::NotFound)
+            choose(&t, "strict"),
+            Some(Chosen::Profile("strict".to_string()))
         );
+        assert_eq!(choose(&t, "nope"), None);
     }
 }

@@ -184,6 +184,16 @@ impl ToSchema for Cmd {}
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
+    /// A template of the server's (`cordon serve --templates`; `base` and
+    /// `code-interpreter-v1` are built in): its image, profile and defaults apply to every
+    /// field this request leaves out (env: variable by variable). Unknown names are a 404
+    /// listing the known ones.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+    )]
+    pub template: Option<String>,
     /// Built-in profile: `default` or `strict`.
     #[schema(value_type = Option<ProfileName>)]
     pub profile: Option<String>,

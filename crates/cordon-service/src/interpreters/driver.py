@@ -44,6 +44,11 @@ Languages.
               text/plain (repr). display(*objs) (a builtin) emits non-main results. matplotlib
               (MPLBACKEND=Agg) is switched to a small inline backend: plt.show() and the end of
               each cell emit every open figure as image/png, then close them all.
+              A cell that is not Python as written may use IPython's line forms: `!cmd` (a
+              shell command; its status in `_exit_code`), `%pip ARGS` (this interpreter's own
+              pip) and `%system cmd`. Before each cell, and after those, a user site-packages
+              directory made since start-up (pip's user install) is put on sys.path, so what
+              was just installed imports in the running interpreter.
   javascript: see node_driver.js (one persistent context, top-level await, display()).
   bash:       one `bash --noprofile --norc`; each cell is `source`d from a file, stdin
               /dev/null; a non-zero status gives error "ExitCode" ("exit status N"). The shell
@@ -504,6 +509,68 @@ def _mpl_show(*args, **kwargs):
 # Kernels
 
 
+def _refresh_user_site():
+    """Makes packages installed since the interpreter started importable now: pip's user
+    install (~/.local, where `pip install` lands in a sandbox) creates the user site-packages
+    directory, which site.py only adds to sys.path if it existed at start-up."""
+    import importlib
+    import site
+
+    try:
+        user_site = site.getusersitepackages()
+        if site.ENABLE_USER_SITE and os.path.isdir(user_site) and user_site not in sys.path:
+            site.addsitedir(user_site)
+    except Exception:
+        pass
+    importlib.invalidate_caches()
+
+
+def _shell(cmd):
+    """`!cmd` in a cell: the command through /bin/sh, its output the cell's (fds 1 and 2 are
+    the driver's pipes); its exit status in `_exit_code`, as IPython keeps it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL)
+    KERNEL.ns["_exit_code"] = code
+    _refresh_user_site()
+
+
+def _magic(name, args):
+    """`%name args` in a cell. Only %pip (pip of this very interpreter, as IPython's) and
+    %system are known; anything else is an error that says so."""
+    if name == "pip":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        code = subprocess.call([sys.executable, "-m", "pip"] + shlex.split(args), stdin=subprocess.DEVNULL)
+        KERNEL.ns["_exit_code"] = code
+        _refresh_user_site()
+        return None
+    if name in ("system", "sx"):
+        return _shell(args)
+    raise NameError("%%%s: not a magic this interpreter knows (it knows %%pip, %%system and !command)" % name)
+
+
+def _magic_lines(code):
+    """IPython's line forms, for cells that are not Python as written: a line `!cmd` runs a
+    shell command, `%name args` a line magic. Lines inside strings are left alone because the
+    rewrite is tried only when the cell does not parse, and only on whole lines."""
+    out = []
+    changed = False
+    for line in code.split("\n"):
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        if body.startswith("!"):
+            out.append("%s__cordon_shell__(%r)" % (indent, body[1:]))
+            changed = True
+        elif body.startswith("%") and not body.startswith("%%") and len(body) > 1 and body[1].isalpha():
+            name, _, args = body[1:].partition(" ")
+            out.append("%s__cordon_magic__(%r, %r)" % (indent, name, args.strip()))
+            changed = True
+        else:
+            out.append(line)
+    return "\n".join(out) if changed else None
+
+
 def _source_lines(code):
     parts = code.split("\n")
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
@@ -558,6 +625,8 @@ class PythonKernel:
         sys.modules["__main__"] = main  # so pickle and friends find user classes
         self.ns = main.__dict__
         builtins.display = self.display
+        builtins.__cordon_shell__ = _shell
+        builtins.__cordon_magic__ = _magic
         sys.argv = [""]
         sys.meta_path.insert(0, _ImportHooks())
         os.environ.setdefault("MPLBACKEND", "Agg")
@@ -618,7 +687,15 @@ class PythonKernel:
         return self.loop.run_until_complete(coro)
 
     def _run(self, code, fname):
-        tree = ast.parse(code, fname, "exec")
+        _refresh_user_site()
+        try:
+            tree = ast.parse(code, fname, "exec")
+        except SyntaxError:
+            rewritten = _magic_lines(code)
+            if rewritten is None:
+                raise
+            code = rewritten
+            tree = ast.parse(code, fname, "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             node = tree.body[-1]

@@ -291,6 +291,36 @@ def test_syntax_error(py):
     assert not any("ast.py" in line for line in c.error["traceback"])
 
 
+def test_bang_and_magic_lines_run_as_in_ipython(py):
+    c = py.execute("for i in range(2):\n    !echo bang $((1 + 1))\n%system echo magic\n_exit_code")
+    assert c.status == "ok", c.error
+    assert c.stdout == "bang 2\nbang 2\nmagic\n"
+    assert c.main["text/plain"] == "0"
+    c = py.execute("!exit 3\n_exit_code")
+    assert c.main["text/plain"] == "3"
+    # Lines inside strings are Python's when the cell parses as it is.
+    assert py.execute('s = """\n!echo no\n%pip no\n"""\ns.count("!")').main["text/plain"] == "1"
+    c = py.execute("%timeit 1")
+    assert c.error["name"] == "NameError" and "%pip" in c.error["value"]
+
+
+def test_pip_magic_runs_this_interpreters_pip(py):
+    c = py.execute("%pip --version")
+    assert c.status == "ok", c.error
+    assert c.stdout.startswith("pip ") and "python 3" in c.stdout
+
+
+def test_a_user_site_made_after_start_is_importable(kernel_factory, tmp_path):
+    # As pip's user install does: the user site-packages directory appears mid-session (a
+    # user base of the test's own, so the host's home is left alone).
+    py = kernel_factory("python", env={"PYTHONUSERBASE": str(tmp_path / "userbase")})
+    c = py.execute("import site, os, sys\nus = site.getusersitepackages()\nsite.ENABLE_USER_SITE and us not in sys.path")
+    if c.main["text/plain"] != "True":
+        pytest.skip("the user site exists already or is disabled here")
+    py.execute("os.makedirs(us, exist_ok=True)\nopen(os.path.join(us, 'cordon_late_probe.py'), 'w').write('X = 7')")
+    assert py.execute("import cordon_late_probe\ncordon_late_probe.X").main["text/plain"] == "7"
+
+
 def test_system_exit_does_not_kill_the_kernel(py):
     py.execute("z = 1")
     c = py.execute("import sys\nsys.exit(3)")
