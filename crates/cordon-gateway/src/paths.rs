@@ -49,18 +49,8 @@ pub fn normalise(raw: &str) -> Result<String, PathError> {
     if !s.starts_with('/') {
         return Err(PathError::Relative);
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in s.split('/') {
-        match part {
-            "" | "." => {}
-            // `..` at the root stays at the root, as in the kernel.
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
+    // `..` at the root stays at the root, as in the kernel.
+    Ok(cordon_policy::lexical::resolve("", &s))
 }
 
 /// One glob of a path set, e.g. `/system/**` or `/home/*/notes`. `*` stays within one
@@ -167,17 +157,7 @@ impl PathGlob {
 /// Removes `.`, `..` and repeated slashes from a glob's literal parts, so that a config
 /// written `/system//x/**` means what it says.
 fn normalise_glob(text: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in text.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
+    cordon_policy::lexical::resolve("", text)
 }
 
 /// Whether `path` is `dir` or below it (both normalised).

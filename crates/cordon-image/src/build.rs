@@ -768,17 +768,7 @@ fn copy(
 
 /// `/a/./b/../c` → `/a/c` (never above `/`).
 fn clean_abs(p: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for c in p.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    format!("/{}", parts.join("/"))
+    cordon_policy::lexical::resolve("", p)
 }
 
 /// One directory on the way to a destination inside the image.

@@ -335,6 +335,15 @@ impl Client {
             }
             req.call().map_err(|e| transport(&self.registry, e))
         };
+        self.with_auth(send)
+    }
+
+    /// Sends with the current authorization; on `401`, authenticates as the challenge asks
+    /// and sends once more (`send` takes the `Authorization` value to use).
+    fn with_auth(
+        &self,
+        send: impl Fn(Option<String>) -> Result<ureq::http::Response<ureq::Body>, ImageError>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ImageError> {
         let resp = send(self.current_auth())?;
         if resp.status().as_u16() != 401 {
             return Ok(resp);
@@ -486,31 +495,7 @@ impl Client {
             };
             r.map_err(|e| transport(&self.registry, e))
         };
-        let resp = send(self.current_auth())?;
-        if resp.status().as_u16() != 401 {
-            return Ok(resp);
-        }
-        let challenge = resp
-            .headers()
-            .get("www-authenticate")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
-        let fresh = self.authenticate(challenge)?;
-        if let Ok(mut a) = self.auth.lock() {
-            *a = Some(fresh.clone());
-        }
-        let resp = send(Some(fresh))?;
-        if resp.status().as_u16() == 401 {
-            return Err(ImageError::Auth {
-                registry: self.registry.clone(),
-                message: if self.creds.is_some() {
-                    "the credentials were refused".into()
-                } else {
-                    "the registry wants credentials: `cordon image login`".into()
-                },
-            });
-        }
-        Ok(resp)
+        self.with_auth(send)
     }
 
     pub(crate) fn repository(&self) -> &str {

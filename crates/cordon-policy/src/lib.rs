@@ -5,6 +5,7 @@
 //! a confined process tree.
 
 pub mod ending;
+pub mod lexical;
 pub mod network;
 pub mod notices;
 pub mod outcome;

@@ -224,22 +224,8 @@ pub async fn stat_following(
 /// The absolute path a link at `link` with target text `target` names, `.` and `..`
 /// resolved lexically.
 fn link_target(link: &str, target: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    let base = if target.starts_with('/') {
-        ""
-    } else {
-        link.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("")
-    };
-    for c in base.split('/').chain(target.split('/')) {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    format!("/{}", parts.join("/"))
+    let dir = link.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("");
+    cordon_policy::lexical::resolve(dir, target)
 }
 
 /// A directory's entries, `depth` levels down (1: the directory itself), at most `cap` of

@@ -165,13 +165,7 @@ fn router(
 }
 
 pub fn cluster_main(a: ClusterArgs) -> i32 {
-    match cluster(a) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            125
-        }
-    }
+    crate::exit_code(cluster(a))
 }
 
 fn cluster(a: ClusterArgs) -> Result<(), String> {

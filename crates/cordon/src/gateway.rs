@@ -284,11 +284,5 @@ fn run(
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            125
-        }
-    }
+    crate::exit_code(result)
 }

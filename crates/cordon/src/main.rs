@@ -190,3 +190,15 @@ fn command_before_dashes(e: &clap::Error) -> Option<String> {
         command.join(" ")
     ))
 }
+
+/// The exit status of a command: 0, or 125 (a failure on cordon's side, not the program's)
+/// with the error on stderr.
+pub(crate) fn exit_code(r: Result<(), impl std::fmt::Display>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            125
+        }
+    }
+}

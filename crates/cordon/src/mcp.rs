@@ -113,11 +113,5 @@ pub fn main(a: McpArgs) -> i32 {
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            125
-        }
-    }
+    crate::exit_code(result)
 }

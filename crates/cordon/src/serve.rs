@@ -291,25 +291,13 @@ pub fn keys_main(a: KeysArgs) -> i32 {
             }
         }),
     };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            125
-        }
-    }
+    crate::exit_code(result)
 }
 
 pub fn serve_main(a: ServeArgs) -> i32 {
     // Before any thread: every sandbox may get an egress proxy that resolves names.
     cordon_linux::pin_name_service();
-    match serve(a) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            125
-        }
-    }
+    crate::exit_code(serve(a))
 }
 
 fn serve(a: ServeArgs) -> Result<(), String> {
