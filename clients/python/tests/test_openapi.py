@@ -39,7 +39,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "CreateSandbox": (
         lambda: _core.create_body(
             "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s",
-            "python:3.12-slim", "after-setup", {"/data": "datasets", "/ro": ("refs", True)}, "base",
+            "python:3.12-slim", "after-setup", {"/data": "datasets", "/ro": ("refs", True)}, "base", True,
         ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),

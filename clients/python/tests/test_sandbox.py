@@ -476,3 +476,25 @@ def test_request_timeout() -> None:
         for c in held:
             c.close()
         silent.close()
+
+
+def test_a_sandbox_asked_to_pause_on_timeout_is_paused_then_resumed_with_its_processes(
+    conn: Dict[str, Any],
+) -> None:
+    sb = Sandbox.create(ttl=2, pause_on_timeout=True, **conn)
+    try:
+        assert sb.info().pause_on_timeout is True
+        bg = sb.commands.run("sleep 600", background=True)
+        deadline = time.time() + 15
+        while time.time() < deadline and sb.info().state != "paused":
+            time.sleep(0.3)
+        info = sb.info()
+        assert info.state == "paused" and info.paused_by
+        sb.resume()
+        info = sb.info()
+        assert info.state == "running"
+        # The same processes, and a fresh time to live (not the longest it was kept for).
+        assert [c.running for c in sb.commands.list() if c.command_id == bg.id] == [True]
+        assert info.expires_at - time.time() < 23 * 3600
+    finally:
+        sb.kill()

@@ -141,6 +141,9 @@ pub struct Live {
     /// Paused, not ended, when `expires_at` passes (see `CreateSandbox::pause_on_timeout`);
     /// cleared when that pause fails, so that the sandbox ends instead.
     pub(crate) pause_on_timeout: std::sync::atomic::AtomicBool,
+    /// Paused by its timeout (not by a caller): a resume gives it the server's default time
+    /// to live again, instead of the longest it was kept for while paused.
+    pub(crate) paused_by_timeout: std::sync::atomic::AtomicBool,
     pub(crate) commands: Mutex<HashMap<String, Arc<BgCommand>>>,
     pub(crate) contexts: crate::interpreter::Contexts,
     /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything

@@ -339,6 +339,7 @@ impl Service {
             created_ms,
             expires_at: AtomicU64::new(expires_at),
             pause_on_timeout: std::sync::atomic::AtomicBool::new(req.pause_on_timeout),
+            paused_by_timeout: std::sync::atomic::AtomicBool::new(false),
             commands: Mutex::new(HashMap::new()),
             contexts: Default::default(),
             egress,
@@ -572,6 +573,11 @@ impl Service {
             .await
             .map_err(|e| ServiceError::internal(e.to_string()))?;
         if was {
+            if live.paused_by_timeout.swap(false, Ordering::SeqCst) {
+                let exp = now() + self.cfg.default_ttl.as_secs();
+                live.expires_at.store(exp, Ordering::SeqCst);
+                self.registry.set_expiry(id, exp)?;
+            }
             self.audit
                 .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
         }
@@ -666,6 +672,7 @@ impl Service {
             return;
         }
         let exp = now() + keep;
+        live.paused_by_timeout.store(true, Ordering::SeqCst);
         live.expires_at.store(exp, Ordering::SeqCst);
         let _ = self.registry.set_expiry(&live.id, exp);
         self.audit.record(

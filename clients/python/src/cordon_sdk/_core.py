@@ -319,9 +319,12 @@ def create_body(
     from_snapshot: Optional[str] = None,
     volumes: Optional[Mapping[str, VolumeSpec]] = None,
     template: Optional[str] = None,
+    pause_on_timeout: bool = False,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if pause_on_timeout:
+        body["pause_on_timeout"] = True
     if template is not None:
         body["template"] = str(template)
     if image is not None:

@@ -602,6 +602,7 @@ class AsyncSandbox:
         from_snapshot: Optional[str] = None,
         volumes: Optional[Mapping[str, VolumeSpec]] = None,
         template: Optional[str] = None,
+        pause_on_timeout: bool = False,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -621,7 +622,9 @@ class AsyncSandbox:
         ``{"/data": "datasets"}`` (read-write) or ``{"/data": ("datasets", True)}`` (read-only).
         ``template`` names one of the server's templates (``cordon serve --templates``;
         ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
-        apply to whatever this call leaves out.
+        apply to whatever this call leaves out. ``pause_on_timeout``: when ``ttl`` runs out the
+        sandbox is paused (processes frozen, memory kept) instead of ended; :meth:`resume`
+        brings it back.
         """
         body = _core.create_body(
             profile,
@@ -639,6 +642,7 @@ class AsyncSandbox:
             from_snapshot,
             volumes,
             template,
+            pause_on_timeout,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return _core.Creating(creating)  # sync: return creating

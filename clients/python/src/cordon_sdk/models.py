@@ -308,7 +308,8 @@ class SandboxInfo:
     ``state`` is ``"running"``, ``"paused"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or
     ``"failed"``; ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and
     ``limits`` are only known while the sandbox lives; ``paused_by`` (``"cgroup-freezer"`` or
-    ``"sigstop"``) only while it is paused.
+    ``"sigstop"``) only while it is paused; ``pause_on_timeout``: its ``ttl`` running out
+    pauses it instead of ending it.
     """
 
     __schema__: ClassVar[Optional[str]] = "SandboxInfo"
@@ -323,6 +324,7 @@ class SandboxInfo:
     limits: Optional[Limits] = None
     ended_reason: Optional[str] = None
     paused_by: Optional[str] = None
+    pause_on_timeout: bool = False
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -340,6 +342,7 @@ class SandboxInfo:
             limits=Limits.from_dict(lim) if isinstance(lim, Mapping) else None,
             ended_reason=_opt_str(d.get("ended_reason")),
             paused_by=_opt_str(d.get("paused_by")),
+            pause_on_timeout=d.get("pause_on_timeout") is True,
             raw=dict(d),
         )
 

@@ -600,6 +600,7 @@ class Sandbox:
         from_snapshot: Optional[str] = None,
         volumes: Optional[Mapping[str, VolumeSpec]] = None,
         template: Optional[str] = None,
+        pause_on_timeout: bool = False,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -619,7 +620,9 @@ class Sandbox:
         ``{"/data": "datasets"}`` (read-write) or ``{"/data": ("datasets", True)}`` (read-only).
         ``template`` names one of the server's templates (``cordon serve --templates``;
         ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
-        apply to whatever this call leaves out.
+        apply to whatever this call leaves out. ``pause_on_timeout``: when ``ttl`` runs out the
+        sandbox is paused (processes frozen, memory kept) instead of ended; :meth:`resume`
+        brings it back.
         """
         body = _core.create_body(
             profile,
@@ -637,6 +640,7 @@ class Sandbox:
             from_snapshot,
             volumes,
             template,
+            pause_on_timeout,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating

@@ -291,6 +291,7 @@ pub struct SandboxInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
     /// It is paused, not ended, when its time to live runs out.
+    #[serde(default)]
     pub pause_on_timeout: bool,
 }
 
