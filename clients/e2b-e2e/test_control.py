@@ -172,15 +172,16 @@ def test_rate_limit_covers_control_plane_and_envd(server):
         Sandbox.kill(s.sandbox_id)
 
 
-def test_auto_pause_is_refused_and_lifecycle_says_kill(server):
-    """A timeout here kills the sandbox: asking for pause-on-timeout is refused up front (not
-    accepted and then lost), and the info says what happens."""
+def test_lifecycle_says_what_a_timeout_does(server):
+    """A timeout kills the sandbox unless pause-on-timeout was asked for; the info says which,
+    and a files-only auto-pause (which would cold-boot on resume) is refused up front."""
     with pytest.raises(SandboxException) as e:
-        Sandbox.create(timeout=30, lifecycle={"on_timeout": "pause"})
-    assert "autoPause" in str(e.value)
-    s = Sandbox.create(timeout=30)
-    try:
-        info = s.get_info()
-        assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "kill", info.lifecycle
-    finally:
-        s.kill()
+        Sandbox.create(timeout=30, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    assert "autoPauseMemory" in str(e.value)
+    for lifecycle, on_timeout in ((None, "kill"), ({"on_timeout": "pause"}, "pause")):
+        s = Sandbox.create(timeout=30, lifecycle=lifecycle) if lifecycle else Sandbox.create(timeout=30)
+        try:
+            info = s.get_info()
+            assert info.lifecycle is not None and info.lifecycle["on_timeout"] == on_timeout, info.lifecycle
+        finally:
+            s.kill()
