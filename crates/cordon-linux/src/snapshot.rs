@@ -17,6 +17,8 @@ pub struct Snapshot {
     /// Used and total bytes of its writable scratch filesystems together.
     pub disk_used_bytes: u64,
     pub disk_total_bytes: u64,
+    /// Its live processes (the init included).
+    pub processes: u64,
 }
 
 /// The clock ticks `/proc/<pid>/stat` counts CPU time in (USER_HZ: 100 on every Linux ABI).
@@ -37,6 +39,7 @@ pub fn take(
     let page = rustix::param::page_size() as u64;
     let mut s = Snapshot::default();
     for (pid, _) in crate::freeze::tree(init_pid) {
+        s.processes += 1;
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             if let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) {
                 // After the name: state(0) ppid … utime(11) stime(12).

@@ -87,6 +87,47 @@ impl BgCommand {
     }
 }
 
+/// The last [`History::KEEP`] foreground commands of a sandbox, each with the last
+/// [`History::TAIL`] bytes of its stdout and stderr and its Outcome (without the output it
+/// already holds): bounded, so that a busy sandbox's log costs the server at most ~256 KiB.
+#[derive(Default)]
+pub struct History {
+    entries: std::collections::VecDeque<CommandInfo>,
+    next: u64,
+}
+
+impl History {
+    const KEEP: usize = 32;
+    const TAIL: usize = 4096;
+
+    fn push(&mut self, argv: Vec<String>, started_at_ms: u64, outcome: &Outcome) {
+        /// The last `TAIL` bytes, cut at a character boundary.
+        fn tail(s: &str) -> String {
+            let mut at = s.len().saturating_sub(History::TAIL);
+            while !s.is_char_boundary(at) {
+                at += 1;
+            }
+            s[at..].to_string()
+        }
+        self.next += 1;
+        let mut ended = outcome.clone();
+        (ended.stdout, ended.stderr) = (String::new(), String::new());
+        (ended.stdout_b64, ended.stderr_b64) = (None, None);
+        if self.entries.len() == Self::KEEP {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(CommandInfo {
+            command_id: format!("exec-{}", self.next),
+            cmd: argv,
+            running: false,
+            started_at_ms,
+            stdout: tail(&outcome.stdout),
+            stderr: tail(&outcome.stderr),
+            outcome: Some(ended),
+        });
+    }
+}
+
 /// One chunk of a command's output: kept under the cap (in the background command's copy
 /// too), and streamed as far as it is kept — a stream never shows more than the Outcome.
 async fn take_output(
@@ -428,6 +469,8 @@ impl Service {
             Some(id),
             json!({"argv0": spec.argv.first(), "args": spec.argv.len(), "env_keys": req.env.keys().collect::<Vec<_>>(), "timeout_ms": timeout.as_millis() as u64}),
         );
+        let argv = spec.argv.clone();
+        let started_at_ms = crate::unix_ms();
         let outcome = run_in(
             &live,
             spec,
@@ -437,7 +480,24 @@ impl Service {
         )
         .await?;
         self.metrics.observe_exec(outcome.usage.wall_ms as f64);
+        if let Ok(mut h) = live.history.lock() {
+            h.push(argv, started_at_ms, &outcome);
+        }
         Ok(outcome)
+    }
+
+    /// The sandbox's command log: its last foreground commands (see [`History`]) and its
+    /// background commands, oldest first.
+    pub fn command_log(&self, caller: &Caller, id: &str) -> Result<CommandList, ServiceError> {
+        let live = self.get_live(caller, id)?;
+        let mut commands = live
+            .history
+            .lock()
+            .map(|h| h.entries.iter().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        commands.extend(self.list_commands(caller, id)?.commands);
+        commands.sort_by_key(|c| c.started_at_ms);
+        Ok(CommandList { commands })
     }
 
     pub async fn exec_background(
@@ -757,5 +817,27 @@ impl Service {
             stderr,
             exit,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_keeps_the_last_commands_and_the_tail_of_their_output() {
+        let mut h = History::default();
+        for i in 0..(History::KEEP + 3) {
+            let mut o = Outcome::error(String::new(), Default::default());
+            o.stdout = format!("{i}:{}", "é".repeat(History::TAIL));
+            h.push(vec![format!("cmd{i}")], i as u64, &o);
+        }
+        assert_eq!(h.entries.len(), History::KEEP);
+        let first = &h.entries[0];
+        assert_eq!(first.cmd, ["cmd3"], "the oldest went first");
+        assert!(first.stdout.len() <= History::TAIL && first.stdout.ends_with('é'));
+        let ended = first.outcome.as_ref().map(|o| o.stdout.len());
+        assert_eq!(ended, Some(0), "the output is held once, not again in the Outcome");
+        assert_eq!(h.entries.back().map(|e| e.command_id.as_str()), Some("exec-35"));
     }
 }

@@ -156,6 +156,9 @@ pub struct Live {
     pub(crate) image: Option<cordon_image::ImageRoot>,
     /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
     pub(crate) cpu_seen: Mutex<(std::time::Instant, u64)>,
+    /// The last foreground commands and how they ended (see [`exec::History`]): what
+    /// `cordon logs` shows beside the background commands.
+    pub(crate) history: Mutex<exec::History>,
 }
 
 impl Live {

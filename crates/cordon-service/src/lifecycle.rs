@@ -16,7 +16,7 @@ use crate::registry::now;
 use crate::types::*;
 
 /// A sandbox's resource use at one moment (see [`Service::sandbox_metrics`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct SandboxMetrics {
     pub timestamp_ms: u64,
     pub cpu_count: u64,
@@ -26,6 +26,9 @@ pub struct SandboxMetrics {
     pub mem_total: u64,
     pub disk_used: u64,
     pub disk_total: u64,
+    /// Its live processes now (its init included), against its limit.
+    pub processes: u64,
+    pub processes_max: u64,
 }
 
 /// A sandbox slot held by a create under way; given back on drop.
@@ -346,6 +349,7 @@ impl Service {
             network: Mutex::new(live_network),
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
+            history: Default::default(),
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -539,6 +543,8 @@ impl Service {
                 mem_total: l.profile.limits.memory,
                 disk_used: snap.disk_used_bytes,
                 disk_total: snap.disk_total_bytes,
+                processes: snap.processes,
+                processes_max: u64::from(l.profile.limits.pids),
             }
         })
         .await

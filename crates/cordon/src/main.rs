@@ -11,23 +11,28 @@
 mod audit;
 mod build;
 mod check;
+mod client;
 mod cluster;
 mod e2b;
 mod gateway;
 mod image;
 mod mcp;
+mod ops;
 mod run;
 mod run_tty;
 mod sandbox_args;
 mod serve;
 mod state;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `cordon --version`: the release and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CORDON_COMMIT"), ")");
 
 #[derive(Parser)]
 #[command(
     name = "cordon",
-    version,
+    version = VERSION,
     about = "Run code that AI agents write without letting it hurt the host",
     long_about = "cordon runs a command in a sandbox: its own user, pid, mount, network, ipc, uts \
 and cgroup namespaces, a fresh read-only root, no network, a scrubbed environment, no \
@@ -79,6 +84,29 @@ enum Command {
     /// A cordon cluster on Ray: `up` (a node on every Ray node and the front door), `router`,
     /// `status`, `drain`, `keys`.
     Cluster(cluster::ClusterArgs),
+    /// List the sandboxes of a running `cordon serve` (like `docker ps`).
+    Ps(ops::PsArgs),
+    /// Run a command in a running sandbox and stream its output.
+    Exec(ops::ExecArgs),
+    /// A sandbox's command history and output (`-f` to follow).
+    Logs(ops::LogsArgs),
+    /// What each sandbox uses now: CPU, memory, disk, processes against their limits.
+    Top(ops::TopArgs),
+    /// End sandboxes of a running `cordon serve`.
+    Kill(ops::KillArgs),
+    /// Copy files between this machine and a sandbox (SANDBOX:PATH on one side).
+    Cp(ops::CpArgs),
+    /// Print a shell completion script: `cordon completions bash > /etc/bash_completion.d/cordon`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (cordon.1 and one per command) into a directory.
+    Man {
+        /// Where to write them (made if missing).
+        #[arg(long, default_value = ".")]
+        dir: std::path::PathBuf,
+    },
 }
 
 // The C entry point, called by glibc's start code: `cordon_linux::process_start`, then
@@ -127,8 +155,49 @@ fn cordon_main() -> i32 {
         Command::Snapshot(args) => state::snapshot_main(args),
         Command::Sandbox(args) => state::sandbox_main(args),
         Command::Cluster(args) => cluster::cluster_main(args),
+        Command::Ps(args) => ops::ps_main(args),
+        Command::Exec(args) => ops::exec_main(args),
+        Command::Logs(args) => ops::logs_main(args),
+        Command::Top(args) => ops::top_main(args),
+        Command::Kill(args) => ops::kill_main(args),
+        Command::Cp(args) => ops::cp_main(args),
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a write error, and `| head` is one.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut script);
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&script);
+            0
+        }
+        Command::Man { dir } => exit_code(write_man_pages(&dir)),
     };
     code.clamp(0, 255)
+}
+
+/// Writes `cordon.1` and `cordon-<command>.1` (and `cordon-<command>-<sub>.1`) into `dir`.
+fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
+    fn write(cmd: clap::Command, name: &str, dir: &std::path::Path) -> Result<(), String> {
+        // clap takes a command's name as a `'static` str (without its `string` feature); this
+        // process writes a few dozen pages and exits.
+        let cmd = cmd.name(&*Box::leak(name.to_string().into_boxed_str()));
+        let path = dir.join(format!("{name}.1"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut page)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, page).map_err(|e| format!("{}: {e}", path.display()))?;
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            write(sub.clone(), &format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    write(cmd, "cordon", dir)
 }
 
 /// `cordon bench …`: execs `cordon-bench --cordon <this binary> …` (beside cordon, else on

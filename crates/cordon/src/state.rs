@@ -3,39 +3,13 @@
 //! a snapshot needs the server's running sandbox), never the data directory directly.
 //! Parsing and wiring only: the server validates.
 //!
-//! Threat model: the key comes from the environment or a flag and is sent only to the server
+//! Threat model: the key (flag, environment or client config: `client.rs`) is sent only to the server
 //! named; it is never printed.
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-/// Where the server is and which key to use.
-#[derive(Args, Debug, Clone)]
-pub struct ServerArgs {
-    /// The server's URL [env: CORDON_SERVER; default http://127.0.0.1:8080].
-    #[arg(long)]
-    server: Option<String>,
-    /// An API key of that server (`cordon keys create`) [env: CORDON_API_KEY]; not needed
-    /// with `--no-auth`.
-    #[arg(long)]
-    key: Option<String>,
-}
-
-impl ServerArgs {
-    fn url(&self) -> String {
-        self.server
-            .clone()
-            .or_else(|| std::env::var("CORDON_SERVER").ok())
-            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string())
-    }
-
-    fn key(&self) -> Option<String> {
-        self.key
-            .clone()
-            .or_else(|| std::env::var("CORDON_API_KEY").ok())
-            .filter(|k| !k.is_empty())
-    }
-}
+use crate::client::{finish, pretty, ServerArgs};
 
 #[derive(Args, Debug)]
 #[command(
@@ -139,46 +113,9 @@ enum SandboxCommand {
     },
 }
 
+/// One JSON call to the server the flags, environment or config name.
 fn call(s: &ServerArgs, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
-    let base = s.url();
-    let url = format!("{}{path}", base.trim_end_matches('/'));
-    let mut req = ureq::request(method, &url);
-    if let Some(k) = s.key() {
-        req = req.set("Authorization", &format!("Bearer {k}"));
-    }
-    let resp = match body {
-        Some(b) => req.send_json(b),
-        None => req.call(),
-    };
-    match resp {
-        Ok(r) if r.status() == 204 => Ok(Value::Null),
-        Ok(r) => r.into_json().map_err(|e| format!("{url}: {e}")),
-        Err(ureq::Error::Status(code, r)) => {
-            let v: Value = r.into_json().unwrap_or(Value::Null);
-            let msg = v["error"]["message"].as_str().unwrap_or("no message");
-            Err(format!("the server answered {code}: {msg}"))
-        }
-        Err(e) => Err(format!(
-            "cannot reach cordon serve at {base}: {e} (start it, or name it with --server)"
-        )),
-    }
-}
-
-fn finish(r: Result<Value, String>, print: impl FnOnce(&Value)) -> i32 {
-    match r {
-        Ok(v) => {
-            print(&v);
-            0
-        }
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            1
-        }
-    }
-}
-
-fn pretty(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    s.resolve()?.call(method, path, body)
 }
 
 pub fn volume_main(a: VolumeArgs) -> i32 {

@@ -101,6 +101,17 @@ pub(super) async fn list_commands(
     Ok(Json(st.service.list_commands(&c, &id)?))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/logs", params(IdPath),
+    description = "The sandbox's command log, oldest first: its last 32 foreground commands (ids `exec-N`; the last 4 KiB of each output stream and the Outcome) and its background commands (as under /commands).",
+    responses((status = 200, body = super::schema::CommandList)))]
+pub(super) async fn command_log(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<CommandList>, ApiError> {
+    Ok(Json(st.service.command_log(&c, &id)?))
+}
+
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/commands/{cid}", params(CommandPath),
     responses((status = 200, body = super::schema::CommandInfo)))]
 pub(super) async fn get_command(

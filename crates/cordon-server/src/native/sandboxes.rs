@@ -1,5 +1,5 @@
-//! The native API's sandboxes: create, list (filtered by metadata), get, delete, extend the
-//! TTL, pause and resume.
+//! The native API's sandboxes: create, list (filtered by metadata), get, their resource use
+//! now, delete, extend the TTL, pause and resume.
 //!
 //! Threat model: bodies and queries are client input, parsed by [`super::JsonBody`] and
 //! axum's extractors into the service's types; the service checks each against the caller's key.
@@ -53,6 +53,17 @@ pub(super) async fn get_one(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(st.service.get(&c, &id)?))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/metrics", params(IdPath),
+    description = "What a running sandbox uses now: CPU (since the previous request), memory, disk and processes, each beside its limit.",
+    responses((status = 200, body = super::schema::SandboxMetrics)))]
+pub(super) async fn metrics(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<cordon_service::SandboxMetrics>, ApiError> {
+    Ok(Json(st.service.sandbox_metrics(&c, &id).await?))
 }
 
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(IdPath),

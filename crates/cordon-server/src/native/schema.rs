@@ -295,6 +295,27 @@ pub struct SandboxInfo {
     pub pause_on_timeout: bool,
 }
 
+/// What a running sandbox uses now.
+#[derive(ToSchema, Serialize)]
+pub struct SandboxMetrics {
+    /// When it was measured, in milliseconds since the epoch.
+    pub timestamp_ms: u64,
+    /// CPUs it may use (its `cpus` limit, rounded up).
+    pub cpu_count: u64,
+    /// CPU used since the previous request for this sandbox (or since it started), of all its
+    /// CPUs together, 0 to 100.
+    pub cpu_used_pct: f64,
+    /// Resident memory of its processes, in bytes, against its memory limit.
+    pub mem_used: u64,
+    pub mem_total: u64,
+    /// Used and total bytes of its writable filesystems together.
+    pub disk_used: u64,
+    pub disk_total: u64,
+    /// Its live processes (its init included), against its process limit.
+    pub processes: u64,
+    pub processes_max: u64,
+}
+
 #[derive(ToSchema, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
