@@ -837,7 +837,14 @@ mod tests {
         assert_eq!(first.cmd, ["cmd3"], "the oldest went first");
         assert!(first.stdout.len() <= History::TAIL && first.stdout.ends_with('é'));
         let ended = first.outcome.as_ref().map(|o| o.stdout.len());
-        assert_eq!(ended, Some(0), "the output is held once, not again in the Outcome");
-        assert_eq!(h.entries.back().map(|e| e.command_id.as_str()), Some("exec-35"));
+        assert_eq!(
+            ended,
+            Some(0),
+            "the output is held once, not again in the Outcome"
+        );
+        assert_eq!(
+            h.entries.back().map(|e| e.command_id.as_str()),
+            Some("exec-35")
+        );
     }
 }

@@ -127,10 +127,15 @@ impl Server {
     /// A request to `path` (which starts with `/`), with the key.
     pub fn request(&self, method: &str, path: &str) -> ureq::Request {
         let mut req = ureq::request(method, &format!("{}{path}", self.base));
-        if let Some(k) = &self.key {
-            req = req.set("Authorization", &format!("Bearer {k}"));
+        if let Some(a) = self.authorization() {
+            req = req.set("Authorization", &a);
         }
         req
+    }
+
+    /// The Authorization header's value, if there is a key.
+    pub fn authorization(&self) -> Option<String> {
+        self.key.as_ref().map(|k| format!("Bearer {k}"))
     }
 
     /// Sends `req` (with `body` as JSON, if any) and turns a refusal into a sentence.

@@ -18,6 +18,7 @@ mod gateway;
 mod image;
 mod mcp;
 mod ops;
+mod ops_tty;
 mod run;
 mod run_tty;
 mod sandbox_args;

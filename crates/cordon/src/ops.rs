@@ -44,15 +44,20 @@ pub struct PsArgs {
     about = "Run a command in a running sandbox and stream its output; exits with its status",
     after_help = "Exit status: the command's own; 128+N if killed by signal N; 124 on timeout; \
 125 if it could not be run (unknown sandbox, refused key, server out of reach).\n\n\
-Examples:\n  cordon exec SBX -- python3 -c 'print(1+1)'\n  echo hi | cordon exec -i SBX -- cat\n  \
+Examples:\n  cordon exec SBX -- python3 -c 'print(1+1)'\n  cordon exec -t SBX -- bash\n  \
+echo hi | cordon exec -i SBX -- cat\n  \
 cordon exec -w /tmp -e DEBUG=1 --timeout 30s SBX -- make test"
 )]
 pub struct ExecArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Send this shell's stdin to the command (read to its end first; text only).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "tty")]
     interactive: bool,
+    /// On a terminal of the sandbox's own, relayed to this one (raw mode: ^C goes to the
+    /// command); needs a terminal on stdin. Closing it ends the command.
+    #[arg(short, long)]
+    tty: bool,
     /// Working directory inside the sandbox (default `/workspace`).
     #[arg(short = 'w', long, value_name = "DIR")]
     workdir: Option<String>,
@@ -276,6 +281,9 @@ fn exec(a: ExecArgs) -> Result<i32, String> {
     }
     if let Some(t) = &a.timeout {
         body["timeout"] = json!(t);
+    }
+    if a.tty {
+        return crate::ops_tty::exec_tty(&s, &a.id, body);
     }
     if a.interactive {
         let mut text = String::new();

@@ -22,13 +22,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The host terminal's settings as they were, put back when dropped (also on a panic's
 /// unwinding): a terminal left raw is a broken shell for the person at it.
-struct RawMode<'a> {
+pub(crate) struct RawMode<'a> {
     fd: BorrowedFd<'a>,
     saved: Termios,
 }
 
 impl<'a> RawMode<'a> {
-    fn enter(fd: BorrowedFd<'a>) -> anyhow::Result<Self> {
+    pub(crate) fn enter(fd: BorrowedFd<'a>) -> anyhow::Result<Self> {
         let saved = termios::tcgetattr(fd).context("reading the terminal's settings")?;
         let mut raw = saved.clone();
         raw.make_raw();
@@ -51,7 +51,7 @@ pub const NOT_A_TERMINAL: &str = "--tty needs a terminal on stdin (cordon relays
 payload's own terminal inside the sandbox); run it from an interactive shell, or drop -t and \
 pass input with --stdin FILE or --stdin -";
 
-fn size_of(fd: BorrowedFd<'_>) -> PtySize {
+pub(crate) fn size_of(fd: BorrowedFd<'_>) -> PtySize {
     match termios::tcgetwinsize(fd) {
         Ok(w) if w.ws_row > 0 && w.ws_col > 0 => PtySize {
             rows: w.ws_row,

@@ -2,6 +2,8 @@
 //! run as a user runs them, against a real `cordon serve` on loopback; the key from the
 //! environment or the client config file (refused when others may read it, never printed);
 //! a sandbox's hostile symlink not followed by `cp` on the way out (checked on the host);
+//! `cordon exec -t` on a terminal the test opens, and the terminal WebSocket's refusals (a
+//! foreign page's Origin, another key's sandbox, a left session's command ended);
 //! completions, man pages and `--version` generated from the clap definitions.
 #![allow(clippy::result_large_err)] // ureq 2 errors carry the whole response; fine in tests.
 
@@ -13,6 +15,7 @@ use serde_json::{json, Value};
 
 mod serve;
 use serve::Server;
+mod term;
 
 fn cordon() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cordon"));
@@ -402,4 +405,135 @@ fn version_names_the_commit_and_completions_and_man_pages_come_from_the_cli() {
     }
     assert!(!Path::new(&d.join("cordon-help.1")).exists());
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn exec_t_gives_a_terminal_into_the_sandbox_and_its_exit_status() {
+    let s = Server::start();
+    let id = new_sandbox(&s, json!({}));
+    let mut t = term::host_term(31, 91);
+    let env = [
+        ("CORDON_SERVER", s.url.as_str()),
+        ("CORDON_API_KEY", s.key.as_str()),
+    ];
+    let c = t.spawn_cordon(
+        &[
+            "exec",
+            "-t",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "tty; stty size; printf 'ready> '; read line; echo \"got=$line\"; exit 4",
+        ],
+        &env,
+    );
+    let shown = t.read_until("ready> ");
+    assert!(
+        shown.contains("/dev/pts/"),
+        "a pty of the sandbox's own: {shown:?}"
+    );
+    assert!(shown.contains("31 91"), "this terminal's size: {shown:?}");
+    use std::io::Write;
+    t.master.write_all(b"hello\r").expect("type");
+    t.read_until("got=hello");
+    assert_eq!(term::wait(c), 4);
+}
+
+/// Sends a WebSocket upgrade for sandbox `id`'s terminal by hand; the status line's code.
+fn upgrade(s: &Server, id: &str, key: &str, origin: Option<&str>) -> u16 {
+    use std::io::{Read, Write};
+    let addr = s.url.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    write!(
+        c,
+        "GET /v1/sandboxes/{id}/terminal HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{origin}\r\n"
+    )
+    .expect("send");
+    let mut buf = [0u8; 64];
+    let n = c.read(&mut buf).expect("read");
+    let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {line:?}"))
+}
+
+#[test]
+fn the_terminal_socket_refuses_foreign_pages_other_keys_and_unknown_sandboxes() {
+    let s = Server::start();
+    let id = new_sandbox(&s, json!({}));
+    let own = s.url.clone();
+    assert_eq!(upgrade(&s, &id, &s.key, None), 101, "a CLI sends no Origin");
+    assert_eq!(
+        upgrade(&s, &id, &s.key, Some(&own)),
+        101,
+        "this server's own page"
+    );
+    assert_eq!(upgrade(&s, &id, &s.key, Some("http://evil.test")), 403);
+    assert_eq!(upgrade(&s, &id, &s.key, Some("null")), 403);
+    assert_eq!(upgrade(&s, &id, "cdn_wrong", None), 401);
+    assert_eq!(upgrade(&s, "no-such-sandbox", &s.key, None), 404);
+
+    // Another key's sandbox is not there for this key.
+    let out = cordon()
+        .args(["keys", "create", "--name", "other", "--data-dir"])
+        .arg(&s.data_dir)
+        .output()
+        .expect("keys create");
+    let other = text(&out.stdout).trim().to_string();
+    assert!(other.starts_with("cdn_"), "{}", text(&out.stderr));
+    assert_eq!(upgrade(&s, &id, &other, None), 404);
+}
+
+#[test]
+fn a_terminal_left_without_a_goodbye_ends_its_command() {
+    let s = Server::start();
+    let id = new_sandbox(&s, json!({}));
+    let mut t = term::host_term(24, 80);
+    let env = [
+        ("CORDON_SERVER", s.url.as_str()),
+        ("CORDON_API_KEY", s.key.as_str()),
+    ];
+    let mut c = t.spawn_cordon(
+        &[
+            "exec",
+            "-t",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 300",
+        ],
+        &env,
+    );
+    t.read_until("started");
+    // The person's side is gone at once (as a closed laptop lid): no close message is sent.
+    let _ = c.kill();
+    let _ = c.wait();
+    let running = || {
+        let (_, v) = s.call("GET", &format!("/v1/sandboxes/{id}/commands"), None);
+        v["commands"]
+            .as_array()
+            .map(|a| a.iter().any(|c| c["running"] == true))
+            .unwrap_or(false)
+    };
+    serve::wait_until("the terminal's command to end", || !running());
+    let out = run(
+        &s,
+        &[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "ps -eo args | grep -c '^sleep 300' || true",
+        ],
+    );
+    assert_eq!(text(&out.stdout).trim(), "0", "{}", text(&out.stderr));
 }

@@ -22,6 +22,7 @@ mod run;
 mod sandboxes;
 pub(crate) mod schema;
 mod state;
+mod terminal;
 
 use std::sync::{Arc, OnceLock};
 
@@ -91,6 +92,11 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(state::list_snapshots))
         .routes(routes!(state::delete_snapshot))
         .routes(routes!(state::fork))
+        // A WebSocket: outside the OpenAPI document, which has no words for an upgrade.
+        .route(
+            "/v1/sandboxes/{id}/terminal",
+            axum::routing::get(terminal::terminal),
+        )
         .routes(routes!(
             mcp_mount::mcp_post,
             mcp_mount::mcp_get,
