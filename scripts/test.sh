@@ -32,8 +32,9 @@ if [ "$(id -u)" -eq 0 ]; then
   # qemu-system-x86: the cgroup v2 VM (scripts/cgroup2-vm.sh), in the same apt run.
   [ "$cgroup2_vm" = 1 ] && [ "$(uname -m)" = x86_64 ] && cross+=(qemu-system-x86)
   # python3-requests, python3-httpx: real clients of the secrets suite (crates/cordon/tests/secrets.rs).
+  # chromium: the web console's end-to-end tests drive it with Playwright (clients/console-e2e).
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
-    python3-pandas python3-requests python3-httpx docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
+    python3-pandas python3-requests python3-httpx chromium docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
     clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
@@ -143,7 +144,7 @@ venv=$(mktemp -d)/venv
 # venv bound read-only: its directory must be reachable by others, as a system Python is.
 chmod 755 "$(dirname "$venv")"
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt pytest schemathesis==4.32.5
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt -r clients/console-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
@@ -164,7 +165,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
-for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
+for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e clients/console-e2e; do
   # shellcheck disable=SC2086 # the first entry names two directories
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done

@@ -22,12 +22,25 @@ pub struct AppState {
     pub open: bool,
     /// The MCP transport, served at `/mcp` by the native API's mount.
     pub(crate) mcp: Router,
+    /// The web console's sign-in sessions; `None` when the console is off.
+    pub(crate) console: Option<crate::console::Sessions>,
 }
 
 impl AppState {
+    /// The state of a server with its web console on.
     pub fn new(service: Arc<Service>, open: bool) -> Arc<AppState> {
+        AppState::with_console(service, open, true)
+    }
+
+    pub fn with_console(service: Arc<Service>, open: bool, console: bool) -> Arc<AppState> {
         let mcp = crate::mcp::http_service(crate::mcp::McpState::new(service.clone(), None, None));
-        Arc::new(AppState { service, open, mcp })
+        let console = console.then(Default::default);
+        Arc::new(AppState {
+            service,
+            open,
+            mcp,
+            console,
+        })
     }
 }
 
@@ -36,8 +49,11 @@ impl AppState {
 pub fn router(st: Arc<AppState>) -> Router {
     // Around the whole router, not route by route: the 405 answers get their `Allow` header
     // from the router itself, after any per-route layer has run.
-    Router::new()
-        .merge(crate::e2b::router(st.clone()))
+    let mut doors = Router::new().merge(crate::e2b::router(st.clone()));
+    if st.console.is_some() {
+        doors = doors.merge(crate::console::router(st.clone()));
+    }
+    doors
         .fallback_service(crate::native::router(st))
         .layer(middleware::from_fn(crate::native::json_errors))
         .layer(middleware::from_fn(crate::e2b::errors_for_e2b_clients))
@@ -51,6 +67,8 @@ pub struct ServeOptions {
     /// [`CLUSTER_SECRET_HEADER`] (the cluster's routers add it), so that a client that reaches
     /// the node's port directly is refused.
     pub cluster_secret: Option<String>,
+    /// Serve the web console at `/console`.
+    pub console: bool,
 }
 
 /// The header in which a cluster's router proves itself to a node.
@@ -98,7 +116,7 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let state = AppState::new(service.clone(), opts.open);
+    let state = AppState::with_console(service.clone(), opts.open, opts.console);
     let reaper = service.clone();
     tokio::spawn(async move {
         loop {

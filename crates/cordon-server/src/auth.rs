@@ -77,6 +77,18 @@ pub(crate) async fn auth(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    // No key but a console session cookie: the console's page calling the API.
+    if token.is_none() && !st.open {
+        if let Some(c) = crate::console::caller_of(&st, req.method(), req.headers()) {
+            match c {
+                Ok(c) => {
+                    req.extensions_mut().insert(c);
+                    return next.run(req).await;
+                }
+                Err(e) => return e.into_response(),
+            }
+        }
+    }
     let caller = match authenticate(
         &st,
         req.headers(),

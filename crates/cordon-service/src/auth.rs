@@ -62,7 +62,13 @@ impl Service {
             self.metrics.deny("unauthenticated");
             return Err(ServiceError::unauthorized(missing.to_string()));
         };
-        let rec = match self.registry.key_by_hash(&keys::hash(token))? {
+        self.authenticate_hashed(&keys::hash(token))
+    }
+
+    /// [`Service::authenticate`] for a key known by its hash (a console session holds the
+    /// hash, never the key): revoked since is refused, and the rate limit applies.
+    pub fn authenticate_hashed(&self, key_hash: &str) -> Result<Caller, ServiceError> {
+        let rec = match self.registry.key_by_hash(key_hash)? {
             Some(r) if !r.revoked => r,
             _ => {
                 self.metrics.deny("bad_key");

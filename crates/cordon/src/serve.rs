@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// Serve without authentication (loopback only).
     #[arg(long)]
     no_auth: bool,
+    /// Do not serve the web console (`/console`: sandboxes, their use, files, a terminal;
+    /// signed in with an API key).
+    #[arg(long)]
+    no_console: bool,
     /// Name of this node; sandbox ids carry it. [default: the host name]
     #[arg(long)]
     node: Option<String>,
@@ -400,10 +404,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             listen: a.listen,
             open: a.no_auth,
             cluster_secret,
+            console: !a.no_console,
         };
+        let console = !a.no_console;
         cordon_server::serve(service, opts, move |addr| {
             println!("cordon serving on http://{addr}");
             println!("data in {}", dir.display());
+            if console {
+                println!("console: http://{addr}/console (sign in with an API key)");
+            }
             match first_key {
                 Some((secret, id)) => println!("API key ({id}, shown once): {secret}"),
                 None if a.no_auth => println!("authentication disabled (loopback only)"),

@@ -1,0 +1,299 @@
+// cordon console: one plain script, no framework and no build step (nothing to audit but this
+// file and the vendored xterm.js; it works under a CSP that allows scripts from this server
+// only). Every text that comes from a sandbox or a client (ids, metadata, file names, output)
+// goes into the page through textContent, never as markup.
+'use strict';
+
+const state = { csrf: '', timer: null, socket: null, term: null, samples: [] };
+const $main = () => document.getElementById('main');
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'onclick' || k === 'onsubmit' || k === 'onchange' || k === 'oninput') e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+async function api(method, path, body, raw) {
+  const headers = {};
+  if (method !== 'GET' && method !== 'HEAD') headers['X-Cordon-CSRF'] = state.csrf;
+  let payload;
+  if (raw !== undefined) { payload = raw; headers['Content-Type'] = 'application/octet-stream'; }
+  else if (body !== undefined) { payload = JSON.stringify(body); headers['Content-Type'] = 'application/json'; }
+  const r = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
+  if (r.status === 401) { showLogin('Your session has ended: sign in again.'); throw new Error('not signed in'); }
+  if (!r.ok) {
+    let msg = r.status + '';
+    try { const j = await r.json(); msg = (j.error && j.error.message) || msg; } catch (_) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  if (r.status === 204 || r.headers.get('content-length') === '0') return null;
+  const ct = r.headers.get('content-type') || '';
+  return ct.includes('json') ? r.json() : r.blob();
+}
+
+function stopTimers() {
+  if (state.timer) { clearInterval(state.timer); state.timer = null; }
+  if (state.socket) { state.socket.close(); state.socket = null; }
+  if (state.term) { state.term.dispose(); state.term = null; }
+}
+
+// ---- signing in ----
+
+function showLogin(message) {
+  stopTimers();
+  document.getElementById('nav').hidden = true;
+  document.getElementById('signout').hidden = true;
+  document.getElementById('who').textContent = '';
+  const key = el('input', { type: 'password', id: 'key', name: 'key', autocomplete: 'off', placeholder: 'cdn_…', required: '' });
+  const err = el('p', { class: 'error', id: 'login-error' }, message || '');
+  const form = el('form', { class: 'login card', id: 'login', onsubmit: async (ev) => {
+    ev.preventDefault();
+    const r = await fetch('/console/login', { method: 'POST', headers: { 'Content-Type': 'application/json' }, credentials: 'same-origin', body: JSON.stringify({ key: key.value }) });
+    key.value = '';
+    if (!r.ok) {
+      let m = 'sign-in refused';
+      try { m = (await r.json()).error.message; } catch (_) { /* keep */ }
+      err.textContent = m;
+      return;
+    }
+    const s = await r.json();
+    signedIn(s);
+  } },
+  el('h2', {}, 'Sign in to cordon'),
+  el('p', { class: 'muted' }, 'An API key of this server (cordon keys create). It is exchanged for a session cookie; the key is not kept in this browser.'),
+  key, el('button', { type: 'submit', id: 'signin' }, 'Sign in'), err);
+  $main().replaceChildren(form);
+  key.focus();
+}
+
+function signedIn(s) {
+  state.csrf = s.csrf || '';
+  document.getElementById('nav').hidden = false;
+  document.getElementById('who').textContent = s.open ? 'no keys on this server (loopback only)' : ('key ' + (s.key_id || ''));
+  document.getElementById('signout').hidden = !!s.open;
+  route();
+}
+
+async function signOut() {
+  await fetch('/console/session', { method: 'DELETE', credentials: 'same-origin' });
+  state.csrf = '';
+  showLogin('Signed out.');
+}
+
+// ---- formatting ----
+
+function bytes(b) {
+  if (b === undefined || b === null) return '';
+  const u = ['B', 'K', 'M', 'G', 'T'];
+  let v = b, i = 0;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return (i === 0 ? v : v.toFixed(v < 10 ? 1 : 0)) + u[i];
+}
+function age(secs) {
+  if (secs < 60) return secs + 's';
+  if (secs < 3600) return Math.floor(secs / 60) + 'm';
+  if (secs < 86400) return Math.floor(secs / 3600) + 'h';
+  return Math.floor(secs / 86400) + 'd';
+}
+const now = () => Math.floor(Date.now() / 1000);
+
+// ---- the sandboxes table ----
+
+async function showList() {
+  stopTimers();
+  const filter = el('input', { id: 'filter', placeholder: 'filter: id, state, profile or metadata', oninput: () => render() });
+  const body = el('tbody', { id: 'sandboxes' });
+  const table = el('table', {}, el('thead', {}, el('tr', {},
+    ['ID', 'State', 'Profile', 'Age', 'TTL left', 'CPU', 'Memory', 'Processes', 'Disk', 'Metadata'].map((h) => el('th', {}, h)))), body);
+  const note = el('p', { class: 'muted', id: 'count' });
+  $main().replaceChildren(el('div', { class: 'toolbar' }, filter), table, note);
+  let rows = [];
+  function render() {
+    const q = filter.value.trim().toLowerCase();
+    const shown = rows.filter(({ sb }) => !q || [sb.id, sb.state, sb.profile, ...Object.entries(sb.metadata || {}).map(([k, v]) => k + '=' + v)]
+      .some((t) => String(t).toLowerCase().includes(q)));
+    body.replaceChildren(...shown.map(({ sb, m }) => el('tr', { 'data-id': sb.id },
+      el('td', {}, el('a', { href: '#/sandbox/' + encodeURIComponent(sb.id) }, sb.id)),
+      el('td', { class: 'state-' + sb.state }, sb.state),
+      el('td', {}, sb.profile),
+      el('td', { class: 'num' }, age(now() - sb.created_at)),
+      el('td', { class: 'num' }, age(Math.max(0, sb.expires_at - now()))),
+      el('td', { class: 'num cpu' }, m ? m.cpu_used_pct.toFixed(1) + '%' : ''),
+      el('td', { class: 'num' }, m ? bytes(m.mem_used) + ' / ' + bytes(m.mem_total) : ''),
+      el('td', { class: 'num' }, m ? m.processes + ' / ' + m.processes_max : ''),
+      el('td', { class: 'num' }, m ? bytes(m.disk_used) + ' / ' + bytes(m.disk_total) : ''),
+      el('td', { class: 'meta' }, Object.entries(sb.metadata || {}).map(([k, v]) => k + '=' + v).join(', ')))));
+    note.textContent = shown.length + ' of ' + rows.length + ' sandboxes';
+  }
+  async function refresh() {
+    try {
+      const list = await api('GET', '/v1/sandboxes');
+      rows = await Promise.all(list.sandboxes.map(async (sb) => {
+        let m = null;
+        if (sb.state === 'running') {
+          try { m = await api('GET', '/v1/sandboxes/' + encodeURIComponent(sb.id) + '/metrics'); } catch (_) { /* it ended meanwhile */ }
+        }
+        return { sb, m };
+      }));
+      render();
+    } catch (e) { note.textContent = 'refresh failed: ' + e.message; }
+  }
+  await refresh();
+  state.timer = setInterval(refresh, 2000);
+}
+
+// ---- one sandbox ----
+
+function graph(samples) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'graph');
+  svg.setAttribute('viewBox', '0 0 300 100');
+  svg.setAttribute('preserveAspectRatio', 'none');
+  const line = (cls, pick) => {
+    const p = document.createElementNS(ns, 'polyline');
+    p.setAttribute('class', cls);
+    const n = samples.length;
+    p.setAttribute('points', samples.map((s, i) => ((n <= 1 ? 300 : (i * 300) / (n - 1)).toFixed(1) + ',' + (100 - Math.min(100, pick(s))).toFixed(1))).join(' '));
+    svg.append(p);
+  };
+  line('cpu', (s) => s.cpu);
+  line('mem', (s) => s.mem);
+  return svg;
+}
+
+async function showSandbox(id) {
+  stopTimers();
+  state.samples = [];
+  const base = '/v1/sandboxes/' + encodeURIComponent(id);
+  const title = el('h1', {}, id);
+  const status = el('p', { class: 'muted', id: 'status' });
+  const act = (label, method, path, cls) => el('button', { type: 'button', class: cls || '', id: 'act-' + label.toLowerCase(), onclick: async () => {
+    try { await api(method, base + path); status.textContent = label + ': done'; if (label === 'Kill') location.hash = '#/'; } catch (e) { status.textContent = label + ': ' + e.message; }
+  } }, label);
+  const use = el('div', { id: 'use' });
+  const useText = el('p', { class: 'muted', id: 'use-text' });
+  const log = el('div', { id: 'log' });
+  const egress = el('div', { id: 'egress' });
+  const files = el('div', { id: 'files' });
+  const termBox = el('div', { id: 'terminal' });
+  const termButton = el('button', { type: 'button', id: 'open-terminal', onclick: () => openTerminal(id, termBox) }, 'Open a terminal');
+  $main().replaceChildren(
+    el('p', {}, el('a', { href: '#/' }, '← Sandboxes')), title, status,
+    el('div', { class: 'toolbar' }, act('Pause', 'POST', '/pause'), act('Resume', 'POST', '/resume'), act('Kill', 'DELETE', '', 'danger')),
+    el('div', { class: 'grid' },
+      el('section', { class: 'card' }, el('h2', {}, 'Use (CPU blue, memory red, % of limits)'), use, useText),
+      el('section', { class: 'card' }, el('h2', {}, 'Terminal'), termButton, termBox),
+      el('section', { class: 'card' }, el('h2', {}, 'Files'), files),
+      el('section', { class: 'card' }, el('h2', {}, 'Commands'), log),
+      el('section', { class: 'card' }, el('h2', {}, 'Egress'), egress)));
+  showFiles(id, files, '/workspace');
+  async function refresh() {
+    try {
+      const sb = await api('GET', base);
+      status.textContent = 'state ' + sb.state + ', profile ' + sb.profile + ', expires in ' + age(Math.max(0, sb.expires_at - now()));
+      if (sb.state === 'running') {
+        const m = await api('GET', base + '/metrics');
+        state.samples.push({ cpu: m.cpu_used_pct, mem: m.mem_total ? (100 * m.mem_used) / m.mem_total : 0 });
+        if (state.samples.length > 150) state.samples.shift();
+        use.replaceChildren(graph(state.samples));
+        useText.textContent = 'CPU ' + m.cpu_used_pct.toFixed(1) + '% · memory ' + bytes(m.mem_used) + ' of ' + bytes(m.mem_total) +
+          ' · processes ' + m.processes + ' of ' + m.processes_max + ' · disk ' + bytes(m.disk_used) + ' of ' + bytes(m.disk_total);
+      }
+      const l = await api('GET', base + '/logs');
+      log.replaceChildren(...l.commands.slice(-20).reverse().map((c) => el('div', { class: 'command' },
+        el('div', {}, el('code', {}, c.cmd.join(' ')), ' ', el('span', { class: 'muted' }, c.running ? 'running' : (c.outcome ? c.outcome.status + (c.outcome.exit_code !== null ? ' ' + c.outcome.exit_code : '') + ((c.outcome.limits_hit || []).length ? ' · limits hit: ' + c.outcome.limits_hit.join(', ') : '') : ''))),
+        (c.stdout || c.stderr) ? el('pre', { class: 'out' }, (c.stdout || '') + (c.stderr || '')) : null)));
+      const n = await api('GET', base + '/network');
+      egress.replaceChildren(
+        el('p', { class: 'muted' }, 'allowed: ' + ((n.policy.allow || []).join(', ') || 'nothing')),
+        el('table', {}, el('tbody', {}, n.events.slice(-50).reverse().map((e) => el('tr', {},
+          el('td', {}, new Date(e.time_ms).toLocaleTimeString()), el('td', {}, e.host + ':' + e.port),
+          el('td', { class: e.verdict === 'deny' ? 'error' : '' }, e.verdict), el('td', {}, e.reason),
+          el('td', { class: 'muted' }, e.verdict === 'deny' ? 'allow with --allow-net ' + e.host : ''))))));
+    } catch (e) { status.textContent = e.message; }
+  }
+  await refresh();
+  state.timer = setInterval(refresh, 2000);
+}
+
+async function showFiles(id, box, path) {
+  const base = '/v1/sandboxes/' + encodeURIComponent(id) + '/files';
+  const here = el('p', {}, el('code', { class: 'path' }, path));
+  const upload = el('input', { type: 'file', id: 'upload', onchange: async () => {
+    const f = upload.files[0];
+    if (!f) return;
+    try {
+      await api('PUT', base + '?path=' + encodeURIComponent(path.replace(/\/$/, '') + '/' + f.name), undefined, await f.arrayBuffer());
+      showFiles(id, box, path);
+    } catch (e) { here.append(el('span', { class: 'error' }, ' upload failed: ' + e.message)); }
+  } });
+  let list;
+  try { list = await api('GET', base + '/list?path=' + encodeURIComponent(path)); } catch (e) { box.replaceChildren(here, el('p', { class: 'error' }, e.message)); return; }
+  const up = path.replace(/\/[^/]+\/?$/, '') || '/';
+  const rows = list.entries.map((e) => el('tr', { 'data-name': e.name },
+    el('td', {}, e.type === 'dir'
+      ? el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showFiles(id, box, e.path); } }, e.name + '/')
+      : e.type === 'file'
+        ? el('a', { href: '#', class: 'download', onclick: async (ev) => {
+          ev.preventDefault();
+          const blob = await api('GET', base + '?path=' + encodeURIComponent(e.path));
+          const a = el('a', { href: URL.createObjectURL(blob), download: e.name });
+          document.body.append(a); a.click(); a.remove();
+        } }, e.name)
+        : e.name),
+    el('td', { class: 'num' }, e.type === 'file' ? bytes(e.size) : e.type)));
+  box.replaceChildren(here,
+    path !== '/' ? el('p', {}, el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showFiles(id, box, up); } }, '↑ up')) : null,
+    el('table', {}, el('tbody', {}, rows)), el('p', {}, 'Upload here: ', upload));
+}
+
+function openTerminal(id, box) {
+  if (state.socket) return;
+  if (!window.Terminal) { box.textContent = 'the terminal script did not load'; return; }
+  const term = new window.Terminal({ rows: 20, cols: 90, convertEol: false });
+  term.open(box);
+  state.term = term;
+  const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/sandboxes/' + encodeURIComponent(id) + '/terminal';
+  const ws = new WebSocket(url);
+  ws.binaryType = 'arraybuffer';
+  state.socket = ws;
+  const enc = new TextEncoder();
+  ws.onopen = () => ws.send(JSON.stringify({ cmd: ['/bin/sh', '-c', 'exec bash -i 2>/dev/null || exec sh -i'], rows: term.rows, cols: term.cols }));
+  ws.onmessage = (m) => {
+    if (typeof m.data === 'string') {
+      const j = JSON.parse(m.data);
+      if (j.exit) term.write('\r\n[ended: ' + j.exit.status + (j.exit.exit_code !== null ? ' ' + j.exit.exit_code : '') + ']\r\n');
+      if (j.error) term.write('\r\n[' + j.error + ']\r\n');
+      return;
+    }
+    term.write(new Uint8Array(m.data));
+  };
+  ws.onclose = () => { state.socket = null; };
+  term.onData((d) => { if (ws.readyState === 1) ws.send(enc.encode(d)); });
+  term.focus();
+}
+
+// ---- routing ----
+
+function route() {
+  const h = location.hash || '#/';
+  const m = h.match(/^#\/sandbox\/(.+)$/);
+  if (m) showSandbox(decodeURIComponent(m[1]));
+  else showList();
+}
+
+window.addEventListener('hashchange', () => { if (state.csrf !== null) route(); });
+document.addEventListener('DOMContentLoaded', async () => {
+  document.getElementById('signout').addEventListener('click', signOut);
+  const r = await fetch('/console/session', { credentials: 'same-origin' });
+  if (r.ok) signedIn(await r.json());
+  else showLogin();
+});
