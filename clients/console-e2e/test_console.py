@@ -175,3 +175,33 @@ def test_one_keys_session_sees_nothing_of_anothers(server):
     assert s.get(server.url + f"/v1/sandboxes/{mine}", timeout=10).status_code == 404
     assert s.get(server.url + f"/v1/sandboxes/{mine}/metrics", timeout=10).status_code == 404
     api(server, "DELETE", f"/v1/sandboxes/{mine}")
+
+
+def test_the_audit_trail_is_searchable_and_a_tampered_record_is_flagged(server, page):
+    sid = new_sandbox(server, metadata={"audit": "probe"})
+    api(server, "POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+    sign_in(page, server)
+    page.goto(server.url + "/console#/audit")
+    expect(page.locator("#chain")).to_contain_text("intact", timeout=10_000)
+    page.fill("#audit-search", sid)
+    page.click("#audit-go")
+    rows = page.locator("#audit-records tr")
+    expect(rows.first).to_contain_text(sid)
+    assert all(sid in t for t in rows.all_inner_texts())
+    assert any("sandbox.exec" in t for t in rows.all_inner_texts())
+
+    # Someone with the disk edits a record in the middle of the log: the page says where.
+    log = server.data_dir / "audit.jsonl"
+    lines = log.read_text().splitlines()
+    middle = len(lines) // 2
+    assert '"event":"' in lines[middle]
+    lines[middle] = lines[middle].replace('"event":"', '"event":"x', 1)
+    log.write_text("\n".join(lines) + "\n")
+    page.fill("#audit-search", "")
+    page.click("#audit-go")
+    expect(page.locator("#chain")).to_contain_text("BROKEN", timeout=10_000)
+    expect(page.locator("#chain")).to_contain_text(f"line {middle + 1}")
+    # Put it back: the session-wide server's log stays whole for the other tests.
+    lines[middle] = lines[middle].replace('"event":"x', '"event":"', 1)
+    log.write_text("\n".join(lines) + "\n")
+    api(server, "DELETE", f"/v1/sandboxes/{sid}")

@@ -18,6 +18,28 @@ use cordon_gateway::audit::{head_file, is_keyed, key_file, ChainHead, ChainKey, 
 
 pub struct Audit {
     log: Mutex<ChainLog>,
+    path: std::path::PathBuf,
+}
+
+/// What a key may read of the audit log: its own records (newest first) and whether the
+/// whole chain holds (a fact about the log, naming no other key's records).
+#[derive(Debug, serde::Serialize)]
+pub struct AuditView {
+    pub records: Vec<Value>,
+    pub chain: ChainStatus,
+}
+
+/// The log's chain, checked against its key and head as `cordon audit verify` does.
+#[derive(Debug, serde::Serialize)]
+pub struct ChainStatus {
+    pub intact: bool,
+    /// Records in the log (all keys').
+    pub records: u64,
+    /// The first break, as `cordon audit verify` names it (its line, 1-based).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broken: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
 }
 
 /// A chained log file with its key and head files.
@@ -148,7 +170,59 @@ impl Audit {
     pub fn open(path: &Path) -> std::io::Result<Audit> {
         Ok(Audit {
             log: Mutex::new(ChainLog::open(path)?),
+            path: path.to_path_buf(),
         })
+    }
+
+    /// The records of `key_id` whose text holds `query` (all of them when empty), newest
+    /// first, at most `limit`; and the whole chain checked. Read with appends held off, so a
+    /// record half written is never taken for a break.
+    pub fn view(&self, key_id: &str, query: &str, limit: usize) -> std::io::Result<AuditView> {
+        use cordon_gateway::audit::{verify_with, Anchors, ChainError};
+        let _held = self.log.lock();
+        let text = std::fs::read_to_string(&self.path)?;
+        let anchors = Anchors {
+            key: std::fs::read_to_string(key_file(&self.path))
+                .ok()
+                .and_then(|t| ChainKey::parse(&t).ok()),
+            head: std::fs::read_to_string(head_file(&self.path))
+                .ok()
+                .and_then(|t| Head::parse(&t).ok()),
+            from: None,
+        };
+        let chain = match verify_with(std::io::Cursor::new(text.as_bytes()), &anchors) {
+            Ok(v) => ChainStatus {
+                intact: true,
+                records: v.records,
+                broken: None,
+                line: None,
+            },
+            Err(e) => {
+                let line = match &e {
+                    ChainError::Altered { line, .. }
+                    | ChainError::AlteredBefore { line, .. }
+                    | ChainError::Removed { line, .. }
+                    | ChainError::Malformed { line, .. } => Some(*line),
+                    _ => None,
+                };
+                ChainStatus {
+                    intact: false,
+                    records: text.lines().filter(|l| !l.trim().is_empty()).count() as u64,
+                    broken: Some(e.to_string()),
+                    line,
+                }
+            }
+        };
+        let query = query.to_lowercase();
+        let records = text
+            .lines()
+            .rev()
+            .filter(|l| query.is_empty() || l.to_lowercase().contains(&query))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["key_id"] == key_id)
+            .take(limit)
+            .collect();
+        Ok(AuditView { records, chain })
     }
 
     /// Records one event. `fields` must not contain secrets; callers pass names, not values.

@@ -304,6 +304,19 @@ impl Service {
         self.audit.record(event, key_id, sandbox, fields);
     }
 
+    /// The caller's audit records (newest first, those holding `query` when it is not
+    /// empty, at most `limit` ≤ 1000) and whether the log's chain holds.
+    pub fn audit_view(
+        &self,
+        caller: &Caller,
+        query: &str,
+        limit: usize,
+    ) -> Result<audit::AuditView, ServiceError> {
+        self.audit
+            .view(&caller.key_id, query, limit.clamp(1, 1000))
+            .map_err(|e| ServiceError::internal(format!("reading the audit log: {e}")))
+    }
+
     /// A key by its id (revoked keys included: callers check).
     pub fn key(&self, id: &str) -> Result<Option<registry::KeyRecord>, ServiceError> {
         self.registry.key_by_id(id)

@@ -11,6 +11,7 @@
 //! Threat model: every body is client input, read by [`JsonBody`] into typed requests (as JSON
 //! whatever its content type; without keys, `crate::auth` keeps web pages out).
 
+mod audit;
 mod code;
 mod commands;
 mod files;
@@ -84,6 +85,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(code::delete_context))
         .routes(routes!(code::restart_context))
         .routes(routes!(run::run_oneshot))
+        .routes(routes!(audit::audit_trail))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
         .routes(routes!(state::create_volume, state::list_volumes))

@@ -295,6 +295,29 @@ pub struct SandboxInfo {
     pub pause_on_timeout: bool,
 }
 
+/// A key's audit records and the log's chain.
+#[derive(ToSchema, Serialize)]
+pub struct AuditView {
+    /// The key's records, newest first: `seq`, `prev`, `time_ms`, `event`, `key_id`,
+    /// `sandbox`, `details`, and the record's seal (`mac` or `hash`).
+    pub records: Vec<Value>,
+    pub chain: ChainStatus,
+}
+
+/// The log's hash chain, checked against its key and head.
+#[derive(ToSchema, Serialize)]
+pub struct ChainStatus {
+    pub intact: bool,
+    /// Records in the whole log (every key's).
+    pub records: u64,
+    /// The first break, as `cordon audit verify` names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broken: Option<String>,
+    /// Its line in the log, 1-based.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+}
+
 /// What a running sandbox uses now.
 #[derive(ToSchema, Serialize)]
 pub struct SandboxMetrics {

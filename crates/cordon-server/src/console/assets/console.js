@@ -281,12 +281,38 @@ function openTerminal(id, box) {
   term.focus();
 }
 
+// ---- the audit trail ----
+
+async function showAudit() {
+  stopTimers();
+  const search = el('input', { id: 'audit-search', placeholder: 'search: event, sandbox id, details' });
+  const chain = el('p', { id: 'chain' });
+  const body = el('tbody', { id: 'audit-records' });
+  async function load() {
+    try {
+      const v = await api('GET', '/v1/audit?limit=500&q=' + encodeURIComponent(search.value.trim()));
+      chain.className = v.chain.intact ? 'state-running' : 'error';
+      chain.textContent = v.chain.intact
+        ? 'Hash chain intact: ' + v.chain.records + ' records, checked against the log\'s key and head just now.'
+        : 'Hash chain BROKEN: ' + v.chain.broken;
+      body.replaceChildren(...v.records.map((r) => el('tr', { class: v.chain.line && r.seq + 1 === v.chain.line ? 'error' : '' },
+        el('td', { class: 'num' }, r.seq), el('td', {}, new Date(r.time_ms).toLocaleString()), el('td', {}, r.event),
+        el('td', {}, r.sandbox || ''), el('td', {}, el('code', {}, JSON.stringify(r.details || {}))))));
+    } catch (e) { chain.className = 'error'; chain.textContent = e.message; }
+  }
+  const form = el('form', { class: 'toolbar', onsubmit: (ev) => { ev.preventDefault(); load(); } }, search, el('button', { type: 'submit', id: 'audit-go' }, 'Search'));
+  $main().replaceChildren(el('h1', {}, 'Audit trail'), chain, form,
+    el('table', {}, el('thead', {}, el('tr', {}, ['#', 'Time', 'Event', 'Sandbox', 'Details'].map((h) => el('th', {}, h)))), body));
+  await load();
+}
+
 // ---- routing ----
 
 function route() {
   const h = location.hash || '#/';
   const m = h.match(/^#\/sandbox\/(.+)$/);
   if (m) showSandbox(decodeURIComponent(m[1]));
+  else if (h === '#/audit') showAudit();
   else showList();
 }
 
