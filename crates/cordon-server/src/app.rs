@@ -51,6 +51,8 @@ pub struct ServeOptions {
     /// [`CLUSTER_SECRET_HEADER`] (the cluster's routers add it), so that a client that reaches
     /// the node's port directly is refused.
     pub cluster_secret: Option<String>,
+    /// The Docker door's socket and/or port (`--docker-socket`, `--docker-listen`).
+    pub docker: crate::docker::DockerOptions,
 }
 
 /// The header in which a cluster's router proves itself to a node.
@@ -106,6 +108,15 @@ pub async fn serve(
             reaper.reap().await;
         }
     });
+    let mut docker_at = Vec::new();
+    let _docker = crate::docker::serve(state.clone(), opts.docker.clone(), |a| {
+        docker_at.push(a.to_string())
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    for a in &docker_at {
+        println!("cordon Docker API on {a}");
+    }
     ready(addr);
     let mut app = router(state);
     if let Some(secret) = opts.cluster_secret {

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod docker;
 pub mod e2b;
 pub mod error;
 pub mod gateway;

@@ -240,6 +240,7 @@ impl Service {
         // Volumes become binds before the profile is checked; held as in use from here on.
         let mut volumes = self.mount_volumes(caller, &req.volumes, &mut profile)?;
         volumes.hold(&seed.volumes);
+        crate::binds::add(&self.cfg.bind_roots, &req.host_binds, &mut profile, "binds")?;
         let tree = match (&seed.tree, &req.from) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(name)) => Some(self.snapshot_tree(caller, name)?),

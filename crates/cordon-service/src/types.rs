@@ -249,6 +249,10 @@ pub struct CreateSandbox {
     /// for at most the server's `--max-ttl`, then ended.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// Host directories to bind, each checked against the server's bind roots (see
+    /// [`crate::binds`]); the Docker door's `Binds`, not part of the HTTP API.
+    #[serde(skip)]
+    pub host_binds: Vec<crate::binds::HostBind>,
 }
 
 #[derive(Debug, Clone, Serialize)]
