@@ -466,7 +466,16 @@ pub(crate) async fn create(
         auto_remove: spec.auto_remove,
         labels: info.metadata.clone(),
         config,
-        host_config: body["HostConfig"].clone(),
+        host_config: {
+            let mut hc = match &body["HostConfig"] {
+                Value::Object(o) => Value::Object(o.clone()),
+                _ => json!({}),
+            };
+            // What docker-py reads back: where the logs are (the door keeps them itself).
+            hc["LogConfig"] = json!({"Type": "json-file", "Config": {}});
+            hc["NetworkMode"] = json!("none");
+            hc
+        },
         output_limit: info.limits.as_ref().map_or(1 << 20, |l| l.output_limit_bytes),
         run: Mutex::new(Run::Created),
         log: Mutex::new(Log::default()),
@@ -621,17 +630,34 @@ pub(crate) async fn wait(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> DResult<Json<Value>> {
+) -> DResult<Response> {
     d.caller(&headers)?;
     let c = d.find(&id)?;
     let not_running = q.get("condition").is_none_or(|c| c == "not-running");
-    let e = until_exited(&c, not_running).await;
-    let error = if e.error.is_empty() {
-        Value::Null
-    } else {
-        json!({"Message": e.error})
-    };
-    Ok(Json(json!({"StatusCode": e.code, "Error": error})))
+    // The status goes out at once and the body when the container exits: the docker CLI
+    // waits for the answer's headers before it starts the container.
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(1);
+    tokio::spawn(async move {
+        let e = until_exited(&c, not_running).await;
+        let error = if e.error.is_empty() {
+            Value::Null
+        } else {
+            json!({"Message": e.error})
+        };
+        let mut body = serde_json::to_vec(&json!({"StatusCode": e.code, "Error": error}))
+            .unwrap_or_default();
+        body.push(b'\n');
+        let _ = tx.send(body).await;
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, std::io::Error>(c), rx))
+    });
+    let mut r = Response::new(axum::body::Body::from_stream(stream));
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(r)
 }
 
 /// Streams a container's output: what it wrote from the start, then (with `follow`) what
