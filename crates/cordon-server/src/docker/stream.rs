@@ -64,6 +64,11 @@ pub(crate) fn respond(
             tokio::spawn(async move {
                 let Ok(upgraded) = on.await else { return };
                 let mut io = hyper_util::rt::TokioIo::new(upgraded);
+                // docker-py reads the answer's head through a buffered reader, then the
+                // stream from the raw socket underneath: bytes that arrive with the head are
+                // lost in that buffer. Docker's daemon starts the process after the head is
+                // out; this pause gives the client the same time to read it.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 while let Some(chunk) = rx.recv().await {
                     if io.write_all(&chunk).await.is_err() {
                         return;
