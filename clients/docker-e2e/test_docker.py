@@ -258,3 +258,10 @@ def test_the_docker_cli_runs_lists_and_shows_images_against_the_socket(dserver, 
     assert r.returncode == 0 and image.rsplit(":", 1)[0] in r.stdout, r
     r = run("run", "--rm", "--privileged", image, "true")
     assert r.returncode != 0 and "Privileged" in r.stderr, r
+
+
+def test_read_only_keeps_the_root_unwritable_and_tmp_writable(client, image):
+    probe = "echo ok > /tmp/f && cat /tmp/f; if echo x > /etc/new 2>/dev/null; then echo root-writable; else echo root-read-only; fi"
+    assert client.containers.run(image, SH + [probe], remove=True) == b"ok\nroot-writable\n"
+    out = client.containers.run(image, SH + [probe], read_only=True, tmpfs={"/tmp": ""}, remove=True)
+    assert out == b"ok\nroot-read-only\n"

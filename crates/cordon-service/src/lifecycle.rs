@@ -250,6 +250,16 @@ impl Service {
             .validate()
             .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let image = self.attach_image(&mut profile, trusted_profile).await?;
+        if req.read_only_root {
+            match profile.root_image.as_mut() {
+                Some(r) => r.read_only = true,
+                None => {
+                    return Err(ServiceError::bad_request(
+                        "read_only_root: only a sandbox made from an image has a root of its own to make read-only",
+                    ))
+                }
+            }
+        }
         add_pip_defaults(&mut profile);
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,

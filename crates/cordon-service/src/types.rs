@@ -253,6 +253,10 @@ pub struct CreateSandbox {
     /// [`crate::binds`]); the Docker door's `Binds`, not part of the HTTP API.
     #[serde(skip)]
     pub host_binds: Vec<crate::binds::HostBind>,
+    /// The image's root mounted read-only (Docker's `ReadonlyRootfs`); only with an image.
+    /// The Docker door's, not part of the HTTP API.
+    #[serde(skip)]
+    pub read_only_root: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -368,6 +368,7 @@ fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
         env,
         metadata: labels,
         host_binds: binds,
+        read_only_root: hc["ReadonlyRootfs"].as_bool() == Some(true),
         ..Default::default()
     };
     let cwd = body["WorkingDir"]
