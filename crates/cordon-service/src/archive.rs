@@ -21,8 +21,15 @@ use crate::{Caller, Service};
 const MAX_ENTRIES: usize = 100_000;
 
 enum Item {
-    Dir { path: String, mode: u32 },
-    File { path: String, mode: u32, data: Vec<u8> },
+    Dir {
+        path: String,
+        mode: u32,
+    },
+    File {
+        path: String,
+        mode: u32,
+        data: Vec<u8>,
+    },
 }
 
 /// Reads the whole archive first: a refused entry anywhere means nothing is written.
@@ -31,7 +38,10 @@ fn parse(dest: &str, data: &[u8], max: u64) -> Result<Vec<Item>, ServiceError> {
     let mut ar = tar::Archive::new(data);
     let mut items = Vec::new();
     let mut total = 0u64;
-    for entry in ar.entries().map_err(|e| bad(format!("not a tar archive: {e}")))? {
+    for entry in ar
+        .entries()
+        .map_err(|e| bad(format!("not a tar archive: {e}")))?
+    {
         let mut entry = entry.map_err(|e| bad(format!("not a tar archive: {e}")))?;
         if items.len() >= MAX_ENTRIES {
             return Err(bad(format!("more than {MAX_ENTRIES} entries")));

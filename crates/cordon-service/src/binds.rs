@@ -20,7 +20,9 @@ pub struct HostBind {
 }
 
 /// Host paths never bound, whatever the roots: the host's system.
-const NEVER: &[&str] = &["/", "/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/root"];
+const NEVER: &[&str] = &[
+    "/", "/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/root",
+];
 
 /// Checks each bind against `roots` and adds it to the profile; the first refusal names the
 /// bind and why. `field` is the request's name for the list (e.g. `HostConfig.Binds`).
@@ -45,9 +47,10 @@ pub(crate) fn add(
             )));
         }
         let lexical = cordon_policy::lexical::resolve("/", &b.source);
-        if NEVER.iter().any(|n| {
-            *n == lexical || (*n != "/" && Path::new(&lexical).starts_with(n))
-        }) {
+        if NEVER
+            .iter()
+            .any(|n| *n == lexical || (*n != "/" && Path::new(&lexical).starts_with(n)))
+        {
             return Err(refuse("the host's system directories are never bound"));
         }
         if roots.is_empty() {
@@ -65,7 +68,8 @@ pub(crate) fn add(
             return Err(refuse("the host's system directories are never bound"));
         }
         let inside = roots.iter().any(|r| {
-            std::fs::canonicalize(r).is_ok_and(|root| real.starts_with(&root) && root != Path::new("/"))
+            std::fs::canonicalize(r)
+                .is_ok_and(|root| real.starts_with(&root) && root != Path::new("/"))
         });
         if !inside {
             return Err(refuse("it is outside the server's allowed bind roots"));

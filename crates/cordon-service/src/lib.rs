@@ -11,8 +11,8 @@
 
 pub mod archive;
 pub mod audit;
-pub mod binds;
 mod auth;
+pub mod binds;
 pub mod datadir;
 pub mod error;
 pub mod files;
@@ -42,8 +42,7 @@ pub(crate) use exec::spawn_exec;
 pub use exec::{BgCommand, ExecEvent, PipedProcess};
 pub use images::{
     image_error, validate as validate_pull, ImageDetail, ImageList, ImageRemoved, ImageView,
-    ImagesConfig, PullEvent,
-    PullRequest, PullResult,
+    ImagesConfig, PullEvent, PullRequest, PullResult,
 };
 pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};

@@ -85,8 +85,10 @@ pub(crate) async fn get_archive(
         .await
         .map_err(|e| not_found(e, &path))?;
     let mut r = Response::new(Body::from(tar));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
     r.headers_mut()
         .insert("X-Docker-Container-Path-Stat", stat_header(&entry));
     Ok(r)

@@ -143,7 +143,11 @@ fn strings(v: &Value) -> Option<Vec<String>> {
     match v {
         Value::Array(a) => Some(
             a.iter()
-                .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| x.to_string())
+                })
                 .collect(),
         ),
         Value::String(s) => Some(vec![s.clone()]),
@@ -351,7 +355,10 @@ fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
     let cpus = match (hc["NanoCpus"].as_i64(), hc["CpuQuota"].as_i64()) {
         (Some(n), _) if n > 0 => Some(n as f64 / 1e9),
         (_, Some(q)) if q > 0 => {
-            let period = hc["CpuPeriod"].as_i64().filter(|p| *p > 0).unwrap_or(100_000);
+            let period = hc["CpuPeriod"]
+                .as_i64()
+                .filter(|p| *p > 0)
+                .unwrap_or(100_000);
             Some(q as f64 / period as f64)
         }
         _ => None,
@@ -431,7 +438,12 @@ pub(crate) async fn create(
         (None, Some(cmd)) if !cmd.is_empty() => {
             img.entrypoint.iter().chain(cmd.iter()).cloned().collect()
         }
-        (None, _) => img.entrypoint.iter().chain(img.cmd.iter()).cloned().collect(),
+        (None, _) => img
+            .entrypoint
+            .iter()
+            .chain(img.cmd.iter())
+            .cloned()
+            .collect(),
     };
     if argv.is_empty() {
         return Err(DockerError::bad("No command specified"));
@@ -477,7 +489,10 @@ pub(crate) async fn create(
             hc["NetworkMode"] = json!("none");
             hc
         },
-        output_limit: info.limits.as_ref().map_or(1 << 20, |l| l.output_limit_bytes),
+        output_limit: info
+            .limits
+            .as_ref()
+            .map_or(1 << 20, |l| l.output_limit_bytes),
         run: Mutex::new(Run::Created),
         log: Mutex::new(Log::default()),
         changed: watch::channel(0).0,
@@ -558,7 +573,12 @@ pub(crate) async fn start(
             outcome = d2
                 .st
                 .service
-                .wait_command(&c2.caller, &c2.id, &cmd.id, Duration::from_secs(u32::MAX as u64))
+                .wait_command(
+                    &c2.caller,
+                    &c2.id,
+                    &cmd.id,
+                    Duration::from_secs(u32::MAX as u64),
+                )
                 .await
                 .ok()
                 .and_then(|i| i.outcome);
@@ -645,8 +665,8 @@ pub(crate) async fn wait(
         } else {
             json!({"Message": e.error})
         };
-        let mut body = serde_json::to_vec(&json!({"StatusCode": e.code, "Error": error}))
-            .unwrap_or_default();
+        let mut body =
+            serde_json::to_vec(&json!({"StatusCode": e.code, "Error": error})).unwrap_or_default();
         body.push(b'\n');
         let _ = tx.send(body).await;
     });
@@ -663,7 +683,12 @@ pub(crate) async fn wait(
 
 /// Streams a container's output: what it wrote from the start, then (with `follow`) what
 /// it writes until it exits.
-fn follow_output(c: Arc<Container>, stdout: bool, stderr: bool, follow: bool) -> mpsc::Receiver<Vec<u8>> {
+fn follow_output(
+    c: Arc<Container>,
+    stdout: bool,
+    stderr: bool,
+    follow: bool,
+) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut changed = c.changed.subscribe();
@@ -794,7 +819,8 @@ pub(crate) async fn kill(
                 .ok_or_else(|| DockerError::bad(format!("signal: '{s}' is not a signal")))?,
         },
     };
-    d.st.service.command_signal(&c.caller, &c.id, &cid, signal)?;
+    d.st.service
+        .command_signal(&c.caller, &c.id, &cid, signal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -844,12 +870,20 @@ pub(crate) async fn list(
         .unwrap_or_default();
     let wanted = |key: &str| -> Vec<String> {
         match filters.get(key) {
-            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
             Some(Value::Object(o)) => o.keys().cloned().collect(),
             _ => Vec::new(),
         }
     };
-    let (labels, statuses, names, ids) = (wanted("label"), wanted("status"), wanted("name"), wanted("id"));
+    let (labels, statuses, names, ids) = (
+        wanted("label"),
+        wanted("status"),
+        wanted("name"),
+        wanted("id"),
+    );
     let mut list: Vec<Arc<Container>> = d
         .containers
         .lock()
@@ -860,7 +894,12 @@ pub(crate) async fn list(
         .iter()
         .filter(|c| all || c.running() || !statuses.is_empty())
         .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(c).0))
-        .filter(|c| names.is_empty() || names.iter().any(|n| c.name.contains(n.trim_start_matches('/'))))
+        .filter(|c| {
+            names.is_empty()
+                || names
+                    .iter()
+                    .any(|n| c.name.contains(n.trim_start_matches('/')))
+        })
         .filter(|c| ids.is_empty() || ids.iter().any(|i| c.id.starts_with(i.as_str())))
         .filter(|c| {
             labels.iter().all(|l| match l.split_once('=') {
@@ -949,10 +988,7 @@ pub(crate) async fn top(
         ));
     }
     let pids = d.st.service.sandbox_processes(&c.caller, &c.id).await?;
-    let rows: Vec<Value> = pids
-        .iter()
-        .map(|p| json!([p.to_string()]))
-        .collect();
+    let rows: Vec<Value> = pids.iter().map(|p| json!([p.to_string()])).collect();
     Ok(Json(json!({"Titles": ["PID"], "Processes": rows})))
 }
 
@@ -963,7 +999,11 @@ pub(crate) async fn stats(
 ) -> DResult<Json<Value>> {
     d.caller(&headers)?;
     let c = d.find(&id)?;
-    let pids = d.st.service.sandbox_processes(&c.caller, &c.id).await.unwrap_or_default();
+    let pids =
+        d.st.service
+            .sandbox_processes(&c.caller, &c.id)
+            .await
+            .unwrap_or_default();
     let usage = d.st.service.process_usage(&pids, false);
     let limit = c.host_config["Memory"].as_i64().unwrap_or(0);
     Ok(Json(json!({

@@ -63,7 +63,10 @@ pub(crate) async fn create(
         ));
     }
     let argv: Vec<String> = match &body["Cmd"] {
-        Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
         Value::String(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
         _ => Vec::new(),
     };
@@ -106,7 +109,12 @@ fn find(d: &St, id: &str) -> DResult<Arc<ExecInstance>> {
         .lock()
         .ok()
         .and_then(|m| m.get(id).cloned())
-        .ok_or_else(|| DockerError::new(StatusCode::NOT_FOUND, format!("No such exec instance: {id}")))
+        .ok_or_else(|| {
+            DockerError::new(
+                StatusCode::NOT_FOUND,
+                format!("No such exec instance: {id}"),
+            )
+        })
 }
 
 pub(crate) async fn start(
@@ -124,10 +132,7 @@ pub(crate) async fn start(
     let detach = body["Detach"].as_bool() == Some(true);
     let c = d.find(&inst.container)?;
     {
-        let mut s = inst
-            .state
-            .lock()
-            .map_err(|_| DockerError::bad("lock"))?;
+        let mut s = inst.state.lock().map_err(|_| DockerError::bad("lock"))?;
         if s.started {
             return Err(DockerError::new(
                 StatusCode::CONFLICT,
@@ -189,7 +194,12 @@ pub(crate) async fn start(
         }
         if outcome.is_none() {
             outcome = svc
-                .wait_command(&caller, &sid, &cmd.id, std::time::Duration::from_secs(u32::MAX as u64))
+                .wait_command(
+                    &caller,
+                    &sid,
+                    &cmd.id,
+                    std::time::Duration::from_secs(u32::MAX as u64),
+                )
                 .await
                 .ok()
                 .and_then(|i| i.outcome);
@@ -232,4 +242,3 @@ pub(crate) async fn inspect(
         },
     })))
 }
-

@@ -95,15 +95,14 @@ pub(crate) async fn inspect(
             format!("GET /images/{rest}: not supported by cordon's Docker API (inspect is /images/NAME/json)"),
         ));
     };
-    let i = d
-        .st
-        .service
-        .inspect_image(&caller, name)
-        .await
-        .map_err(|e| match e.kind {
-            cordon_service::error::ErrorKind::NotFound => DockerError::no_image(name),
-            _ => e.into(),
-        })?;
+    let i =
+        d.st.service
+            .inspect_image(&caller, name)
+            .await
+            .map_err(|e| match e.kind {
+                cordon_service::error::ErrorKind::NotFound => DockerError::no_image(name),
+                _ => e.into(),
+            })?;
     let (tags, digests) = tags_and_digests(&i.image);
     Ok(Json(json!({
         "Id": i.image.digest,
@@ -135,16 +134,19 @@ pub(crate) async fn remove(
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
     let caller = d.caller(&headers)?;
-    let r = d
-        .st
-        .service
-        .remove_image(&caller, &name)
-        .await
-        .map_err(|e| match e.kind {
-            cordon_service::error::ErrorKind::NotFound => DockerError::no_image(&name),
-            _ => e.into(),
-        })?;
-    let mut out: Vec<Value> = r.untagged.iter().map(|u| json!({"Untagged": short_name(u)})).collect();
+    let r =
+        d.st.service
+            .remove_image(&caller, &name)
+            .await
+            .map_err(|e| match e.kind {
+                cordon_service::error::ErrorKind::NotFound => DockerError::no_image(&name),
+                _ => e.into(),
+            })?;
+    let mut out: Vec<Value> = r
+        .untagged
+        .iter()
+        .map(|u| json!({"Untagged": short_name(u)}))
+        .collect();
     out.extend(r.deleted.iter().map(|d| json!({"Deleted": d})));
     Ok(Json(Value::Array(out)))
 }
@@ -167,16 +169,30 @@ fn short(digest: &str) -> String {
 
 fn progress_line(ev: &PullEvent) -> Value {
     match ev {
-        PullEvent::Resolved { reference, digest, layers } => json!({
+        PullEvent::Resolved {
+            reference,
+            digest,
+            layers,
+        } => json!({
             "status": format!("Pulling {reference} ({layers} layers, {digest})")
         }),
-        PullEvent::LayerCached { digest } => json!({"status": "Already exists", "id": short(digest)}),
-        PullEvent::LayerStart { digest, .. } => json!({"status": "Pulling fs layer", "id": short(digest)}),
-        PullEvent::LayerProgress { digest, bytes, size } => json!({
+        PullEvent::LayerCached { digest } => {
+            json!({"status": "Already exists", "id": short(digest)})
+        }
+        PullEvent::LayerStart { digest, .. } => {
+            json!({"status": "Pulling fs layer", "id": short(digest)})
+        }
+        PullEvent::LayerProgress {
+            digest,
+            bytes,
+            size,
+        } => json!({
             "status": "Downloading", "id": short(digest),
             "progressDetail": {"current": bytes, "total": size}
         }),
-        PullEvent::LayerUnpacking { digest } => json!({"status": "Extracting", "id": short(digest)}),
+        PullEvent::LayerUnpacking { digest } => {
+            json!({"status": "Extracting", "id": short(digest)})
+        }
         PullEvent::LayerDone { digest } => json!({"status": "Pull complete", "id": short(digest)}),
         PullEvent::Retry { digest, from, .. } => json!({
             "status": format!("Retrying from byte {from}"), "id": short(digest)
@@ -234,7 +250,9 @@ pub(crate) async fn pull(
         rx.recv().await.map(|c| (Ok::<_, std::io::Error>(c), rx))
     });
     let mut r = Response::new(Body::from_stream(stream));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     Ok(r)
 }

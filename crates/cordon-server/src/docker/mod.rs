@@ -141,7 +141,9 @@ impl Docker {
         if let Some(c) = map.values().find(|c| c.name == bare) {
             return Ok(c.clone());
         }
-        let mut by_prefix = map.values().filter(|c| !name.is_empty() && c.id.starts_with(name));
+        let mut by_prefix = map
+            .values()
+            .filter(|c| !name.is_empty() && c.id.starts_with(name));
         match (by_prefix.next(), by_prefix.next()) {
             (Some(c), None) => Ok(c.clone()),
             (Some(_), Some(_)) => Err(DockerError::bad(format!(
@@ -186,7 +188,10 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         .route("/info", get(system::info))
         .route("/images/json", get(images::list))
         .route("/images/create", post(images::pull))
-        .route("/images/{*rest}", get(images::inspect).delete(images::remove))
+        .route(
+            "/images/{*rest}",
+            get(images::inspect).delete(images::remove),
+        )
         .route("/containers/json", get(containers::list))
         .route("/containers/create", post(containers::create))
         .route("/containers/{id}/json", get(containers::inspect))
@@ -257,7 +262,10 @@ pub async fn serve(
 /// Creates the socket mode 0660 (group `gid` when given). The mode is set on the path before
 /// anyone can connect: the socket is bound inside a fresh private directory next to it, and
 /// renamed into place once its mode and owner are right.
-fn bind_socket(path: &std::path::Path, gid: Option<u32>) -> Result<tokio::net::UnixListener, String> {
+fn bind_socket(
+    path: &std::path::Path,
+    gid: Option<u32>,
+) -> Result<tokio::net::UnixListener, String> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let shown = path.display();
     let parent = path

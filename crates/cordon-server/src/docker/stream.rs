@@ -87,12 +87,11 @@ pub(crate) fn respond(
         }
         None => {
             let stream = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv()
-                    .await
-                    .map(|c| (Ok::<_, std::io::Error>(c), rx))
+                rx.recv().await.map(|c| (Ok::<_, std::io::Error>(c), rx))
             });
             let mut r = Response::new(Body::from_stream(stream));
-            r.headers_mut().insert(header::CONTENT_TYPE, content_type(tty));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, content_type(tty));
             r
         }
     }
@@ -104,7 +103,10 @@ mod tests {
 
     #[test]
     fn a_frame_is_the_stream_three_zeros_and_the_length_big_endian() {
-        assert_eq!(frame(2, b"hi", false), vec![2, 0, 0, 0, 0, 0, 0, 2, b'h', b'i']);
+        assert_eq!(
+            frame(2, b"hi", false),
+            vec![2, 0, 0, 0, 0, 0, 0, 2, b'h', b'i']
+        );
         assert_eq!(frame(1, b"hi", true), b"hi".to_vec());
     }
 }

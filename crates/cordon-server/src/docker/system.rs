@@ -20,7 +20,10 @@ pub(crate) async fn ping(State(d): State<St>, headers: HeaderMap) -> DResult<Res
     h.insert("OSType", HeaderValue::from_static("linux"));
     h.insert("Docker-Experimental", HeaderValue::from_static("false"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     Ok(r)
 }
 
@@ -66,13 +69,12 @@ pub(crate) async fn info(State(d): State<St>, headers: HeaderMap) -> DResult<Jso
         let running = map.values().filter(|c| c.running()).count();
         (map.len(), running)
     };
-    let images = d
-        .st
-        .service
-        .list_images(&caller)
-        .await
-        .map(|l| l.images.len())
-        .unwrap_or(0);
+    let images =
+        d.st.service
+            .list_images(&caller)
+            .await
+            .map(|l| l.images.len())
+            .unwrap_or(0);
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
