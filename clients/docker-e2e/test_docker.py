@@ -251,6 +251,16 @@ def test_a_fork_bomb_is_contained_by_the_pids_limit(client, image):
     assert client.containers.run(image, SH + ["echo after"], remove=True) == b"after\n"
 
 
+def test_an_output_flood_is_cut_at_the_output_limit_and_the_server_stays_well(client, image):
+    c = client.containers.run(image, SH + ["busybox yes flood | busybox head -c 200000000; echo done >&2"], detach=True)
+    assert c.wait(timeout=120)["StatusCode"] == 0
+    c.reload()
+    assert c.attrs["LogOutputTruncated"] is True
+    assert len(c.logs(stdout=True, stderr=False)) < 64 << 20
+    c.remove()
+    assert client.containers.run(image, SH + ["echo fine"], remove=True) == b"fine\n"
+
+
 def test_the_docker_cli_runs_lists_and_shows_images_against_the_socket(dserver, image):
     if shutil.which("docker") is None:
         pytest.skip("the docker CLI is not installed: its part of the suite is skipped")
@@ -264,6 +274,15 @@ def test_the_docker_cli_runs_lists_and_shows_images_against_the_socket(dserver, 
     assert r.returncode == 0 and image.rsplit(":", 1)[0] in r.stdout, r
     r = run("run", "--rm", "--privileged", image, "true")
     assert r.returncode != 0 and "Privileged" in r.stderr, r
+    r = run("run", "-d", "--name", "cli-box", image, "busybox", "sleep", "60")
+    assert r.returncode == 0, r
+    r = run("exec", "cli-box", "sh", "-c", "echo in-exec; echo hi > /tmp/from-exec")
+    assert (r.returncode, r.stdout) == (0, "in-exec\n"), r
+    dest = dserver.bind_root.parent / "cli-cp"
+    r = run("cp", "cli-box:/tmp/from-exec", str(dest))
+    assert r.returncode == 0 and dest.read_text() == "hi\n", r
+    r = run("rm", "-f", "cli-box")
+    assert r.returncode == 0, r
 
 
 def test_read_only_keeps_the_root_unwritable_and_tmp_writable(client, image):

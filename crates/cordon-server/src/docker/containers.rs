@@ -583,6 +583,15 @@ pub(crate) async fn start(
                 .ok()
                 .and_then(|i| i.outcome);
         }
+        if outcome
+            .as_ref()
+            .is_some_and(|o| o.stdout_truncated || o.stderr_truncated)
+        {
+            // The service kept only the output limit's worth: so did the log.
+            if let Ok(mut l) = c2.log.lock() {
+                l.dropped = true;
+            }
+        }
         let ended = match &outcome {
             Some(o) => {
                 let (code, oom) = exit_of(o);
