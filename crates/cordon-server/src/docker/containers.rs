@@ -1024,3 +1024,48 @@ pub(crate) async fn stats(
         "cpu_stats": {"cpu_usage": {"total_usage": usage.cpu_ns}},
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_power_a_create_asks_for_is_refused_naming_its_field() {
+        for (hc, field) in [
+            (json!({"Privileged": true}), "Privileged"),
+            (json!({"CapAdd": ["SYS_ADMIN"]}), "CapAdd"),
+            (json!({"Devices": [{"PathOnHost": "/dev/kmsg"}]}), "Devices"),
+            (json!({"NetworkMode": "host"}), "NetworkMode"),
+            (json!({"NetworkMode": "container:abc"}), "NetworkMode"),
+            (json!({"PidMode": "host"}), "PidMode"),
+            (json!({"IpcMode": "host"}), "IpcMode"),
+            (json!({"UsernsMode": "host"}), "UsernsMode"),
+            (
+                json!({"SecurityOpt": ["apparmor=unconfined"]}),
+                "SecurityOpt",
+            ),
+            (json!({"Sysctls": {"kernel.x": "1"}}), "Sysctls"),
+            (json!({"OomKillDisable": true}), "OomKillDisable"),
+        ] {
+            let Err(DockerError(status, msg)) = refuse_powers(&hc) else {
+                panic!("{hc} was not refused");
+            };
+            assert_eq!(status, StatusCode::FORBIDDEN, "{hc}");
+            assert!(msg.contains(field), "{msg}");
+        }
+    }
+
+    #[test]
+    fn what_narrows_is_accepted() {
+        let hc = json!({"NetworkMode": "none", "SecurityOpt": ["no-new-privileges"],
+            "IpcMode": "private", "Memory": 536870912, "ReadonlyRootfs": true, "Tmpfs": {"/tmp": ""}});
+        assert!(refuse_powers(&hc).is_ok());
+        let body = json!({"HostConfig": hc, "Cmd": ["true"]});
+        let Ok(spec) = spec_of(&body, "img") else {
+            panic!("a narrowing create was refused");
+        };
+        assert!(spec.create.read_only_root);
+        let bad_tmpfs = json!({"HostConfig": {"Tmpfs": {"/etc": ""}}});
+        assert!(spec_of(&bad_tmpfs, "img").is_err());
+    }
+}
