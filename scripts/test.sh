@@ -33,8 +33,10 @@ if [ "$(id -u)" -eq 0 ]; then
   [ "$cgroup2_vm" = 1 ] && [ "$(uname -m)" = x86_64 ] && cross+=(qemu-system-x86)
   # python3-requests, python3-httpx: real clients of the secrets suite (crates/cordon/tests/secrets.rs).
   # chromium: the web console's end-to-end tests drive it with Playwright (clients/console-e2e).
+  # python3-docker, python3-pytest: docker-py against the Docker door (clients/docker-e2e), run
+  # with the system Python.
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
-    python3-pandas python3-requests python3-httpx chromium docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
+    python3-pandas python3-requests python3-httpx python3-docker python3-pytest chromium docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
     clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
@@ -163,12 +165,24 @@ if [ "$(id -u)" -eq 0 ]; then
   E2B_SUITE_OUT=$(mktemp -d) scripts/e2b-suite.sh "$CORDON_BIN" >"$e2b_suite_log" 2>&1 &
   e2b_suite_pid=$!
 fi
+# docker-py (Debian's python3-docker, so the system Python) against the Docker door: ~15 s,
+# beside the suites below.
+docker_e2e_log=$(mktemp)
+PYTHONPATH=clients/python/src /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning \
+  clients/docker-e2e >"$docker_e2e_log" 2>&1 &
+docker_e2e_pid=$!
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
 for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e clients/console-e2e; do
   # shellcheck disable=SC2086 # the first entry names two directories
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
+
+stage "the Docker door: docker-py and the docker CLI end to end (clients/docker-e2e, ran beside the Python suites)"
+docker_e2e_rc=0
+wait "$docker_e2e_pid" || docker_e2e_rc=$?
+cat "$docker_e2e_log"
+[ "$docker_e2e_rc" -eq 0 ] || { echo "the Docker door's suite failed"; exit 1; }
 
 if [ -n "$aarch64_pid" ]; then
   stage "aarch64: build, clippy, and the seccomp tables under emulation (ran beside the Python suites)"

@@ -168,6 +168,7 @@ impl ImageRoot {
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             user: c.user.clone().filter(|u| !u.is_empty()),
             upper: None,
+            read_only: false,
         }
     }
 

@@ -638,6 +638,18 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 plan.cwd.display()
             )
         })?;
+        // Asked for a read-only root: this mount only (its submounts, /tmp and the others,
+        // stay writable), flags kept, as the last change before the pivot.
+        if plan.image.as_ref().is_some_and(|i| i.read_only) {
+            sys::mount(
+                None,
+                Path::new(NEW),
+                None,
+                libc::MS_REMOUNT | libc::MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                None,
+            )
+            .step(|| "remount the image's root read-only".into())?;
+        }
     }
 
     // Second pivot: into the new root, then detach the staging tree (and the host with it).

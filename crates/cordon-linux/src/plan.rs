@@ -261,6 +261,8 @@ pub struct ImagePlan {
     pub upper: Option<PathBuf>,
     /// As root: an idmapped copy of `upper` the init attaches instead (an fd it inherits).
     pub upper_tree: Option<std::os::fd::RawFd>,
+    /// Mount the merged root read-only at the end (see `RootImage::read_only`).
+    pub read_only: bool,
 }
 
 /// Top-level entries of an image root that get their own rules: the union of the layers'
@@ -465,6 +467,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         layer_trees: Vec::new(),
         upper: img.upper.clone(),
         upper_tree: None,
+        read_only: img.read_only,
     });
     if let Some(img) = &image {
         // The image's root is the sandbox's own writable layer: everything in it may be

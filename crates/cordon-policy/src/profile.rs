@@ -347,6 +347,11 @@ pub struct RootImage {
     /// tmpfs capped by `--disk`. With a directory, `--disk` is watched from outside instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper: Option<PathBuf>,
+    /// The merged root is mounted read-only once the sandbox's own mounts (/tmp, the home,
+    /// /workspace, binds) are on it (Docker's `ReadonlyRootfs`): writes elsewhere fail with
+    /// EROFS instead of landing in the writable layer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 impl RootImage {

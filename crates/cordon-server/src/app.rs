@@ -69,6 +69,8 @@ pub struct ServeOptions {
     pub cluster_secret: Option<String>,
     /// Serve the web console at `/console`.
     pub console: bool,
+    /// The Docker door's socket and/or port (`--docker-socket`, `--docker-listen`).
+    pub docker: crate::docker::DockerOptions,
 }
 
 /// The header in which a cluster's router proves itself to a node.
@@ -124,6 +126,15 @@ pub async fn serve(
             reaper.reap().await;
         }
     });
+    let mut docker_at = Vec::new();
+    let _docker = crate::docker::serve(state.clone(), opts.docker.clone(), |a| {
+        docker_at.push(a.to_string())
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    for a in &docker_at {
+        println!("cordon Docker API on {a}");
+    }
     ready(addr);
     let mut app = router(state);
     if let Some(secret) = opts.cluster_secret {

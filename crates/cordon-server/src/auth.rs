@@ -18,7 +18,7 @@ use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
 
 /// Local users of an open (no-auth) server all act as this key id.
-const OPEN_KEY: &str = "local";
+pub(crate) const OPEN_KEY: &str = "local";
 
 /// True for `localhost`, `127.x.y.z` and `[::1]`, with or without a port.
 fn is_loopback_authority(authority: &str) -> bool {

@@ -95,6 +95,19 @@ async fn with_fs<T: Send + 'static>(
     }
 }
 
+/// Runs `op` against a sandbox's root as its own user, recorded in the audit log as `event`
+/// (for operations of several files, such as extracting an archive).
+pub(crate) async fn in_sandbox_audited<T: Send + 'static>(
+    svc: &Service,
+    caller: &Caller,
+    id: &str,
+    event: &str,
+    path: &str,
+    op: impl FnOnce(&SandboxFs) -> Result<T, FsError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    with_fs(svc, caller, Place::Sandbox(id), event, path, op).await
+}
+
 /// Runs `op` against the sandbox's root as its own user, without an audit record (a
 /// watcher's repeated looks: its creation is recorded).
 async fn in_sandbox<T: Send + 'static>(

@@ -405,3 +405,88 @@ mod tests {
         }
     }
 }
+
+/// One image with the parts of its config a run honours (`GET /images/{name}/json` of the
+/// Docker door, and what a container's command defaults to).
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageDetail {
+    pub image: ImageView,
+    /// The config blob's digest (Docker's image id).
+    pub config_digest: String,
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: Option<String>,
+    pub user: Option<String>,
+    pub architecture: String,
+    pub os: String,
+}
+
+/// What removing an image did: references untagged, images deleted.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageRemoved {
+    pub untagged: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+impl Service {
+    /// An image of the node's store by reference, digest or digest prefix (404 when absent).
+    pub async fn inspect_image(
+        &self,
+        _caller: &Caller,
+        name: &str,
+    ) -> Result<ImageDetail, ServiceError> {
+        if cordon_image::store::names_directory(name) {
+            return Err(ServiceError::not_found(format!("no such image: {name}")));
+        }
+        let store = self.image_store()?;
+        let n = name.to_string();
+        let found = tokio::task::spawn_blocking(move || store.inspect(&n))
+            .await
+            .map_err(|e| ServiceError::internal(format!("inspecting {name}: {e}")))?
+            .map_err(|e| match e {
+                ImageError::NotFound { .. } => {
+                    ServiceError::not_found(format!("no such image: {name}"))
+                }
+                other => image_error(other),
+            })?;
+        let c = found.config.config.clone().unwrap_or_default();
+        Ok(ImageDetail {
+            image: view(found.names.clone(), &found.record),
+            config_digest: found.record.config.to_string(),
+            env: c.env.unwrap_or_default(),
+            entrypoint: c.entrypoint.unwrap_or_default(),
+            cmd: c.cmd.unwrap_or_default(),
+            working_dir: c.working_dir.filter(|w| !w.is_empty()),
+            user: c.user.filter(|u| !u.is_empty()),
+            architecture: found.config.architecture.clone(),
+            os: found.config.os.clone(),
+        })
+    }
+
+    /// Removes a reference from the store (or, given a digest, the image); 404 when absent.
+    pub async fn remove_image(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<ImageRemoved, ServiceError> {
+        // Found first, so that an unknown name is a 404 and not an empty removal.
+        self.inspect_image(caller, name).await?;
+        let store = self.image_store()?;
+        let n = name.to_string();
+        let removed = tokio::task::spawn_blocking(move || store.remove(&n))
+            .await
+            .map_err(|e| ServiceError::internal(format!("removing {name}: {e}")))?
+            .map_err(image_error)?;
+        self.audit.record(
+            "image.remove",
+            &caller.key_id,
+            None,
+            serde_json::json!({"reference": name, "untagged": removed.untagged}),
+        );
+        Ok(ImageRemoved {
+            untagged: removed.untagged,
+            deleted: removed.deleted.iter().map(|d| d.to_string()).collect(),
+        })
+    }
+}

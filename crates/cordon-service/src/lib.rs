@@ -9,8 +9,10 @@
 //! a sandbox says (its files, its processes' output) is hostile input; paths are resolved
 //! inside the sandbox by the engine, never walked here.
 
+pub mod archive;
 pub mod audit;
 mod auth;
+pub mod binds;
 pub mod datadir;
 pub mod error;
 pub mod files;
@@ -39,8 +41,8 @@ pub use cordon_linux::host_system_paths;
 pub(crate) use exec::spawn_exec;
 pub use exec::{BgCommand, ExecEvent, PipedProcess};
 pub use images::{
-    image_error, validate as validate_pull, ImageList, ImageView, ImagesConfig, PullEvent,
-    PullRequest, PullResult,
+    image_error, validate as validate_pull, ImageDetail, ImageList, ImageRemoved, ImageView,
+    ImagesConfig, PullEvent, PullRequest, PullResult,
 };
 pub use lifecycle::SandboxMetrics;
 pub use requests::{profile_from, signal_number};
@@ -111,6 +113,9 @@ pub struct Config {
     /// Named templates a create may select (`cordon serve --templates`): the built-in ones
     /// and the operator's file.
     pub templates: templates::Templates,
+    /// Host directories under which a create may bind host paths (`cordon serve
+    /// --docker-bind-root`); empty: no host binds at all.
+    pub bind_roots: Vec<PathBuf>,
 }
 
 /// What `cordon serve` does with a request for an image its store does not have.

@@ -243,6 +243,7 @@ impl Service {
         // Volumes become binds before the profile is checked; held as in use from here on.
         let mut volumes = self.mount_volumes(caller, &req.volumes, &mut profile)?;
         volumes.hold(&seed.volumes);
+        crate::binds::add(&self.cfg.bind_roots, &req.host_binds, &mut profile, "binds")?;
         let tree = match (&seed.tree, &req.from) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(name)) => Some(self.snapshot_tree(caller, name)?),
@@ -252,6 +253,16 @@ impl Service {
             .validate()
             .map_err(|e| ServiceError::bad_request(e.to_string()))?;
         let image = self.attach_image(&mut profile, trusted_profile).await?;
+        if req.read_only_root {
+            match profile.root_image.as_mut() {
+                Some(r) => r.read_only = true,
+                None => {
+                    return Err(ServiceError::bad_request(
+                        "read_only_root: only a sandbox made from an image has a root of its own to make read-only",
+                    ))
+                }
+            }
+        }
         add_pip_defaults(&mut profile);
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,

@@ -249,6 +249,14 @@ pub struct CreateSandbox {
     /// for at most the server's `--max-ttl`, then ended.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// Host directories to bind, each checked against the server's bind roots (see
+    /// [`crate::binds`]); the Docker door's `Binds`, not part of the HTTP API.
+    #[serde(skip)]
+    pub host_binds: Vec<crate::binds::HostBind>,
+    /// The image's root mounted read-only (Docker's `ReadonlyRootfs`); only with an image.
+    /// The Docker door's, not part of the HTTP API.
+    #[serde(skip)]
+    pub read_only_root: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -113,7 +113,7 @@ pub(crate) fn key_dir(base: &Path, key_id: &str) -> Result<PathBuf, ServiceError
 }
 
 /// Where a mount may go: absolute, plain components only, nowhere the system lives.
-fn valid_mount_path(p: &str) -> Result<PathBuf, ServiceError> {
+pub(crate) fn valid_mount_path(p: &str) -> Result<PathBuf, ServiceError> {
     use std::path::Component;
     let path = Path::new(p);
     let plain = path.is_absolute()

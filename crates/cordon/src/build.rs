@@ -82,6 +82,7 @@ impl StepRunner for Engine {
             working_dir: step.working_dir.clone(),
             user: step.user.clone(),
             upper: Some(abs(&step.upper)?),
+            read_only: false,
         });
         profile.validate().map_err(|e| e.to_string())?;
         let outcome = runner::execute(Job {

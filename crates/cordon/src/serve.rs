@@ -100,6 +100,40 @@ pub struct ServeArgs {
     /// the cluster (none is created here).
     #[arg(long, value_name = "FILE", hide = true)]
     cluster_secret_file: Option<PathBuf>,
+    /// Serve the Docker Engine API (docker-py, the docker CLI) on this Unix socket, created
+    /// mode 0660: whoever may open it gets sandboxes (as the local caller), never the host.
+    #[arg(long, value_name = "PATH")]
+    docker_socket: Option<PathBuf>,
+    /// The Docker socket's group (a name or a gid): its members may use it.
+    #[arg(long, value_name = "GROUP", requires = "docker_socket")]
+    docker_socket_group: Option<String>,
+    /// Serve the Docker Engine API on this TCP address too; every request there needs an
+    /// API key (`Authorization: Bearer KEY`).
+    #[arg(long, value_name = "ADDR")]
+    docker_listen: Option<SocketAddr>,
+    /// A host directory under which Docker clients may bind host paths (`-v DIR:/data`);
+    /// repeat for more. Without it no host path can be bound; `/`, `/etc`, `/proc`, `/sys`,
+    /// `/dev`, `/boot`, `/run` and `/root` never can.
+    #[arg(long, value_name = "DIR")]
+    docker_bind_root: Vec<PathBuf>,
+}
+
+/// A group name or number from `--docker-socket-group`, as a gid.
+fn group_id(g: &str) -> Result<u32, String> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let gid = f.nth(1)?.parse::<u32>().ok()?;
+            (name == g).then_some(gid)
+        })
+        .next()
+        .ok_or_else(|| format!("--docker-socket-group: no group '{g}' in /etc/group"))
 }
 
 /// Whether this host gives sandboxes what the server's configuration accepts: every required
@@ -367,6 +401,17 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             p.validate().map_err(|e| format!("--e2b-allow-net: {e}"))?;
             p.allow
         },
+        bind_roots: a.docker_bind_root.clone(),
+    };
+    if a.no_auth {
+        if let Some(l) = a.docker_listen.filter(|l| !l.ip().is_loopback()) {
+            return Err(format!("refusing to serve the Docker API on {l} without authentication: drop --no-auth or listen on 127.0.0.1"));
+        }
+    }
+    let docker = cordon_server::docker::DockerOptions {
+        socket: a.docker_socket.clone(),
+        socket_gid: a.docker_socket_group.as_deref().map(group_id).transpose()?,
+        listen: a.docker_listen,
     };
     let cluster_secret = match &a.cluster_secret_file {
         Some(f) => {
@@ -405,6 +450,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             open: a.no_auth,
             cluster_secret,
             console: !a.no_console,
+            docker,
         };
         let console = !a.no_console;
         cordon_server::serve(service, opts, move |addr| {

@@ -1,0 +1,292 @@
+"""docker-py, unchanged, against cordon's Docker door: the seed guide's `containers.run`
+pattern, detach/wait/logs, exec, archives, the error types docker-py raises, and attacks —
+powers a client asks for that cordon never grants (each refused, nothing started, checked from
+outside), hostile archives (the host checked from outside), a fork bomb and an OOM contained.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import docker
+import pytest
+from docker.errors import APIError, ContainerError, ImageNotFound, NotFound
+
+SH = ["sh", "-c"]
+
+
+def test_the_socket_is_mode_0660_and_answers_ping_version_and_info(client, dserver):
+    assert stat.S_IMODE(os.stat(dserver.socket).st_mode) == 0o660
+    assert stat.S_ISSOCK(os.stat(dserver.socket).st_mode)
+    assert client.ping()
+    v = client.version()
+    assert v["ApiVersion"] >= "1.41" and v["Os"] == "linux"
+    assert "cordon" in client.info()["ServerVersion"]
+
+
+def test_the_tcp_listener_refuses_a_client_without_the_api_key(dserver):
+    anon = docker.DockerClient(base_url=f"tcp://{dserver.tcp}", version="1.41")
+    with pytest.raises(APIError) as e:
+        anon.ping()
+    assert e.value.response.status_code == 401
+    keyed = docker.DockerClient(base_url=f"tcp://{dserver.tcp}", version="1.41")
+    keyed.api.headers["Authorization"] = f"Bearer {dserver.server.api_key}"
+    assert keyed.ping()
+
+
+def test_the_seed_guides_containers_run_returns_the_output_and_removes_the_container(client, image):
+    out = client.containers.run(
+        image,
+        SH + ["echo hello from cordon; echo $((6*7)) > /tmp/x; cat /tmp/x"],
+        mem_limit="512m",
+        nano_cpus=1_000_000_000,
+        pids_limit=64,
+        network_disabled=True,
+        read_only=True,
+        tmpfs={"/tmp": ""},
+        remove=True,
+    )
+    assert out == b"hello from cordon\n42\n"
+    assert client.containers.list(all=True) == []
+
+
+def test_a_failing_command_raises_ContainerError_with_its_stderr(client, image):
+    with pytest.raises(ContainerError) as e:
+        client.containers.run(image, SH + ["echo oops >&2; exit 3"], remove=True)
+    assert e.value.exit_status == 3
+    assert b"oops" in e.value.stderr
+
+
+def test_detach_wait_logs_and_inspect_say_how_it_ended(client, image):
+    c = client.containers.run(
+        image, SH + ["echo out; echo err >&2; exit 7"], detach=True, labels={"suite": "docker-e2e"},
+        environment={"GREETING": "hi"}, working_dir="/tmp",
+    )
+    assert c.wait(timeout=60)["StatusCode"] == 7
+    assert c.logs(stdout=True, stderr=False) == b"out\n"
+    assert c.logs(stdout=False, stderr=True) == b"err\n"
+    c.reload()
+    assert c.status == "exited"
+    assert c.attrs["State"]["ExitCode"] == 7
+    assert c.attrs["State"]["OOMKilled"] is False
+    assert c.labels == {"suite": "docker-e2e"}
+    assert [x.id for x in client.containers.list(all=True, filters={"label": "suite=docker-e2e"})] == [c.id]
+    assert client.containers.list() == []  # not running
+    c.remove()
+    with pytest.raises(NotFound):
+        client.containers.get(c.id)
+
+
+def test_logs_follow_streams_until_the_container_exits(client, image):
+    c = client.containers.run(image, SH + ["for i in 1 2 3; do echo $i; sleep 0.2; done"], detach=True)
+    assert b"".join(c.logs(stream=True, follow=True)) == b"1\n2\n3\n"
+    c.remove()
+
+
+def test_exec_run_runs_in_the_running_container_with_its_exit_code(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True, environment={"FROM_CREATE": "yes"})
+    assert c.status in ("created", "running")
+    r = c.exec_run(SH + ["echo $FROM_CREATE $((6*7))"])
+    assert (r.exit_code, r.output) == (0, b"yes 42\n")
+    assert c.exec_run(SH + ["exit 5"]).exit_code == 5
+    c.kill()
+    assert c.wait(timeout=30)["StatusCode"] == 137
+    c.remove()
+
+
+def test_put_archive_then_get_archive_round_trips_files(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        data = b"print('hi')\n"
+        info = tarfile.TarInfo("pkg/main.py")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    assert c.put_archive("/tmp", buf.getvalue())
+    assert c.exec_run(["busybox", "cat", "/tmp/pkg/main.py"]).output == b"print('hi')\n"
+    stream, st = c.get_archive("/tmp/pkg")
+    assert st["name"] == "pkg"
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as t:
+        assert t.extractfile("pkg/main.py").read() == b"print('hi')\n"
+    c.remove(force=True)
+
+
+def test_unknown_images_and_containers_raise_docker_pys_not_found_errors(client):
+    with pytest.raises(ImageNotFound):
+        client.images.get("127.0.0.1:1/no/such:image")
+    with pytest.raises(ImageNotFound):
+        client.containers.create("127.0.0.1:1/no/such:image", ["true"])
+    with pytest.raises(NotFound):
+        client.containers.get("no-such-container")
+
+
+def test_images_list_inspect_and_remove(client, image):
+    names = [t for i in client.images.list() for t in i.tags]
+    assert image in names
+    img = client.images.get(image)
+    assert img.attrs["Config"]["Cmd"] == ["/bin/sh"]
+
+
+REFUSED = {
+    "privileged": dict(privileged=True),
+    "cap_add": dict(cap_add=["SYS_ADMIN"]),
+    "network_mode host": dict(network_mode="host"),
+    "pid_mode host": dict(pid_mode="host"),
+    "ipc_mode host": dict(ipc_mode="host"),
+    "bind of /": dict(volumes={"/": {"bind": "/host", "mode": "rw"}}),
+    "bind of /etc": dict(volumes={"/etc": {"bind": "/hostetc", "mode": "ro"}}),
+    "devices /dev/kmsg": dict(devices=["/dev/kmsg:/dev/kmsg:rwm"]),
+    "seccomp unconfined": dict(security_opt=["seccomp=unconfined"]),
+    "sysctls": dict(sysctls={"net.ipv4.ip_forward": "1"}),
+}
+
+
+@pytest.mark.parametrize("power", sorted(REFUSED))
+def test_a_power_cordon_never_grants_is_refused_naming_the_field_and_nothing_starts(client, dserver, image, power):
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.run(image, SH + ["echo should not run"], remove=True, **REFUSED[power])
+    assert e.value.response.status_code in (400, 403), e.value
+    field = {"privileged": "Privileged", "cap_add": "CapAdd", "network_mode host": "NetworkMode",
+             "pid_mode host": "PidMode", "ipc_mode host": "IpcMode", "devices /dev/kmsg": "Devices",
+             "seccomp unconfined": "SecurityOpt", "sysctls": "Sysctls"}.get(power, "binds")
+    assert field in str(e.value.explanation), e.value.explanation
+    assert client.containers.list(all=True) == []
+    assert dserver.sandboxes_created() == created
+
+
+def test_a_bind_outside_the_bind_roots_is_refused_and_one_inside_is_granted(client, dserver, image, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    with pytest.raises(APIError) as e:
+        client.containers.run(image, ["busybox", "cat", "/data/secret"], volumes={str(outside): {"bind": "/data", "mode": "ro"}}, remove=True)
+    assert "bind roots" in str(e.value.explanation)
+    # A symlink under an allowed root that leads out is resolved first: refused too.
+    link = dserver.bind_root / "escape"
+    link.symlink_to(outside)
+    with pytest.raises(APIError):
+        client.containers.run(image, ["busybox", "cat", "/data/secret"], volumes={str(link): {"bind": "/data", "mode": "ro"}}, remove=True)
+    inside = dserver.bind_root / "project"
+    inside.mkdir()
+    (inside / "input.txt").write_text("from the host\n")
+    out = client.containers.run(image, ["busybox", "cat", "/data/input.txt"], volumes={str(inside): {"bind": "/data", "mode": "ro"}}, remove=True)
+    assert out == b"from the host\n"
+
+
+def _tar(*members: tarfile.TarInfo, data: bytes = b"pwned\n") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for m in members:
+            if m.isreg():
+                m.size = len(data)
+                t.addfile(m, io.BytesIO(data))
+            else:
+                t.addfile(m)
+    return buf.getvalue()
+
+
+def test_hostile_archives_change_nothing_on_the_host(client, image, tmp_path):
+    target = tmp_path / "host-dir"
+    target.mkdir()
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    # An absolute name and a `..` climb: folded under the destination, inside the sandbox.
+    absolute = tarfile.TarInfo(str(target / "absolute"))
+    climb = tarfile.TarInfo("../" * 20 + str(target / "climb").lstrip("/"))
+    assert c.put_archive("/tmp", _tar(absolute, climb))
+    # A symlink pointing out, then a file written through it: refused as a whole.
+    link = tarfile.TarInfo("out")
+    link.type = tarfile.SYMTYPE
+    link.linkname = str(target)
+    through = tarfile.TarInfo("out/through")
+    with pytest.raises(APIError):
+        c.put_archive("/tmp", _tar(link, through))
+    hard = tarfile.TarInfo("hard")
+    hard.type = tarfile.LNKTYPE
+    hard.linkname = "/etc/passwd"
+    with pytest.raises(APIError):
+        c.put_archive("/tmp", _tar(hard))
+    assert list(target.iterdir()) == []
+    assert c.exec_run(["busybox", "cat", f"/tmp{target}/absolute"]).output == b"pwned\n"
+    assert c.exec_run(["busybox", "ls", "/tmp/out"]).exit_code != 0
+    c.remove(force=True)
+
+
+def test_an_oom_is_contained_and_inspect_says_OOMKilled_with_exit_137(client, image):
+    c = client.containers.run(
+        image, SH + ["x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"], mem_limit="64m", detach=True
+    )
+    code = c.wait(timeout=120)["StatusCode"]
+    c.reload()
+    assert c.attrs["State"]["ExitCode"] == code != 0
+    if os.geteuid() == 0:
+        # As root the memory cgroup holds it and its OOM killer ends it, as Docker reports.
+        assert (code, c.attrs["State"]["OOMKilled"]) == (137, True)
+    else:
+        # Rootless, without a delegated memory cgroup, the address-space rlimit holds it:
+        # its allocation fails and the shell exits on its own.
+        assert c.attrs["State"]["OOMKilled"] is False
+    c.remove()
+
+
+def test_a_fork_bomb_is_contained_by_the_pids_limit(client, image):
+    t0 = time.monotonic()
+    c = client.containers.run(
+        image,
+        SH + ["bomb() { bomb | bomb & }; bomb; sleep 3; echo still here"],
+        pids_limit=64,
+        detach=True,
+    )
+    c.wait(timeout=120)
+    c.remove(force=True)
+    assert time.monotonic() - t0 < 120
+    # The server still serves, and a new container runs.
+    assert client.containers.run(image, SH + ["echo after"], remove=True) == b"after\n"
+
+
+def test_an_output_flood_is_cut_at_the_output_limit_and_the_server_stays_well(client, image):
+    c = client.containers.run(image, SH + ["busybox yes flood | busybox head -c 200000000; echo done >&2"], detach=True)
+    assert c.wait(timeout=120)["StatusCode"] == 0
+    c.reload()
+    assert c.attrs["LogOutputTruncated"] is True
+    assert len(c.logs(stdout=True, stderr=False)) < 64 << 20
+    c.remove()
+    assert client.containers.run(image, SH + ["echo fine"], remove=True) == b"fine\n"
+
+
+def test_the_docker_cli_runs_lists_and_shows_images_against_the_socket(dserver, image):
+    if shutil.which("docker") is None:
+        pytest.skip("the docker CLI is not installed: its part of the suite is skipped")
+    env = dict(os.environ, DOCKER_HOST=f"unix://{dserver.socket}", DOCKER_CONFIG=str(dserver.bind_root.parent / "cli"))
+    run = lambda *a: subprocess.run(["docker", *a], env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run("run", "--rm", image, "sh", "-c", "echo hi from the cli")
+    assert r.returncode == 0 and r.stdout == "hi from the cli\n", r
+    r = run("ps", "-a")
+    assert r.returncode == 0 and "CONTAINER ID" in r.stdout, r
+    r = run("images")
+    assert r.returncode == 0 and image.rsplit(":", 1)[0] in r.stdout, r
+    r = run("run", "--rm", "--privileged", image, "true")
+    assert r.returncode != 0 and "Privileged" in r.stderr, r
+    r = run("run", "-d", "--name", "cli-box", image, "busybox", "sleep", "60")
+    assert r.returncode == 0, r
+    r = run("exec", "cli-box", "sh", "-c", "echo in-exec; echo hi > /tmp/from-exec")
+    assert (r.returncode, r.stdout) == (0, "in-exec\n"), r
+    dest = dserver.bind_root.parent / "cli-cp"
+    r = run("cp", "cli-box:/tmp/from-exec", str(dest))
+    assert r.returncode == 0 and dest.read_text() == "hi\n", r
+    r = run("rm", "-f", "cli-box")
+    assert r.returncode == 0, r
+
+
+def test_read_only_keeps_the_root_unwritable_and_tmp_writable(client, image):
+    probe = "echo ok > /tmp/f && cat /tmp/f; if echo x > /etc/new 2>/dev/null; then echo root-writable; else echo root-read-only; fi"
+    assert client.containers.run(image, SH + [probe], remove=True) == b"ok\nroot-writable\n"
+    out = client.containers.run(image, SH + [probe], read_only=True, tmpfs={"/tmp": ""}, remove=True)
+    assert out == b"ok\nroot-read-only\n"

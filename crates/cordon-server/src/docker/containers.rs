@@ -1,0 +1,1071 @@
+//! Containers: create (the request checked and narrowed into a sandbox create), start (the
+//! container's command as the sandbox's main command), wait, logs and attach (Docker's
+//! multiplexed stream, following), stop, kill, remove, list, inspect, top, stats.
+//!
+//! Threat model: the create body is hostile. Every field that would widen what a sandbox may
+//! do is refused with 403 naming it (privileged, capabilities, devices, the host's network,
+//! PID, IPC, UTS, user or cgroup namespace, security options other than
+//! `no-new-privileges`, sysctls, an OOM killer turned off, a cgroup parent) before anything
+//! is created; host binds go to the service, which allows only the operator's roots. The
+//! output a container writes is hostile too: kept up to the sandbox's output limit
+//! (`--output-limit`), then dropped, so a flood cannot fill the server's memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_service::error::ErrorKind;
+use cordon_service::types::{Amount, Cmd, CreateSandbox, ExecRequest};
+use cordon_service::{Caller, ExecEvent};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::{stream, DResult, DockerError, St};
+
+/// Where a container's main process is.
+#[derive(Clone)]
+pub(crate) enum Run {
+    Created,
+    Running { cid: String, started: String },
+    Exited { ended: Ended, started: String },
+}
+
+/// How a container's main process ended, as Docker reports it.
+#[derive(Clone)]
+pub(crate) struct Ended {
+    pub code: i64,
+    pub oom: bool,
+    pub error: String,
+    pub finished: String,
+}
+
+/// A container's output in the order it came: (stream, bytes); 1 stdout, 2 stderr.
+#[derive(Default)]
+pub(crate) struct Log {
+    chunks: Vec<(u8, Vec<u8>)>,
+    bytes: u64,
+    dropped: bool,
+}
+
+/// What the door knows of a container beyond its sandbox.
+pub(crate) struct Container {
+    /// The sandbox's id.
+    pub id: String,
+    pub name: String,
+    pub caller: Caller,
+    pub image: String,
+    pub image_id: String,
+    pub created: String,
+    pub created_unix: i64,
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    pub tty: bool,
+    pub auto_remove: bool,
+    pub labels: BTreeMap<String, String>,
+    pub config: Value,
+    pub host_config: Value,
+    pub output_limit: u64,
+    pub run: Mutex<Run>,
+    pub log: Mutex<Log>,
+    /// Bumped at every output chunk and state change: followers wait on it.
+    pub changed: watch::Sender<u64>,
+}
+
+impl Container {
+    pub(crate) fn running(&self) -> bool {
+        matches!(self.run.lock().map(|r| r.clone()), Ok(Run::Running { .. }))
+    }
+
+    fn state(&self) -> Run {
+        self.run.lock().map(|r| r.clone()).unwrap_or(Run::Created)
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn append(&self, stream: u8, data: Vec<u8>) {
+        if let Ok(mut l) = self.log.lock() {
+            // Both streams together, like the service's cap per stream doubled.
+            if l.bytes + data.len() as u64 > self.output_limit.saturating_mul(2) {
+                l.dropped = true;
+                return;
+            }
+            l.bytes += data.len() as u64;
+            l.chunks.push((stream, data));
+        }
+        self.bump();
+    }
+
+    fn set(&self, run: Run) {
+        if let Ok(mut r) = self.run.lock() {
+            *r = run;
+        }
+        self.bump();
+    }
+
+    /// Output chunks from index `from` on, of the streams asked for.
+    fn chunks_from(&self, from: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+        let Ok(l) = self.log.lock() else {
+            return (Vec::new(), from);
+        };
+        let out = l
+            .chunks
+            .iter()
+            .skip(from)
+            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
+            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .collect();
+        (out, l.chunks.len())
+    }
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    chrono::DateTime::from_timestamp(d.as_secs() as i64, d.subsec_nanos())
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        .unwrap_or_default()
+}
+
+fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
+    q.get(k)
+        .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "True" | "yes"))
+}
+
+fn strings(v: &Value) -> Option<Vec<String>> {
+    match v {
+        Value::Array(a) => Some(
+            a.iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| x.to_string())
+                })
+                .collect(),
+        ),
+        Value::String(s) => Some(vec![s.clone()]),
+        _ => None,
+    }
+}
+
+fn nonempty(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        Value::String(s) => !s.is_empty(),
+        Value::Bool(b) => *b,
+        _ => false,
+    }
+}
+
+/// Refuses every power a create asks for that cordon does not grant, naming the field.
+pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
+    if hc["Privileged"].as_bool() == Some(true) {
+        return Err(DockerError::refused(
+            "HostConfig.Privileged",
+            "privileged containers are never granted",
+        ));
+    }
+    if nonempty(&hc["CapAdd"]) {
+        return Err(DockerError::refused(
+            "HostConfig.CapAdd",
+            &format!(
+                "capabilities are never added (asked for {}); a sandbox's capabilities are its own user namespace's only",
+                hc["CapAdd"]
+            ),
+        ));
+    }
+    for f in ["Devices", "DeviceRequests", "DeviceCgroupRules"] {
+        if nonempty(&hc[f]) {
+            return Err(DockerError::refused(
+                &format!("HostConfig.{f}"),
+                "host devices are never passed into a container",
+            ));
+        }
+    }
+    match hc["NetworkMode"].as_str().unwrap_or("") {
+        "" | "default" | "none" | "bridge" => {}
+        "host" => {
+            return Err(DockerError::refused(
+                "HostConfig.NetworkMode",
+                "the host's network namespace is never shared (containers have no network)",
+            ))
+        }
+        other => {
+            return Err(DockerError::refused(
+                "HostConfig.NetworkMode",
+                &format!("'{other}' is not available: containers have no network (use none)"),
+            ))
+        }
+    }
+    for (f, ok) in [
+        ("PidMode", &["", "private"][..]),
+        ("IpcMode", &["", "private", "none", "shareable"][..]),
+        ("UTSMode", &["", "private"][..]),
+        ("UsernsMode", &["", "private"][..]),
+        ("CgroupnsMode", &["", "private"][..]),
+    ] {
+        let v = hc[f].as_str().unwrap_or("");
+        if !ok.contains(&v) {
+            return Err(DockerError::refused(
+                &format!("HostConfig.{f}"),
+                &format!("'{v}' would share a namespace with the host or another container; each sandbox has its own"),
+            ));
+        }
+    }
+    if let Some(opts) = strings(&hc["SecurityOpt"]) {
+        for o in opts {
+            let o = o.trim();
+            if !matches!(
+                o,
+                "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges=true"
+            ) {
+                return Err(DockerError::refused(
+                    "HostConfig.SecurityOpt",
+                    &format!("'{o}' could loosen confinement; cordon's seccomp, Landlock and namespaces always apply"),
+                ));
+            }
+        }
+    }
+    if nonempty(&hc["Sysctls"]) {
+        return Err(DockerError::refused(
+            "HostConfig.Sysctls",
+            "kernel parameters are not set for containers",
+        ));
+    }
+    if hc["OomKillDisable"].as_bool() == Some(true) {
+        return Err(DockerError::refused(
+            "HostConfig.OomKillDisable",
+            "a container's memory limit is always enforced",
+        ));
+    }
+    if nonempty(&hc["CgroupParent"]) {
+        return Err(DockerError::refused(
+            "HostConfig.CgroupParent",
+            "containers get cordon's own cgroups",
+        ));
+    }
+    if nonempty(&hc["VolumesFrom"]) {
+        return Err(DockerError::bad(
+            "HostConfig.VolumesFrom: not supported by cordon",
+        ));
+    }
+    if nonempty(&hc["PortBindings"]) || hc["PublishAllPorts"].as_bool() == Some(true) {
+        return Err(DockerError::bad(
+            "HostConfig.PortBindings: containers have no network, so no port can be published",
+        ));
+    }
+    if let Some(rt) = hc["Runtime"].as_str() {
+        if !matches!(rt, "" | "runc" | "cordon") {
+            return Err(DockerError::bad(format!(
+                "HostConfig.Runtime: '{rt}' is not available (containers run in cordon)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where a container's scratch is a tmpfs already.
+const TMPFS_PATHS: &[&str] = &["/tmp", "/workspace", "/home/sandbox"];
+
+/// The create body, checked: what the sandbox gets and how its command runs.
+struct Spec {
+    create: CreateSandbox,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    cwd: Option<String>,
+    tty: bool,
+    auto_remove: bool,
+}
+
+fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
+    let hc = &body["HostConfig"];
+    refuse_powers(hc)?;
+    let mut binds = Vec::new();
+    if let Some(list) = strings(&hc["Binds"]) {
+        for b in list {
+            let mut parts = b.splitn(3, ':');
+            let (Some(src), Some(dst)) = (parts.next(), parts.next()) else {
+                return Err(DockerError::bad(format!(
+                    "HostConfig.Binds: '{b}' is not SOURCE:DEST[:ro]"
+                )));
+            };
+            let opts = parts.next().unwrap_or("");
+            binds.push(cordon_service::binds::HostBind {
+                source: src.to_string(),
+                dest: dst.to_string(),
+                writable: !opts.split(',').any(|o| o == "ro"),
+            });
+        }
+    }
+    let mut tmpfs: Vec<String> = hc["Tmpfs"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    if let Some(mounts) = hc["Mounts"].as_array() {
+        for m in mounts {
+            let target = m["Target"].as_str().unwrap_or("").to_string();
+            match m["Type"].as_str().unwrap_or("") {
+                "bind" => binds.push(cordon_service::binds::HostBind {
+                    source: m["Source"].as_str().unwrap_or("").to_string(),
+                    dest: target,
+                    writable: m["ReadOnly"].as_bool() != Some(true),
+                }),
+                "tmpfs" => tmpfs.push(target),
+                other => {
+                    return Err(DockerError::bad(format!(
+                        "HostConfig.Mounts: mounts of type '{other}' are not supported (bind and tmpfs are)"
+                    )))
+                }
+            }
+        }
+    }
+    for t in &tmpfs {
+        if !TMPFS_PATHS.contains(&t.trim_end_matches('/')) {
+            return Err(DockerError::bad(format!(
+                "HostConfig.Tmpfs: '{t}' cannot be a tmpfs here; {} are tmpfs already in every container (sized by the server's disk limit)",
+                TMPFS_PATHS.join(", ")
+            )));
+        }
+    }
+    let mut env = BTreeMap::new();
+    if let Some(list) = strings(&body["Env"]) {
+        for e in list {
+            if let Some((k, v)) = e.split_once('=') {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let labels: BTreeMap<String, String> = body["Labels"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let memory = hc["Memory"].as_i64().filter(|m| *m > 0);
+    let cpus = match (hc["NanoCpus"].as_i64(), hc["CpuQuota"].as_i64()) {
+        (Some(n), _) if n > 0 => Some(n as f64 / 1e9),
+        (_, Some(q)) if q > 0 => {
+            let period = hc["CpuPeriod"]
+                .as_i64()
+                .filter(|p| *p > 0)
+                .unwrap_or(100_000);
+            Some(q as f64 / period as f64)
+        }
+        _ => None,
+    };
+    let pids = hc["PidsLimit"]
+        .as_i64()
+        .filter(|p| *p > 0)
+        .map(|p| p.min(u32::MAX as i64) as u32);
+    let create = CreateSandbox {
+        image: Some(image.to_string()),
+        memory: memory.map(|m| Amount::Number(m as f64)),
+        cpus,
+        pids,
+        env,
+        metadata: labels,
+        host_binds: binds,
+        read_only_root: hc["ReadonlyRootfs"].as_bool() == Some(true),
+        ..Default::default()
+    };
+    let cwd = body["WorkingDir"]
+        .as_str()
+        .filter(|w| !w.is_empty())
+        .map(str::to_string);
+    Ok(Spec {
+        create,
+        entrypoint: strings(&body["Entrypoint"]).filter(|e| !e.is_empty()),
+        cmd: strings(&body["Cmd"]),
+        cwd,
+        tty: body["Tty"].as_bool() == Some(true),
+        auto_remove: hc["AutoRemove"].as_bool() == Some(true),
+    })
+}
+
+pub(crate) async fn create(
+    State(d): State<St>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> DResult<Response> {
+    let caller = d.caller(&headers)?;
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| DockerError::bad(format!("the create body is not JSON: {e}")))?;
+    let image = body["Image"]
+        .as_str()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| DockerError::bad("Image: give the image to run"))?
+        .to_string();
+    let mut spec = spec_of(&body, &image)?;
+    let name = q.get("name").cloned().unwrap_or_default();
+    let name = name.trim_start_matches('/').to_string();
+    if !name.is_empty()
+        && (name.len() > 128
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)))
+    {
+        return Err(DockerError::bad(format!(
+            "name: '{name}' must be [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+        )));
+    }
+    if !name.is_empty() && d.find(&name).is_ok_and(|c| c.name == name) {
+        return Err(DockerError::new(
+            StatusCode::CONFLICT,
+            format!("Conflict. The container name \"/{name}\" is already in use"),
+        ));
+    }
+    let svc = &d.st.service;
+    let img = svc
+        .inspect_image(&caller, &image)
+        .await
+        .map_err(|e| match e.kind {
+            ErrorKind::NotFound => DockerError::no_image(&image),
+            _ => e.into(),
+        })?;
+    let argv: Vec<String> = match (&spec.entrypoint, &spec.cmd) {
+        (Some(ep), cmd) => ep.iter().chain(cmd.iter().flatten()).cloned().collect(),
+        (None, Some(cmd)) if !cmd.is_empty() => {
+            img.entrypoint.iter().chain(cmd.iter()).cloned().collect()
+        }
+        (None, _) => img
+            .entrypoint
+            .iter()
+            .chain(img.cmd.iter())
+            .cloned()
+            .collect(),
+    };
+    if argv.is_empty() {
+        return Err(DockerError::bad("No command specified"));
+    }
+    // The image as found: a name re-resolved at start could have been re-tagged since.
+    spec.create.image = Some(img.image.digest.clone());
+    spec.create.ttl = Some(Amount::Number(svc.config().max_ttl.as_secs() as f64));
+    let info = svc.create(&caller, spec.create).await?;
+    let id = info.id.clone();
+    let name = if name.is_empty() {
+        format!("cordon_{}", id.rsplit('-').next().unwrap_or(&id))
+    } else {
+        name
+    };
+    let created = now_rfc3339();
+    let mut config = body.clone();
+    config["Image"] = json!(image);
+    if let Some(o) = config.as_object_mut() {
+        o.remove("HostConfig");
+        o.remove("NetworkingConfig");
+    }
+    let c = Arc::new(Container {
+        id: id.clone(),
+        name,
+        caller,
+        image,
+        image_id: img.image.digest.clone(),
+        created,
+        created_unix: info.created_at as i64,
+        argv,
+        cwd: spec.cwd,
+        tty: spec.tty,
+        auto_remove: spec.auto_remove,
+        labels: info.metadata.clone(),
+        config,
+        host_config: {
+            let mut hc = match &body["HostConfig"] {
+                Value::Object(o) => Value::Object(o.clone()),
+                _ => json!({}),
+            };
+            // What docker-py reads back: where the logs are (the door keeps them itself).
+            hc["LogConfig"] = json!({"Type": "json-file", "Config": {}});
+            hc["NetworkMode"] = json!("none");
+            hc
+        },
+        output_limit: info
+            .limits
+            .as_ref()
+            .map_or(1 << 20, |l| l.output_limit_bytes),
+        run: Mutex::new(Run::Created),
+        log: Mutex::new(Log::default()),
+        changed: watch::channel(0).0,
+    });
+    if let Ok(mut m) = d.containers.lock() {
+        m.insert(id.clone(), c);
+    }
+    let warnings: Vec<String> = Vec::new();
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"Id": id, "Warnings": warnings})),
+    )
+        .into_response())
+}
+
+/// Docker's exit code and OOM flag for how a command ended.
+pub(crate) fn exit_of(o: &cordon_policy::outcome::Outcome) -> (i64, bool) {
+    use cordon_policy::outcome::Status;
+    match o.status {
+        Status::Exited => (o.exit_code.unwrap_or(0) as i64, false),
+        Status::Signaled => (128 + o.signal.unwrap_or(9) as i64, false),
+        Status::Oom => (137, true),
+        Status::Timeout | Status::CpuTime => (137, false),
+        Status::Error => (o.exit_code.map_or(125, |c| c as i64), false),
+    }
+}
+
+pub(crate) async fn start(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    if c.running() {
+        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    }
+    let svc = d.st.service.clone();
+    let req = ExecRequest {
+        cmd: Cmd::Argv(c.argv.clone()),
+        cwd: c.cwd.clone(),
+        env: BTreeMap::new(),
+        stdin: None,
+        timeout: Some(Amount::Number(
+            svc.config().max_exec_timeout.as_secs().max(1) as f64,
+        )),
+        background: true,
+        pty: None,
+        tag: Some("docker".into()),
+    };
+    let (cmd, mut rx) = svc.exec_attached(&c.caller, &c.id, req, false).await?;
+    let started = now_rfc3339();
+    c.set(Run::Running {
+        cid: cmd.id.clone(),
+        started: started.clone(),
+    });
+    let d2 = d.clone();
+    let c2 = c.clone();
+    tokio::spawn(async move {
+        let mut outcome = None;
+        loop {
+            match rx.recv().await {
+                Ok(ExecEvent::Stdout(b)) => c2.append(1, b),
+                Ok(ExecEvent::Stderr(b)) => c2.append(2, b),
+                Ok(ExecEvent::Exit(o)) => {
+                    outcome = Some(*o);
+                    break;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    if let Ok(mut l) = c2.log.lock() {
+                        l.dropped = true;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+        if outcome.is_none() {
+            outcome = d2
+                .st
+                .service
+                .wait_command(
+                    &c2.caller,
+                    &c2.id,
+                    &cmd.id,
+                    Duration::from_secs(u32::MAX as u64),
+                )
+                .await
+                .ok()
+                .and_then(|i| i.outcome);
+        }
+        if outcome
+            .as_ref()
+            .is_some_and(|o| o.stdout_truncated || o.stderr_truncated)
+        {
+            // The service kept only the output limit's worth: so did the log.
+            if let Ok(mut l) = c2.log.lock() {
+                l.dropped = true;
+            }
+        }
+        let ended = match &outcome {
+            Some(o) => {
+                let (code, oom) = exit_of(o);
+                Ended {
+                    code,
+                    oom,
+                    error: o.error.clone().unwrap_or_default(),
+                    finished: now_rfc3339(),
+                }
+            }
+            None => Ended {
+                code: 137,
+                oom: false,
+                error: "the container's sandbox ended".into(),
+                finished: now_rfc3339(),
+            },
+        };
+        c2.set(Run::Exited { ended, started });
+        if c2.auto_remove {
+            remove_container(&d2, &c2).await;
+        }
+    });
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
+    let _ = d.st.service.delete(&c.caller, &c.id).await;
+    if let Ok(mut m) = d.containers.lock() {
+        m.remove(&c.id);
+    }
+    if let Ok(mut m) = d.execs.lock() {
+        m.retain(|_, e| e.container != c.id);
+    }
+    c.bump();
+}
+
+/// Until the container has exited (or, with `not_started_ok`, is not running).
+async fn until_exited(c: &Container, not_started_ok: bool) -> Ended {
+    let mut rx = c.changed.subscribe();
+    loop {
+        match c.state() {
+            Run::Exited { ended, .. } => return ended,
+            Run::Created if not_started_ok => {
+                return Ended {
+                    code: 0,
+                    oom: false,
+                    error: String::new(),
+                    finished: String::new(),
+                }
+            }
+            _ => {}
+        }
+        if rx.changed().await.is_err() {
+            return Ended {
+                code: 137,
+                oom: false,
+                error: "removed".into(),
+                finished: now_rfc3339(),
+            };
+        }
+    }
+}
+
+pub(crate) async fn wait(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let not_running = q.get("condition").is_none_or(|c| c == "not-running");
+    // The status goes out at once and the body when the container exits: the docker CLI
+    // waits for the answer's headers before it starts the container.
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(1);
+    tokio::spawn(async move {
+        let e = until_exited(&c, not_running).await;
+        let error = if e.error.is_empty() {
+            Value::Null
+        } else {
+            json!({"Message": e.error})
+        };
+        let mut body =
+            serde_json::to_vec(&json!({"StatusCode": e.code, "Error": error})).unwrap_or_default();
+        body.push(b'\n');
+        let _ = tx.send(body).await;
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, std::io::Error>(c), rx))
+    });
+    let mut r = Response::new(axum::body::Body::from_stream(stream));
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(r)
+}
+
+/// Streams a container's output: what it wrote from the start, then (with `follow`) what
+/// it writes until it exits.
+fn follow_output(
+    c: Arc<Container>,
+    stdout: bool,
+    stderr: bool,
+    follow: bool,
+) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut changed = c.changed.subscribe();
+        let mut at = 0;
+        loop {
+            changed.borrow_and_update();
+            let exited = matches!(c.state(), Run::Exited { .. });
+            let (chunks, next) = c.chunks_from(at, stdout, stderr);
+            at = next;
+            for ch in chunks {
+                if tx.send(ch).await.is_err() {
+                    return;
+                }
+            }
+            if !follow || exited {
+                return;
+            }
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+pub(crate) async fn logs(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
+    if !stdout && !stderr {
+        return Err(DockerError::bad(
+            "You must choose at least one stream (stdout=1 or stderr=1)",
+        ));
+    }
+    let tty = c.tty;
+    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"));
+    Ok(stream::respond(None, rx, tty))
+}
+
+/// `attach` (the CLI's `docker run` without `-d`): the hijacked connection gets the
+/// container's output once it starts, until it exits. Its stdin is not attached.
+pub(crate) async fn attach(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    mut req: Request,
+) -> DResult<Response> {
+    d.caller(req.headers())?;
+    let c = d.find(&id)?;
+    let upgrade = stream::take_upgrade(&mut req);
+    let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
+    let tty = c.tty;
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut changed = c.changed.subscribe();
+        while matches!(c.state(), Run::Created) {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+        let mut inner = follow_output(c, stdout, stderr, true);
+        while let Some(ch) = inner.recv().await {
+            if tx.send(ch).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(stream::respond(upgrade, rx, tty))
+}
+
+fn main_cid(c: &Container) -> Option<String> {
+    match c.state() {
+        Run::Running { cid, .. } => Some(cid),
+        _ => None,
+    }
+}
+
+pub(crate) async fn stop(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let Some(cid) = main_cid(&c) else {
+        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    };
+    let grace = q
+        .get("t")
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(10)
+        .min(300);
+    let svc = &d.st.service;
+    let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGTERM);
+    let ended = tokio::time::timeout(Duration::from_secs(grace), until_exited(&c, false)).await;
+    if ended.is_err() {
+        let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(&c, false)).await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn kill(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let Some(cid) = main_cid(&c) else {
+        return Err(DockerError::new(
+            StatusCode::CONFLICT,
+            format!("Container {} is not running", c.id),
+        ));
+    };
+    let signal = match q.get("signal").map(String::as_str) {
+        None | Some("") => libc::SIGKILL,
+        Some(s) => match s.parse::<i32>() {
+            Ok(n) if (1..=64).contains(&n) => n,
+            _ => cordon_service::types::signal_from_text(s)
+                .ok_or_else(|| DockerError::bad(format!("signal: '{s}' is not a signal")))?,
+        },
+    };
+    d.st.service
+        .command_signal(&c.caller, &c.id, &cid, signal)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn remove(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    if c.running() && !truthy(&q, "force") {
+        return Err(DockerError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "You cannot remove a running container {}. Stop the container before attempting removal or force remove",
+                c.id
+            ),
+        ));
+    }
+    remove_container(&d, &c).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn status_word(c: &Container) -> (&'static str, String) {
+    match c.state() {
+        Run::Created => ("created", "Created".into()),
+        Run::Running { .. } => ("running", "Up".into()),
+        Run::Exited { ended, .. } => ("exited", format!("Exited ({})", ended.code)),
+    }
+}
+
+fn command_line(c: &Container) -> String {
+    c.argv.join(" ")
+}
+
+pub(crate) async fn list(
+    State(d): State<St>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Json<Value>> {
+    d.caller(&headers)?;
+    let all = truthy(&q, "all");
+    let filters: HashMap<String, Value> = q
+        .get("filters")
+        .and_then(|f| serde_json::from_str(f).ok())
+        .unwrap_or_default();
+    let wanted = |key: &str| -> Vec<String> {
+        match filters.get(key) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
+            Some(Value::Object(o)) => o.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (labels, statuses, names, ids) = (
+        wanted("label"),
+        wanted("status"),
+        wanted("name"),
+        wanted("id"),
+    );
+    let mut list: Vec<Arc<Container>> = d
+        .containers
+        .lock()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    list.sort_by(|a, b| b.created.cmp(&a.created));
+    let out: Vec<Value> = list
+        .iter()
+        .filter(|c| all || c.running() || !statuses.is_empty())
+        .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(c).0))
+        .filter(|c| {
+            names.is_empty()
+                || names
+                    .iter()
+                    .any(|n| c.name.contains(n.trim_start_matches('/')))
+        })
+        .filter(|c| ids.is_empty() || ids.iter().any(|i| c.id.starts_with(i.as_str())))
+        .filter(|c| {
+            labels.iter().all(|l| match l.split_once('=') {
+                Some((k, v)) => c.labels.get(k).is_some_and(|x| x == v),
+                None => c.labels.contains_key(l),
+            })
+        })
+        .map(|c| {
+            let (state, status) = status_word(c);
+            json!({
+                "Id": c.id,
+                "Names": [format!("/{}", c.name)],
+                "Image": c.image,
+                "ImageID": c.image_id,
+                "Command": command_line(c),
+                "Created": c.created_unix,
+                "State": state,
+                "Status": status,
+                "Labels": c.labels,
+                "Ports": [],
+                "Mounts": [],
+                "HostConfig": {"NetworkMode": "none"},
+                "NetworkSettings": {"Networks": {}},
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(out)))
+}
+
+pub(crate) async fn inspect(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> DResult<Json<Value>> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let (status, _) = status_word(&c);
+    let (started, ended) = match c.state() {
+        Run::Created => (String::new(), None),
+        Run::Running { started, .. } => (started, None),
+        Run::Exited { ended, started } => (started, Some(ended)),
+    };
+    let zero = "0001-01-01T00:00:00Z".to_string();
+    Ok(Json(json!({
+        "Id": c.id,
+        "Created": c.created,
+        "Path": c.argv.first().cloned().unwrap_or_default(),
+        "Args": c.argv.iter().skip(1).collect::<Vec<_>>(),
+        "State": {
+            "Status": status,
+            "Running": status == "running",
+            "Paused": false,
+            "Restarting": false,
+            "OOMKilled": ended.as_ref().is_some_and(|e| e.oom),
+            "Dead": false,
+            "Pid": 0,
+            "ExitCode": ended.as_ref().map_or(0, |e| e.code),
+            "Error": ended.as_ref().map(|e| e.error.clone()).unwrap_or_default(),
+            "StartedAt": if started.is_empty() { zero.clone() } else { started },
+            "FinishedAt": ended.as_ref().map_or(zero, |e| e.finished.clone()),
+        },
+        "Image": c.image_id,
+        "Name": format!("/{}", c.name),
+        "RestartCount": 0,
+        "Driver": "cordon",
+        "Platform": "linux",
+        "Config": c.config,
+        "HostConfig": c.host_config,
+        "Mounts": [],
+        "NetworkSettings": {"Networks": {}, "Ports": {}},
+        "LogOutputTruncated": c.log.lock().map(|l| l.dropped).unwrap_or(false),
+    })))
+}
+
+pub(crate) async fn top(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> DResult<Json<Value>> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    if !c.running() {
+        return Err(DockerError::new(
+            StatusCode::CONFLICT,
+            format!("Container {} is not running", c.id),
+        ));
+    }
+    let pids = d.st.service.sandbox_processes(&c.caller, &c.id).await?;
+    let rows: Vec<Value> = pids.iter().map(|p| json!([p.to_string()])).collect();
+    Ok(Json(json!({"Titles": ["PID"], "Processes": rows})))
+}
+
+pub(crate) async fn stats(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> DResult<Json<Value>> {
+    d.caller(&headers)?;
+    let c = d.find(&id)?;
+    let pids =
+        d.st.service
+            .sandbox_processes(&c.caller, &c.id)
+            .await
+            .unwrap_or_default();
+    let usage = d.st.service.process_usage(&pids, false);
+    let limit = c.host_config["Memory"].as_i64().unwrap_or(0);
+    Ok(Json(json!({
+        "id": c.id,
+        "name": format!("/{}", c.name),
+        "read": now_rfc3339(),
+        "pids_stats": {"current": pids.len()},
+        "memory_stats": {"usage": usage.rss_bytes, "limit": limit},
+        "cpu_stats": {"cpu_usage": {"total_usage": usage.cpu_ns}},
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_power_a_create_asks_for_is_refused_naming_its_field() {
+        for (hc, field) in [
+            (json!({"Privileged": true}), "Privileged"),
+            (json!({"CapAdd": ["SYS_ADMIN"]}), "CapAdd"),
+            (json!({"Devices": [{"PathOnHost": "/dev/kmsg"}]}), "Devices"),
+            (json!({"NetworkMode": "host"}), "NetworkMode"),
+            (json!({"NetworkMode": "container:abc"}), "NetworkMode"),
+            (json!({"PidMode": "host"}), "PidMode"),
+            (json!({"IpcMode": "host"}), "IpcMode"),
+            (json!({"UsernsMode": "host"}), "UsernsMode"),
+            (
+                json!({"SecurityOpt": ["apparmor=unconfined"]}),
+                "SecurityOpt",
+            ),
+            (json!({"Sysctls": {"kernel.x": "1"}}), "Sysctls"),
+            (json!({"OomKillDisable": true}), "OomKillDisable"),
+        ] {
+            let Err(DockerError(status, msg)) = refuse_powers(&hc) else {
+                panic!("{hc} was not refused");
+            };
+            assert_eq!(status, StatusCode::FORBIDDEN, "{hc}");
+            assert!(msg.contains(field), "{msg}");
+        }
+    }
+
+    #[test]
+    fn what_narrows_is_accepted() {
+        let hc = json!({"NetworkMode": "none", "SecurityOpt": ["no-new-privileges"],
+            "IpcMode": "private", "Memory": 536870912, "ReadonlyRootfs": true, "Tmpfs": {"/tmp": ""}});
+        assert!(refuse_powers(&hc).is_ok());
+        let body = json!({"HostConfig": hc, "Cmd": ["true"]});
+        let Ok(spec) = spec_of(&body, "img") else {
+            panic!("a narrowing create was refused");
+        };
+        assert!(spec.create.read_only_root);
+        let bad_tmpfs = json!({"HostConfig": {"Tmpfs": {"/etc": ""}}});
+        assert!(spec_of(&bad_tmpfs, "img").is_err());
+    }
+}

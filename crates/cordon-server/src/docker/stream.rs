@@ -1,0 +1,112 @@
+//! Docker's stream framing and connection hijacking: the 8-byte header of the multiplexed
+//! stream (`[stream, 0, 0, 0, len BE u32]`, stream 1 stdout, 2 stderr) and the `101 UPGRADED`
+//! answer by which `attach` and `exec start` hand the raw connection to the output.
+//!
+//! Threat model: the bytes framed are the sandbox's output, hostile: only framed (their
+//! length counted), never interpreted.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+/// Frames larger than this are split (Docker's own readers allocate per frame).
+const MAX_FRAME: usize = 1 << 20;
+
+/// One chunk of output in the multiplexed format (`stream` 1: stdout, 2: stderr); with a
+/// terminal (`tty`), the bytes as they are.
+pub(crate) fn frame(stream: u8, data: &[u8], tty: bool) -> Vec<u8> {
+    if tty {
+        return data.to_vec();
+    }
+    let mut out = Vec::with_capacity(data.len() + 8 * (data.len() / MAX_FRAME + 1));
+    for chunk in data.chunks(MAX_FRAME) {
+        out.extend_from_slice(&[stream, 0, 0, 0]);
+        out.extend_from_slice(&(chunk.len() as u32).to_be_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
+fn content_type(tty: bool) -> HeaderValue {
+    HeaderValue::from_static(if tty {
+        "application/vnd.docker.raw-stream"
+    } else {
+        "application/vnd.docker.multiplexed-stream"
+    })
+}
+
+/// The upgrade handle of a request that asked for one (`Upgrade: tcp`), taken before its
+/// body is read.
+pub(crate) fn take_upgrade(req: &mut Request) -> Option<hyper::upgrade::OnUpgrade> {
+    let asked = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| !v.is_empty());
+    if asked {
+        req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    }
+}
+
+/// Answers with the chunks `rx` yields: on the hijacked connection (`101 UPGRADED`) when the
+/// client asked to upgrade, else as a streamed `200` body. The connection ends with the stream.
+pub(crate) fn respond(
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    tty: bool,
+) -> Response {
+    match upgrade {
+        Some(on) => {
+            tokio::spawn(async move {
+                let Ok(upgraded) = on.await else { return };
+                let mut io = hyper_util::rt::TokioIo::new(upgraded);
+                // docker-py reads the answer's head through a buffered reader, then the
+                // stream from the raw socket underneath: bytes that arrive with the head are
+                // lost in that buffer. Docker's daemon starts the process after the head is
+                // out; this pause gives the client the same time to read it.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                while let Some(chunk) = rx.recv().await {
+                    if io.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    let _ = io.flush().await;
+                }
+                let _ = io.shutdown().await;
+            });
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            let h = r.headers_mut();
+            h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+            h.insert(header::UPGRADE, HeaderValue::from_static("tcp"));
+            h.insert(header::CONTENT_TYPE, content_type(tty));
+            r
+        }
+        None => {
+            let stream = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|c| (Ok::<_, std::io::Error>(c), rx))
+            });
+            let mut r = Response::new(Body::from_stream(stream));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, content_type(tty));
+            r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_the_stream_three_zeros_and_the_length_big_endian() {
+        assert_eq!(
+            frame(2, b"hi", false),
+            vec![2, 0, 0, 0, 0, 0, 0, 2, b'h', b'i']
+        );
+        assert_eq!(frame(1, b"hi", true), b"hi".to_vec());
+    }
+}
