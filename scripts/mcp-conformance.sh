@@ -77,7 +77,8 @@ import http from "node:http";
 const [listen, target, key] = process.argv.slice(2);
 http.createServer((req, res) => {
   const up = http.request({ host: "127.0.0.1", port: Number(target), path: req.url, method: req.method,
-    headers: { ...req.headers, host: `127.0.0.1:${target}`, authorization: `Bearer ${key}` } }, (r) => {
+    // The client's Host and Origin pass unchanged: the gateway's DNS-rebinding check sees them.
+    headers: { ...req.headers, authorization: `Bearer ${key}` } }, (r) => {
     res.writeHead(r.statusCode, r.headers);
     r.pipe(res);
   });

@@ -162,12 +162,31 @@ if [ "$(id -u)" -eq 0 ]; then
   E2B_SUITE_OUT=$(mktemp -d) scripts/e2b-suite.sh "$CORDON_BIN" >"$e2b_suite_log" 2>&1 &
   e2b_suite_pid=$!
 fi
+# The official MCP conformance suite against its fixture server, directly and through
+# `cordon gateway` (~1 min, mostly waiting on node): every scenario that passes directly must
+# pass through the gateway. Beside the suites below.
+conformance_pid=
+if [ -d "$repo/../shared/mcp-conformance" ]; then
+  conformance_log=$(mktemp)
+  scripts/mcp-conformance.sh "$CORDON_BIN" "$venv/bin/python" >"$conformance_log" 2>&1 &
+  conformance_pid=$!
+else
+  echo "MCP conformance: no fixture server at ../shared/mcp-conformance; not run"
+fi
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
 for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e; do
   # shellcheck disable=SC2086 # the first entry names two directories
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
+
+if [ -n "$conformance_pid" ]; then
+  stage "the MCP conformance suite, directly and through cordon gateway (scripts/mcp-conformance.sh)"
+  conformance_rc=0
+  wait "$conformance_pid" || conformance_rc=$?
+  grep -v '^npm warn' "$conformance_log"
+  [ "$conformance_rc" -eq 0 ] || { echo "MCP conformance: a scenario that passes directly fails through the gateway"; exit 1; }
+fi
 
 if [ -n "$aarch64_pid" ]; then
   stage "aarch64: build, clippy, and the seccomp tables under emulation (ran beside the Python suites)"

@@ -434,7 +434,10 @@ paths = { path = { deny = ["/system/**"] } }
         let e = parse("[[rules]]\ntool = \"a.b\"\ndeny = true\nrate = \"1/second\"\n").unwrap_err();
         assert_eq!(e.key, "rules[0]");
         let e = parse("[[rules]]\ntool = \"a.b\"\nprompt = \"a.p\"\n").unwrap_err();
-        assert!(e.key == "rules[0]" && e.message.contains("exactly one"), "{e}");
+        assert!(
+            e.key == "rules[0]" && e.message.contains("exactly one"),
+            "{e}"
+        );
         let e = parse("[gateway]\nprefix = false\n").unwrap_err();
         assert_eq!(e.key, "gateway.prefix");
         assert!(parse("").unwrap().gateway.prefix);

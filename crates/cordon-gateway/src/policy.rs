@@ -185,8 +185,7 @@ impl Policy {
                     None => {
                         return Err(err(
                             key,
-                            "names none of tool, resource, prompt, sampling and elicitation"
-                                .into(),
+                            "names none of tool, resource, prompt, sampling and elicitation".into(),
                         ))
                     }
                 },
@@ -600,7 +599,9 @@ deny = true
         );
         // A tool rule does not open the server's resources, prompts or requests.
         assert!(p.allows_kind(Kind::Tool, "feat.x").is_ok());
-        let r = p.allows_kind(Kind::Resource, "feat+file:///secret/k").unwrap_err();
+        let r = p
+            .allows_kind(Kind::Resource, "feat+file:///secret/k")
+            .unwrap_err();
         assert_eq!(r.reason, Reason::NotAllowed);
         assert!(p.allows_kind(Kind::Prompt, "feat.x").is_err());
         assert!(p.allows_kind(Kind::Elicitation, "feat").is_err());
@@ -611,11 +612,23 @@ deny = true
         // Path rules hold for a resource's URI and a prompt's arguments.
         let ok = json!({"uri": "/public/readme.txt"});
         assert!(p
-            .check_kind(Kind::Resource, "c", "feat+file:///public/readme.txt", None, &ok)
+            .check_kind(
+                Kind::Resource,
+                "c",
+                "feat+file:///public/readme.txt",
+                None,
+                &ok
+            )
             .is_ok());
         let bad = json!({"uri": "/public/x/../private/k"});
         let r = p
-            .check_kind(Kind::Resource, "c", "feat+file:///public/private/k", None, &bad)
+            .check_kind(
+                Kind::Resource,
+                "c",
+                "feat+file:///public/private/k",
+                None,
+                &bad,
+            )
             .unwrap_err();
         assert_eq!(r.reason, Reason::Path);
         let r = p

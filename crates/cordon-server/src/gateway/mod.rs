@@ -29,9 +29,8 @@ use rmcp::model::{
     Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListRootsRequest, ListRootsResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerRequest, ServerResult,
-    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool,
-    UnsubscribeRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerRequest, ServerResult, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{OriginatingRequestId, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -383,8 +382,7 @@ impl Gateway {
         let name = self.internal_tool(&req.name);
         let args = Value::Object(req.arguments.clone().unwrap_or_default());
         let digest = cordon_gateway::pin::digest(&args);
-        let result =
-            Box::pin(self.decide_and_forward(client, &name, &args, req, fwd, mark)).await;
+        let result = Box::pin(self.decide_and_forward(client, &name, &args, req, fwd, mark)).await;
         let mut rec = json!({
             "client": client,
             "tool": name,
@@ -424,9 +422,9 @@ impl Gateway {
                     )),
                     // As the 2025-11-25 specification asks: arguments the tool's own schema
                     // refuses are the tool's error, which the model can read and correct.
-                    Reason::Schema => Ok(CallToolResponse::Complete(CallToolResult::error(
-                        vec![ContentBlock::text(r.to_string())],
-                    ))),
+                    Reason::Schema => Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                        ContentBlock::text(r.to_string()),
+                    ]))),
                     // Unknown and hidden tools alike: invalid params, as for an unknown tool.
                     Reason::Unknown | Reason::NotAllowed | Reason::Denied => {
                         let mut e = self.refusal_error(&r);
@@ -700,7 +698,11 @@ fn uri_path(uri: &str) -> String {
             Some(i) => rest[i..].to_string(),
             None => "/".to_string(),
         },
-        None => uri.split_once(':').map(|(_, r)| r).unwrap_or(uri).to_string(),
+        None => uri
+            .split_once(':')
+            .map(|(_, r)| r)
+            .unwrap_or(uri)
+            .to_string(),
     }
 }
 
@@ -732,10 +734,7 @@ fn forward_of(ctx: &RequestContext<RoleServer>) -> Forward {
     let ct = ctx.ct.clone();
     Forward {
         cancelled: Box::pin(async move { ct.cancelled().await }),
-        progress: ctx
-            .meta
-            .get_progress_token()
-            .map(|t| (ctx.peer.clone(), t)),
+        progress: ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
     }
 }
 
@@ -850,19 +849,19 @@ impl Gateway {
                 }
             }
         }
-        self.audit
-            .record("resources/list", json!({"client": client, "shown": out.len()}));
+        self.audit.record(
+            "resources/list",
+            json!({"client": client, "shown": out.len()}),
+        );
         out
     }
 
     async fn list_templates(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for (up, peer) in self.offering(|c| c.resources.is_some()).await {
-            let Ok(Ok(list)) = tokio::time::timeout(
-                Duration::from_secs(30),
-                peer.list_all_resource_templates(),
-            )
-            .await
+            let Ok(Ok(list)) =
+                tokio::time::timeout(Duration::from_secs(30), peer.list_all_resource_templates())
+                    .await
             else {
                 continue;
             };
@@ -1015,8 +1014,10 @@ impl Gateway {
                 }
             }
         }
-        self.audit
-            .record("prompts/list", json!({"client": client, "shown": out.len()}));
+        self.audit.record(
+            "prompts/list",
+            json!({"client": client, "shown": out.len()}),
+        );
         out
     }
 
@@ -1026,9 +1027,8 @@ impl Gateway {
         mut req: GetPromptRequestParams,
         fwd: Forward,
     ) -> Result<GetPromptResponse, McpError> {
-        let unknown = |name: &str| {
-            McpError::invalid_params(format!("no prompt named {name}"), None)
-        };
+        let unknown =
+            |name: &str| McpError::invalid_params(format!("no prompt named {name}"), None);
         let (up, prompt) = self
             .resolve_prompt(&req.name)
             .ok_or_else(|| unknown(&req.name))?;
@@ -1145,7 +1145,10 @@ impl Gateway {
             #[allow(deprecated)]
             let r = ClientRequest::SetLevelRequest(rmcp::model::SetLevelRequest::new(req.clone()));
             if let Err(Fail::Refused(r)) = up.request(self, r, never).await {
-                eprintln!("cordon gateway: server {}: logging/setLevel: {}", up.name, r.message);
+                eprintln!(
+                    "cordon gateway: server {}: logging/setLevel: {}",
+                    up.name, r.message
+                );
             }
         }
     }
@@ -1212,7 +1215,10 @@ impl Gateway {
             .await?
         {
             ClientResult::CreateMessageResult(r) => Ok(*r),
-            _ => Err(McpError::internal_error("the client answered something else", None)),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
         }
     }
 
@@ -1235,7 +1241,10 @@ impl Gateway {
             .await?
         {
             ClientResult::ElicitResult(r) => Ok(r),
-            _ => Err(McpError::internal_error("the client answered something else", None)),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
         }
     }
 
@@ -1257,7 +1266,10 @@ impl Gateway {
             .await?
         {
             ClientResult::ListRootsResult(r) => Ok(r),
-            _ => Err(McpError::internal_error("the client answered something else", None)),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
         }
     }
 }

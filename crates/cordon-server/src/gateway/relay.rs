@@ -299,7 +299,11 @@ impl ClientHandler for UpstreamClient {
         let prefix = self.gw().map(|g| g.prefix).unwrap_or(true);
         let key = (self.server.clone(), params.uri.clone());
         for (_, s) in self.relay.sessions() {
-            let subscribed = s.subscribed.lock().map(|m| m.contains(&key)).unwrap_or(false);
+            let subscribed = s
+                .subscribed
+                .lock()
+                .map(|m| m.contains(&key))
+                .unwrap_or(false);
             if subscribed {
                 let mut p = params.clone();
                 p.uri = exposed_uri(prefix, &self.server, &params.uri);

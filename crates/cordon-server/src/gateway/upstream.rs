@@ -431,10 +431,11 @@ impl Upstream {
                     )
                 }
             };
-            let client = tokio::time::timeout(START_TIMEOUT, self.handler().serve((p.stdout, p.stdin)))
-                .await
-                .map_err(|_| why("it did not answer initialize in time".into()))?
-                .map_err(|e| why(format!("initialize failed: {e}")))?;
+            let client =
+                tokio::time::timeout(START_TIMEOUT, self.handler().serve((p.stdout, p.stdin)))
+                    .await
+                    .map_err(|_| why("it did not answer initialize in time".into()))?
+                    .map_err(|e| why(format!("initialize failed: {e}")))?;
             let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                 .await
                 .map_err(|_| why("it did not answer tools/list in time".into()))?
@@ -719,7 +720,10 @@ impl Upstream {
     }
 
     /// The running server's peer and what it declared (starting it if it is down).
-    pub async fn peer(&self, gw: &Gateway) -> Result<(Peer<RoleClient>, ServerCapabilities), Refusal> {
+    pub async fn peer(
+        &self,
+        gw: &Gateway,
+    ) -> Result<(Peer<RoleClient>, ServerCapabilities), Refusal> {
         self.ensure(gw)
             .await
             .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
@@ -765,9 +769,10 @@ impl Upstream {
             }
         };
         let id = handle.id.clone();
-        let _route = fwd
-            .progress
-            .map(|to| self.relay.route_progress(&self.name, handle.progress_token.clone(), to));
+        let _route = fwd.progress.map(|to| {
+            self.relay
+                .route_progress(&self.name, handle.progress_token.clone(), to)
+        });
         let answer = tokio::select! {
             r = tokio::time::timeout(self.call_timeout, handle.await_response()) => Some(r),
             _ = fwd.cancelled => None,
