@@ -1,9 +1,13 @@
 //! `cordon gateway`: an MCP proxy between an agent host and tool servers. Every call passes
 //! the allowlist, the tool's own input schema and the rule's, the path rules, a rate limit
 //! and, where a rule asks, a person's approval; tool definitions are pinned; every decision
-//! goes to the hash-chained audit log. The policy itself is `cordon_gateway` (data, no
-//! syscalls); this module connects it to MCP and to the upstream servers, each of which runs
-//! as a persistent cordon sandbox created through the service layer.
+//! goes to the hash-chained audit log. The rest of MCP passes too, under the same policy:
+//! resources and prompts are allowlisted, checked, rate-limited and audited like tools, and
+//! an upstream's requests to the client (sampling, elicitation) are calls like any other
+//! (`relay` routes notifications and those requests between sessions and upstreams). The
+//! policy itself is `cordon_gateway` (data, no syscalls); this module connects it to MCP and
+//! to the upstream servers, each of which runs as a persistent cordon sandbox created through
+//! the service layer.
 
 // The gateway relays the 2025-11-25 protocol's sampling, roots, logging and subscriptions,
 // which rmcp marks deprecated in favour of the 2026-07-28 forms its clients do not speak yet.

@@ -1,6 +1,8 @@
 //! One upstream MCP server: a command run as a persistent cordon sandbox (through the service
 //! layer), spoken to over its stdin/stdout; started at launch, restarted after a crash or a
-//! hang, its tool definitions compared with their pins.
+//! hang, its tool definitions compared with their pins. Requests are forwarded with the
+//! client's progress routed back and its cancellation passed on; an error the server answers
+//! itself goes back as it is, a server that breaks is restarted.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

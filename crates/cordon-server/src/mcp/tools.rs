@@ -1,6 +1,7 @@
 //! The MCP tools (run_code, run_command, run_wasm, read_file, write_file, list_files,
 //! reset_sandbox) and the server handler that dispatches calls to them, in the order the
-//! session's transport received them.
+//! session's transport received them. A call the client cancels is dropped (its command's
+//! process tree killed, as at a timeout); a client that asks for progress hears it.
 //!
 //! Threat model: tool arguments are client input, parsed by rmcp against each tool's schema
 //! into the params types below, then into the service's types; every call runs in the
