@@ -352,3 +352,40 @@ def test_a_single_server_gateway_can_show_unprefixed_names():
         assert env.records("tools/call")[0]["tool"] == "feat.steps"
     finally:
         env.cleanup()
+
+
+def host_processes_with(token: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if token in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_a_cancelled_script_tool_call_ends_the_script():
+    token = f"{31 + os.getpid() % 1000 / 1000:.3f}"  # a sleep no other process has
+    env = FeatEnv(rules=f'[tools.nap]\ncommand = ["sleep", "{token}"]\n\n[[rules]]\ntool = "nap"\n')
+    try:
+        async def body(s: ClientSession, c: Client):
+            seen = []
+
+            async def call():
+                with anyio.move_on_after(3):
+                    await s.call_tool("nap", {})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                assert await wait_for(lambda: host_processes_with(f"sleep {token}"), 3), "the script ran"
+                seen.append(True)
+            assert seen
+            assert await wait_for(lambda: not host_processes_with(f"sleep {token}"), 3), "the script lives on"
+
+        run(lambda: session_for(env, body))
+        naps = [r for r in env.records("tools/call") if r["tool"] == "nap"]
+        assert naps and naps[0]["reason"] == "cancelled", naps
+    finally:
+        env.cleanup()

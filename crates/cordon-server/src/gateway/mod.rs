@@ -480,8 +480,19 @@ impl Gateway {
                     .check(client, name, self.script_validators.get(name), args)?;
             self.approval(client, name, &admitted).await?;
             // Boxed: the exec future is large, and so would be every future that holds it.
-            let (result, usage) =
-                Box::pin(self.run_script(name, script, &admitted.arguments)).await?;
+            // A cancelled call drops it, which kills the script's processes (as a timeout).
+            let run = Box::pin(self.run_script(name, script, &admitted.arguments));
+            let (result, usage) = tokio::select! {
+                r = run => r?,
+                _ = fwd.cancelled => {
+                    return Err(Refusal {
+                        reason: Reason::Cancelled,
+                        rule: "the client".into(),
+                        message: "the client cancelled the call; the script was ended".into(),
+                        retry_after: None,
+                    })
+                }
+            };
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
             return Ok((
                 admitted,
