@@ -171,6 +171,17 @@ docker_e2e_log=$(mktemp)
 PYTHONPATH=clients/python/src /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning \
   clients/docker-e2e >"$docker_e2e_log" 2>&1 &
 docker_e2e_pid=$!
+# The official MCP conformance suite against its fixture server, directly and through
+# `cordon gateway` (~1 min, mostly waiting on node): every scenario that passes directly must
+# pass through the gateway. Beside the suites below.
+conformance_pid=
+if [ -d "$repo/../shared/mcp-conformance" ]; then
+  conformance_log=$(mktemp)
+  scripts/mcp-conformance.sh "$CORDON_BIN" "$venv/bin/python" >"$conformance_log" 2>&1 &
+  conformance_pid=$!
+else
+  echo "MCP conformance: no fixture server at ../shared/mcp-conformance; not run"
+fi
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
 for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e clients/console-e2e; do
@@ -183,6 +194,13 @@ docker_e2e_rc=0
 wait "$docker_e2e_pid" || docker_e2e_rc=$?
 cat "$docker_e2e_log"
 [ "$docker_e2e_rc" -eq 0 ] || { echo "the Docker door's suite failed"; exit 1; }
+if [ -n "$conformance_pid" ]; then
+  stage "the MCP conformance suite, directly and through cordon gateway (scripts/mcp-conformance.sh)"
+  conformance_rc=0
+  wait "$conformance_pid" || conformance_rc=$?
+  grep -v '^npm warn' "$conformance_log"
+  [ "$conformance_rc" -eq 0 ] || { echo "MCP conformance: a scenario that passes directly fails through the gateway"; exit 1; }
+fi
 
 if [ -n "$aarch64_pid" ]; then
   stage "aarch64: build, clippy, and the seccomp tables under emulation (ran beside the Python suites)"

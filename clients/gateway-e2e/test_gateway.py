@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 REFUSED = -32003
+INVALID_PARAMS = -32602
 UPSTREAM_FAILED = -32004
 TIMEOUT = 180
 
@@ -162,8 +163,8 @@ def test_policy_end_to_end(env):
         assert {"mail.send_email", "mail.wipe", "files.delete_file", "word_count"} <= tools, tools
         assert "mail.read_inbox" not in tools, "a tool no rule allows is hidden"
 
-        # Hidden tools are refused like missing ones.
-        e = await refused(s, "mail.read_inbox", {})
+        # Hidden tools are refused like missing ones: invalid params, as the spec says.
+        e = await refused(s, "mail.read_inbox", {}, code=INVALID_PARAMS)
         assert "no tool named mail.read_inbox" in e.message and "gateway.default" in e.message
 
         # Arguments: the rule's schema, named in the refusal, without the value.
@@ -178,10 +179,11 @@ def test_policy_end_to_end(env):
         assert e.data["reason"] == "when" and "rules[1]" in e.message, e.message
 
         # The upstream's own inputSchema: a number where it wants a string, a missing field.
-        e = await refused(s, "files.delete_file", {"path": 5})
-        assert "inputSchema" in e.message and e.data["reason"] == "schema", e.message
-        e = await refused(s, "files.delete_file", {})
-        assert "required" in e.message, e.message
+        # The tool's error result (isError), which the model can read and correct.
+        r = await s.call_tool("files.delete_file", {"path": 5})
+        assert is_error(r) and "inputSchema" in texts(r), texts(r)
+        r = await s.call_tool("files.delete_file", {})
+        assert is_error(r) and "required" in texts(r), texts(r)
 
         # Paths: every spelling of /system/ is refused, by the rule that denies it.
         for p in ["/system/x", "/system/../system/x", "//system/x", "/tmp/../system/x",
@@ -220,7 +222,8 @@ def test_policy_end_to_end(env):
         # A script tool: arguments on stdin, stdout is the result; its schema is checked.
         r = await s.call_tool("word_count", {"text": "one two three"})
         assert not is_error(r) and texts(r).strip() == "3", texts(r)
-        await refused(s, "word_count", {"words": 1})
+        r = await s.call_tool("word_count", {"words": 1})
+        assert is_error(r) and "inputSchema" in texts(r), texts(r)
 
         # Rate limit: 2/second per client, refused with when to retry, then recovered.
         await s.call_tool("files.list_dir", {"path": "/tmp"})

@@ -35,6 +35,113 @@ if NAME == "mail":
     def wipe(folder: str) -> str:
         return f"wiped {folder}"
 
+elif NAME == "feat":
+    # Every MCP feature besides tools, for the gateway to pass on: resources (a template,
+    # subscriptions), prompts, completion, logging, progress, cancellation, list changes, and
+    # requests to the client (sampling, elicitation, roots). MARKS is a directory of the host
+    # where the server leaves what it saw (a cancelled call, subscriptions, the log level).
+    import anyio
+    from pydantic import BaseModel
+
+    from mcp import types
+    from mcp.server.mcpserver import Context
+
+    MARKS = os.environ.get("MARKS", "/tmp")
+
+    def mark(name: str, text: str = "") -> None:
+        with open(os.path.join(MARKS, name), "a") as f:
+            f.write(text + "\n")
+
+    @server.resource("file:///public/readme.txt", mime_type="text/plain")
+    def readme() -> str:
+        return "public text"
+
+    @server.resource("file:///secret/keys.txt", mime_type="text/plain")
+    def keys() -> str:
+        return "secret keys"
+
+    @server.resource("file:///public/{name}")
+    def public_file(name: str) -> str:
+        return f"file {name}"
+
+    @server.prompt(description="Summarize a file")
+    def summarize(path: str) -> str:
+        return f"Summarize {path}"
+
+    @server.completion()
+    async def complete(ref, argument, context):
+        return types.Completion(values=["/public/a.txt", "/public/b.txt"])
+
+    async def on_subscribe(ctx, params: types.SubscribeRequestParams):
+        mark("subscribed", str(params.uri))
+        return types.EmptyResult()
+
+    async def on_unsubscribe(ctx, params: types.UnsubscribeRequestParams):
+        mark("unsubscribed", str(params.uri))
+        return types.EmptyResult()
+
+    async def on_set_level(ctx, params: types.SetLevelRequestParams):
+        mark("level", params.level)
+        return types.EmptyResult()
+
+    server._lowlevel_server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
+    server._lowlevel_server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
+    server._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, on_set_level)
+
+    @server.tool(description="Echo a number")
+    def echo(n: int) -> str:
+        return str(n)
+
+    @server.tool(description="Sleep 30 s; a cancellation is written down")
+    async def slow(ctx: Context) -> str:
+        mark("started")
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            mark("cancelled")
+            raise
+        mark("finished")
+        return "slept"
+
+    @server.tool(description="Report progress in three steps")
+    async def steps(ctx: Context) -> str:
+        for i in (1, 2, 3):
+            await ctx.report_progress(i, 3, f"step {i}")
+        return "stepped"
+
+    @server.tool(description="Log a message")
+    async def shout(ctx: Context) -> str:
+        await ctx.info("hello from feat")
+        return "logged"
+
+    @server.tool(description="Ask the client's model")
+    async def ask_model(ctx: Context) -> str:
+        r = await ctx.session.create_message(
+            messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="2+2?"))],
+            max_tokens=10,
+        )
+        return f"model said {r.content.text}"
+
+    class Name(BaseModel):
+        name: str
+
+    @server.tool(description="Ask the user")
+    async def ask_user(ctx: Context) -> str:
+        r = await ctx.elicit("your name?", Name)
+        return f"{r.action} {r.data.name if r.action == 'accept' else ''}".strip()
+
+    @server.tool(description="List the client's roots")
+    async def roots(ctx: Context) -> str:
+        r = await ctx.session.list_roots()
+        return ",".join(str(x.uri) for x in r.roots)
+
+    @server.tool(description="Change things and say so")
+    async def touch(ctx: Context) -> str:
+        await ctx.session.send_resource_updated("file:///public/readme.txt")
+        await ctx.session.send_resource_list_changed()
+        await ctx.session.send_tool_list_changed()
+        return "touched"
+
 else:
 
     @server.tool(description="Delete a file")

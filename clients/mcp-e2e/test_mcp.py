@@ -828,3 +828,58 @@ def test_stdio_run_command_ends_each_payload_as_every_door_does(key: str):
         run(main)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def host_processes_with(token: str) -> list[int]:
+    """Host pids whose command line holds `token` (the sandbox's processes are host processes)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if token in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_stdio_cancelled_run_command_ends_its_process_tree_and_the_next_call_runs_at_once():
+    data_dir = tempfile.mkdtemp(prefix="cordon-mcp-cancel-")
+    token = f"{20 + os.getpid() % 1000 / 1000:.3f}"  # a sleep duration no other process has
+
+    async def main():
+        params = StdioServerParameters(command=cordon_bin(), args=["mcp", "--data-dir", data_dir])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r = await call(session, "run_command", command="echo warm")
+                assert "warm" in texts(r), texts(r)
+
+                # A command with a child of its own; the client gives up after 1.5 s (the SDK
+                # sends notifications/cancelled).
+                with anyio.move_on_after(1.5):
+                    await call(session, "run_command", command=f"sh -c 'sleep {token}' & sleep {token}; wait")
+                assert host_processes_with(f"sleep {token}"), "the command was running"
+                t0 = time.monotonic()
+                r = await call(session, "run_command", command="echo next")
+                took = time.monotonic() - t0
+                assert "next" in texts(r) and took < 1.0, (took, texts(r))
+                deadline = time.monotonic() + 2
+                while host_processes_with(f"sleep {token}") and time.monotonic() < deadline:
+                    await anyio.sleep(0.05)
+                assert not host_processes_with(f"sleep {token}"), "a process of the cancelled command lives on"
+
+                # Progress, when the client asks for it: how long the call has run.
+                seen = []
+
+                async def progress(p, total, message):
+                    seen.append((p, message))
+
+                r = await session.call_tool("run_command", {"command": "sleep 2.5; echo done"}, progress_callback=progress)
+                assert "done" in texts(r), texts(r)
+                assert len(seen) >= 1 and "running for" in seen[0][1], seen
+
+    try:
+        run(main)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -35,7 +35,7 @@ pub enum Default_ {
     Allow,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySection {
     /// What happens to a tool no rule names.
@@ -49,6 +49,27 @@ pub struct GatewaySection {
     /// Record argument values (secret-looking fields masked) in the audit log, for every rule.
     #[serde(default)]
     pub log_args: bool,
+    /// `false`: a gateway of one server shows its tools, prompts and resources under their own
+    /// names (no `server.` / `server+` prefix), so clients written against it work unchanged.
+    /// Rules still name them with the prefix.
+    #[serde(default = "yes")]
+    pub prefix: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for GatewaySection {
+    fn default() -> GatewaySection {
+        GatewaySection {
+            default: Default_::default(),
+            audit: None,
+            state: None,
+            log_args: false,
+            prefix: true,
+        }
+    }
 }
 
 /// An upstream MCP server: a command run in a cordon sandbox, or a remote URL.
@@ -109,8 +130,19 @@ pub struct PathRule {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
-    /// `server.tool`, globs allowed; a script tool by its own name.
-    pub tool: String,
+    /// `server.tool`, globs allowed; a script tool by its own name. A rule names exactly one
+    /// of tool, resource, prompt, sampling and elicitation.
+    pub tool: Option<String>,
+    /// A resource (or resource template) as the gateway shows it: `server+uri`, globs allowed
+    /// (`files+file:///data/**`). Its path rules name the argument `uri`.
+    pub resource: Option<String>,
+    /// A prompt, `server.prompt`, globs allowed; its arguments are the call's arguments.
+    pub prompt: Option<String>,
+    /// The servers (a glob over server names) whose sampling requests (`sampling/createMessage`,
+    /// an upstream asking the agent's model) the rule governs.
+    pub sampling: Option<String>,
+    /// The servers whose elicitation requests (`elicitation/create`) the rule governs.
+    pub elicitation: Option<String>,
     /// An explicit refusal: wins over every allowing rule.
     #[serde(default)]
     pub deny: bool,
@@ -265,9 +297,25 @@ impl Config {
                 }
             }
         }
+        if !self.gateway.prefix && self.servers.len() != 1 {
+            return Err(self.err(
+                "gateway.prefix",
+                "false needs exactly one server: the prefix is what tells servers' names apart",
+            ));
+        }
         for (i, r) in self.rules.iter().enumerate() {
             let key = format!("rules[{i}]");
-            if r.tool.is_empty() {
+            let named = [&r.tool, &r.resource, &r.prompt, &r.sampling, &r.elicitation]
+                .iter()
+                .filter(|n| n.is_some())
+                .count();
+            if named != 1 {
+                return Err(self.err(
+                    key,
+                    "names exactly one of tool, resource, prompt, sampling and elicitation",
+                ));
+            }
+            if r.tool.as_deref() == Some("") {
                 return Err(self.err(
                     format!("{key}.tool"),
                     "is empty: expected server.tool, a glob like files.*, or a script tool's name",
@@ -385,5 +433,13 @@ paths = { path = { deny = ["/system/**"] } }
         assert_eq!(e.key, "tools.t.input");
         let e = parse("[[rules]]\ntool = \"a.b\"\ndeny = true\nrate = \"1/second\"\n").unwrap_err();
         assert_eq!(e.key, "rules[0]");
+        let e = parse("[[rules]]\ntool = \"a.b\"\nprompt = \"a.p\"\n").unwrap_err();
+        assert!(
+            e.key == "rules[0]" && e.message.contains("exactly one"),
+            "{e}"
+        );
+        let e = parse("[gateway]\nprefix = false\n").unwrap_err();
+        assert_eq!(e.key, "gateway.prefix");
+        assert!(parse("").unwrap().gateway.prefix);
     }
 }

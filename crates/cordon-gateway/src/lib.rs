@@ -13,4 +13,4 @@ pub mod rate;
 
 pub use config::{Config, ConfigError};
 pub use jsonschema;
-pub use policy::{Admitted, Policy, Reason, Refusal};
+pub use policy::{Admitted, Kind, Policy, Reason, Refusal};

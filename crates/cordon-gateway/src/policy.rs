@@ -34,6 +34,8 @@ pub enum Reason {
     Unknown,
     /// The upstream failed (crashed, hung, answered garbage).
     Upstream,
+    /// The client cancelled the request (the upstream was told).
+    Cancelled,
 }
 
 impl Reason {
@@ -50,6 +52,7 @@ impl Reason {
             Reason::Pinned => "pinned",
             Reason::Unknown => "unknown_tool",
             Reason::Upstream => "upstream",
+            Reason::Cancelled => "cancelled",
         }
     }
 }
@@ -94,8 +97,37 @@ struct PathSet {
     deny: Vec<PathGlob>,
 }
 
+/// What a rule governs: the gateway checks each kind of request against its own rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `tools/call`, named `server.tool` (a script tool by its own name).
+    Tool,
+    /// `resources/read` and `resources/subscribe`, named `server+uri`.
+    Resource,
+    /// `prompts/get`, named `server.prompt`.
+    Prompt,
+    /// An upstream's `sampling/createMessage`, named by its server.
+    Sampling,
+    /// An upstream's `elicitation/create`, named by its server.
+    Elicitation,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Resource => "resource",
+            Kind::Prompt => "prompt",
+            Kind::Sampling => "sampling",
+            Kind::Elicitation => "elicitation",
+        }
+    }
+}
+
 struct Rule {
     label: String,
+    kind: Kind,
+    pattern: String,
     tool: GlobMatcher,
     deny: bool,
     args: Option<jsonschema::Validator>,
@@ -143,11 +175,26 @@ impl Policy {
         let mut rules = Vec::new();
         for (i, r) in cfg.rules.iter().enumerate() {
             let key = format!("rules[{i}]");
-            let tool = Glob::new(&r.tool)
+            let (kind, pattern) = match (&r.tool, &r.resource, &r.prompt, &r.sampling) {
+                (Some(t), ..) => (Kind::Tool, t),
+                (_, Some(t), ..) => (Kind::Resource, t),
+                (_, _, Some(t), _) => (Kind::Prompt, t),
+                (_, _, _, Some(t)) => (Kind::Sampling, t),
+                _ => match &r.elicitation {
+                    Some(t) => (Kind::Elicitation, t),
+                    None => {
+                        return Err(err(
+                            key,
+                            "names none of tool, resource, prompt, sampling and elicitation".into(),
+                        ))
+                    }
+                },
+            };
+            let tool = Glob::new(pattern)
                 .map_err(|e| {
                     err(
-                        format!("{key}.tool"),
-                        format!("'{}' is not a glob: {e}", r.tool),
+                        format!("{key}.{}", kind.as_str()),
+                        format!("'{pattern}' is not a glob: {e}"),
                     )
                 })?
                 .compile_matcher();
@@ -217,7 +264,9 @@ impl Policy {
                 });
             }
             rules.push(Rule {
-                label: format!("{key} (tool = \"{}\")", r.tool),
+                label: format!("{key} ({} = \"{pattern}\")", kind.as_str()),
+                kind,
+                pattern: pattern.clone(),
                 tool,
                 deny: r.deny,
                 args,
@@ -235,13 +284,21 @@ impl Policy {
         })
     }
 
-    fn matching<'a>(&'a self, tool: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
-        self.rules.iter().filter(move |r| r.tool.is_match(tool))
+    fn matching<'a>(&'a self, kind: Kind, tool: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
+        self.rules
+            .iter()
+            .filter(move |r| r.kind == kind && r.tool.is_match(tool))
     }
 
     /// Whether the tool may be called at all (shown in tools/list, not refused outright).
     pub fn allows(&self, tool: &str) -> Result<(), Refusal> {
-        if let Some(r) = self.matching(tool).find(|r| r.deny) {
+        self.allows_kind(Kind::Tool, tool)
+    }
+
+    /// Whether a tool, resource, prompt or server's request may pass at all (shown in its
+    /// list, not refused outright).
+    pub fn allows_kind(&self, kind: Kind, tool: &str) -> Result<(), Refusal> {
+        if let Some(r) = self.matching(kind, tool).find(|r| r.deny) {
             return Err(Refusal {
                 reason: Reason::Denied,
                 rule: r.label.clone(),
@@ -249,7 +306,7 @@ impl Policy {
                 retry_after: None,
             });
         }
-        if self.default == Default_::Deny && self.matching(tool).next().is_none() {
+        if self.default == Default_::Deny && self.matching(kind, tool).next().is_none() {
             return Err(Refusal {
                 reason: Reason::NotAllowed,
                 rule: "gateway.default = \"deny\"".into(),
@@ -269,7 +326,20 @@ impl Policy {
         input_schema: Option<&jsonschema::Validator>,
         arguments: &Value,
     ) -> Result<Admitted, Refusal> {
-        self.allows(tool)?;
+        self.check_kind(Kind::Tool, client, tool, input_schema, arguments)
+    }
+
+    /// [`Policy::check`] for any kind: a resource's arguments are `{"uri": …}` (its path for
+    /// path rules), a prompt's its arguments, a sampling or elicitation request's its params.
+    pub fn check_kind(
+        &self,
+        kind: Kind,
+        client: &str,
+        tool: &str,
+        input_schema: Option<&jsonschema::Validator>,
+        arguments: &Value,
+    ) -> Result<Admitted, Refusal> {
+        self.allows_kind(kind, tool)?;
         let refuse = |reason, rule: &str, message: String| Refusal {
             reason,
             rule: rule.to_string(),
@@ -296,7 +366,7 @@ impl Policy {
         let mut applied = Vec::new();
         let mut approve: Option<(String, Duration)> = None;
         let mut log_args = self.log_args;
-        let rules: Vec<&Rule> = self.matching(tool).collect();
+        let rules: Vec<&Rule> = self.matching(kind, tool).collect();
         for r in &rules {
             if let Some(v) = &r.args {
                 if let Some(e) = schema_errors(v, &args) {
@@ -353,13 +423,17 @@ impl Policy {
     /// Every deny glob of every path rule that may apply to a server's tools (`server.*`
     /// patterns and exact names alike): what the server's sandbox must not see.
     pub fn denied_paths_for_server(&self, server: &str) -> Vec<crate::carve::DeniedPath> {
-        let probe = format!("{server}.");
         self.rules
             .iter()
             .filter(|r| {
+                let probe = match r.kind {
+                    Kind::Resource => format!("{server}+"),
+                    Kind::Tool | Kind::Prompt => format!("{server}."),
+                    Kind::Sampling | Kind::Elicitation => return false,
+                };
                 // A rule may name any tool of the server: test the glob on the server prefix
                 // by its literal start (globs on server names are rare; when unsure, include).
-                let text = r.label.split('"').nth(1).unwrap_or("");
+                let text = r.pattern.as_str();
                 // `f*.delete_file` may name `files.delete_file`: a glob counts when its
                 // literal start could begin `server.`.
                 let literal = text.split(['*', '?', '[', '{']).next().unwrap_or("");
@@ -501,6 +575,73 @@ deny = true
             policy("[gateway]\ndefault = \"allow\"\n[[rules]]\ntool = \"x.rm\"\ndeny = true\n");
         assert!(open.allows("anything.at_all").is_ok());
         assert_eq!(open.allows("x.rm").unwrap_err().reason, Reason::Denied);
+    }
+
+    #[test]
+    fn resources_prompts_and_sampling_are_allowlisted_by_their_own_rules() {
+        let p = policy(
+            r#"
+[[rules]]
+tool = "feat.*"
+
+[[rules]]
+resource = "feat+file:///public/**"
+paths = { uri = { deny = ["/public/private/**"] } }
+
+[[rules]]
+prompt = "feat.summarize"
+paths = { path = { deny = ["/secret/**"] } }
+
+[[rules]]
+sampling = "feat"
+deny = true
+"#,
+        );
+        // A tool rule does not open the server's resources, prompts or requests.
+        assert!(p.allows_kind(Kind::Tool, "feat.x").is_ok());
+        let r = p
+            .allows_kind(Kind::Resource, "feat+file:///secret/k")
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::NotAllowed);
+        assert!(p.allows_kind(Kind::Prompt, "feat.x").is_err());
+        assert!(p.allows_kind(Kind::Elicitation, "feat").is_err());
+        assert_eq!(
+            p.allows_kind(Kind::Sampling, "feat").unwrap_err().reason,
+            Reason::Denied
+        );
+        // Path rules hold for a resource's URI and a prompt's arguments.
+        let ok = json!({"uri": "/public/readme.txt"});
+        assert!(p
+            .check_kind(
+                Kind::Resource,
+                "c",
+                "feat+file:///public/readme.txt",
+                None,
+                &ok
+            )
+            .is_ok());
+        let bad = json!({"uri": "/public/x/../private/k"});
+        let r = p
+            .check_kind(
+                Kind::Resource,
+                "c",
+                "feat+file:///public/private/k",
+                None,
+                &bad,
+            )
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::Path);
+        let r = p
+            .check_kind(
+                Kind::Prompt,
+                "c",
+                "feat.summarize",
+                None,
+                &json!({"path": "/public/../secret/keys"}),
+            )
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::Path);
+        assert!(r.rule.starts_with("rules[2] (prompt"), "{r}");
     }
 
     #[test]

@@ -243,7 +243,31 @@ async fn run_in(
         }
         None => drop(stdin_pipe),
     }
-    pump(live, output, timeout, events, None).await
+    // A caller that stops waiting (a cancelled MCP call, a dropped request) ends the command
+    // as its timeout would: a foreground command nobody waits for must not run on unseen.
+    let mut guard = KillOnDrop {
+        live: live.clone(),
+        exec_id: output.exec_id,
+        armed: true,
+    };
+    let r = pump(live, output, timeout, events, None).await;
+    guard.armed = false;
+    r
+}
+
+/// Kills a foreground command's process group when the future running it is dropped first.
+struct KillOnDrop {
+    live: Arc<Live>,
+    exec_id: u64,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.live.sandbox.signal(self.exec_id, libc::SIGKILL);
+        }
+    }
 }
 
 /// A started command's output side and exit, for `pump`.

@@ -204,9 +204,14 @@ command = ["/bin/sh", "-c", "echo garbage; sleep 30"]
         "{r}"
     );
 
-    // Schema checks hold in allow mode too.
+    // Schema checks hold in allow mode too: the tool's error result, never the upstream.
     let r = gw.call(9, "raw.echo", json!({"x": 5}));
-    assert_eq!(r["error"]["code"], -32003, "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let said = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        said.contains("inputSchema") && !said.contains("again"),
+        "{r}"
+    );
     drop(gw);
     let out = Command::new(common::cordon_bin())
         .args(["audit", "verify"])

@@ -1,10 +1,19 @@
 //! `cordon gateway`: an MCP proxy between an agent host and tool servers. Every call passes
 //! the allowlist, the tool's own input schema and the rule's, the path rules, a rate limit
 //! and, where a rule asks, a person's approval; tool definitions are pinned; every decision
-//! goes to the hash-chained audit log. The policy itself is `cordon_gateway` (data, no
-//! syscalls); this module connects it to MCP and to the upstream servers, each of which runs
-//! as a persistent cordon sandbox created through the service layer.
+//! goes to the hash-chained audit log. The rest of MCP passes too, under the same policy:
+//! resources and prompts are allowlisted, checked, rate-limited and audited like tools, and
+//! an upstream's requests to the client (sampling, elicitation) are calls like any other
+//! (`relay` routes notifications and those requests between sessions and upstreams). The
+//! policy itself is `cordon_gateway` (data, no syscalls); this module connects it to MCP and
+//! to the upstream servers, each of which runs as a persistent cordon sandbox created through
+//! the service layer.
 
+// The gateway relays the 2025-11-25 protocol's sampling, roots, logging and subscriptions,
+// which rmcp marks deprecated in favour of the 2026-07-28 forms its clients do not speak yet.
+#![allow(deprecated)]
+
+mod relay;
 pub mod state;
 mod upstream;
 
@@ -15,20 +24,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_gateway::config::ScriptTool;
-use cordon_gateway::{Config, Policy, Reason, Refusal};
+use cordon_gateway::{Config, Kind, Policy, Reason, Refusal};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, ClientResult,
+    CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock, CreateMessageRequest,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ErrorCode, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
+    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListRootsRequest, ListRootsResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerRequest, ServerResult, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{OriginatingRequestId, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
 use cordon_service::types::SandboxState;
 use cordon_service::{Caller, Service};
+use relay::{exposed_uri, ClientSession, Relay};
 use state::{Answer, Approval, StateDir};
-use upstream::Upstream;
+use upstream::{Fail, Forward, Upstream};
 
 /// The JSON-RPC error code of a call the gateway refused (policy, pin, approval, rate).
 pub const REFUSED: i32 = -32003;
@@ -207,6 +223,10 @@ pub struct Gateway {
     script_sandboxes: tokio::sync::Mutex<BTreeMap<String, String>>,
     base: PathBuf,
     pub metrics: GatewayMetrics,
+    relay: Arc<Relay>,
+    /// Names carry their server (`server.tool`, `server+uri`); `false` for a single server's
+    /// gateway that shows them as the server does.
+    prefix: bool,
 }
 
 impl Gateway {
@@ -233,10 +253,11 @@ impl Gateway {
                 .map_err(|e| format!("{}: tools.{name}.input: {e}", opts.config.file))?;
             script_validators.insert(name.clone(), v);
         }
+        let relay = Arc::new(Relay::default());
         let mut upstreams = BTreeMap::new();
         for (name, s) in &opts.config.servers {
             let denied = policy.denied_paths_for_server(name);
-            let up = Upstream::new(name, s, &opts.config.base, denied)?;
+            let up = Upstream::new(name, s, &opts.config.base, denied, relay.clone())?;
             upstreams.insert(name.clone(), Arc::new(up));
         }
         let gw = Arc::new(Gateway {
@@ -251,7 +272,10 @@ impl Gateway {
             script_sandboxes: Default::default(),
             base: opts.config.base.clone(),
             metrics: GatewayMetrics::default(),
+            relay: relay.clone(),
+            prefix: opts.config.gateway.prefix,
         });
+        let _ = relay.gw.set(Arc::downgrade(&gw));
         // All at once: one slow server must not hold the others (or the agent host) up.
         let starts = gw.upstreams.values().map(|up| {
             let gw = gw.clone();
@@ -309,7 +333,9 @@ impl Gateway {
                 let full = format!("{}.{}", up.name, t.name);
                 if self.policy.allows(&full).is_ok() {
                     let mut t = t.clone();
-                    t.name = full.into();
+                    if self.prefix {
+                        t.name = full.into();
+                    }
                     // The agent host can tell a confined tool from a remote one it must trust.
                     let mut meta = t.meta.take().unwrap_or_default();
                     meta.0
@@ -340,17 +366,27 @@ impl Gateway {
         out
     }
 
+    /// The name a client's name stands for: `server.tool` (or a script tool's name).
+    fn internal_tool(&self, name: &str) -> String {
+        match (self.prefix, self.upstreams.keys().next()) {
+            (false, Some(only)) if !self.scripts.contains_key(name) => format!("{only}.{name}"),
+            _ => name.to_string(),
+        }
+    }
+
     async fn call(
         self: &Arc<Self>,
         client: &str,
         req: CallToolRequestParams,
+        fwd: Forward,
+        mark: Option<(u64, rmcp::model::RequestId)>,
     ) -> Result<CallToolResponse, McpError> {
         let t0 = Instant::now();
         self.metrics.calls.fetch_add(1, Ordering::Relaxed);
-        let name = req.name.to_string();
+        let name = self.internal_tool(&req.name);
         let args = Value::Object(req.arguments.clone().unwrap_or_default());
         let digest = cordon_gateway::pin::digest(&args);
-        let result = Box::pin(self.decide_and_forward(client, &name, &args, req)).await;
+        let result = Box::pin(self.decide_and_forward(client, &name, &args, req, fwd, mark)).await;
         let mut rec = json!({
             "client": client,
             "tool": name,
@@ -382,11 +418,25 @@ impl Gateway {
                 rec["reason"] = r.reason.as_str().into();
                 rec["rule"] = r.rule.clone().into();
                 rec["message"] = r.message.clone().into();
-                Err(if r.reason == Reason::Upstream {
-                    McpError::new(ErrorCode(UPSTREAM_FAILED), r.to_string(), None)
-                } else {
-                    self.refusal_error(&r)
-                })
+                match r.reason {
+                    Reason::Upstream => Err(McpError::new(
+                        ErrorCode(UPSTREAM_FAILED),
+                        r.to_string(),
+                        None,
+                    )),
+                    // As the 2025-11-25 specification asks: arguments the tool's own schema
+                    // refuses are the tool's error, which the model can read and correct.
+                    Reason::Schema => Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                        ContentBlock::text(r.to_string()),
+                    ]))),
+                    // Unknown and hidden tools alike: invalid params, as for an unknown tool.
+                    Reason::Unknown | Reason::NotAllowed | Reason::Denied => {
+                        let mut e = self.refusal_error(&r);
+                        e.code = ErrorCode::INVALID_PARAMS;
+                        Err(e)
+                    }
+                    _ => Err(self.refusal_error(&r)),
+                }
             }
         };
         self.audit.record("tools/call", rec);
@@ -399,6 +449,8 @@ impl Gateway {
         name: &str,
         args: &Value,
         mut req: CallToolRequestParams,
+        fwd: Forward,
+        mark: Option<(u64, rmcp::model::RequestId)>,
     ) -> Result<
         (
             cordon_gateway::Admitted,
@@ -428,8 +480,19 @@ impl Gateway {
                     .check(client, name, self.script_validators.get(name), args)?;
             self.approval(client, name, &admitted).await?;
             // Boxed: the exec future is large, and so would be every future that holds it.
-            let (result, usage) =
-                Box::pin(self.run_script(name, script, &admitted.arguments)).await?;
+            // A cancelled call drops it, which kills the script's processes (as a timeout).
+            let run = Box::pin(self.run_script(name, script, &admitted.arguments));
+            let (result, usage) = tokio::select! {
+                r = run => r?,
+                _ = fwd.cancelled => {
+                    return Err(Refusal {
+                        reason: Reason::Cancelled,
+                        rule: "the client".into(),
+                        message: "the client cancelled the call; the script was ended".into(),
+                        retry_after: None,
+                    })
+                }
+            };
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
             return Ok((
                 admitted,
@@ -451,7 +514,8 @@ impl Gateway {
             Value::Object(m) => Some(m.clone()),
             _ => None,
         };
-        let (resp, usage) = up.call(self, req).await?;
+        let _mark = mark.map(|(session, id)| self.relay.in_flight(server, session, id));
+        let (resp, usage) = up.call(self, req, fwd).await?;
         let bytes = match &resp {
             CallToolResponse::Complete(r) => serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0),
             _ => 0,
@@ -641,17 +705,629 @@ impl Gateway {
     }
 }
 
+/// A resource URI's path, for the path rules that name `uri`: `file:///a/b` and
+/// `scheme://host/a/b` give `/a/b`; anything else the part after the scheme.
+fn uri_path(uri: &str) -> String {
+    match uri.split_once("://") {
+        Some((_, rest)) => match rest.find('/') {
+            Some(i) => rest[i..].to_string(),
+            None => "/".to_string(),
+        },
+        None => uri
+            .split_once(':')
+            .map(|(_, r)| r)
+            .unwrap_or(uri)
+            .to_string(),
+    }
+}
+
+/// Rewrites every `uri` (and `uriTemplate`) field in a result to the name the client sees.
+fn rewrite_uris(v: &mut Value, f: &dyn Fn(&str) -> String) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match (k.as_str(), &*x) {
+                    ("uri" | "uriTemplate", Value::String(u)) => *x = Value::String(f(u)),
+                    _ => rewrite_uris(x, f),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rewrite_uris(x, f)),
+        _ => {}
+    }
+}
+
+fn convert<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, McpError> {
+    serde_json::from_value(v).map_err(|e| McpError::internal_error(e.to_string(), None))
+}
+
+fn to_value<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+fn forward_of(ctx: &RequestContext<RoleServer>) -> Forward {
+    let ct = ctx.ct.clone();
+    Forward {
+        cancelled: Box::pin(async move { ct.cancelled().await }),
+        progress: ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
+    }
+}
+
+impl Gateway {
+    /// A client's resource URI → the server and the server's own URI.
+    fn resolve_uri(&self, uri: &str) -> Option<(Arc<Upstream>, String)> {
+        if self.prefix {
+            if let Some((server, rest)) = uri.split_once('+') {
+                if let Some(up) = self.upstreams.get(server) {
+                    return Some((up.clone(), rest.to_string()));
+                }
+            }
+        }
+        // Unprefixed (or a URI a tool result carried as the server wrote it): one server.
+        match self.upstreams.values().collect::<Vec<_>>().as_slice() {
+            [only] => Some(((*only).clone(), uri.to_string())),
+            _ => None,
+        }
+    }
+
+    /// A client's prompt name → the server and the server's own name.
+    fn resolve_prompt(&self, name: &str) -> Option<(Arc<Upstream>, String)> {
+        let full = self.internal_tool(name);
+        let (server, prompt) = full.split_once('.')?;
+        Some((self.upstreams.get(server)?.clone(), prompt.to_string()))
+    }
+
+    /// Policy, approval, audit and metrics for a request that is not a tool call.
+    async fn admit(
+        &self,
+        event: &str,
+        kind: Kind,
+        client: &str,
+        name: &str,
+        args: &Value,
+    ) -> Result<cordon_gateway::Admitted, Refusal> {
+        self.metrics.calls.fetch_add(1, Ordering::Relaxed);
+        let decided = match self.policy.check_kind(kind, client, name, None, args) {
+            Ok(a) => match self.approval(client, name, &a).await {
+                Ok(()) => Ok(a),
+                Err(r) => Err(r),
+            },
+            Err(r) => Err(r),
+        };
+        let mut rec = json!({
+            "client": client,
+            kind.as_str(): name,
+            "args_digest": cordon_gateway::pin::digest(args),
+        });
+        match &decided {
+            Ok(a) => {
+                self.metrics.allowed.fetch_add(1, Ordering::Relaxed);
+                rec["verdict"] = "allowed".into();
+                rec["rules"] = json!(a.rules);
+                if a.log_args {
+                    rec["args"] = masked(&a.arguments);
+                }
+            }
+            Err(r) => {
+                self.metrics.refused(r.reason);
+                rec["verdict"] = "refused".into();
+                rec["reason"] = r.reason.as_str().into();
+                rec["rule"] = r.rule.clone().into();
+                rec["message"] = r.message.clone().into();
+            }
+        }
+        self.audit.record(event, rec);
+        decided
+    }
+
+    fn fail_error(&self, f: Fail) -> McpError {
+        match f {
+            Fail::Peer(e) => e,
+            Fail::Refused(r) if r.reason == Reason::Upstream => {
+                McpError::new(ErrorCode(UPSTREAM_FAILED), r.to_string(), None)
+            }
+            Fail::Refused(r) => self.refusal_error(&r),
+        }
+    }
+
+    /// Servers that declared `what` in their capabilities, with their peers.
+    async fn offering(
+        &self,
+        what: fn(&ServerCapabilities) -> bool,
+    ) -> Vec<(Arc<Upstream>, rmcp::service::Peer<rmcp::RoleClient>)> {
+        let mut out = Vec::new();
+        for up in self.upstreams.values() {
+            match up.peer(self).await {
+                Ok((peer, caps)) if what(&caps) => out.push((up.clone(), peer)),
+                Ok(_) => {}
+                Err(r) => eprintln!("cordon gateway: server {}: {}", up.name, r.message),
+            }
+        }
+        out
+    }
+
+    async fn list_resources(&self, client: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (up, peer) in self.offering(|c| c.resources.is_some()).await {
+            let Ok(Ok(list)) =
+                tokio::time::timeout(Duration::from_secs(30), peer.list_all_resources()).await
+            else {
+                continue;
+            };
+            for r in list {
+                let mut v = to_value(&r);
+                let uri = v["uri"].as_str().unwrap_or("").to_string();
+                let full = exposed_uri(true, &up.name, &uri);
+                if self.policy.allows_kind(Kind::Resource, &full).is_ok() {
+                    v["uri"] = exposed_uri(self.prefix, &up.name, &uri).into();
+                    out.push(v);
+                }
+            }
+        }
+        self.audit.record(
+            "resources/list",
+            json!({"client": client, "shown": out.len()}),
+        );
+        out
+    }
+
+    async fn list_templates(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (up, peer) in self.offering(|c| c.resources.is_some()).await {
+            let Ok(Ok(list)) =
+                tokio::time::timeout(Duration::from_secs(30), peer.list_all_resource_templates())
+                    .await
+            else {
+                continue;
+            };
+            for t in list {
+                let mut v = to_value(&t);
+                let tpl = v["uriTemplate"].as_str().unwrap_or("").to_string();
+                if self
+                    .policy
+                    .allows_kind(Kind::Resource, &exposed_uri(true, &up.name, &tpl))
+                    .is_ok()
+                {
+                    v["uriTemplate"] = exposed_uri(self.prefix, &up.name, &tpl).into();
+                    out.push(v);
+                }
+            }
+        }
+        out
+    }
+
+    async fn read_resource(
+        &self,
+        client: &str,
+        mut req: ReadResourceRequestParams,
+        fwd: Forward,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let not_found = |uri: &str| {
+            McpError::new(
+                ErrorCode(-32002),
+                format!("no resource {uri}"),
+                Some(json!({"uri": uri})),
+            )
+        };
+        let (up, uri) = self
+            .resolve_uri(&req.uri)
+            .ok_or_else(|| not_found(&req.uri))?;
+        let full = exposed_uri(true, &up.name, &uri);
+        let admitted = self
+            .admit(
+                "resources/read",
+                Kind::Resource,
+                client,
+                &full,
+                &json!({ "uri": uri_path(&uri) }),
+            )
+            .await
+            .map_err(|r| self.resource_refusal(&req.uri, r))?;
+        req.uri = checked_uri(&uri, &admitted.arguments);
+        let r = up
+            .request(
+                self,
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(req)),
+                fwd,
+            )
+            .await
+            .map_err(|f| self.fail_error(f))?;
+        let mut v = match r {
+            ServerResult::ReadResourceResult(r) => to_value(&r),
+            ServerResult::InputRequiredResult(r) => {
+                return Ok(ReadResourceResponse::InputRequired(r))
+            }
+            _ => return Err(McpError::internal_error("unexpected answer", None)),
+        };
+        let (prefix, server) = (self.prefix, up.name.clone());
+        rewrite_uris(&mut v, &|u| exposed_uri(prefix, &server, u));
+        Ok(ReadResourceResponse::Complete(convert(v)?))
+    }
+
+    /// A refused resource: hidden ones answer like missing ones (-32002).
+    fn resource_refusal(&self, uri: &str, r: Refusal) -> McpError {
+        match r.reason {
+            Reason::NotAllowed | Reason::Denied | Reason::Unknown => {
+                let mut e = self.refusal_error(&r);
+                e.code = ErrorCode(-32002);
+                e.message = format!("no resource {uri} is available ({})", r.message).into();
+                e
+            }
+            _ => self.refusal_error(&r),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        client: &str,
+        session: Option<Arc<ClientSession>>,
+        uri: &str,
+        on: bool,
+    ) -> Result<(), McpError> {
+        let (up, inner) = self
+            .resolve_uri(uri)
+            .ok_or_else(|| McpError::new(ErrorCode(-32002), format!("no resource {uri}"), None))?;
+        let full = exposed_uri(true, &up.name, &inner);
+        let event = if on {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        self.admit(
+            event,
+            Kind::Resource,
+            client,
+            &full,
+            &json!({ "uri": uri_path(&inner) }),
+        )
+        .await
+        .map_err(|r| self.resource_refusal(uri, r))?;
+        let req = if on {
+            ClientRequest::SubscribeRequest(SubscribeRequest::new(SubscribeRequestParams::new(
+                inner.clone(),
+            )))
+        } else {
+            ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(inner.clone()),
+            ))
+        };
+        let never = Forward {
+            cancelled: Box::pin(std::future::pending()),
+            progress: None,
+        };
+        up.request(self, req, never)
+            .await
+            .map_err(|f| self.fail_error(f))?;
+        if let Some(s) = session {
+            if let Ok(mut m) = s.subscribed.lock() {
+                if on {
+                    m.insert((up.name.clone(), inner));
+                } else {
+                    m.remove(&(up.name.clone(), inner));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_prompts(&self, client: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (up, peer) in self.offering(|c| c.prompts.is_some()).await {
+            let Ok(Ok(list)) =
+                tokio::time::timeout(Duration::from_secs(30), peer.list_all_prompts()).await
+            else {
+                continue;
+            };
+            for p in list {
+                let full = format!("{}.{}", up.name, p.name);
+                if self.policy.allows_kind(Kind::Prompt, &full).is_ok() {
+                    let mut v = to_value(&p);
+                    if self.prefix {
+                        v["name"] = full.into();
+                    }
+                    out.push(v);
+                }
+            }
+        }
+        self.audit.record(
+            "prompts/list",
+            json!({"client": client, "shown": out.len()}),
+        );
+        out
+    }
+
+    async fn get_prompt(
+        &self,
+        client: &str,
+        mut req: GetPromptRequestParams,
+        fwd: Forward,
+    ) -> Result<GetPromptResponse, McpError> {
+        let unknown =
+            |name: &str| McpError::invalid_params(format!("no prompt named {name}"), None);
+        let (up, prompt) = self
+            .resolve_prompt(&req.name)
+            .ok_or_else(|| unknown(&req.name))?;
+        let full = format!("{}.{prompt}", up.name);
+        let args = Value::Object(req.arguments.clone().unwrap_or_default());
+        let admitted = self
+            .admit("prompts/get", Kind::Prompt, client, &full, &args)
+            .await
+            .map_err(|r| match r.reason {
+                Reason::NotAllowed | Reason::Denied | Reason::Unknown => {
+                    let mut e = self.refusal_error(&r);
+                    e.code = ErrorCode::INVALID_PARAMS;
+                    e.message =
+                        format!("no prompt named {} is available ({})", req.name, r.message).into();
+                    e
+                }
+                _ => self.refusal_error(&r),
+            })?;
+        req.name = prompt;
+        if let Value::Object(m) = admitted.arguments {
+            if req.arguments.is_some() {
+                req.arguments = Some(m);
+            }
+        }
+        let r = up
+            .request(
+                self,
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(req)),
+                fwd,
+            )
+            .await
+            .map_err(|f| self.fail_error(f))?;
+        let mut v = match r {
+            ServerResult::GetPromptResult(r) => to_value(&r),
+            ServerResult::InputRequiredResult(r) => return Ok(GetPromptResponse::InputRequired(r)),
+            _ => return Err(McpError::internal_error("unexpected answer", None)),
+        };
+        let (prefix, server) = (self.prefix, up.name.clone());
+        rewrite_uris(&mut v, &|u| exposed_uri(prefix, &server, u));
+        Ok(GetPromptResponse::Complete(convert(v)?))
+    }
+
+    async fn complete(
+        &self,
+        client: &str,
+        req: CompleteRequestParams,
+    ) -> Result<CompleteResult, McpError> {
+        let mut v = to_value(&req);
+        let (up, kind, full) = match v["ref"]["type"].as_str() {
+            Some("ref/prompt") => {
+                let name = v["ref"]["name"].as_str().unwrap_or("").to_string();
+                let (up, p) = self.resolve_prompt(&name).ok_or_else(|| {
+                    McpError::invalid_params(format!("no prompt named {name}"), None)
+                })?;
+                v["ref"]["name"] = p.clone().into();
+                let full = format!("{}.{p}", up.name);
+                (up, Kind::Prompt, full)
+            }
+            _ => {
+                let uri = v["ref"]["uri"].as_str().unwrap_or("").to_string();
+                let (up, inner) = self.resolve_uri(&uri).ok_or_else(|| {
+                    McpError::invalid_params(format!("no resource template {uri}"), None)
+                })?;
+                v["ref"]["uri"] = inner.clone().into();
+                let full = exposed_uri(true, &up.name, &inner);
+                (up, Kind::Resource, full)
+            }
+        };
+        // Completion reveals names, not contents: the allowlist and the audit, no arguments.
+        if let Err(r) = self.policy.allows_kind(kind, &full) {
+            self.audit.record(
+                "completion/complete",
+                json!({"client": client, kind.as_str(): full, "verdict": "refused", "reason": r.reason.as_str(), "rule": r.rule}),
+            );
+            let mut e = self.refusal_error(&r);
+            e.code = ErrorCode::INVALID_PARAMS;
+            return Err(e);
+        }
+        self.audit.record(
+            "completion/complete",
+            json!({"client": client, kind.as_str(): full, "verdict": "allowed"}),
+        );
+        let never = Forward {
+            cancelled: Box::pin(std::future::pending()),
+            progress: None,
+        };
+        let req: CompleteRequestParams = convert(v)?;
+        match up
+            .request(
+                self,
+                ClientRequest::CompleteRequest(CompleteRequest::new(req)),
+                never,
+            )
+            .await
+            .map_err(|f| self.fail_error(f))?
+        {
+            ServerResult::CompleteResult(r) => Ok(r),
+            _ => Err(McpError::internal_error("unexpected answer", None)),
+        }
+    }
+
+    /// `logging/setLevel`: passed to every server that logs (the level is per server, so it
+    /// holds for every client of the gateway).
+    async fn set_level(&self, client: &str, req: SetLevelRequestParams) {
+        self.audit.record(
+            "logging/setLevel",
+            json!({"client": client, "level": to_value(&req.level)}),
+        );
+        for (up, _) in self.offering(|c| c.logging.is_some()).await {
+            let never = Forward {
+                cancelled: Box::pin(std::future::pending()),
+                progress: None,
+            };
+            #[allow(deprecated)]
+            let r = ClientRequest::SetLevelRequest(rmcp::model::SetLevelRequest::new(req.clone()));
+            if let Err(Fail::Refused(r)) = up.request(self, r, never).await {
+                eprintln!(
+                    "cordon gateway: server {}: logging/setLevel: {}",
+                    up.name, r.message
+                );
+            }
+        }
+    }
+
+    /// A server's request to the client, after the policy: to the session with a call in
+    /// flight at that server (or any) that declared the capability.
+    async fn to_client(
+        &self,
+        server: &str,
+        event: &str,
+        kind: Option<Kind>,
+        declared: fn(&rmcp::model::ClientCapabilities) -> bool,
+        args: Value,
+        req: ServerRequest,
+    ) -> Result<ClientResult, McpError> {
+        let Some((session, origin)) = self.relay.target(server, declared) else {
+            self.audit.record(
+                event,
+                json!({"server": server, "verdict": "refused", "reason": "no_client", "message": "no client of the gateway declared the capability"}),
+            );
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("{event}: no client of the gateway declared this capability"),
+                None,
+            ));
+        };
+        if let Some(kind) = kind {
+            self.admit(event, kind, &session.client, server, &args)
+                .await
+                .map_err(|r| self.refusal_error(&r))?;
+        } else {
+            self.audit.record(
+                event,
+                json!({"server": server, "client": session.client, "verdict": "allowed"}),
+            );
+        }
+        let mut req = req;
+        if let Some(id) = origin {
+            use rmcp::model::GetExtensions;
+            req.extensions_mut().insert(OriginatingRequestId(id));
+        }
+        session.peer.send_request(req).await.map_err(|e| match e {
+            rmcp::ServiceError::McpError(e) => e,
+            e => McpError::internal_error(format!("the client did not answer: {e}"), None),
+        })
+    }
+
+    async fn relay_sampling(
+        &self,
+        server: &str,
+        params: CreateMessageRequestParams,
+    ) -> Result<CreateMessageResult, McpError> {
+        let args = to_value(&params);
+        let req = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self
+            .to_client(
+                server,
+                "sampling/createMessage",
+                Some(Kind::Sampling),
+                |c| c.sampling.is_some(),
+                args,
+                req,
+            )
+            .await?
+        {
+            ClientResult::CreateMessageResult(r) => Ok(*r),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
+        }
+    }
+
+    async fn relay_elicitation(
+        &self,
+        server: &str,
+        params: ElicitRequestParams,
+    ) -> Result<ElicitResult, McpError> {
+        let args = to_value(&params);
+        let req = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self
+            .to_client(
+                server,
+                "elicitation/create",
+                Some(Kind::Elicitation),
+                |c| c.elicitation.is_some(),
+                args,
+                req,
+            )
+            .await?
+        {
+            ClientResult::ElicitResult(r) => Ok(r),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
+        }
+    }
+
+    async fn relay_roots(&self, server: &str) -> Result<ListRootsResult, McpError> {
+        #[allow(deprecated)]
+        let req = ServerRequest::ListRootsRequest(ListRootsRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        });
+        match self
+            .to_client(
+                server,
+                "roots/list",
+                None,
+                |c| c.roots.is_some(),
+                Value::Null,
+                req,
+            )
+            .await?
+        {
+            ClientResult::ListRootsResult(r) => Ok(r),
+            _ => Err(McpError::internal_error(
+                "the client answered something else",
+                None,
+            )),
+        }
+    }
+}
+
+/// A `file://` URI whose path a rule normalised is forwarded in that form: the server reads
+/// exactly what was checked.
+fn checked_uri(uri: &str, admitted: &Value) -> String {
+    match (uri.strip_prefix("file://"), admitted["uri"].as_str()) {
+        (Some(_), Some(path)) => format!("file://{path}"),
+        _ => uri.to_string(),
+    }
+}
+
+/// Forgets a session's relay entry when its handler goes away.
+struct SessionSlot {
+    relay: Arc<Relay>,
+    id: std::sync::OnceLock<u64>,
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.get() {
+            self.relay.remove(*id);
+        }
+    }
+}
+
 /// One MCP session's handler.
 #[derive(Clone)]
 pub struct GatewayMcp {
     gw: Arc<Gateway>,
     /// stdio: the one local client.
     local: bool,
+    session: Arc<SessionSlot>,
 }
 
 impl GatewayMcp {
     pub fn new(gw: Arc<Gateway>, local: bool) -> GatewayMcp {
-        GatewayMcp { gw, local }
+        let session = Arc::new(SessionSlot {
+            relay: gw.relay.clone(),
+            id: Default::default(),
+        });
+        GatewayMcp { gw, local, session }
     }
 
     fn client(&self, ctx: &RequestContext<RoleServer>) -> Result<String, McpError> {
@@ -664,17 +1340,48 @@ impl GatewayMcp {
             .map(|c| c.key_id.clone())
             .ok_or_else(|| McpError::invalid_request("unauthenticated", None))
     }
+
+    fn this_session(&self) -> Option<Arc<ClientSession>> {
+        self.gw.relay.get(*self.session.id.get()?)
+    }
 }
 
 impl ServerHandler for GatewayMcp {
     fn get_info(&self) -> InitializeResult {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+        let caps: ServerCapabilities = serde_json::from_value(json!({
+            "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "prompts": {"listChanged": true},
+            "completions": {},
+            "logging": {},
+        }))
+        .unwrap_or_default();
+        InitializeResult::new(caps)
             .with_server_info(Implementation::new("cordon-gateway", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "cordon gateway: tools of several servers, named server.tool. Each call is checked \
-                 against the operator's rules; a refused call's error says which rule refused it \
-                 and why.",
+                "cordon gateway: tools, prompts and resources of several servers, named server.tool, \
+                 server.prompt and server+uri. Each call is checked against the operator's rules; \
+                 a refused call's error says which rule refused it and why.",
             )
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        let client = self.client(&context)?;
+        if self.session.id.get().is_none() {
+            let id = self.gw.relay.add(ClientSession {
+                client,
+                peer: context.peer.clone(),
+                caps: request.capabilities.clone(),
+                subscribed: Default::default(),
+            });
+            let _ = self.session.id.set(id);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -692,7 +1399,97 @@ impl ServerHandler for GatewayMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let client = self.client(&context)?;
-        self.gw.call(&client, request).await
+        let fwd = forward_of(&context);
+        let mark = self.session.id.get().map(|s| (*s, context.id.clone()));
+        self.gw.call(&client, request, fwd, mark).await
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let client = self.client(&context)?;
+        convert(json!({ "resources": self.gw.list_resources(&client).await }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.client(&context)?;
+        convert(json!({ "resourceTemplates": self.gw.list_templates().await }))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let client = self.client(&context)?;
+        let fwd = forward_of(&context);
+        self.gw.read_resource(&client, request, fwd).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let client = self.client(&context)?;
+        self.gw
+            .subscribe(&client, self.this_session(), &request.uri, true)
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let client = self.client(&context)?;
+        self.gw
+            .subscribe(&client, self.this_session(), &request.uri, false)
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let client = self.client(&context)?;
+        convert(json!({ "prompts": self.gw.list_prompts(&client).await }))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let client = self.client(&context)?;
+        let fwd = forward_of(&context);
+        self.gw.get_prompt(&client, request, fwd).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let client = self.client(&context)?;
+        self.gw.complete(&client, request).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let client = self.client(&context)?;
+        self.gw.set_level(&client, request).await;
+        Ok(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! One upstream MCP server: a command run as a persistent cordon sandbox (through the service
 //! layer), spoken to over its stdin/stdout; started at launch, restarted after a crash or a
-//! hang, its tool definitions compared with their pins.
+//! hang, its tool definitions compared with their pins. Requests are forwarded with the
+//! client's progress routed back and its cancellation passed on; an error the server answers
+//! itself goes back as it is, a server that breaks is restarted.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,13 +15,39 @@ use cordon_gateway::pin::{compare, tool_digest, PinFile, ServerPin};
 use cordon_gateway::{Reason, Refusal};
 use cordon_policy::profile::{Bind, EnvEntry};
 use cordon_policy::Profile;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
-use rmcp::service::RunningService;
-use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
+    ClientRequest, ProgressToken, ServerCapabilities, ServerResult, Tool,
+};
+use rmcp::service::{Peer, RunningService};
+use rmcp::{ErrorData as McpError, RoleClient, RoleServer};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::relay::{Relay, UpstreamClient};
 use super::Gateway;
+
+/// Why a forwarded request has no result.
+pub(super) enum Fail {
+    /// The gateway refused it, or the server failed (crashed, hung, went away).
+    Refused(Refusal),
+    /// The server answered with an error of its own: passed to the client as it is.
+    Peer(McpError),
+}
+
+impl From<Refusal> for Fail {
+    fn from(r: Refusal) -> Fail {
+        Fail::Refused(r)
+    }
+}
+
+/// Where a forwarded request's progress goes, and what ends it early.
+pub(super) struct Forward {
+    /// Resolves when the client cancels the request.
+    pub cancelled: futures::future::BoxFuture<'static, ()>,
+    /// The client's peer and its progress token, when it sent one.
+    pub progress: Option<(Peer<RoleServer>, ProgressToken)>,
+}
 
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a starting server may take to answer `initialize` and `tools/list`.
@@ -173,7 +201,7 @@ pub(super) struct Def {
 }
 
 struct Conn {
-    client: RunningService<RoleClient, ()>,
+    client: RunningService<RoleClient, UpstreamClient>,
     /// `None`: a remote `url` server (not sandboxed by cordon).
     sandbox: Option<String>,
     seen: ServerPin,
@@ -199,6 +227,7 @@ pub(super) struct Upstream {
     scanned: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last failed start: when, and why.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    relay: Arc<Relay>,
 }
 
 impl Upstream {
@@ -207,6 +236,7 @@ impl Upstream {
         cfg: &ServerConfig,
         base: &Path,
         denied: Vec<DeniedPath>,
+        relay: Arc<Relay>,
     ) -> Result<Upstream, String> {
         let http = match &cfg.url {
             Some(u) => {
@@ -255,6 +285,7 @@ impl Upstream {
             conn: Default::default(),
             scanned: Default::default(),
             failed: Default::default(),
+            relay,
         })
     }
 
@@ -331,7 +362,9 @@ impl Upstream {
                     url.as_str(),
                 ),
             );
-            let client = match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+            let client = match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport))
+                .await
+            {
                 Err(_) => return Err(format!("{url} did not answer initialize in time")),
                 Ok(Err(e)) => {
                     // The transport's error keeps no source chain: a request of our own says
@@ -400,10 +433,11 @@ impl Upstream {
                     )
                 }
             };
-            let client = tokio::time::timeout(START_TIMEOUT, ().serve((p.stdout, p.stdin)))
-                .await
-                .map_err(|_| why("it did not answer initialize in time".into()))?
-                .map_err(|e| why(format!("initialize failed: {e}")))?;
+            let client =
+                tokio::time::timeout(START_TIMEOUT, self.handler().serve((p.stdout, p.stdin)))
+                    .await
+                    .map_err(|_| why("it did not answer initialize in time".into()))?
+                    .map_err(|e| why(format!("initialize failed: {e}")))?;
             let tools = tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                 .await
                 .map_err(|_| why("it did not answer tools/list in time".into()))?
@@ -427,12 +461,37 @@ impl Upstream {
         Ok(conn)
     }
 
+    fn handler(&self) -> UpstreamClient {
+        UpstreamClient {
+            server: self.name.clone(),
+            relay: self.relay.clone(),
+        }
+    }
+
     fn conn_from(
         &self,
-        client: RunningService<RoleClient, ()>,
+        client: RunningService<RoleClient, UpstreamClient>,
         sandbox: Option<String>,
         tools: Vec<Tool>,
     ) -> Conn {
+        let (seen, defs) = self.defs(tools);
+        Conn {
+            client,
+            sandbox,
+            seen,
+            tools: defs,
+            processes: Default::default(),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn defs(
+        &self,
+        tools: Vec<Tool>,
+    ) -> (
+        ServerPin,
+        BTreeMap<String, (Tool, Option<Arc<cordon_gateway::jsonschema::Validator>>)>,
+    ) {
         let mut seen = ServerPin {
             runs: self.runs.clone(),
             tools: BTreeMap::new(),
@@ -456,13 +515,7 @@ impl Upstream {
             }
             defs.insert(t.name.to_string(), (t, v));
         }
-        Conn {
-            client,
-            sandbox,
-            seen,
-            tools: defs,
-            processes: Default::default(),
-        }
+        (seen, defs)
     }
 
     /// First sight: recorded. A change: withheld, and written as pending for `approve`.
@@ -622,49 +675,179 @@ impl Upstream {
         &self,
         gw: &Gateway,
         req: CallToolRequestParams,
+        fwd: Forward,
     ) -> Result<(CallToolResponse, Option<Value>), Refusal> {
-        let (peer, processes) = {
+        let processes = {
             let slot = self.conn.lock().await;
-            let c = slot
-                .as_ref()
-                .ok_or_else(|| self.fail("the server is not running".into()))?;
-            (
-                c.client.peer().clone(),
-                c.sandbox.as_ref().map(|_| c.processes.clone()),
-            )
+            slot.as_ref()
+                .and_then(|c| c.sandbox.as_ref().map(|_| c.processes.clone()))
         };
         let pids = processes
             .as_ref()
             .and_then(|p| p.lock().ok().map(|g| g.clone()));
         let before = pids.as_deref().map(|p| gw.service.process_usage(p, false));
-        match tokio::time::timeout(self.call_timeout, peer.call_tool_once(req)).await {
-            Ok(Ok(r)) => {
-                let usage = pids.as_deref().zip(before).map(|(pids, before)| {
-                    let after = gw.service.process_usage(pids, true);
-                    json!({
-                        "cpu_ms": after.cpu_ns.saturating_sub(before.cpu_ns) / 1_000_000,
-                        "rss_bytes": after.rss_bytes,
-                        "rss_delta_bytes": after.rss_bytes as i64 - before.rss_bytes as i64,
-                        "peak_rss_bytes": after.peak_rss_bytes,
-                        "processes": pids.len(),
-                    })
-                });
-                Ok((r, usage))
+        let r = self
+            .request(
+                gw,
+                ClientRequest::CallToolRequest(CallToolRequest::new(req)),
+                fwd,
+            )
+            .await;
+        let r = match r {
+            Ok(ServerResult::CallToolResult(r)) => CallToolResponse::Complete(r),
+            Ok(ServerResult::InputRequiredResult(r)) => CallToolResponse::InputRequired(r),
+            Ok(ServerResult::CreateTaskResult(r)) => CallToolResponse::Task(r),
+            Ok(_) => {
+                return Err(self.fail("the server answered tools/call with another result".into()))
             }
-            Ok(Err(e)) => {
-                self.restart(gw).await;
-                Err(self.fail(format!(
-                    "the server failed during the call ({e}); it was restarted"
+            Err(Fail::Refused(r)) => return Err(r),
+            Err(Fail::Peer(e)) => {
+                return Err(self.fail(format!(
+                    "the server answered an error: {} (code {})",
+                    e.message, e.code.0
                 )))
             }
-            Err(_) => {
+        };
+        let usage = pids.as_deref().zip(before).map(|(pids, before)| {
+            let after = gw.service.process_usage(pids, true);
+            json!({
+                "cpu_ms": after.cpu_ns.saturating_sub(before.cpu_ns) / 1_000_000,
+                "rss_bytes": after.rss_bytes,
+                "rss_delta_bytes": after.rss_bytes as i64 - before.rss_bytes as i64,
+                "peak_rss_bytes": after.peak_rss_bytes,
+                "processes": pids.len(),
+            })
+        });
+        Ok((r, usage))
+    }
+
+    /// The running server's peer and what it declared (starting it if it is down).
+    pub async fn peer(
+        &self,
+        gw: &Gateway,
+    ) -> Result<(Peer<RoleClient>, ServerCapabilities), Refusal> {
+        self.ensure(gw)
+            .await
+            .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
+        let slot = self.conn.lock().await;
+        let c = slot
+            .as_ref()
+            .ok_or_else(|| self.fail("the server is not running".into()))?;
+        let caps = c
+            .client
+            .peer_info()
+            .map(|i| i.capabilities.clone())
+            .unwrap_or_default();
+        Ok((c.client.peer().clone(), caps))
+    }
+
+    /// Forwards one request: its progress goes to the client that asked (under the client's
+    /// own token), the client's cancellation is passed on (`notifications/cancelled`, and the
+    /// call's answer no longer awaited), an error of the server's own comes back as it is,
+    /// and a crash or a hang ends the server (it is restarted at the next use).
+    pub async fn request(
+        &self,
+        gw: &Gateway,
+        req: ClientRequest,
+        fwd: Forward,
+    ) -> Result<ServerResult, Fail> {
+        let peer = {
+            let slot = self.conn.lock().await;
+            let c = slot
+                .as_ref()
+                .ok_or_else(|| self.fail("the server is not running".into()))?;
+            c.client.peer().clone()
+        };
+        let handle = match peer
+            .send_request_with_option(req, rmcp::service::PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => {
                 self.restart(gw).await;
-                Err(self.fail(format!(
-                    "the server did not answer within {} s; it was restarted",
-                    self.call_timeout.as_secs()
-                )))
+                return Err(self
+                    .fail(format!("the server failed ({e}); it was restarted"))
+                    .into());
+            }
+        };
+        let id = handle.id.clone();
+        let _route = fwd.progress.map(|to| {
+            self.relay
+                .route_progress(&self.name, handle.progress_token.clone(), to)
+        });
+        let answer = tokio::select! {
+            r = tokio::time::timeout(self.call_timeout, handle.await_response()) => Some(r),
+            _ = fwd.cancelled => None,
+        };
+        if _route.is_some() {
+            // rmcp hands each notification to a task of its own but the answer straight back:
+            // progress sent before the answer must reach the client before it, or the client
+            // drops it as late. Those tasks already exist; give them a moment to run.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        match answer {
+            Some(Ok(Ok(r))) => Ok(r),
+            Some(Ok(Err(rmcp::ServiceError::McpError(e)))) => Err(Fail::Peer(e)),
+            None => {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the gateway's client".into()),
+                    ))
+                    .await;
+                Err(Refusal {
+                    reason: Reason::Cancelled,
+                    rule: "the client".into(),
+                    message: "the client cancelled the request; the server was told".into(),
+                    retry_after: None,
+                }
+                .into())
+            }
+            Some(Ok(Err(e))) => {
+                self.restart(gw).await;
+                Err(self
+                    .fail(format!(
+                        "the server failed during the call ({e}); it was restarted"
+                    ))
+                    .into())
+            }
+            Some(Err(_)) => {
+                self.restart(gw).await;
+                Err(self
+                    .fail(format!(
+                        "the server did not answer within {} s; it was restarted",
+                        self.call_timeout.as_secs()
+                    ))
+                    .into())
             }
         }
+    }
+
+    /// Re-reads the server's tools after it said they changed; changed definitions are
+    /// withheld until approved, as at a start.
+    pub async fn refresh_tools(&self, gw: &Gateway) {
+        let peer = {
+            let slot = self.conn.lock().await;
+            match slot.as_ref() {
+                Some(c) => c.client.peer().clone(),
+                None => return,
+            }
+        };
+        let Ok(Ok(tools)) = tokio::time::timeout(START_TIMEOUT, peer.list_all_tools()).await else {
+            return;
+        };
+        let seen = {
+            let mut slot = self.conn.lock().await;
+            let Some(c) = slot.as_mut() else { return };
+            let fresh = self.defs(tools);
+            c.seen = fresh.0;
+            c.tools = fresh.1;
+            c.seen.clone()
+        };
+        self.check_pins(gw, &seen);
     }
 
     /// Rescans the sandbox's processes (the server may have started some), at most once per

@@ -1,6 +1,7 @@
 //! The MCP tools (run_code, run_command, run_wasm, read_file, write_file, list_files,
 //! reset_sandbox) and the server handler that dispatches calls to them, in the order the
-//! session's transport received them.
+//! session's transport received them. A call the client cancels is dropped (its command's
+//! process tree killed, as at a timeout); a client that asks for progress hears it.
 //!
 //! Threat model: tool arguments are client input, parsed by rmcp against each tool's schema
 //! into the params types below, then into the service's types; every call runs in the
@@ -16,7 +17,7 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, ServerCapabilities,
+    InitializeResult, ProgressNotificationParam, ServerCapabilities,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -405,8 +406,36 @@ impl ServerHandler for CordonMcp {
                 return Err(McpError::invalid_request("cancelled by the client before it ran", None));
             }
         };
+        let ct = context.ct.clone();
+        // A client that asked for progress hears, each second, how long the call has run.
+        let progress = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let t0 = std::time::Instant::now();
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let secs = t0.elapsed().as_secs();
+                    let p = ProgressNotificationParam::new(token.clone(), secs as f64)
+                        .with_message(format!("running for {secs} s"));
+                    if peer.notify_progress(p).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        });
         let tcc = ToolCallContext::new(self, request, context);
-        self.tool_router.call(tcc).await
+        // A cancelled call is dropped: its command's process tree is killed as at a timeout
+        // (the service's exec does that when dropped), and the session's next call starts.
+        let r = tokio::select! {
+            r = self.tool_router.call(tcc) => r,
+            _ = ct.cancelled() => Err(McpError::invalid_request("cancelled by the client", None)),
+        };
+        if let Some(p) = progress {
+            p.abort();
+        }
+        r
     }
 }
 
