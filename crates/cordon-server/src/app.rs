@@ -49,7 +49,9 @@ impl AppState {
 pub fn router(st: Arc<AppState>) -> Router {
     // Around the whole router, not route by route: the 405 answers get their `Allow` header
     // from the router itself, after any per-route layer has run.
-    let mut doors = Router::new().merge(crate::e2b::router(st.clone()));
+    let mut doors = Router::new()
+        .merge(crate::e2b::router(st.clone()))
+        .merge(crate::terminal::router(st.clone()));
     if st.console.is_some() {
         doors = doors.merge(crate::console::router(st.clone()));
     }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod gateway;
 pub mod mcp;
 pub mod native;
+pub mod terminal;
 
 pub use app::{router, serve, AppState, ServeOptions};
 pub use cordon_service::{Config, ImagePull, Service};

@@ -1,5 +1,5 @@
 //! `cordon exec -t`: a terminal into a running sandbox, over the server's WebSocket
-//! (`GET /v1/sandboxes/{id}/terminal`, see the server's `native/terminal.rs` for the protocol).
+//! (`GET /v1/sandboxes/{id}/terminal`, see `cordon-server/src/terminal.rs` for the protocol).
 //! This terminal is put in raw mode for the session and restored on every way out; keystrokes
 //! go to the sandbox's own pty as bytes, its output comes back as bytes, and this terminal's
 //! size follows along.

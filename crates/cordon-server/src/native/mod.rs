@@ -23,7 +23,6 @@ mod run;
 mod sandboxes;
 pub(crate) mod schema;
 mod state;
-mod terminal;
 
 use std::sync::{Arc, OnceLock};
 
@@ -94,11 +93,6 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(state::list_snapshots))
         .routes(routes!(state::delete_snapshot))
         .routes(routes!(state::fork))
-        // A WebSocket: outside the OpenAPI document, which has no words for an upgrade.
-        .route(
-            "/v1/sandboxes/{id}/terminal",
-            axum::routing::get(terminal::terminal),
-        )
         .routes(routes!(
             mcp_mount::mcp_post,
             mcp_mount::mcp_get,
@@ -434,7 +428,7 @@ pub(super) fn wants_stream(h: &HeaderMap) -> bool {
 /// Path parameter of every sandbox route.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-pub(super) struct IdPath {
+pub(crate) struct IdPath {
     /// The sandbox's id.
     pub(super) id: String,
 }

@@ -27,9 +27,9 @@ use axum::Extension;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::IdPath;
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::native::IdPath;
 use cordon_service::types::{Amount, Cmd, ExecRequest, PtySize};
 use cordon_service::{signal_number, Caller, ExecEvent, Service};
 
@@ -54,6 +54,19 @@ enum Control {
     Signal(Amount),
 }
 
+/// The terminal's route, behind the API key (or a console session) like the native API's.
+/// Its own router, outside the native API's OpenAPI document, which has no words for a
+/// WebSocket upgrade.
+pub(crate) fn router(st: Arc<AppState>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/sandboxes/{id}/terminal", axum::routing::get(terminal))
+        .route_layer(axum::middleware::from_fn_with_state(
+            st.clone(),
+            crate::auth::auth,
+        ))
+        .with_state(st)
+}
+
 /// How long the client has to send its first message.
 const START_WITHIN: Duration = Duration::from_secs(10);
 
@@ -74,7 +87,7 @@ fn foreign_origin(headers: &HeaderMap) -> bool {
     host.is_empty() || !origin_host.eq_ignore_ascii_case(host)
 }
 
-pub(super) async fn terminal(
+async fn terminal(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
