@@ -1,6 +1,7 @@
-//! cordon's doors: the native HTTP API, E2B's API, MCP (stdio and streamable HTTP) and the
-//! gateway runtime, each a thin translation of its protocol onto `cordon-service`. No door
-//! reaches the engine (`cordon-linux`): what a door needs of a sandbox, the service offers.
+//! cordon's doors: the native HTTP API, E2B's API, SandboxFusion's API, MCP (stdio and
+//! streamable HTTP) and the gateway runtime, each a thin translation of its protocol onto
+//! `cordon-service`. No door reaches the engine (`cordon-linux`): what a door needs of a
+//! sandbox, the service offers.
 //! [`app`] composes the HTTP doors; this file only declares modules and re-exports.
 //!
 //! Threat model: every byte a client sends is hostile until a door has parsed it into the
@@ -10,6 +11,7 @@ pub mod app;
 pub mod auth;
 pub mod e2b;
 pub mod error;
+pub mod fusion;
 pub mod gateway;
 pub mod mcp;
 pub mod native;

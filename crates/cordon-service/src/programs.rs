@@ -260,7 +260,9 @@ pub struct ProgramResult {
     pub files: BTreeMap<String, String>,
 }
 
-/// The path in the workspace that `path` names: relative, or absolute under `/workspace/`.
+/// The path in the workspace that `path` names: relative, or absolute under `/workspace/`;
+/// returned relative to the workspace (the workspace is the root of the run's `SandboxFs`,
+/// where it is named with a leading `/`).
 /// Anything else (another absolute path, a `..` component, a NUL) is refused: the run's
 /// files are the only ones a request may name.
 pub fn workspace_path(path: &str) -> Result<String, ServiceError> {
@@ -419,7 +421,7 @@ pub async fn run(
     }
     let fs = tokio::task::spawn_blocking(move || -> Result<SandboxFs, ServiceError> {
         for (at, bytes) in to_write {
-            fs.write(&at, &mut bytes.as_slice(), u64::MAX, true)
+            fs.write(&format!("/{at}"), &mut bytes.as_slice(), u64::MAX, true)
                 .map_err(fs_error)?;
         }
         Ok(fs)
@@ -495,7 +497,7 @@ pub async fn run(
             let mut total = 0u64;
             for name in wanted {
                 let at = workspace_path(&name)?;
-                match fs.read(&at, max.saturating_sub(total)) {
+                match fs.read(&format!("/{at}"), max.saturating_sub(total)) {
                     Ok(bytes) => {
                         total += bytes.len() as u64;
                         out.insert(

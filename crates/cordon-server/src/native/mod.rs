@@ -11,6 +11,7 @@
 //! Threat model: every body is client input, read by [`JsonBody`] into typed requests (as JSON
 //! whatever its content type; without keys, `crate::auth` keeps web pages out).
 
+mod batch;
 mod code;
 mod commands;
 mod files;
@@ -81,6 +82,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(code::delete_context))
         .routes(routes!(code::restart_context))
         .routes(routes!(run::run_oneshot))
+        .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
         .routes(routes!(state::create_volume, state::list_volumes))
@@ -457,6 +459,7 @@ mod tests {
             ("mcp_mount.rs", include_str!("mcp_mount.rs")),
             ("network.rs", include_str!("network.rs")),
             ("run.rs", include_str!("run.rs")),
+            ("batch.rs", include_str!("batch.rs")),
             ("sandboxes.rs", include_str!("sandboxes.rs")),
         ];
         for (name, src) in files {
