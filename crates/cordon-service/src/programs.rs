@@ -185,6 +185,26 @@ pub fn available_languages() -> Vec<&'static str> {
         .collect()
 }
 
+/// A list of JSON objects, each read as a `T`: serde would also take a struct written as an
+/// array of its fields, which the API does not define and must refuse.
+fn objects<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    let values = Vec::<serde_json::Value>::deserialize(d)?;
+    values
+        .into_iter()
+        .map(|v| {
+            if !v.is_object() {
+                return Err(D::Error::custom("expected an object"));
+            }
+            serde_json::from_value(v).map_err(D::Error::custom)
+        })
+        .collect()
+}
+
 /// One test of a program: a run with this stdin, passed when the program exits 0 and, if
 /// `expected_stdout` is given, prints it (trailing whitespace of each line ignored).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -226,7 +246,7 @@ pub struct Program {
     #[serde(default)]
     pub compile_timeout: Option<Amount>,
     /// Runs of the compiled program, one per test; none: one run with `stdin`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub tests: Vec<TestCase>,
     /// A built-in profile (default `default`).
     #[serde(default)]
@@ -548,10 +568,40 @@ pub struct BatchError {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    #[serde(deserialize_with = "objects")]
     pub items: Vec<Program>,
-    /// How many items run at once (default: the host's CPUs).
+    /// How many items run at once (default: the host's CPUs). A number, as JSON has them
+    /// (`4.0` is 4); it must be whole.
     #[serde(default)]
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<f64>,
+}
+
+/// What a request's own shape gets wrong in an item (a limit that does not parse, an empty
+/// command): the whole batch is refused, as `/v1/run` would refuse the item. What only
+/// running tells (an unknown language, a missing toolchain, a path outside the workspace) is
+/// the item's own error line instead.
+fn precheck(i: usize, p: &Program) -> Result<(), ServiceError> {
+    let at = |e: ServiceError| ServiceError::new(e.kind, e.code, format!("items[{i}]: {}", e.message));
+    let none = BTreeMap::new();
+    crate::profile_from(
+        p.profile.as_deref(),
+        p.memory.as_ref(),
+        None,
+        None,
+        None,
+        p.timeout.as_ref(),
+        &none,
+        None,
+    )
+    .map_err(at)?;
+    if p.compile_timeout.is_some() {
+        crate::profile_from(None, None, None, None, None, p.compile_timeout.as_ref(), &none, None)
+            .map_err(at)?;
+    }
+    if let Some(cmd) = &p.cmd {
+        cmd.checked_argv().map_err(at)?;
+    }
+    Ok(())
 }
 
 /// Starts a batch: every item runs (at most `concurrency` at once), and its line is sent on
@@ -569,15 +619,17 @@ pub fn batch(
     }
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let n = match req.concurrency {
-        Some(0) => return Err(ServiceError::bad_request("concurrency: at least 1")),
-        Some(n) if n > MAX_CONCURRENCY => {
+        Some(n) if n.fract() == 0.0 && (1.0..=MAX_CONCURRENCY as f64).contains(&n) => n as usize,
+        Some(_) => {
             return Err(ServiceError::bad_request(format!(
-                "concurrency: at most {MAX_CONCURRENCY}"
+                "concurrency: a whole number from 1 to {MAX_CONCURRENCY}"
             )))
         }
-        Some(n) => n,
         None => cpus,
     };
+    for (i, p) in req.items.iter().enumerate() {
+        precheck(i, p)?;
+    }
     let (tx, rx) = tokio::sync::mpsc::channel(req.items.len().clamp(1, 1024));
     let gate = Arc::new(tokio::sync::Semaphore::new(n));
     tokio::spawn(async move {

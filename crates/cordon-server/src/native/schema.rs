@@ -379,7 +379,6 @@ pub struct Program {
     /// `python`, `bash`, `cpp`, `c`, `nodejs`, `typescript`, `go`, `java`, `rust`, `perl`, …
     /// (SandboxFusion's names): served when its toolchain is on the server; otherwise the
     /// item's line carries an error naming the missing toolchain.
-    #[schema(max_length = 64)]
     pub language: Option<String>,
     /// The source, written to the language's file in `/workspace`.
     pub code: Option<String>,
@@ -416,7 +415,7 @@ pub struct BatchRequest {
     pub items: Vec<Program>,
     /// How many items run at once (default: the server's CPUs).
     #[schema(minimum = 1, maximum = 256)]
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<u32>,
 }
 
 #[derive(ToSchema, Serialize)]
