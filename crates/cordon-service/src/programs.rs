@@ -57,8 +57,20 @@ const fn lang(
 
 /// Every language served when its toolchain is present (SandboxFusion's names; `c` besides).
 pub const LANGUAGES: &[Language] = &[
-    lang("python", "main.py", None, &["python3", "main.py"], &["python3"]),
-    lang("python2", "main.py", None, &["python2", "main.py"], &["python2"]),
+    lang(
+        "python",
+        "main.py",
+        None,
+        &["python3", "main.py"],
+        &["python3"],
+    ),
+    lang(
+        "python2",
+        "main.py",
+        None,
+        &["python2", "main.py"],
+        &["python2"],
+    ),
     lang("bash", "main.sh", None, &["bash", "main.sh"], &["bash"]),
     lang(
         "cpp",
@@ -109,9 +121,27 @@ pub const LANGUAGES: &[Language] = &[
     lang("lua", "main.lua", None, &["lua", "main.lua"], &["lua"]),
     lang("R", "main.R", None, &["Rscript", "main.R"], &["Rscript"]),
     lang("julia", "main.jl", None, &["julia", "main.jl"], &["julia"]),
-    lang("racket", "main.rkt", None, &["racket", "main.rkt"], &["racket"]),
-    lang("swift", "main.swift", None, &["swift", "main.swift"], &["swift"]),
-    lang("scala", "main.scala", None, &["scala", "main.scala"], &["scala"]),
+    lang(
+        "racket",
+        "main.rkt",
+        None,
+        &["racket", "main.rkt"],
+        &["racket"],
+    ),
+    lang(
+        "swift",
+        "main.swift",
+        None,
+        &["swift", "main.swift"],
+        &["swift"],
+    ),
+    lang(
+        "scala",
+        "main.scala",
+        None,
+        &["scala", "main.scala"],
+        &["scala"],
+    ),
     lang(
         "csharp",
         "main.cs",
@@ -306,8 +336,11 @@ pub fn workspace_path(path: &str) -> Result<String, ServiceError> {
             None => return Err(refuse("outside the run's /workspace")),
         },
     };
-    let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
-    if parts.iter().any(|c| *c == "..") {
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if parts.contains(&"..") {
         return Err(refuse("'..' is not allowed"));
     }
     if parts.is_empty() {
@@ -391,12 +424,15 @@ fn exited_zero(o: &Outcome) -> bool {
     o.status == Status::Exited && o.exit_code == Some(0)
 }
 
+/// A file to write into a workspace: its path there, and its bytes.
+type WorkspaceFile = (String, Vec<u8>);
+
 /// Checks a program before anything runs: its language (and toolchain) or command, its
 /// paths and files. Returns the files decoded, at their workspace paths.
 fn check(
     p: &Program,
     max_upload: u64,
-) -> Result<(Option<&'static Language>, Vec<(String, Vec<u8>)>), ServiceError> {
+) -> Result<(Option<&'static Language>, Vec<WorkspaceFile>), ServiceError> {
     let lang = match (&p.language, &p.code, &p.cmd) {
         (Some(l), Some(_), None) => Some(language(l)?),
         (None, None, Some(_)) => None,
@@ -501,8 +537,7 @@ pub async fn run(
             let req = request(argv.clone(), timeout.clone(), t.stdin.clone());
             let o = crate::oneshot::run_in(svc, caller, req, Some(dir.path.clone())).await?;
             let passed = exited_zero(&o)
-                && t
-                    .expected_stdout
+                && t.expected_stdout
                     .as_deref()
                     .is_none_or(|e| same_output(&o.stdout, e));
             result.passed &= passed;
@@ -581,7 +616,8 @@ pub struct BatchRequest {
 /// running tells (an unknown language, a missing toolchain, a path outside the workspace) is
 /// the item's own error line instead.
 fn precheck(i: usize, p: &Program) -> Result<(), ServiceError> {
-    let at = |e: ServiceError| ServiceError::new(e.kind, e.code, format!("items[{i}]: {}", e.message));
+    let at =
+        |e: ServiceError| ServiceError::new(e.kind, e.code, format!("items[{i}]: {}", e.message));
     let none = BTreeMap::new();
     crate::profile_from(
         p.profile.as_deref(),
@@ -595,8 +631,17 @@ fn precheck(i: usize, p: &Program) -> Result<(), ServiceError> {
     )
     .map_err(at)?;
     if p.compile_timeout.is_some() {
-        crate::profile_from(None, None, None, None, None, p.compile_timeout.as_ref(), &none, None)
-            .map_err(at)?;
+        crate::profile_from(
+            None,
+            None,
+            None,
+            None,
+            None,
+            p.compile_timeout.as_ref(),
+            &none,
+            None,
+        )
+        .map_err(at)?;
     }
     if let Some(cmd) = &p.cmd {
         cmd.checked_argv().map_err(at)?;
@@ -678,7 +723,13 @@ mod tests {
         assert_eq!(workspace_path("a/b.txt").unwrap(), "a/b.txt");
         assert_eq!(workspace_path("/workspace/x").unwrap(), "x");
         assert_eq!(workspace_path("./x").unwrap(), "x");
-        for bad in ["/etc/shadow", "../x", "a/../../x", "/workspace/../etc/passwd", "/tmp/x"] {
+        for bad in [
+            "/etc/shadow",
+            "../x",
+            "a/../../x",
+            "/workspace/../etc/passwd",
+            "/tmp/x",
+        ] {
             let e = workspace_path(bad).unwrap_err();
             assert_eq!(e.kind, ErrorKind::Forbidden, "{bad}");
         }

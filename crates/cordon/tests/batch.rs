@@ -52,7 +52,10 @@ fn batch_lines_arrive_as_items_finish_each_with_its_index() {
     );
     assert_eq!(lines.len(), 2, "{lines:?}");
     let (first_at, first) = &lines[0];
-    assert_eq!(first["index"], 1, "the fast item's line comes first: {lines:?}");
+    assert_eq!(
+        first["index"], 1,
+        "the fast item's line comes first: {lines:?}"
+    );
     assert_eq!(first["outcome"]["stdout"], "fast\n");
     assert!(
         *first_at < Duration::from_millis(1400),
@@ -83,7 +86,11 @@ fn batch_runs_at_most_concurrency_items_at_once() {
         parallel < Duration::from_millis(2400),
         "4 x 0.6 s four at a time took {parallel:?}"
     );
-    let (st, v) = s.call("POST", "/v1/batch", Some(json!({"concurrency": 0, "items": []})));
+    let (st, v) = s.call(
+        "POST",
+        "/v1/batch",
+        Some(json!({"concurrency": 0, "items": []})),
+    );
     assert_eq!(st, 400, "{v}");
 }
 
@@ -106,10 +113,19 @@ fn a_failing_item_does_not_stop_the_others() {
     assert_eq!(lines.len(), 7, "{lines:?}");
     assert_eq!(by_index(&lines, 0)["error"]["code"], "unknown_language");
     let l = by_index(&lines, 1);
-    assert_eq!((&l["passed"], &l["outcome"]["exit_code"]), (&json!(false), &json!(3)));
+    assert_eq!(
+        (&l["passed"], &l["outcome"]["exit_code"]),
+        (&json!(false), &json!(3))
+    );
     let l = by_index(&lines, 2);
     assert_eq!(l["passed"], false);
-    assert!(l["outcome"]["stderr"].as_str().unwrap().contains("AssertionError"), "{l}");
+    assert!(
+        l["outcome"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("AssertionError"),
+        "{l}"
+    );
     assert_eq!(by_index(&lines, 3)["passed"], true);
     assert_eq!(by_index(&lines, 4)["outcome"]["status"], "timeout");
     assert_eq!(by_index(&lines, 5)["error"]["code"], "outside_workspace");
@@ -142,11 +158,21 @@ fn batch_items_reach_neither_each_others_files_nor_the_hosts() {
     );
     assert_eq!(lines.len(), 3, "{lines:?}");
     let looker = by_index(&lines, 1);
-    let seen = format!("{}{}", looker["outcome"]["stdout"], looker["outcome"]["stderr"]);
-    assert!(!seen.contains(&secret), "an item read another item's file: {seen}");
+    let seen = format!(
+        "{}{}",
+        looker["outcome"]["stdout"], looker["outcome"]["stderr"]
+    );
+    assert!(
+        !seen.contains(&secret),
+        "an item read another item's file: {seen}"
+    );
     let planter = by_index(&lines, 2);
     let files = planter.get("files").cloned().unwrap_or(json!({}));
-    assert_eq!(files, json!({}), "fetch_files followed a link out: {planter}");
+    assert_eq!(
+        files,
+        json!({}),
+        "fetch_files followed a link out: {planter}"
+    );
     let runs = s.data_dir.join("runs");
     let left: Vec<_> = std::fs::read_dir(&runs)
         .map(|d| d.flatten().map(|e| e.path()).collect())
