@@ -140,13 +140,13 @@ for line in sys.stdin:
   ./scripts/cgroup2-vm.sh target/debug/cordon "$engine"
 fi
 
-stage "Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs end to end"
+stage "Python: SDK against a real server, kernel drivers, MCP end to end, the E2B SDKs and the SandboxFusion client end to end"
 venv=$(mktemp -d)/venv
 # The gateway's upstream servers run in sandboxes (an unprivileged uid, even as root) with the
 # venv bound read-only: its directory must be reachable by others, as a system Python is.
 chmod 755 "$(dirname "$venv")"
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt -r clients/console-e2e/requirements.txt pytest schemathesis==4.32.5
+"$venv/bin/pip" install -q --disable-pip-version-check -e "clients/python[test]" -r clients/mcp-e2e/requirements.txt -r clients/e2b-e2e/requirements.txt -r clients/console-e2e/requirements.txt -r clients/fusion-e2e/requirements.txt pytest schemathesis==4.32.5
 # The sync client (and its tests) are generated from the async ones: fail if they drifted.
 "$venv/bin/python" clients/python/scripts/unasync.py --check
 export CORDON_BIN="$repo/target/debug/cordon"
@@ -184,7 +184,7 @@ else
 fi
 # One pytest run per suite: each has its own `server` fixture (and the E2B suite a session-wide
 # environment), which must not meet in one session.
-for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/gateway-e2e clients/console-e2e; do
+for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests" clients/mcp-e2e clients/e2b-e2e clients/fusion-e2e clients/gateway-e2e clients/console-e2e; do
   # shellcheck disable=SC2086 # the first entry names two directories
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done

@@ -91,6 +91,34 @@ def test_one_shot_run(conn: Dict[str, Any]) -> None:
     assert o.status == "timeout"
 
 
+def test_run_many_streams_each_items_result_and_returns_them_in_order(conn: Dict[str, Any]) -> None:
+    seen: List[int] = []
+    results = Sandbox.run_many(
+        [
+            {"cmd": "sleep 1; echo slow"},
+            {"language": "python", "code": "print(open('in.txt').read() * 2)", "files": {"in.txt": b"ab"}},
+            {"language": "python", "code": "assert 1 + 1 == 3"},
+            {"language": "cobol", "code": "x"},
+            {"cmd": "echo out > o.txt", "fetch_files": ["o.txt"]},
+            {"language": "bash", "code": "read n; echo $((n * 2))",
+             "tests": [{"stdin": "2", "expected_stdout": "4"}, {"stdin": "3", "expected_stdout": "5"}]},
+        ],
+        concurrency=3,
+        on_result=lambda r: seen.append(r.index),
+        **conn,
+    )
+    assert [r.index for r in results] == list(range(6))
+    assert seen[-1] == 0 and sorted(seen) == list(range(6)), seen  # the slow item last
+    assert results[0].passed and results[0].outcome is not None and results[0].outcome.stdout == "slow\n"
+    assert results[1].passed and results[1].outcome is not None and results[1].outcome.stdout == "abab\n"
+    assert results[2].passed is False and results[2].outcome is not None
+    assert "AssertionError" in results[2].outcome.stderr
+    assert results[3].error is not None and results[3].error.code == "unknown_language"
+    assert results[4].files == {"o.txt": b"out\n"}
+    tests = results[5].tests or []
+    assert [t.passed for t in tests] == [True, False] and results[5].passed is False
+
+
 # ---- commands ------------------------------------------------------------------------------
 
 

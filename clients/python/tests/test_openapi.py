@@ -70,6 +70,20 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
         lambda: _core.network_body(["pypi.org", "10.0.0.0/8"], {"api.test": "10.1.2.3"}),
         lambda: _core.network_body([], None),
     ),
+    "BatchRequest": (
+        lambda: _core.batch_body(
+            [
+                {
+                    "language": "python", "code": "print(1)", "stdin": "in", "files": {"a.txt": b"x"},
+                    "fetch_files": ["a.txt"], "timeout": "5s", "compile_timeout": 10, "profile": "strict",
+                    "memory": "256M", "tests": [{"stdin": "1", "expected_stdout": "1"}],
+                },
+                {"cmd": ["echo", "hi"]},
+            ],
+            4,
+        ),
+        lambda: _core.batch_body([], None),
+    ),
     "PullRequest": (
         lambda: _core.pull_body("127.0.0.1:5000/team/app:1", "linux/arm64/v8"),
         lambda: _core.pull_body("python:3.12-slim", None),

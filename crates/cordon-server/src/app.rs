@@ -1,6 +1,7 @@
 //! The composition root of `cordon serve`: the state every HTTP door shares ([`AppState`]),
-//! the router that puts the doors together (the E2B door's paths, the native API for the rest,
-//! `/mcp` among them), and [`serve`], which runs it until a signal.
+//! the router that puts the doors together (the E2B door's paths, SandboxFusion's `/run_code`,
+//! the terminal WebSocket, the web console, the native API for the rest, `/mcp` among them),
+//! and [`serve`], which runs it until a signal.
 //!
 //! Threat model: no client input is parsed here; each door parses its own, behind
 //! `crate::auth`.
@@ -51,7 +52,8 @@ pub fn router(st: Arc<AppState>) -> Router {
     // from the router itself, after any per-route layer has run.
     let mut doors = Router::new()
         .merge(crate::e2b::router(st.clone()))
-        .merge(crate::terminal::router(st.clone()));
+        .merge(crate::terminal::router(st.clone()))
+        .merge(crate::fusion::router(st.clone()));
     if st.console.is_some() {
         doors = doors.merge(crate::console::router(st.clone()));
     }

@@ -13,14 +13,16 @@ pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
 
 /// Files cordon keeps in a data directory; a directory holding one of them is cordon's to
-/// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox.)
-const OURS: [&str; 6] = [
+/// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox; `runs` the
+/// workspaces of programs running one-shot.)
+const OURS: [&str; 7] = [
     "cordon.db",
     "audit.jsonl",
     "lock",
     "volumes",
     "snapshots",
     ".partial",
+    "runs",
 ];
 
 /// Creates `dir` (and its parents) if missing and makes it 0700.

@@ -20,6 +20,7 @@ pub mod interpreter;
 pub mod keys;
 pub mod metrics;
 pub mod oneshot;
+pub mod programs;
 pub mod registry;
 pub mod runner;
 pub mod types;
@@ -280,6 +281,7 @@ impl Service {
         });
         svc.reap_previous_run()?;
         svc.remove_partial_state();
+        programs::clean_runs(&svc.cfg.data_dir);
         Ok(svc)
     }
 

@@ -49,6 +49,17 @@ pub fn check_wasm(b64: &str, network: bool) -> Result<usize, ServiceError> {
 }
 
 pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outcome, ServiceError> {
+    run_in(svc, caller, req, None).await
+}
+
+/// [`run`] with `workspace`, a host directory of the server's own making, as the sandbox's
+/// `/workspace` (a run of a program with files in and out: [`crate::programs`]).
+pub(crate) async fn run_in(
+    svc: &Service,
+    caller: &Caller,
+    req: RunRequest,
+    workspace: Option<std::path::PathBuf>,
+) -> Result<Outcome, ServiceError> {
     if req.wasm.is_some() && req.image.is_some() {
         return Err(ServiceError::bad_request(
             "image: a WebAssembly module runs without a root filesystem; send wasm or image, \
@@ -66,6 +77,9 @@ pub async fn run(svc: &Service, caller: &Caller, req: RunRequest) -> Result<Outc
         req.network.as_ref(),
     )?;
     profile.image = req.image.clone();
+    if workspace.is_some() {
+        profile.workspace = workspace;
+    }
     // Held until the runner is done: the image's layers must not be pruned under it.
     let _image = svc.attach_image(&mut profile, false).await?;
     svc.add_required(&mut profile);

@@ -448,6 +448,59 @@ def run_body(
     return body
 
 
+PROGRAM_KEYS = (
+    "language", "code", "cmd", "stdin", "files", "fetch_files", "timeout", "compile_timeout", "tests", "profile", "memory",
+)
+
+
+def program_json(item: Mapping[str, Any], i: int) -> Dict[str, Any]:
+    """One item of ``POST /v1/batch``: ``language`` and ``code``, or ``cmd``; ``files`` values
+    are bytes (or text) and sent base64; durations and sizes as elsewhere."""
+    unknown = sorted(set(item) - set(PROGRAM_KEYS))
+    if unknown:
+        raise ValueError(f"items[{i}]: unknown keys {unknown} (known: {', '.join(PROGRAM_KEYS)})")
+    out: Dict[str, Any] = {}
+    for k, v in item.items():
+        if v is None:
+            continue
+        if k == "cmd":
+            out[k] = cmd_json(v)
+        elif k == "stdin":
+            out[k] = stdin_json(v)
+        elif k == "files":
+            out[k] = {
+                str(p): base64.b64encode(c.encode("utf-8") if isinstance(c, str) else bytes(c)).decode("ascii")
+                for p, c in v.items()
+            }
+        elif k == "fetch_files":
+            out[k] = [str(p) for p in v]
+        elif k in ("timeout", "compile_timeout"):
+            out[k] = duration_json(v, f"items[{i}].{k}")
+        elif k == "memory":
+            out[k] = size_json(v, f"items[{i}].memory")
+        elif k == "tests":
+            out[k] = [
+                {tk: (stdin_json(tv) if tk == "stdin" else str(tv)) for tk, tv in dict(t).items() if tv is not None}
+                for t in v
+            ]
+        else:
+            out[k] = str(v)
+    return out
+
+
+def batch_body(items: Sequence[Mapping[str, Any]], concurrency: Optional[int]) -> Dict[str, Any]:
+    """``POST /v1/batch``."""
+    body: Dict[str, Any] = {"items": [program_json(item, i) for i, item in enumerate(items)]}
+    if concurrency is not None:
+        body["concurrency"] = int(concurrency)
+    return body
+
+
+def stream_timeout(base: httpx.Timeout) -> httpx.Timeout:
+    """No read timeout: a batch's lines come as its items finish."""
+    return httpx.Timeout(connect=base.connect, read=None, write=base.write, pool=base.pool)
+
+
 def pull_body(reference: str, platform: Optional[str]) -> Dict[str, Any]:
     """``POST /v1/images/pull``."""
     body: Dict[str, Any] = {"reference": reference}
@@ -624,6 +677,14 @@ def transport_error(e: httpx.HTTPError, method: str, url: str) -> CordonError:
     if isinstance(e, httpx.TimeoutException):
         return CordonTimeoutError(f"{method} {url}: no answer in time ({type(e).__name__})")
     return CordonConnectionError(f"{method} {url}: {e or type(e).__name__}")
+
+
+def json_line(line: str) -> Any:
+    """One line of an NDJSON answer."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise SandboxError(f"the server sent a line that is not JSON: {line[:200]!r}", code="bad_response") from e
 
 
 def json_body(resp: httpx.Response) -> Any:

@@ -35,6 +35,9 @@ __all__ = [
     "SnapshotInfo",
     "ForkResult",
     "VolumeInfo",
+    "BatchError",
+    "BatchTest",
+    "BatchResult",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -824,5 +827,77 @@ class VolumeInfo:
             created_at=_int(d.get("created_at")),
             used_bytes=_opt_int(d.get("used_bytes")),
             mounted_by=_strs(d.get("mounted_by")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class BatchError:
+    """Why one item of a batch did not run (an unknown language, a missing toolchain, a path
+    outside the item's workspace, …); the other items ran on."""
+
+    __schema__: ClassVar[Optional[str]] = "BatchError"
+
+    code: str
+    message: str
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BatchError":
+        return cls(code=_str(d.get("code")), message=_str(d.get("message")), raw=dict(d))
+
+
+@dataclass
+class BatchTest:
+    """One test of a batch item: its run, and whether it passed (exited 0 and, when the test
+    gave ``expected_stdout``, printed it, trailing whitespace aside)."""
+
+    __schema__: ClassVar[Optional[str]] = "TestResult"
+
+    passed: bool
+    outcome: Outcome
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BatchTest":
+        return cls(passed=bool(d.get("passed")), outcome=Outcome.from_dict(_obj(d.get("outcome"))), raw=dict(d))
+
+
+@dataclass
+class BatchResult:
+    """One item of :meth:`Sandbox.run_many`: ``index`` is its place in the items given;
+    ``passed`` says every step exited 0 and every test passed; ``compile`` is the compile
+    step's Outcome (compiled languages), ``outcome`` the run's (absent after a failed compile,
+    and with ``tests``, which carry one Outcome each); ``files`` the ``fetch_files`` that
+    existed, as bytes; ``error`` why the item did not run at all."""
+
+    __schema__: ClassVar[Optional[str]] = "BatchLine"
+
+    index: int
+    passed: Optional[bool] = None
+    compile: Optional[Outcome] = None
+    outcome: Optional[Outcome] = None
+    tests: Optional[List[BatchTest]] = None
+    files: Optional[Dict[str, bytes]] = None
+    error: Optional[BatchError] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BatchResult":
+        def outcome(v: Any) -> Optional[Outcome]:
+            return Outcome.from_dict(v) if isinstance(v, Mapping) else None
+
+        files = d.get("files")
+        tests = d.get("tests")
+        err = d.get("error")
+        passed = d.get("passed")
+        return cls(
+            index=_int(d.get("index")),
+            passed=passed if isinstance(passed, bool) else None,
+            compile=outcome(d.get("compile")),
+            outcome=outcome(d.get("outcome")),
+            tests=[BatchTest.from_dict(t) for t in _objs(tests)] if tests is not None else None,
+            files={str(k): base64.b64decode(v) for k, v in files.items()} if isinstance(files, Mapping) else None,
+            error=BatchError.from_dict(err) if isinstance(err, Mapping) else None,
             raw=dict(d),
         )

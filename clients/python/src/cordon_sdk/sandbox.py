@@ -28,6 +28,7 @@ from . import _core
 from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
+    BatchResult,
     CodeError,
     CodeResult,
     CommandInfo,
@@ -725,6 +726,49 @@ class Sandbox:
             )
         finally:
             http.close()
+
+    @classmethod
+    def run_many(
+        cls,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        concurrency: Optional[int] = None,
+        on_result: Optional[Callable[[BatchResult], Any]] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[BatchResult]:
+        """Runs many programs, each in fresh one-shot sandboxes (``POST /v1/batch``), at most
+        ``concurrency`` at once (default: the server's CPUs).
+
+        Each item is a dict: ``language`` and ``code`` (``"python"``, ``"cpp"``, …; compiled
+        first when compiled) or ``cmd``; and optionally ``stdin``, ``files`` (path in
+        ``/workspace`` to bytes), ``fetch_files``, ``timeout``, ``compile_timeout``, ``tests``
+        (``[{"stdin": ..., "expected_stdout": ...}]``: one run each), ``profile``, ``memory``.
+        ``on_result`` gets each item's :class:`BatchResult` as soon as it finishes; the list
+        returned is in the order of ``items``. An item that fails carries its ``error``; the
+        others run on.
+        """
+        body = _core.batch_body(items, concurrency)
+        results: List[Optional[BatchResult]] = [None] * len(body["items"])
+        http = _Http(base_url, api_key, request_timeout)
+        try:
+            headers = {"Accept": "application/x-ndjson"}
+            timeout = _core.stream_timeout(http.timeout)
+            with http.stream("POST", "/v1/batch", json=body, headers=headers, timeout=timeout) as resp:
+                for line in resp.iter_lines():
+                    if not line.strip():
+                        continue
+                    r = BatchResult.from_dict(_core.expect_mapping(_core.json_line(line), "batch line"))
+                    if 0 <= r.index < len(results):
+                        results[r.index] = r
+                    _core.call(on_result, r)
+        finally:
+            http.close()
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise SandboxError(f"the batch ended without a result for items {missing[:10]}", code="stream_ended")
+        return [r for r in results if r is not None]
 
     @classmethod
     def list_images(

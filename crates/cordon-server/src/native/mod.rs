@@ -12,6 +12,7 @@
 //! whatever its content type; without keys, `crate::auth` keeps web pages out).
 
 mod audit;
+mod batch;
 mod code;
 mod commands;
 mod files;
@@ -85,6 +86,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(code::restart_context))
         .routes(routes!(run::run_oneshot))
         .routes(routes!(audit::audit_trail))
+        .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
         .routes(routes!(state::create_volume, state::list_volumes))
@@ -461,6 +463,7 @@ mod tests {
             ("mcp_mount.rs", include_str!("mcp_mount.rs")),
             ("network.rs", include_str!("network.rs")),
             ("run.rs", include_str!("run.rs")),
+            ("batch.rs", include_str!("batch.rs")),
             ("sandboxes.rs", include_str!("sandboxes.rs")),
         ];
         for (name, src) in files {

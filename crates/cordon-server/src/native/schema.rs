@@ -405,6 +405,93 @@ pub struct RunRequest {
     pub image: Option<String>,
 }
 
+/// One test of a batch item: a run with this stdin, passed when the program exits 0 and, if
+/// `expected_stdout` is given, prints it (trailing whitespace of each line ignored).
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestCase {
+    pub stdin: Option<String>,
+    pub expected_stdout: Option<String>,
+}
+
+/// One program of a batch: source in a language (`language` and `code`; compiled first when
+/// the language is compiled), or a `cmd`. Each step runs in a fresh one-shot sandbox with the
+/// item's own `/workspace`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Program {
+    /// `python`, `bash`, `cpp`, `c`, `nodejs`, `typescript`, `go`, `java`, `rust`, `perl`, …
+    /// (SandboxFusion's names): served when its toolchain is on the server; otherwise the
+    /// item's line carries an error naming the missing toolchain.
+    pub language: Option<String>,
+    /// The source, written to the language's file in `/workspace`.
+    pub code: Option<String>,
+    /// A command to run instead of source code, in `/workspace`.
+    pub cmd: Option<Cmd>,
+    /// Text fed to the run's stdin (without `tests`).
+    pub stdin: Option<String>,
+    /// Files written into `/workspace` first: a path (relative, or under `/workspace/`) to
+    /// base64 content.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Files read back from `/workspace` after the run (missing ones are left out).
+    #[serde(default)]
+    pub fetch_files: Vec<String>,
+    /// Wall-clock limit of each run (default 10 s).
+    #[schema(value_type = Option<DurationSchema>)]
+    pub timeout: Option<Amount>,
+    /// Wall-clock limit of the compile step (default 10 s).
+    #[schema(value_type = Option<DurationSchema>)]
+    pub compile_timeout: Option<Amount>,
+    /// One run per test, each with its stdin; none: one run with `stdin`.
+    #[serde(default)]
+    pub tests: Vec<TestCase>,
+    #[schema(value_type = Option<ProfileName>)]
+    pub profile: Option<String>,
+    #[schema(value_type = Option<SizeSchema>)]
+    pub memory: Option<Amount>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    #[schema(max_items = 10000)]
+    pub items: Vec<Program>,
+    /// How many items run at once (default: the server's CPUs).
+    #[schema(minimum = 1, maximum = 256)]
+    pub concurrency: Option<u32>,
+}
+
+#[derive(ToSchema, Serialize)]
+pub struct TestResult {
+    pub passed: bool,
+    pub outcome: Outcome,
+}
+
+/// Why a batch item did not run (the others ran on).
+#[derive(ToSchema, Serialize)]
+pub struct BatchError {
+    pub code: String,
+    pub message: String,
+}
+
+/// One line of a batch's NDJSON answer, sent as soon as its item is done: its `index` in the
+/// request, and either its result or its `error`.
+#[derive(ToSchema, Serialize)]
+pub struct BatchLine {
+    pub index: usize,
+    /// Every step exited 0 and every test passed.
+    pub passed: Option<bool>,
+    /// The compile step's Outcome, for a compiled language.
+    pub compile: Option<Outcome>,
+    /// The run's Outcome (absent when the compile failed, and with `tests`).
+    pub outcome: Option<Outcome>,
+    pub tests: Option<Vec<TestResult>>,
+    /// The `fetch_files` that existed, base64.
+    pub files: Option<BTreeMap<String, String>>,
+    pub error: Option<BatchError>,
+}
+
 #[derive(ToSchema, Serialize)]
 pub struct CommandInfo {
     pub command_id: String,
@@ -896,6 +983,18 @@ mod tests {
         assert_eq!(
             fields_of::<super::ForkRequest>(),
             fields_of::<cordon_service::snapshots::ForkRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::Program>(),
+            fields_of::<cordon_service::programs::Program>()
+        );
+        assert_eq!(
+            fields_of::<super::TestCase>(),
+            fields_of::<cordon_service::programs::TestCase>()
+        );
+        assert_eq!(
+            fields_of::<super::BatchRequest>(),
+            fields_of::<cordon_service::programs::BatchRequest>()
         );
         assert_eq!(
             fields_of::<super::CreateVolume>(),
