@@ -2,6 +2,8 @@
 # Installs cordon's Debian package into a fresh Debian root and checks what it leaves there:
 #
 #   ./scripts/package-test.sh DEB        (as root; scripts/package-deb.sh makes DEB)
+#   ./scripts/package-test.sh --prepare  only make the cached root (scripts/test.sh runs this
+#                                        beside the release build)
 #
 # The root: `debootstrap --variant=minbase` of this host's release, plus systemd (so that
 # `systemd-analyze verify` sees the unit as the target system would) and man-db (so that its
@@ -24,13 +26,19 @@
 # Exit status 0 when every check holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deb=$(realpath "${1:?usage: package-test.sh DEB}")
-[ -f "$deb" ] || { echo "package-test.sh: no file $deb" >&2; exit 1; }
+prepare=false
+case "${1:?usage: package-test.sh DEB | --prepare}" in
+  --prepare) prepare=true ;;
+  *) deb=$(realpath "$1"); [ -f "$deb" ] || { echo "package-test.sh: no file $deb" >&2; exit 1; } ;;
+esac
 [ "$(id -u)" -eq 0 ] || { echo "package-test.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 
-arch=$(dpkg-deb -f "$deb" Architecture)
-[ "$arch" = "$(dpkg --print-architecture)" ] || { echo "package-test.sh: $deb is for $arch, this host is $(dpkg --print-architecture)" >&2; exit 1; }
+arch=$(dpkg --print-architecture)
+if ! $prepare && [ "$(dpkg-deb -f "$deb" Architecture)" != "$arch" ]; then
+  echo "package-test.sh: $deb is for $(dpkg-deb -f "$deb" Architecture), this host is $arch" >&2
+  exit 1
+fi
 # shellcheck disable=SC1091
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [ -n "$suite" ] || { echo "package-test.sh: no VERSION_CODENAME in /etc/os-release" >&2; exit 1; }
@@ -59,6 +67,7 @@ if [ ! -x "$base/usr/bin/systemd-analyze" ]; then
   rm -f "$base.tmp"/var/cache/apt/archives/*.deb
   mv "$base.tmp" "$base"
 fi
+$prepare && exit 0
 work=$(mktemp -d /tmp/cordon-package-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 root=$work/root
