@@ -93,13 +93,19 @@ snapshot() {
 }
 mode_is() { # PATH MODE OWNER GROUP
   local got
-  got=$(stat -c '%a %U %G' "$root$1" 2>/dev/null) || fail "$1 is missing"
+  # Names as the root's own /etc/passwd and /etc/group give them.
+  got=$(in_root stat -c '%a %U %G' "$1" 2>/dev/null) || fail "$1 is missing"
   [ "$got" = "$2 $3 $4" ] || fail "$1 is $got, expected $2 $3 $4"
 }
 # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
 installed_version() { in_root dpkg-query -W -f '${Version}' cordon 2>/dev/null || true; }
 
 version=$(dpkg-deb -f "$deb" Version)
+# man-db's cache as its dpkg trigger leaves it (CACHEDIR.TAG files…), so that the trigger
+# running on install and purge is no difference; and no cat page of the pages that man formats
+# (systemd-analyze verify does, to check Documentation=): man-db's cache, not the package's.
+sed -i 's/^#NOCACHE$/NOCACHE/' "$root/etc/manpath.config"
+in_root mandb -q
 snapshot "$work/before"
 cp "$deb" "$root/tmp/cordon.deb"
 
@@ -123,7 +129,10 @@ for m in cordon cordon-serve cordon-run; do
   mode_is "/usr/share/man/man1/$m.1.gz" 644 root root
   gzip -t "$root/usr/share/man/man1/$m.1.gz" || fail "$m.1.gz is not gzip"
 done
-in_root man -P cat cordon-serve 2>/dev/null | grep -q -- '--listen' || fail "man cordon-serve does not show --listen"
+# Found by name; read by path, since man-db caches what it formats by name.
+[ "$(in_root man -w cordon-serve)" = /usr/share/man/man1/cordon-serve.1.gz ] || fail "man does not find cordon-serve"
+in_root man -P cat -l /usr/share/man/man1/cordon-serve.1.gz 2>/dev/null | grep -q -- '--listen' ||
+  fail "man cordon-serve does not show --listen"
 grep -q 'complete -F _cordon' "$root/usr/share/bash-completion/completions/cordon" || fail "the bash completion defines no completion for cordon"
 grep -qx '/etc/default/cordon' "$root/var/lib/dpkg/info/cordon.conffiles" || fail "/etc/default/cordon is not a conffile"
 
@@ -132,7 +141,7 @@ IFS=: read -r _ _ uid gid _ home shell <<<"$pw"
 { [ "$uid" -lt 1000 ] && [ "$home" = /var/lib/cordon ] && [ "$shell" = /usr/sbin/nologin ]; } ||
   fail "user cordon is not a system user with home /var/lib/cordon and no shell: $pw"
 [ "$(in_root getent group cordon | cut -d: -f3)" = "$gid" ] || fail "cordon's primary group is not the group cordon"
-mode_is /var/lib/cordon 750 cordon cordon
+mode_is /var/lib/cordon 700 cordon cordon
 mode_is /var/lib/cordon/initial-api-key 600 root root
 grep -qE '^cdn_[0-9a-f]+$' "$root/var/lib/cordon/initial-api-key" || fail "the initial API key file holds no key"
 keys=$(in_root runuser -u cordon -- env CORDON_DATA_DIR=/var/lib/cordon cordon keys list)
