@@ -191,4 +191,55 @@ if ! diff "$work/before" "$work/after" >"$work/diff"; then
   cat "$work/diff" >&2
   fail "the root after install, upgrade and purge differs from before (above: < before, > after)"
 fi
-echo "package-test.sh: $(basename "$deb"): install, files, user, verify, upgrade, remove and purge all hold"
+
+# The service as systemd runs it, with the unit's hardening: a sandbox made through the API,
+# a command in it (user, mount, pid, uts namespaces, a new /proc, sethostname), a file copied in
+# and out (openat2), no key in the journal, nothing of the user cordon left after a stop.
+# The container has its own network namespace (loopback only).
+if command -v systemd-nspawn >/dev/null; then
+  echo "== the installed package booted with systemd-nspawn: cordon.service makes sandboxes"
+  cp "$deb" "$root/tmp/cordon.deb"
+  in_root dpkg -i /tmp/cordon.deb >"$work/install2.log" 2>&1 || { cat "$work/install2.log" >&2; fail "installing again after the purge failed"; }
+  rm -f "$root/tmp/cordon.deb"
+  machine=cordon-pkgtest-$$
+  # No machined or systemd on this host need be running: --register=no --keep-unit.
+  systemd-nspawn -q -D "$root" -M "$machine" --register=no --keep-unit --private-network \
+    -b --console=passive >"$work/boot.log" 2>&1 &
+  nspawn=$!
+  stop_boot() { kill "$nspawn" 2>/dev/null || true; wait "$nspawn" 2>/dev/null || true; rm -rf "/run/systemd/nspawn/propagate/$machine"; }
+  trap 'stop_boot; rm -rf "$work"' EXIT
+  leader=""
+  for _ in $(seq 1 120); do
+    leader=$(pgrep -P "$nspawn" -x systemd || true)
+    if [ -n "$leader" ] && nsenter -t "$leader" -a systemctl is-system-running 2>/dev/null | grep -qE '^(running|degraded)$'; then break; fi
+    sleep 0.5
+  done
+  [ -n "$leader" ] || { cat "$work/boot.log" >&2; fail "the root did not boot under systemd-nspawn within 60 s"; }
+  in_ct() { nsenter -t "$leader" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+  for _ in $(seq 1 40); do
+    in_ct bash -c 'exec 3<>/dev/tcp/127.0.0.1/8080' 2>/dev/null && break
+    sleep 0.5
+  done
+  in_ct systemctl is-active -q cordon.service ||
+    { in_ct systemctl status --no-pager cordon.service >&2 || true; fail "cordon.service is not running after boot"; }
+  key=$(cat "$root/var/lib/cordon/initial-api-key")
+  client() { in_ct env CORDON_API_KEY="$key" /usr/bin/cordon "$@"; }
+  sbx=$(client sandbox create 2>&1) || fail "cordon.service could not make a sandbox: $sbx"
+  out=$(client exec "$sbx" -- sh -c 'echo made; hostname; grep NoNewPrivs /proc/self/status' 2>&1) ||
+    fail "a command in the service's sandbox failed: $out"
+  grep -q '^made$' <<<"$out" || fail "a command in the service's sandbox printed: $out"
+  echo 'through the file API' >"$root/root/probe"
+  out=$(client cp /root/probe "$sbx:/tmp/probe" 2>&1) || fail "cordon cp into a sandbox of cordon.service failed: $out"
+  rm -f "$root/root/probe"
+  out=$(client cp "$sbx:/tmp/probe" - 2>&1) || fail "cordon cp through cordon.service failed: $out"
+  [ "$out" = 'through the file API' ] || fail "cordon cp through cordon.service gave: $out"
+  if in_ct journalctl -u cordon.service -o cat --no-pager | grep -qF "$key"; then fail "the API key is in the journal"; fi
+  in_ct systemctl stop cordon.service
+  left=$(in_ct find /proc -mindepth 1 -maxdepth 1 -regex '/proc/[0-9]+' -user cordon 2>/dev/null || true)
+  [ -z "$left" ] || fail "processes of the user cordon outlived the service: $left"
+  stop_boot
+  trap 'rm -rf "$work"' EXIT
+else
+  echo "== systemd-nspawn is missing (apt-get install systemd-container): cordon.service not started"
+fi
+echo "package-test.sh: $(basename "$deb"): install, files, user, verify, upgrade, remove, purge and the running service all hold"
