@@ -32,10 +32,11 @@ if [ "$(id -u)" -eq 0 ]; then
   # qemu-system-x86: the cgroup v2 VM (scripts/cgroup2-vm.sh), in the same apt run.
   [ "$cgroup2_vm" = 1 ] && [ "$(uname -m)" = x86_64 ] && cross+=(qemu-system-x86)
   # python3-requests, python3-httpx: real clients of the secrets suite (crates/cordon/tests/secrets.rs).
-  # debootstrap: the Debian package is installed into a fresh Debian root (scripts/package-test.sh).
+  # debootstrap, systemd-container: the Debian package is installed into a fresh Debian root,
+  # which is then booted with systemd-nspawn to run cordon.service (scripts/package-test.sh).
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
     python3-pandas python3-requests python3-httpx docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
-    clang lld wasi-libc libclang-rt-dev-wasm32 debootstrap "${cross[@]}"; do
+    clang lld wasi-libc libclang-rt-dev-wasm32 debootstrap systemd-container "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   # npm: the JavaScript E2B SDKs' end-to-end test installs them (a nodejs from elsewhere may
