@@ -217,7 +217,8 @@ fi
 bin=$(./scripts/build-release.sh)
 if [ "$(id -u)" -eq 0 ]; then
   # The Debian package of these binaries (scripts/package-deb.sh), installed, upgraded and
-  # purged in a fresh Debian root (scripts/package-test.sh; it waits for the root above):
+  # purged in a fresh Debian root, then booted to run cordon.service (scripts/package-test.sh;
+  # it waits for the root above):
   # beside the checks below, which are not timed; waited for before the benchmark, which is.
   package_log=$(mktemp)
   (
@@ -287,7 +288,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
-  stage "the Debian package: built, installed in a fresh Debian root, upgraded, purged (ran beside the stages above)"
+  stage "the Debian package: built, installed in a fresh Debian root, upgraded, purged, booted with its service (ran beside the stages above)"
   # A failed --prepare leaves no root; package-test.sh then tried debootstrap itself.
   wait "$package_root_pid" || true
   package_rc=0
