@@ -217,9 +217,9 @@ fi
 bin=$(./scripts/build-release.sh)
 if [ "$(id -u)" -eq 0 ]; then
   # The Debian package of these binaries (scripts/package-deb.sh), installed, upgraded and
-  # purged in a fresh Debian root, then booted to run cordon.service (scripts/package-test.sh;
-  # it waits for the root above):
-  # beside the checks below, which are not timed; waited for before the benchmark, which is.
+  # purged in a fresh Debian root, then booted to run cordon.service (scripts/package-test.sh,
+  # which waits for the root above). It runs beside the checks below, which are not timed, and
+  # is waited for before the benchmark, which is.
   package_log=$(mktemp)
   (
     set -e
