@@ -35,9 +35,11 @@ if [ "$(id -u)" -eq 0 ]; then
   # chromium: the web console's end-to-end tests drive it with Playwright (clients/console-e2e).
   # python3-docker, python3-pytest: docker-py against the Docker door (clients/docker-e2e), run
   # with the system Python.
+  # debootstrap, systemd-container: the Debian package is installed into a fresh Debian root,
+  # which is then booted with systemd-nspawn to run cordon.service (scripts/package-test.sh).
   for p in bubblewrap curl jq nodejs python3-venv python3-pip python3-numpy python3-matplotlib \
     python3-pandas python3-requests python3-httpx python3-docker python3-pytest chromium docker-registry umoci skopeo busybox-static apache2-utils podman crun runc \
-    clang lld wasi-libc libclang-rt-dev-wasm32 "${cross[@]}"; do
+    clang lld wasi-libc libclang-rt-dev-wasm32 debootstrap systemd-container "${cross[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
   done
   # npm: the JavaScript E2B SDKs' end-to-end test installs them (a nodejs from elsewhere may
@@ -238,7 +240,32 @@ if [ "${CI:-}" = true ]; then
   rm -rf target/debug target/aarch64-unknown-linux-gnu "$(dirname "$venv")"
   df -h "$repo" | sed 's/^/disk: /'
 fi
+# The Debian root the package is tested in (scripts/package-test.sh; ~3 min, mostly waiting on
+# the mirror) is made beside the release build, which is all compiling.
+if [ "$(id -u)" -eq 0 ]; then
+  package_root_log=$(mktemp)
+  scripts/package-test.sh --prepare >"$package_root_log" 2>&1 &
+  package_root_pid=$!
+fi
 bin=$(./scripts/build-release.sh)
+if [ "$(id -u)" -eq 0 ]; then
+  # The Debian package of these binaries (scripts/package-deb.sh), installed, upgraded and
+  # purged in a fresh Debian root, then booted to run cordon.service (scripts/package-test.sh,
+  # which waits for the root above). It runs beside the checks below, which are not timed, and
+  # is waited for before the benchmark, which is.
+  package_log=$(mktemp)
+  (
+    set -e
+    start=$SECONDS
+    deb=$(scripts/package-deb.sh --cordon "$bin" --out target/deb)
+    echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $((SECONDS - start)) s"
+    start=$SECONDS
+    scripts/package-test.sh "$deb"
+    echo "tested it in $((SECONDS - start)) s"
+    rm -rf target/deb
+  ) >"$package_log" 2>&1 &
+  package_pid=$!
+fi
 case "$(rustc -vV | sed -n 's/^host: //p')" in
   *-linux-gnu) for b in "$bin" "$(dirname "$bin")/cordon-wasm"; do
       ldd "$b" 2>&1 | grep -q 'statically linked' \
@@ -291,6 +318,21 @@ if [ "$(id -u)" -eq 0 ]; then
   if [ -n "$keepw" ]; then cp -a "$keepw" /usr/local/bin/cordon-wasm; else rm -f /usr/local/bin/cordon-wasm; fi
   want "$out" "cordon is installed at /usr/local/bin/cordon"
   rm -rf "$home"
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  stage "the Debian package: built, installed in a fresh Debian root, upgraded, purged, booted with its service (ran beside the stages above)"
+  # A failed --prepare leaves no root; package-test.sh then tried debootstrap itself.
+  wait "$package_root_pid" || true
+  package_rc=0
+  wait "$package_pid" || package_rc=$?
+  if [ "$package_rc" != 0 ]; then
+    cat "$package_root_log" "$package_log" >&2
+    echo "the Debian package's test failed (exit $package_rc)" >&2
+    exit 1
+  fi
+  cat "$package_log"
+  rm -f "$package_root_log" "$package_log"
 fi
 
 stage "benchmark (short run; see README for the full one)"
