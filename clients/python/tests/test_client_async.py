@@ -567,6 +567,8 @@ async def test_every_documented_route_is_reached(
         await sb.set_ttl(600)
         await sb.commands.run("true")
         await sb.commands.run("echo", on_stdout=lambda s: None)
+        assert [c.cmd for c in await sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
+        assert (await sb.metrics()).processes >= 1
         h = await sb.commands.run("cat", background=True)
         await sb.commands.list()
         await h.info()
@@ -603,6 +605,8 @@ async def test_every_documented_route_is_reached(
     await AsyncSandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)
+    assert (await AsyncSandbox.audit(tag, **conn)).chain.intact
+    await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
 

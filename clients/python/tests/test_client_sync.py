@@ -563,6 +563,8 @@ def test_every_documented_route_is_reached(
         sb.set_ttl(600)
         sb.commands.run("true")
         sb.commands.run("echo", on_stdout=lambda s: None)
+        assert [c.cmd for c in sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
+        assert (sb.metrics()).processes >= 1
         h = sb.commands.run("cat", background=True)
         sb.commands.list()
         h.info()
@@ -599,6 +601,8 @@ def test_every_documented_route_is_reached(
     Sandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)
+    assert (Sandbox.audit(tag, **conn)).chain.intact
+    Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
 

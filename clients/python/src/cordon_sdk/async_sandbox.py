@@ -30,6 +30,7 @@ from . import _core
 from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
+    AuditView,
     BatchResult,
     CodeError,
     CodeResult,
@@ -42,6 +43,7 @@ from .models import (
     NetworkInfo,
     NetworkPolicy,
     Outcome,
+    SandboxMetrics,
     PullResult,
     SandboxInfo,
     SnapshotInfo,
@@ -331,6 +333,12 @@ class AsyncCommands:
     async def list(self) -> List[CommandInfo]:
         """The sandbox's background commands, running and recently finished, oldest first."""
         body = await self._sb._http.get_json(self._sb._path + "/commands", "command list")
+        return _core.items(body, "commands", CommandInfo.from_dict)
+
+    async def log(self) -> List[CommandInfo]:
+        """The sandbox's command log, oldest first: its last 32 foreground commands (the last
+        4 KiB of each output stream, and the Outcome) and its background commands."""
+        body = await self._sb._http.get_json(self._sb._path + "/logs", "command log")
         return _core.items(body, "commands", CommandInfo.from_dict)
 
     async def connect(self, command_id: str) -> AsyncCommandHandle:
@@ -773,6 +781,22 @@ class AsyncSandbox:
         return [r for r in results if r is not None]
 
     @classmethod
+    async def audit(
+        cls,
+        query: str = "",
+        *,
+        limit: int = 200,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> AuditView:
+        """The key's own audit records, newest first (those whose text holds ``query``), and
+        whether the log's hash chain holds (``GET /v1/audit``)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            body = await http.get_json("/v1/audit", "audit trail", params={"q": query, "limit": limit})
+            return AuditView.from_dict(body)
+
+    @classmethod
     async def list_images(
         cls,
         *,
@@ -939,6 +963,11 @@ class AsyncSandbox:
         info = SandboxInfo.from_dict(await self._http.get_json(self._path, "sandbox"))
         self._last_info = info
         return info
+
+    async def metrics(self) -> SandboxMetrics:
+        """What the sandbox uses now: CPU (since the previous call), memory, disk and
+        processes, each beside its limit."""
+        return SandboxMetrics.from_dict(await self._http.get_json(self._path + "/metrics", "metrics"))
 
     async def is_running(self) -> bool:
         try:

@@ -38,6 +38,9 @@ __all__ = [
     "BatchError",
     "BatchTest",
     "BatchResult",
+    "SandboxMetrics",
+    "ChainStatus",
+    "AuditView",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -899,5 +902,83 @@ class BatchResult:
             tests=[BatchTest.from_dict(t) for t in _objs(tests)] if tests is not None else None,
             files={str(k): base64.b64decode(v) for k, v in files.items()} if isinstance(files, Mapping) else None,
             error=BatchError.from_dict(err) if isinstance(err, Mapping) else None,
+            raw=dict(d),
+        )
+
+
+@dataclass
+class SandboxMetrics:
+    """What a running sandbox uses now (:meth:`Sandbox.metrics`): CPU since the previous
+    request (0-100, of all its CPUs), memory, disk and processes, each beside its limit."""
+
+    __schema__: ClassVar[Optional[str]] = "SandboxMetrics"
+
+    timestamp_ms: int
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    disk_used: int
+    disk_total: int
+    processes: int
+    processes_max: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SandboxMetrics":
+        return cls(
+            timestamp_ms=_int(d.get("timestamp_ms")),
+            cpu_count=_int(d.get("cpu_count")),
+            cpu_used_pct=_float(d.get("cpu_used_pct")),
+            mem_used=_int(d.get("mem_used")),
+            mem_total=_int(d.get("mem_total")),
+            disk_used=_int(d.get("disk_used")),
+            disk_total=_int(d.get("disk_total")),
+            processes=_int(d.get("processes")),
+            processes_max=_int(d.get("processes_max")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ChainStatus:
+    """The audit log's hash chain, checked against its key and head: ``intact``, or the first
+    break (``broken``) and its ``line``."""
+
+    __schema__: ClassVar[Optional[str]] = "ChainStatus"
+
+    intact: bool
+    records: int
+    broken: Optional[str] = None
+    line: Optional[int] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ChainStatus":
+        return cls(
+            intact=bool(d.get("intact")),
+            records=_int(d.get("records")),
+            broken=_opt_str(d.get("broken")),
+            line=_opt_int(d.get("line")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class AuditView:
+    """The key's own audit records, newest first (each the JSON record as written), and the
+    log's chain (:meth:`Sandbox.audit`)."""
+
+    __schema__: ClassVar[Optional[str]] = "AuditView"
+
+    records: List[Dict[str, Any]]
+    chain: ChainStatus
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AuditView":
+        return cls(
+            records=[dict(r) for r in _objs(d.get("records"))],
+            chain=ChainStatus.from_dict(_obj(d.get("chain"))),
             raw=dict(d),
         )

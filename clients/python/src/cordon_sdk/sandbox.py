@@ -28,6 +28,7 @@ from . import _core
 from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
+    AuditView,
     BatchResult,
     CodeError,
     CodeResult,
@@ -40,6 +41,7 @@ from .models import (
     NetworkInfo,
     NetworkPolicy,
     Outcome,
+    SandboxMetrics,
     PullResult,
     SandboxInfo,
     SnapshotInfo,
@@ -329,6 +331,12 @@ class Commands:
     def list(self) -> List[CommandInfo]:
         """The sandbox's background commands, running and recently finished, oldest first."""
         body = self._sb._http.get_json(self._sb._path + "/commands", "command list")
+        return _core.items(body, "commands", CommandInfo.from_dict)
+
+    def log(self) -> List[CommandInfo]:
+        """The sandbox's command log, oldest first: its last 32 foreground commands (the last
+        4 KiB of each output stream, and the Outcome) and its background commands."""
+        body = self._sb._http.get_json(self._sb._path + "/logs", "command log")
         return _core.items(body, "commands", CommandInfo.from_dict)
 
     def connect(self, command_id: str) -> CommandHandle:
@@ -771,6 +779,22 @@ class Sandbox:
         return [r for r in results if r is not None]
 
     @classmethod
+    def audit(
+        cls,
+        query: str = "",
+        *,
+        limit: int = 200,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> AuditView:
+        """The key's own audit records, newest first (those whose text holds ``query``), and
+        whether the log's hash chain holds (``GET /v1/audit``)."""
+        with _one_call(base_url, api_key, timeout) as http:
+            body = http.get_json("/v1/audit", "audit trail", params={"q": query, "limit": limit})
+            return AuditView.from_dict(body)
+
+    @classmethod
     def list_images(
         cls,
         *,
@@ -937,6 +961,11 @@ class Sandbox:
         info = SandboxInfo.from_dict(self._http.get_json(self._path, "sandbox"))
         self._last_info = info
         return info
+
+    def metrics(self) -> SandboxMetrics:
+        """What the sandbox uses now: CPU (since the previous call), memory, disk and
+        processes, each beside its limit."""
+        return SandboxMetrics.from_dict(self._http.get_json(self._path + "/metrics", "metrics"))
 
     def is_running(self) -> bool:
         try:
