@@ -9,14 +9,14 @@
 use std::collections::HashMap;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use cordon_service::files::{Entry, EntryType};
 use serde_json::json;
 
-use super::{DResult, DockerError, St};
+use super::{DResult, DockerError, Found, St};
 
 fn path_of(q: &HashMap<String, String>) -> DResult<String> {
     q.get("path")
@@ -58,13 +58,10 @@ fn stat_header(e: &Entry) -> HeaderValue {
 
 pub(crate) async fn put_archive(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let path = path_of(&q)?;
     cordon_service::archive::put_archive(&d.st.service, &c.caller, &c.id, &path, body.to_vec())
         .await
@@ -74,12 +71,9 @@ pub(crate) async fn put_archive(
 
 pub(crate) async fn get_archive(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let path = path_of(&q)?;
     let (tar, entry) = cordon_service::archive::get_archive(&d.st.service, &c.caller, &c.id, &path)
         .await
@@ -96,12 +90,9 @@ pub(crate) async fn get_archive(
 
 pub(crate) async fn stat_archive(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let path = path_of(&q)?;
     let entry = cordon_service::files::stat(&d.st.service, &c.caller, c.id.as_str(), &path)
         .await

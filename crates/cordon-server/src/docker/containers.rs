@@ -25,7 +25,7 @@ use cordon_service::{Caller, ExecEvent};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-use super::{stream, DResult, DockerError, St};
+use super::{stream, DResult, DockerError, Found, St};
 
 /// Where a container's main process is.
 #[derive(Clone)]
@@ -520,13 +520,7 @@ pub(crate) fn exit_of(o: &cordon_policy::outcome::Outcome) -> (i64, bool) {
     }
 }
 
-pub(crate) async fn start(
-    State(d): State<St>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Response> {
     if c.running() {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     }
@@ -656,13 +650,9 @@ async fn until_exited(c: &Container, not_started_ok: bool) -> Ended {
 }
 
 pub(crate) async fn wait(
-    State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let not_running = q.get("condition").is_none_or(|c| c == "not-running");
     // The status goes out at once and the body when the container exits: the docker CLI
     // waits for the answer's headers before it starts the container.
@@ -724,13 +714,9 @@ fn follow_output(
 }
 
 pub(crate) async fn logs(
-    State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
     if !stdout && !stderr {
         return Err(DockerError::bad(
@@ -745,13 +731,10 @@ pub(crate) async fn logs(
 /// `attach` (the CLI's `docker run` without `-d`): the hijacked connection gets the
 /// container's output once it starts, until it exits. Its stdin is not attached.
 pub(crate) async fn attach(
-    State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
     mut req: Request,
 ) -> DResult<Response> {
-    d.caller(req.headers())?;
-    let c = d.find(&id)?;
     let upgrade = stream::take_upgrade(&mut req);
     let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
     let tty = c.tty;
@@ -782,12 +765,9 @@ fn main_cid(c: &Container) -> Option<String> {
 
 pub(crate) async fn stop(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let Some(cid) = main_cid(&c) else {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     };
@@ -808,12 +788,9 @@ pub(crate) async fn stop(
 
 pub(crate) async fn kill(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     let Some(cid) = main_cid(&c) else {
         return Err(DockerError::new(
             StatusCode::CONFLICT,
@@ -835,12 +812,9 @@ pub(crate) async fn kill(
 
 pub(crate) async fn remove(
     State(d): State<St>,
-    Path(id): Path<String>,
+    Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
     if c.running() && !truthy(&q, "force") {
         return Err(DockerError::new(
             StatusCode::CONFLICT,
@@ -938,13 +912,7 @@ pub(crate) async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-pub(crate) async fn inspect(
-    State(d): State<St>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
     let (status, _) = status_word(&c);
     let (started, ended) = match c.state() {
         Run::Created => (String::new(), None),
@@ -983,13 +951,7 @@ pub(crate) async fn inspect(
     })))
 }
 
-pub(crate) async fn top(
-    State(d): State<St>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+pub(crate) async fn top(State(d): State<St>, Found(c): Found) -> DResult<Json<Value>> {
     if !c.running() {
         return Err(DockerError::new(
             StatusCode::CONFLICT,

@@ -154,6 +154,25 @@ impl Docker {
     }
 }
 
+/// The container a handler's path names (`/containers/{id}/…`), after the caller is
+/// authenticated: the one check every container handler starts with, written once.
+pub(crate) struct Found(pub(crate) Arc<containers::Container>);
+
+impl axum::extract::FromRequestParts<St> for Found {
+    type Rejection = DockerError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        d: &St,
+    ) -> Result<Self, Self::Rejection> {
+        d.caller(&parts.headers)?;
+        let axum::extract::Path(id) = axum::extract::Path::<String>::from_request_parts(parts, d)
+            .await
+            .map_err(|e| DockerError::bad(e.body_text()))?;
+        Ok(Found(d.find(&id)?))
+    }
+}
+
 /// `/v1.43/containers/…` and `/containers/…` are the same route: the version prefix is
 /// dropped before routing (every version from [`MIN_API_VERSION`] is answered alike).
 fn strip_version(mut req: Request) -> Request {
