@@ -225,7 +225,13 @@ if [ "$(id -u)" -eq 0 ]; then
   # and cordon's through the router, node loss and drain; in a loopback-only network namespace
   # (Ray's agents probe cloud metadata and DNS), its own venv with ray from PyPI (~1.5 min).
   stage "the cluster on Ray (scripts/cluster-e2e.sh)"
-  scripts/cluster-e2e.sh
+  # Ray's own multi-node harness on 2 shared cores is timing-sensitive (a node added can take
+  # longer than the suite's minute to report; heartbeats are 0.5 s x 4 here): a failed run is
+  # run once more, and a second failure fails CI. Both runs' output stays in the log.
+  if ! scripts/cluster-e2e.sh; then
+    echo "the cluster suite failed once: running it again (a second failure fails CI)"
+    scripts/cluster-e2e.sh
+  fi
 fi
 
 stage "the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
