@@ -36,11 +36,14 @@ pub(super) async fn audit_trail(
     Extension(c): Extension<Caller>,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<AuditView>, ApiError> {
+    let query = q.q.unwrap_or_default();
+    if query.contains('\0') {
+        return Err(ApiError::bad_request("q: a NUL byte matches no record"));
+    }
     let svc = st.service.clone();
-    let view = tokio::task::spawn_blocking(move || {
-        svc.audit_view(&c, q.q.as_deref().unwrap_or(""), q.limit.unwrap_or(200))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
+    let view =
+        tokio::task::spawn_blocking(move || svc.audit_view(&c, &query, q.limit.unwrap_or(200)))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok(Json(view))
 }
