@@ -40,10 +40,15 @@ pub(super) async fn audit_trail(
     if query.contains('\0') {
         return Err(ApiError::bad_request("q: a NUL byte matches no record"));
     }
+    let limit = q.limit.unwrap_or(200);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: 1 to 1000 records (got {limit})"
+        )));
+    }
     let svc = st.service.clone();
-    let view =
-        tokio::task::spawn_blocking(move || svc.audit_view(&c, &query, q.limit.unwrap_or(200)))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))??;
+    let view = tokio::task::spawn_blocking(move || svc.audit_view(&c, &query, limit))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok(Json(view))
 }
