@@ -133,8 +133,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterUnderTe
         initialize_head=True,
         head_node_args={
             "num_cpus": 1, "include_dashboard": False, "object_store_memory": 80 << 20,
-            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4,
-                               "health_check_initial_delay_ms": 0},
+            # Faster than Ray's default (3 s x 5) so a node killed is seen dead within the
+            # suite's bound, but not so fast that a raylet starved of CPU on a loaded 2-core
+            # machine (a node being added, sandboxes starting) is declared dead while healthy:
+            # Ray's verdict is final, and the node would never come back.
+            "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
+                               "health_check_initial_delay_ms": 5000},
         },
     )
     workers = [rc.add_node(num_cpus=1, object_store_memory=80 << 20) for _ in range(NODES - 1)]

@@ -15,8 +15,11 @@ ITEMS = 300
 def test_pool_map_survives_a_node_removed_midway_with_every_result_in_order_once(cluster: ClusterUnderTest) -> None:
     from cordon_sdk.ray import SandboxPool
 
+    # Ray has settled on every node added and removed before (see the node-loss test).
+    cluster.ray.wait_for_nodes(timeout=60)  # type: ignore[attr-defined]
     alive = sum(1 for n in cluster.status() if n["alive"])
     extra = cluster.ray.add_node(num_cpus=1, object_store_memory=80 << 20)  # type: ignore[attr-defined]
+    cluster.ray.wait_for_nodes(timeout=60)  # type: ignore[attr-defined]
     cluster.wait_nodes(alive + 1)
     doomed = "n" + extra.node_id[:12]
     # The router sees the new node once its health counts it.

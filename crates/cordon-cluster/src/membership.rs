@@ -61,6 +61,10 @@ pub struct View {
     pub secret: String,
     #[serde(default)]
     pub nodes: Vec<NodeView>,
+    /// The control actor has just (re)started: a node missing from `nodes` may only not have
+    /// reported to it yet, so "no such node" is not yet an answer.
+    #[serde(default)]
+    pub settling: bool,
 }
 
 impl View {

@@ -74,6 +74,7 @@ mod tests {
                     ray_node_id: String::new(),
                 })
                 .collect(),
+            settling: false,
         }
     }
 

@@ -53,6 +53,12 @@ const MAX_LIST_BODY: usize = 64 << 20;
 const CREATE_TRIES: usize = 3;
 /// Largest create answer the router reads for the new sandbox's id.
 const MAX_CREATE_ANSWER: usize = 1 << 20;
+/// A sandbox call's body up to this size is read whole before it is sent on, so that a node
+/// lost mid-call leaves nothing of it unread (see [`drain`]); larger bodies (uploads) stream.
+const BUFFER_BODY: u64 = 256 << 10;
+/// How much of an unsent body, and for how long, the router reads before answering anyway.
+const DRAIN_MAX: usize = 1 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
@@ -188,6 +194,31 @@ fn node_headers(h: &mut HeaderMap, secret: &str) {
     }
 }
 
+/// Reads what is left of a body the router answers without sending on. A client still writing
+/// it to a connection the router has answered and closed gets a broken pipe in place of the
+/// answer (E2B's SDK sends a body with `connect`, and would see no `sandbox_lost`).
+async fn drain(body: Body) {
+    let _ = tokio::time::timeout(DRAIN_TIME, axum::body::to_bytes(body, DRAIN_MAX)).await;
+}
+
+/// A request whose declared body is small, with that body already read (see [`BUFFER_BODY`]).
+async fn buffer_small(req: Request) -> Result<Request, Response> {
+    let small = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > 0 && n <= BUFFER_BODY);
+    if !small {
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, BUFFER_BODY as usize).await {
+        Ok(bytes) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Err(_) => Err(StatusCode::BAD_REQUEST.into_response()),
+    }
+}
+
 enum Forward {
     /// The node could not be reached: nothing was sent.
     Unreachable,
@@ -236,6 +267,14 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
                 );
             };
             let Some(node) = view.node(name) else {
+                if view.settling {
+                    return fail(
+                        st,
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "cluster_unknown",
+                        "the cluster's control has just restarted and has not heard from every node yet; retry",
+                    );
+                }
                 return fail(
                     st,
                     StatusCode::NOT_FOUND,
@@ -244,8 +283,13 @@ async fn handle(State(r): State<Arc<Router>>, req: Request) -> Response {
                 );
             };
             if !node.alive {
+                drain(req.into_body()).await;
                 return lost(st, &id, name);
             }
+            let req = match buffer_small(req).await {
+                Ok(req) => req,
+                Err(refused) => return refused,
+            };
             match r.forward(node, &view.secret, req).await {
                 Ok(resp) => resp,
                 Err(_) => lost(st, &id, name),

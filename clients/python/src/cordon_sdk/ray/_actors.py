@@ -45,6 +45,9 @@ _KV_KEY = b"cordon:control:v1"
 # A node whose actor has not reported for this long counts as gone, whatever Ray says yet.
 STALE_AFTER = 3.0
 REPORT_EVERY = 0.5
+# How long a (re)started control actor's view may still lack nodes that have not reported to
+# it yet: several report periods, and a report delayed on a loaded machine.
+SETTLE = 3 * STALE_AFTER
 # An unconfirmed reservation (its router died mid-create) holds its slot this long at most
 # (CORDON_CLUSTER_LEASE, in seconds, in the Ray workers' environment sets another bound).
 LEASE = float(os.environ.get("CORDON_CLUSTER_LEASE", "60"))
@@ -71,6 +74,9 @@ class Control:
         self._nodes: Dict[str, Dict[str, Any]] = {}
         # Reservation id -> {key, at, node, sandbox, reports}; node is None until confirmed.
         self._res: Dict[str, Dict[str, Any]] = {}
+        # Node reports are not saved: a restarted control knows each node again only from its
+        # next report, and says so meanwhile (``settling`` in the view).
+        self._started = time.time()
         self._save()
 
     def _save(self) -> None:
@@ -173,7 +179,7 @@ class Control:
             n["age"] = now - n.pop("reported")
             n["draining"] = n["node"] in self._draining
             nodes.append(n)
-        return {"secret": self._secret, "nodes": nodes}
+        return {"secret": self._secret, "nodes": nodes, "settling": now - self._started < SETTLE}
 
 
 def _die_with_parent() -> None:
@@ -216,6 +222,7 @@ class Node:
         self._db: Optional[sqlite3.Connection] = None
         self._report()
         threading.Thread(target=self._loop, daemon=True).start()
+        threading.Thread(target=self._count_loop, daemon=True).start()
 
     def _read_addr(self, log: Any) -> str:
         assert self.proc.stdout is not None
@@ -263,14 +270,26 @@ class Node:
             self._sync_keys()
 
     def _loop(self) -> None:
+        # The heartbeat: it must not wait on the node's server, which may be slow to answer
+        # while it starts sandboxes on a loaded machine — a heartbeat late by STALE_AFTER
+        # declares a healthy node's sandboxes lost.
         while True:
             if self.proc.poll() is not None:
                 # Ray restarts the actor, which starts a new cordon serve.
                 os._exit(1)
             try:
-                self.live = self._count_live()
                 self._report()
             except Exception:  # noqa: BLE001 - a missed report only ages the node's view
+                pass
+            time.sleep(REPORT_EVERY)
+
+    def _count_loop(self) -> None:
+        """The node's live sandboxes for placement, as the server counts them (a slow answer
+        leaves the last count in the reports meanwhile)."""
+        while True:
+            try:
+                self.live = self._count_live()
+            except Exception:  # noqa: BLE001 - the last count stands
                 pass
             time.sleep(REPORT_EVERY)
 
@@ -282,7 +301,15 @@ class Node:
 def control(create: bool = True) -> Optional[Any]:
     """The cluster's control actor (created if missing and ``create``)."""
     if create:
-        return Control.options(name=CONTROL, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # On the head node when it can be (the cluster ends with it anyway): a control actor on
+        # a worker that is lost restarts elsewhere knowing no node until they report again.
+        head = next((n["NodeID"] for n in ray.nodes()
+                     if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {})),
+                    ray.get_runtime_context().get_node_id())
+        return Control.options(name=CONTROL, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=True)).remote()
     try:
         return ray.get_actor(CONTROL, namespace=NAMESPACE)
     except ValueError:
