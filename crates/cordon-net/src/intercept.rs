@@ -26,7 +26,7 @@ use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use crate::Shared;
 pub struct SecretBinding {
     pub name: String,
     pub placeholder: String,
-    pub value: String,
+    pub value: SecretValue,
     /// Normalised host names.
     pub hosts: Vec<String>,
     pub header: Option<String>,
@@ -53,6 +53,68 @@ pub struct SecretBinding {
     pub format: Option<String>,
     /// PEM files' contents: extra CAs the upstream's certificate may chain to.
     pub extra_ca_pem: Vec<Vec<u8>>,
+}
+
+/// A secret's value, shared by the proxy and whoever may rotate it (`cordon serve`): a new
+/// value reaches the requests that start after [`SecretValue::set`]. `Debug` never shows it.
+#[derive(Clone)]
+pub struct SecretValue(Arc<RwLock<String>>);
+
+impl SecretValue {
+    pub fn new(value: String) -> SecretValue {
+        SecretValue(Arc::new(RwLock::new(value)))
+    }
+
+    /// The value now.
+    pub fn get(&self) -> String {
+        match self.0.read() {
+            Ok(v) => v.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the value, refusing one no header could carry safely (see [`usable`]).
+    pub fn set(&self, value: String) -> Result<(), InterceptError> {
+        if !usable(&value) {
+            return Err(unusable(""));
+        }
+        match self.0.write() {
+            Ok(mut v) => *v = value,
+            Err(poisoned) => *poisoned.into_inner() = value,
+        }
+        Ok(())
+    }
+}
+
+impl From<String> for SecretValue {
+    fn from(value: String) -> SecretValue {
+        SecretValue::new(value)
+    }
+}
+
+impl From<&str> for SecretValue {
+    fn from(value: &str) -> SecretValue {
+        SecretValue::new(value.to_string())
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretValue(..)")
+    }
+}
+
+/// A value with a line break would let the value's owner forge headers; with NUL, no header
+/// can carry it; an empty one is a mistake.
+fn usable(value: &str) -> bool {
+    !value.is_empty() && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+}
+
+fn unusable(name: &str) -> InterceptError {
+    InterceptError::Secret {
+        name: name.to_string(),
+        why: "the value is empty or contains a line break or NUL byte".into(),
+    }
 }
 
 impl fmt::Debug for SecretBinding {
@@ -112,13 +174,8 @@ impl Interception {
     /// verifiers (the host's trust store plus each secret's extra CAs).
     pub fn new(secrets: Vec<SecretBinding>) -> Result<Interception, InterceptError> {
         for s in &secrets {
-            // A value with a line break would let the value's owner forge headers; with NUL,
-            // no header can carry it.
-            if s.value.is_empty() || s.value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(InterceptError::Secret {
-                    name: s.name.clone(),
-                    why: "the value is empty or contains a line break or NUL byte".into(),
-                });
+            if !usable(&s.value.get()) {
+                return Err(unusable(&s.name));
             }
         }
         let mut hosts: Vec<String> = secrets.iter().flat_map(|s| s.hosts.clone()).collect();
@@ -751,11 +808,12 @@ fn rebuild_request(head: &RequestHead, bound: &[&SecretBinding]) -> (Vec<u8>, u6
         }
         let mut value = value.clone();
         for s in bound {
-            let (v, hit) = replace(&value, s.placeholder.as_bytes(), s.value.as_bytes());
+            let (v, hit) = replace(&value, s.placeholder.as_bytes(), s.value.get().as_bytes());
             value = v;
             if !hit {
                 if let Some(cred) = decode_basic(&value) {
-                    let (c, hit) = replace(&cred, s.placeholder.as_bytes(), s.value.as_bytes());
+                    let (c, hit) =
+                        replace(&cred, s.placeholder.as_bytes(), s.value.get().as_bytes());
                     if hit {
                         let scheme = String::from_utf8_lossy(&value)
                             .split(' ')
@@ -785,8 +843,8 @@ fn rebuild_request(head: &RequestHead, bound: &[&SecretBinding]) -> (Vec<u8>, u6
             continue;
         }
         let value = match &s.format {
-            Some(f) => f.replace("{value}", &s.value),
-            None => s.value.clone(),
+            Some(f) => f.replace("{value}", &s.value.get()),
+            None => s.value.get(),
         };
         out.extend_from_slice(format!("{header}: {value}\r\n").as_bytes());
         used += 1;
@@ -814,7 +872,7 @@ fn response_bytes(head: &ResponseHead, bound: &[&SecretBinding]) -> Vec<u8> {
     for (name, value) in &head.headers {
         let mut value = value.clone();
         for s in bound {
-            value = replace(&value, s.value.as_bytes(), s.placeholder.as_bytes()).0;
+            value = replace(&value, s.value.get().as_bytes(), s.placeholder.as_bytes()).0;
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");

@@ -153,12 +153,12 @@ async fn stream(
     for (name, value) in parts.headers.iter() {
         let mut bytes = value.as_bytes().to_vec();
         for s in &bound {
-            let (v, hit) = replace(&bytes, s.placeholder.as_bytes(), s.value.as_bytes());
+            let (v, hit) = replace(&bytes, s.placeholder.as_bytes(), s.value.get().as_bytes());
             bytes = v;
             if hit {
                 used += 1;
             } else if let Some(cred) = decode_basic(&bytes) {
-                let (c, hit) = replace(&cred, s.placeholder.as_bytes(), s.value.as_bytes());
+                let (c, hit) = replace(&cred, s.placeholder.as_bytes(), s.value.get().as_bytes());
                 if hit {
                     use base64::Engine as _;
                     bytes = format!(
@@ -186,8 +186,8 @@ async fn stream(
             continue;
         }
         let value = match &s.format {
-            Some(f) => f.replace("{value}", &s.value),
-            None => s.value.clone(),
+            Some(f) => f.replace("{value}", &s.value.get()),
+            None => s.value.get(),
         };
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(name, v);
@@ -224,7 +224,7 @@ async fn stream(
     for value in rparts.headers.values_mut() {
         let mut bytes = value.as_bytes().to_vec();
         for s in &bound {
-            bytes = replace(&bytes, s.value.as_bytes(), s.placeholder.as_bytes()).0;
+            bytes = replace(&bytes, s.value.get().as_bytes(), s.placeholder.as_bytes()).0;
         }
         if let Ok(v) = HeaderValue::from_bytes(&bytes) {
             *value = v;

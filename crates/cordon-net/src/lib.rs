@@ -62,7 +62,7 @@ use cordon_policy::network::{EgressRules, Host, NetworkPolicy};
 use cordon_policy::{NetworkEvent, ProfileError};
 
 pub use cordon_policy::network::{Decision, Verdict};
-pub use intercept::{InterceptError, Interception, SecretBinding};
+pub use intercept::{InterceptError, Interception, SecretBinding, SecretValue};
 #[doc(hidden)]
 pub use sni::client_hello_record;
 

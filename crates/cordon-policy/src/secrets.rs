@@ -33,6 +33,9 @@ pub enum SecretSource {
     Env(String),
     /// A file on the host (its content, one trailing newline removed).
     File(PathBuf),
+    /// A secret stored in `cordon serve` under the API key that makes the sandbox (only the
+    /// server makes these: neither a flag nor a profile can name one).
+    Stored(String),
 }
 
 impl SecretSource {
@@ -70,6 +73,7 @@ impl SecretSource {
         match self {
             SecretSource::Env(v) => format!("env:{v}"),
             SecretSource::File(p) => format!("file:{}", p.display()),
+            SecretSource::Stored(n) => format!("stored:{n}"),
         }
     }
 }

@@ -15,8 +15,9 @@ pub const FILE_MODE: u32 = 0o600;
 /// Files cordon keeps in a data directory; a directory holding one of them is cordon's to
 /// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox; `runs` the
 /// workspaces of programs running one-shot.)
-const OURS: [&str; 7] = [
+const OURS: [&str; 8] = [
     "cordon.db",
+    "secrets.key",
     "audit.jsonl",
     "lock",
     "volumes",

@@ -32,6 +32,7 @@ mod lifecycle;
 mod network;
 mod requests;
 pub mod snapshots;
+pub mod stored_secrets;
 pub mod templates;
 pub mod volumes;
 mod wasm;
@@ -111,6 +112,9 @@ pub struct Config {
     /// (`allow_internet_access`, true by default in E2B's SDKs) without naming hosts
     /// (`cordon serve --e2b-allow-net`); empty: no network.
     pub e2b_allow_net: Vec<String>,
+    /// Extra CA certificates (a PEM file) the hosts of stored secrets may chain to
+    /// (`cordon serve --secret-ca`).
+    pub secret_ca: Option<PathBuf>,
     /// Named templates a create may select (`cordon serve --templates`): the built-in ones
     /// and the operator's file.
     pub templates: templates::Templates,
@@ -165,6 +169,9 @@ pub struct Live {
     /// The last foreground commands and how they ended (see [`exec::History`]): what
     /// `cordon logs` shows beside the background commands.
     pub(crate) history: Mutex<exec::History>,
+    /// Its stored secrets as its proxy holds them (rotated by `secret_update`), and the CA
+    /// directory it sees: held for as long as it lives.
+    pub(crate) secrets: Option<runner::secrets::Prepared>,
 }
 
 impl Live {
@@ -209,6 +216,8 @@ pub struct Service {
     /// Held for the life of the service: one server per data directory.
     _lock: std::fs::File,
     registry: Registry,
+    /// Seals stored secrets' values at rest (see `stored_secrets`).
+    sealer: stored_secrets::Sealer,
     audit: Audit,
     metrics: Metrics,
     limiter: auth::KeyLimiter,
@@ -264,6 +273,8 @@ impl Service {
         }
         let lock = lock_data_dir(&cfg.data_dir)?;
         let registry = Registry::open(&cfg.data_dir.join("cordon.db"))?;
+        registry.create_secrets_table()?;
+        let sealer = stored_secrets::Sealer::open(&cfg.data_dir.join("secrets.key"))?;
         let audit_path = cfg.data_dir.join("audit.jsonl");
         let audit = Audit::open(&audit_path).map_err(|e| {
             ServiceError::internal(format!("audit log {}: {e}", audit_path.display()))
@@ -272,6 +283,7 @@ impl Service {
             _lock: lock,
             cfg,
             registry,
+            sealer,
             audit,
             metrics: Metrics::default(),
             limiter: auth::KeyLimiter::default(),

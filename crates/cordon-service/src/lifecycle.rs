@@ -244,6 +244,16 @@ impl Service {
         let mut volumes = self.mount_volumes(caller, &req.volumes, &mut profile)?;
         volumes.hold(&seed.volumes);
         crate::binds::add(&self.cfg.bind_roots, &req.host_binds, &mut profile, "binds")?;
+        for s in &req.secrets {
+            profile.secrets.push(cordon_policy::secrets::SecretSpec {
+                name: s.env.clone(),
+                source: cordon_policy::secrets::SecretSource::Stored(s.name.clone()),
+                hosts: s.hosts.clone(),
+                header: s.header.clone(),
+                format: s.format.clone(),
+                ca: self.cfg.secret_ca.clone(),
+            });
+        }
         let tree = match (&seed.tree, &req.from) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(name)) => Some(self.snapshot_tree(caller, name)?),
@@ -264,6 +274,29 @@ impl Service {
             }
         }
         add_pip_defaults(&mut profile);
+        // The values are read here, outside the sandbox: stored ones from the caller's key; a
+        // front end's own (trusted) profile may also name env:/file: sources, as `cordon run`.
+        let key_id = caller.key_id.clone();
+        let secrets =
+            crate::runner::secrets::prepare_with(&mut profile, |spec| match &spec.source {
+                cordon_policy::secrets::SecretSource::Stored(name) => {
+                    self.secret_value(&key_id, name)
+                }
+                other if trusted_profile => crate::runner::secrets::read_value(&spec.name, other),
+                other => Err(format!(
+                    "secrets: {}: {} cannot be read for a sandbox of this server",
+                    spec.name,
+                    other.describe()
+                )),
+            })
+            .map_err(ServiceError::bad_request)?;
+        if let Some(p) = &secrets {
+            for (k, v) in &p.env {
+                profile
+                    .env
+                    .push(cordon_policy::EnvEntry::Set(k.clone(), v.clone()));
+            }
+        }
         let ttl = match &req.ttl {
             Some(t) => duration(t, "ttl")?,
             None => self.cfg.default_ttl,
@@ -281,8 +314,13 @@ impl Service {
         let slot = self.reserve(caller)?;
         let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
         let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
-        let on_proxy =
-            self.egress_starter(&id, &caller.key_id, &profile.network, egress.clone())?;
+        let on_proxy = self.egress_starter(
+            &id,
+            &caller.key_id,
+            &profile.network,
+            egress.clone(),
+            secrets.as_ref().map(|p| p.interception.clone()),
+        )?;
         let helper = self.cfg.helper_exe.clone();
         let prof = profile.clone();
         let sandbox = tokio::task::spawn_blocking(move || {
@@ -307,7 +345,9 @@ impl Service {
             }
         }
         let names = volumes.names.clone();
-        let info = self.make_live(caller, req, profile, sandbox, image, ttl, egress, id, names)?;
+        let info = self.make_live(
+            caller, req, profile, sandbox, image, ttl, egress, id, names, secrets,
+        )?;
         // Only now that the sandbox counts as live (see `reserve`), and its volumes as in use.
         drop(slot);
         drop(volumes);
@@ -327,6 +367,7 @@ impl Service {
         egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
         id: String,
         volumes: Vec<String>,
+        secrets: Option<crate::runner::secrets::Prepared>,
     ) -> Result<SandboxInfo, ServiceError> {
         let created_ms = crate::registry::now_ms();
         let created_at = created_ms / 1000;
@@ -361,6 +402,7 @@ impl Service {
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
             history: Default::default(),
+            secrets,
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -372,7 +414,7 @@ impl Service {
             "sandbox.create",
             &caller.key_id,
             Some(&id),
-            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow}),
+            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow, "secrets": req.secrets.iter().map(|s| &s.name).collect::<Vec<_>>()}),
         );
         Ok(live.info())
     }

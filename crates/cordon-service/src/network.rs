@@ -39,9 +39,11 @@ impl Service {
         key_id: &str,
         policy: &cordon_policy::network::NetworkPolicy,
         slot: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
+        secrets: Option<Arc<cordon_net::Interception>>,
     ) -> Result<cordon_linux::persistent::OnProxyListener, ServiceError> {
         let mut config = cordon_net::ProxyConfig::from_policy(policy)
             .map_err(|e| ServiceError::bad_request(e.to_string()))?;
+        config.secrets = secrets;
         let weak = Arc::downgrade(self);
         let (id, key_id) = (id.to_string(), key_id.to_string());
         config.on_event = Some(Arc::new(move |ev: &cordon_policy::NetworkEvent| {

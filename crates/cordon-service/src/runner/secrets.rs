@@ -13,8 +13,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cordon_net::{Interception, SecretBinding};
-use cordon_policy::secrets::{placeholder, SecretSource};
+use cordon_net::{Interception, SecretBinding, SecretValue};
+use cordon_policy::secrets::{placeholder, SecretSource, SecretSpec};
 use cordon_policy::{Bind, Layer, Profile};
 
 /// Where the sandbox finds the CA certificate and the combined bundle.
@@ -33,6 +33,9 @@ pub struct Prepared {
     pub interception: Arc<Interception>,
     /// Placeholders and trust variables, set on top of the profile's environment.
     pub env: BTreeMap<String, String>,
+    /// Each secret's value as the proxy holds it, by source: setting one rotates it for the
+    /// requests that start after.
+    pub values: Vec<(SecretSource, SecretValue)>,
     dir: PathBuf,
 }
 
@@ -42,8 +45,14 @@ impl Drop for Prepared {
     }
 }
 
-fn read_value(name: &str, source: &SecretSource) -> Result<String, String> {
+/// The value `source` names, read from cordon's own environment or a host file.
+pub fn read_value(name: &str, source: &SecretSource) -> Result<String, String> {
     let mut value = match source {
+        SecretSource::Stored(stored) => {
+            return Err(format!(
+            "--secret {name}: stored:{stored} is a server's secret; only cordon serve reads those"
+        ))
+        }
         SecretSource::Env(var) => std::env::var(var).map_err(|_| {
             format!("--secret {name}: env:{var} is not set (or not UTF-8) in cordon's environment")
         })?,
@@ -82,13 +91,23 @@ fn write_file(path: &Path, data: &[u8]) -> Result<(), String> {
 /// Reads every secret of `profile`, makes the proxy's interception, writes the CA for the
 /// sandbox and adds its read-only bind to `profile`. `None` when the profile has no secrets.
 pub fn prepare(profile: &mut Profile) -> Result<Option<Prepared>, String> {
+    prepare_with(profile, |spec| read_value(&spec.name, &spec.source))
+}
+
+/// [`prepare`], with each value got by `value_of` (`cordon serve` reads its stored secrets).
+pub fn prepare_with(
+    profile: &mut Profile,
+    value_of: impl Fn(&SecretSpec) -> Result<String, String>,
+) -> Result<Option<Prepared>, String> {
     if profile.secrets.is_empty() {
         return Ok(None);
     }
     let mut bindings = Vec::new();
     let mut env = BTreeMap::new();
+    let mut values = Vec::new();
     for spec in &profile.secrets {
-        let value = read_value(&spec.name, &spec.source)?;
+        let value = SecretValue::new(value_of(spec)?);
+        values.push((spec.source.clone(), value.clone()));
         let extra_ca_pem = match &spec.ca {
             Some(path) => vec![std::fs::read(path)
                 .map_err(|e| format!("--secret {}: ca {}: {e}", spec.name, path.display()))?],
@@ -115,6 +134,7 @@ pub fn prepare(profile: &mut Profile) -> Result<Option<Prepared>, String> {
     let prepared = Prepared {
         interception: Arc::new(interception),
         env,
+        values,
         dir: dir.clone(),
     };
     let ca = prepared.interception.ca_pem().as_bytes().to_vec();
