@@ -950,3 +950,125 @@ fn e2b_stored_secrets_reach_only_the_bound_host_and_rotate_in_a_running_sandbox(
     let (st, _) = e2b("DELETE", "/secrets/gh", None);
     assert_eq!(st, 404);
 }
+
+/// A stdlib-only MCP server with one tool: an HTTPS GET through the sandbox's proxy, answering
+/// what the upstream said and the variable the sandbox holds.
+const FETCH_SERVER: &str = r#"
+import json, os, sys, urllib.request
+for line in sys.stdin:
+    m = json.loads(line)
+    method = m.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "fetch", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "get", "description": "GET a URL",
+                             "inputSchema": {"type": "object", "properties": {"url": {"type": "string"}}}}]}
+    elif method == "tools/call":
+        try:
+            body = urllib.request.urlopen(m["params"]["arguments"]["url"], timeout=20).read().decode()
+        except Exception as e:
+            body = "error: %r" % e
+        result = {"content": [{"type": "text", "text": body + "|env:" + os.environ.get("API_KEY", "")}]}
+    else:
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"#;
+
+/// A gateway's upstream tool server gets the same mechanism: its profile's secret is read by
+/// the gateway, the server's sandbox holds a placeholder, and its requests to the bound host
+/// carry the value.
+#[test]
+fn a_gateway_upstreams_secret_reaches_its_host_and_never_its_sandbox() {
+    let dir = temp_dir("gateway");
+    let ca = TestCa::new("test upstream CA");
+    let up = Server::tls("127.0.0.9", ca.leaf("api.secret.test"));
+    let p = up.port;
+    std::fs::write(dir.join("fetch_server.py"), FETCH_SERVER).unwrap();
+    let profile = dir.join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            r#"
+[network]
+allow = ["api.secret.test:{p}", "127.0.0.9:{p}"]
+hosts = {{ "api.secret.test" = "127.0.0.9" }}
+
+[secrets.API_KEY]
+value = "env:TEST_SECRET_VALUE"
+hosts = ["api.secret.test"]
+header = "Authorization"
+format = "Bearer {{value}}"
+ca = "{ca}"
+"#,
+            ca = ca.file(&dir, "ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\ndefault = \"allow\"\n\n[servers.fetch]\ncommand = [\"/usr/bin/python3\", \"{d}/fetch_server.py\"]\nprofile = \"{prof}\"\nro = [\"{d}\"]\n",
+            d = dir.display(),
+            prof = profile.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["gateway", "--config"])
+        .arg(&config)
+        .env("TEST_SECRET_VALUE", VALUE)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start cordon gateway");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut ask = |id: i64, method: &str, params: Value| -> Value {
+        let msg =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let line = lines.next().expect("the gateway answers").unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    ask(
+        0,
+        "initialize",
+        serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let r = ask(
+        1,
+        "tools/call",
+        serde_json::json!({"name": "fetch.get", "arguments": {"url": format!("https://api.secret.test:{p}/gw")}}),
+    );
+    let _ = child.kill();
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let _ = child.wait();
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("upstream saw the value"), "{r}\n{stderr}");
+    let placeholder = text.split("|env:").nth(1).unwrap_or_default();
+    assert!(placeholder.starts_with("cordon-secret:v1:"), "{text}");
+    assert!(
+        !r.to_string().contains(VALUE) && !stderr.contains(VALUE),
+        "{r}"
+    );
+    assert!(
+        up.seen()
+            .contains(&format!("Authorization: Bearer {VALUE}")),
+        "{}",
+        up.seen()
+    );
+}

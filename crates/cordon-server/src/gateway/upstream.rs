@@ -81,11 +81,6 @@ pub(super) fn build_profile(
     } else {
         Profile::resolve(name).map_err(|e| e.to_string())?
     };
-    if !p.secrets.is_empty() {
-        return Err(
-            "[secrets]: not available for gateway upstreams yet (cordon run has them)".into(),
-        );
-    }
     for (list, writable) in [(ro, false), (rw, true)] {
         for spec in list {
             p.binds
