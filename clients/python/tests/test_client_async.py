@@ -23,6 +23,7 @@ from cordon_sdk import (
     AuthenticationError,
     BadRequestError,
     CodeError,
+    ConflictError,
     CordonTimeoutError,
     MimeBundle,
     NotFoundError,
@@ -602,6 +603,11 @@ async def test_every_documented_route_is_reached(
     assert vol.name in [v.name for v in await AsyncSandbox.list_volumes(**conn)]
     assert (await AsyncSandbox.get_volume(vol.name, **conn)).size_bytes == 16 << 20
     assert await AsyncSandbox.delete_volume(vol.name, **conn)
+    sec = await AsyncSandbox.create_secret(f"walk-{tag[:12]}", "v1", **conn)
+    assert (await AsyncSandbox.update_secret(sec.name, "v2", **conn)).version == 2
+    assert (await AsyncSandbox.get_secret(sec.id, **conn)).name == sec.name
+    assert sec.name in [x.name for x in await AsyncSandbox.list_secrets(**conn)]
+    assert await AsyncSandbox.delete_secret(sec.name, **conn)
     await AsyncSandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)
@@ -609,6 +615,44 @@ async def test_every_documented_route_is_reached(
     await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- stored secrets ------------------------------------------------------------------------
+
+
+async def test_stored_secrets_are_write_only_paged_and_given_to_sandboxes_as_placeholders(
+    conn: Dict[str, Any],
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    value = "sk-sdk-" + uuid.uuid4().hex
+    made = [await AsyncSandbox.create_secret(f"s{tag}-{i}", value, {"i": str(i)}, **conn) for i in range(3)]
+    try:
+        assert all(m.version == 1 and value not in repr(m.raw) for m in made)
+        with pytest.raises(ConflictError):
+            await AsyncSandbox.create_secret(made[0].name, value, **conn)
+        with pytest.raises(BadRequestError) as e:
+            await AsyncSandbox.create_secret(f"s{tag}-bad", "two\nlines", **conn)
+        assert "two" not in str(e.value)
+        listed = [x.name for x in await AsyncSandbox.list_secrets(**conn)]
+        assert [m.name for m in made] == [n for n in listed if n.startswith(f"s{tag}-")]
+        upd = await AsyncSandbox.update_secret(made[0].name, value + "x", {"k": "v"}, **conn)
+        assert (upd.version, upd.metadata) == (2, {"k": "v"})
+        # Given to a sandbox: the variable holds a placeholder; the value is nowhere inside.
+        secrets = [{"name": made[0].name, "env": "TOKEN", "hosts": ["api.example.test"]}]
+        async with AsyncSandbox.create(secrets=secrets, network=["api.example.test"], **conn) as sb:
+            out = (await sb.commands.run("echo $TOKEN; env; cat /proc/*/environ 2>/dev/null")).stdout
+            assert out.startswith("cordon-secret:v1:") and value not in out
+        # A secret the key does not have, or a host the allowlist does not allow: refused.
+        with pytest.raises(BadRequestError):
+            await AsyncSandbox.create(secrets=[{"name": f"none-{tag}", "hosts": ["a.test"]}], network=["a.test"], **conn)
+        with pytest.raises(BadRequestError):
+            await AsyncSandbox.create(secrets=secrets, **conn)
+    finally:
+        for m in made:
+            await AsyncSandbox.delete_secret(m.id, **conn)
+    assert not await AsyncSandbox.delete_secret(made[0].name, **conn)
+    with pytest.raises(NotFoundError):
+        await AsyncSandbox.get_secret(made[0].name, **conn)
 
 
 # ---- images --------------------------------------------------------------------------------

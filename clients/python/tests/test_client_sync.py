@@ -21,6 +21,7 @@ from cordon_sdk import (
     AuthenticationError,
     BadRequestError,
     CodeError,
+    ConflictError,
     CordonTimeoutError,
     MimeBundle,
     NotFoundError,
@@ -598,6 +599,11 @@ def test_every_documented_route_is_reached(
     assert vol.name in [v.name for v in Sandbox.list_volumes(**conn)]
     assert (Sandbox.get_volume(vol.name, **conn)).size_bytes == 16 << 20
     assert Sandbox.delete_volume(vol.name, **conn)
+    sec = Sandbox.create_secret(f"walk-{tag[:12]}", "v1", **conn)
+    assert (Sandbox.update_secret(sec.name, "v2", **conn)).version == 2
+    assert (Sandbox.get_secret(sec.id, **conn)).name == sec.name
+    assert sec.name in [x.name for x in Sandbox.list_secrets(**conn)]
+    assert Sandbox.delete_secret(sec.name, **conn)
     Sandbox.list_images(**conn)
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)
@@ -605,6 +611,44 @@ def test_every_documented_route_is_reached(
     Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- stored secrets ------------------------------------------------------------------------
+
+
+def test_stored_secrets_are_write_only_paged_and_given_to_sandboxes_as_placeholders(
+    conn: Dict[str, Any],
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    value = "sk-sdk-" + uuid.uuid4().hex
+    made = [Sandbox.create_secret(f"s{tag}-{i}", value, {"i": str(i)}, **conn) for i in range(3)]
+    try:
+        assert all(m.version == 1 and value not in repr(m.raw) for m in made)
+        with pytest.raises(ConflictError):
+            Sandbox.create_secret(made[0].name, value, **conn)
+        with pytest.raises(BadRequestError) as e:
+            Sandbox.create_secret(f"s{tag}-bad", "two\nlines", **conn)
+        assert "two" not in str(e.value)
+        listed = [x.name for x in Sandbox.list_secrets(**conn)]
+        assert [m.name for m in made] == [n for n in listed if n.startswith(f"s{tag}-")]
+        upd = Sandbox.update_secret(made[0].name, value + "x", {"k": "v"}, **conn)
+        assert (upd.version, upd.metadata) == (2, {"k": "v"})
+        # Given to a sandbox: the variable holds a placeholder; the value is nowhere inside.
+        secrets = [{"name": made[0].name, "env": "TOKEN", "hosts": ["api.example.test"]}]
+        with Sandbox.create(secrets=secrets, network=["api.example.test"], **conn) as sb:
+            out = (sb.commands.run("echo $TOKEN; env; cat /proc/*/environ 2>/dev/null")).stdout
+            assert out.startswith("cordon-secret:v1:") and value not in out
+        # A secret the key does not have, or a host the allowlist does not allow: refused.
+        with pytest.raises(BadRequestError):
+            Sandbox.create(secrets=[{"name": f"none-{tag}", "hosts": ["a.test"]}], network=["a.test"], **conn)
+        with pytest.raises(BadRequestError):
+            Sandbox.create(secrets=secrets, **conn)
+    finally:
+        for m in made:
+            Sandbox.delete_secret(m.id, **conn)
+    assert not Sandbox.delete_secret(made[0].name, **conn)
+    with pytest.raises(NotFoundError):
+        Sandbox.get_secret(made[0].name, **conn)
 
 
 # ---- images --------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
         lambda: _core.create_body(
             "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s",
             "python:3.12-slim", "after-setup", {"/data": "datasets", "/ro": ("refs", True)}, "base", True,
+            [{"name": "gh", "env": "GH", "hosts": ["api.github.com"], "header": "Authorization", "format": "Bearer {value}"}],
         ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),
@@ -57,6 +58,8 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "CreateSnapshot": (lambda: _core.snapshot_body("after-setup"), lambda: _core.snapshot_body("s")),
     "ForkRequest": (lambda: _core.fork_body(2, "10m", {"k": "v"}), lambda: _core.fork_body(1, None, None)),
     "CreateVolume": (lambda: _core.volume_body("datasets", "10G"), lambda: _core.volume_body("v", None)),
+    "CreateSecret": (lambda: _core.secret_body("v", {"k": "v"}, name="gh"), lambda: _core.secret_body("v", None, name="gh")),
+    "UpdateSecret": (lambda: _core.secret_body("v", {"k": "v"}), lambda: _core.secret_body("v", None)),
     "StdinRequest": (lambda: _core.stdin_body("x", True), lambda: _core.stdin_body("", False)),
     "SignalRequest": (lambda: _core.signal_body("TERM"), lambda: _core.signal_body(9)),
     "MkdirRequest": (lambda: _core.mkdir_body("/workspace/d", False), lambda: _core.mkdir_body("d", True)),

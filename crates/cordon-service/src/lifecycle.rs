@@ -246,7 +246,7 @@ impl Service {
         crate::binds::add(&self.cfg.bind_roots, &req.host_binds, &mut profile, "binds")?;
         for s in &req.secrets {
             profile.secrets.push(cordon_policy::secrets::SecretSpec {
-                name: s.env.clone(),
+                name: s.var(),
                 source: cordon_policy::secrets::SecretSource::Stored(s.name.clone()),
                 hosts: s.hosts.clone(),
                 header: s.header.clone(),

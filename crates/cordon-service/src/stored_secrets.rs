@@ -26,7 +26,7 @@ use crate::{Caller, Service};
 
 /// A secret's name: up to this many characters.
 pub const NAME_MAX: usize = 128;
-/// A value: up to this many bytes (it travels in a request header).
+/// A value: up to this many characters (it travels in a request header).
 pub const VALUE_MAX: usize = 16 << 10;
 /// Secrets per key.
 pub const PER_KEY_MAX: usize = 1000;
@@ -44,6 +44,13 @@ pub struct SecretInfo {
     /// Milliseconds since the epoch.
     pub created_at: u64,
     pub updated_at: u64,
+}
+
+/// A page of secrets: `next`, when set, is the `after` of the next page.
+#[derive(Debug, Clone, Serialize)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
+    pub next: Option<String>,
 }
 
 /// The key values are sealed with, read from (or made at) `secrets.key` in the data directory.
@@ -144,11 +151,11 @@ fn check_name(name: &str) -> Result<(), ServiceError> {
 /// Never echoes the value: the message says what is wrong with it only.
 fn check_value(value: &str) -> Result<(), ServiceError> {
     if value.is_empty()
-        || value.len() > VALUE_MAX
+        || value.chars().count() > VALUE_MAX
         || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
     {
         return Err(ServiceError::bad_request(format!(
-            "a secret's value is 1-{VALUE_MAX} bytes on one line (no CR, LF or NUL: it travels in a request header)"
+            "a secret's value is 1-{VALUE_MAX} characters on one line (no CR, LF or NUL: it travels in a request header)"
         )));
     }
     Ok(())
@@ -156,13 +163,11 @@ fn check_value(value: &str) -> Result<(), ServiceError> {
 
 fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     use crate::types::{METADATA_MAX_KEY, METADATA_MAX_VALUE};
-    if metadata.len() > 64
-        || metadata.iter().any(|(k, v)| {
-            k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE
-        })
-    {
+    if metadata.iter().any(|(k, v)| {
+        k.chars().count() > METADATA_MAX_KEY || v.chars().count() > METADATA_MAX_VALUE
+    }) {
         return Err(ServiceError::bad_request(format!(
-            "metadata: at most 64 entries, keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
+            "metadata: keys up to {METADATA_MAX_KEY} characters, values up to {METADATA_MAX_VALUE}"
         )));
     }
     Ok(())

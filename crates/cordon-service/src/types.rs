@@ -198,16 +198,40 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
 
 /// A stored secret given to a sandbox being made: the proxy puts its value into requests to
 /// `hosts` only (in place of the placeholder the sandbox holds in `env`, and in `header`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SandboxSecret {
     /// The secret's name under the caller's key.
     pub name: String,
-    /// The variable that holds the placeholder in the sandbox.
-    pub env: String,
+    /// The variable that holds the placeholder in the sandbox (default
+    /// `CORDON_SECRET_<NAME>`, the name upper-cased with `_` for anything not a letter or
+    /// digit).
+    #[serde(default)]
+    pub env: Option<String>,
     pub hosts: Vec<String>,
-    /// A header the proxy sets to `format` (with `{value}` the value) on requests to `hosts`.
+    /// A header the proxy adds, as `format` (with `{value}` the value), to requests to
+    /// `hosts` that have none of that name.
+    #[serde(default)]
     pub header: Option<String>,
+    #[serde(default)]
     pub format: Option<String>,
+}
+
+impl SandboxSecret {
+    /// The variable the sandbox holds the placeholder in.
+    pub fn var(&self) -> String {
+        self.env.clone().unwrap_or_else(|| {
+            let mut v = String::from("CORDON_SECRET_");
+            v.extend(self.name.chars().map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            }));
+            v
+        })
+    }
 }
 
 /// Metadata bounds, in characters.
@@ -271,10 +295,10 @@ pub struct CreateSandbox {
     /// The Docker door's, not part of the HTTP API.
     #[serde(skip)]
     pub read_only_root: bool,
-    /// Stored secrets of the caller's key the sandbox is given as placeholders (see
-    /// `stored_secrets`); set by the E2B door from `${e2b.secrets.NAME}` in `envVars` and
-    /// `network.rules`.
-    #[serde(skip)]
+    /// Stored secrets of the caller's key (see `/v1/secrets`) the sandbox is given as
+    /// placeholders: the proxy puts each value into requests to its `hosts` only (which the
+    /// network allowlist must also allow).
+    #[serde(default)]
     pub secrets: Vec<SandboxSecret>,
 }
 

@@ -320,9 +320,12 @@ def create_body(
     volumes: Optional[Mapping[str, VolumeSpec]] = None,
     template: Optional[str] = None,
     pause_on_timeout: bool = False,
+    secrets: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if secrets:
+        body["secrets"] = [dict(s) for s in secrets]
     if pause_on_timeout:
         body["pause_on_timeout"] = True
     if template is not None:
@@ -379,6 +382,16 @@ def fork_body(count: int, ttl: Optional[Duration], metadata: Optional[Mapping[st
     body: Dict[str, Any] = {"count": int(count)}
     if ttl is not None:
         body["ttl"] = duration_json(ttl, "ttl")
+    if metadata is not None:
+        body["metadata"] = _str_map(metadata, "metadata")
+    return body
+
+
+def secret_body(value: str, metadata: Optional[Mapping[str, Any]], name: Optional[str] = None) -> Dict[str, Any]:
+    """``POST /v1/secrets`` (with ``name``) and ``PUT /v1/secrets/{name}``."""
+    body: Dict[str, Any] = {"value": str(value)}
+    if name is not None:
+        body["name"] = str(name)
     if metadata is not None:
         body["metadata"] = _str_map(metadata, "metadata")
     return body

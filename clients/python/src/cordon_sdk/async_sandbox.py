@@ -46,6 +46,8 @@ from .models import (
     SandboxMetrics,
     PullResult,
     SandboxInfo,
+    SecretInfo,
+    SecretList,
     SnapshotInfo,
     VolumeInfo,
 )
@@ -612,6 +614,7 @@ class AsyncSandbox:
         volumes: Optional[Mapping[str, VolumeSpec]] = None,
         template: Optional[str] = None,
         pause_on_timeout: bool = False,
+        secrets: Optional[Sequence[Mapping[str, Any]]] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -633,7 +636,11 @@ class AsyncSandbox:
         ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
         apply to whatever this call leaves out. ``pause_on_timeout``: when ``ttl`` runs out the
         sandbox is paused (processes frozen, memory kept) instead of ended; :meth:`resume`
-        brings it back.
+        brings it back. ``secrets`` gives it stored secrets of the key (see
+        :meth:`create_secret`) as placeholders, never the values:
+        ``[{"name": "gh", "env": "GH_TOKEN", "hosts": ["api.github.com"]}]`` (optionally
+        ``"header"`` and ``"format"``, e.g. ``"Bearer {value}"``); the proxy puts the value into
+        requests to ``hosts`` only, which ``network`` must also allow.
         """
         body = _core.create_body(
             profile,
@@ -652,6 +659,7 @@ class AsyncSandbox:
             volumes,
             template,
             pause_on_timeout,
+            secrets,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return _core.Creating(creating)  # sync: return creating
@@ -954,6 +962,92 @@ class AsyncSandbox:
         async with _one_call(base_url, api_key, timeout) as http:
             try:
                 await http.request("DELETE", f"/v1/volumes/{_core.seg(name)}")
+                return True
+            except NotFoundError:
+                return False
+
+    @classmethod
+    async def create_secret(
+        cls,
+        name: str,
+        value: str,
+        metadata: Optional[Mapping[str, str]] = None,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> SecretInfo:
+        """Stores the key's secret ``name`` (``POST /v1/secrets``), version 1. The value is
+        write-only: no call returns it. Sandboxes get it by name (``create(secrets=...)``)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            body = _core.secret_body(value, metadata, name=name)
+            return SecretInfo.from_dict(await http.post_json("/v1/secrets", body, "secret"))
+
+    @classmethod
+    async def update_secret(
+        cls,
+        name: str,
+        value: str,
+        metadata: Optional[Mapping[str, str]] = None,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> SecretInfo:
+        """Stores a new version of secret ``name`` (its id also does); running sandboxes given
+        it send the new value from their next request. ``metadata`` replaces the stored one."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            body = _core.secret_body(value, metadata)
+            resp = await http.request("PUT", f"/v1/secrets/{_core.seg(name)}", json=body)
+            return SecretInfo.from_dict(_core.expect_mapping(_core.json_body(resp), "secret"))
+
+    @classmethod
+    async def get_secret(
+        cls,
+        name: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> SecretInfo:
+        """Secret ``name`` (or id), never its value; raises :class:`~cordon_sdk.NotFoundError`."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return SecretInfo.from_dict(await http.get_json(f"/v1/secrets/{_core.seg(name)}", "secret"))
+
+    @classmethod
+    async def list_secrets(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[SecretInfo]:
+        """The key's secrets by name (``GET /v1/secrets``, every page), never their values."""
+        out: List[SecretInfo] = []
+        async with _one_call(base_url, api_key, timeout) as http:
+            after: Optional[str] = None
+            while True:
+                params = None if after is None else {"after": after}
+                page = SecretList.from_dict(await http.get_json("/v1/secrets", "secret list", params))
+                out += page.secrets
+                if not page.next:
+                    return out
+                after = page.next
+
+    @classmethod
+    async def delete_secret(
+        cls,
+        name: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> bool:
+        """Destroys secret ``name`` (or id); False if there was none. Running sandboxes keep
+        the value they were given until they end."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            try:
+                await http.request("DELETE", f"/v1/secrets/{_core.seg(name)}")
                 return True
             except NotFoundError:
                 return False

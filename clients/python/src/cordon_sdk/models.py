@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
     "Usage",
+    "SecretInfo",
+    "SecretList",
     "Enforcement",
     "NetworkEvent",
     "ImageRef",
@@ -980,5 +982,52 @@ class AuditView:
         return cls(
             records=[dict(r) for r in _objs(d.get("records"))],
             chain=ChainStatus.from_dict(_obj(d.get("chain"))),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class SecretInfo:
+    """A stored secret of the key: its name, id and version, never its value."""
+
+    __schema__: ClassVar[Optional[str]] = "SecretInfo"
+
+    id: str
+    name: str
+    version: int
+    metadata: Dict[str, str]
+    created_at: int
+    updated_at: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SecretInfo":
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            version=_int(d.get("version")),
+            metadata=_map(d.get("metadata")),
+            created_at=_int(d.get("created_at")),
+            updated_at=_int(d.get("updated_at")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class SecretList:
+    """A page of the key's secrets; ``next`` is where the next page starts."""
+
+    __schema__: ClassVar[Optional[str]] = "SecretList"
+
+    secrets: List[SecretInfo]
+    next: Optional[str] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SecretList":
+        items = d.get("secrets")
+        return cls(
+            secrets=[SecretInfo.from_dict(x) for x in items if isinstance(x, Mapping)] if isinstance(items, list) else [],
+            next=_opt_str(d.get("next")),
             raw=dict(d),
         )

@@ -212,7 +212,7 @@ pub(super) fn from_create(
                         .push(host.clone());
                     out.push(SandboxSecret {
                         name: name.clone(),
-                        env: var_for(name),
+                        env: Some(var_for(name)),
                         hosts: vec![host.clone()],
                         header: Some(header.clone()),
                         format: Some(format),
@@ -258,7 +258,7 @@ pub(super) fn from_create(
             }
             None => out.push(SandboxSecret {
                 name,
-                env: var,
+                env: Some(var),
                 hosts,
                 header: None,
                 format: None,
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].header.as_deref(), Some("Authorization"));
         assert_eq!(got[0].format.as_deref(), Some("Bearer {value}"));
-        assert_eq!(got[1].env, "GH");
+        assert_eq!(got[1].env.as_deref(), Some("GH"));
         assert_eq!(got[1].hosts, vec!["api.test".to_string()]);
     }
 

@@ -22,6 +22,7 @@ mod mcp_mount;
 mod network;
 mod run;
 mod sandboxes;
+mod secrets;
 pub(crate) mod schema;
 mod state;
 
@@ -89,6 +90,12 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
+        .routes(routes!(secrets::create_secret, secrets::list_secrets))
+        .routes(routes!(
+            secrets::get_secret,
+            secrets::update_secret,
+            secrets::delete_secret
+        ))
         .routes(routes!(state::create_volume, state::list_volumes))
         .routes(routes!(state::get_volume, state::delete_volume))
         .routes(routes!(state::create_snapshot))

@@ -247,6 +247,81 @@ pub struct CreateSandbox {
     /// for at most the server's `--max-ttl`, then ended.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// Stored secrets of the caller's (see `/v1/secrets`) given to the sandbox as
+    /// placeholders: its proxy puts each value into requests to the secret's `hosts` only.
+    #[serde(default)]
+    pub secrets: Vec<SandboxSecret>,
+}
+
+/// A stored secret a sandbox is given (`secrets` in `POST /v1/sandboxes`).
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSecret {
+    /// The secret's name under the caller's key.
+    #[schema(min_length = 1, max_length = 128)]
+    pub name: String,
+    /// The variable holding the placeholder in the sandbox (default `CORDON_SECRET_<NAME>`).
+    #[schema(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$", max_length = 128)]
+    pub env: Option<String>,
+    /// Host names (no IPs, no wildcards) the value may go to; the network allowlist must
+    /// allow each.
+    #[schema(min_items = 1)]
+    pub hosts: Vec<String>,
+    /// A header the proxy adds to requests to `hosts` that have none of that name.
+    #[schema(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
+    pub header: Option<String>,
+    /// The added header's value, `{value}` standing for the secret (default `{value}`).
+    #[schema(pattern = r"\{value\}")]
+    pub format: Option<String>,
+}
+
+/// `POST /v1/secrets`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSecret {
+    /// Unique under the key: 1-128 characters, no `{`, `}` or control characters.
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^{}\u0000-\u001f\u007f-\u009f]+$")]
+    pub name: String,
+    /// Write-only: never returned. One line, 1-16384 characters (it travels in a header).
+    #[schema(min_length = 1, max_length = 16384, pattern = r"^[^\r\n\u0000]+$")]
+    pub value: String,
+    #[serde(default)]
+    #[schema(value_type = MetadataSchema)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `PUT /v1/secrets/{name}`: a new version.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSecret {
+    /// Write-only: never returned. One line, 1-16384 characters.
+    #[schema(min_length = 1, max_length = 16384, pattern = r"^[^\r\n\u0000]+$")]
+    pub value: String,
+    /// Replaces the stored metadata when given.
+    #[schema(value_type = Option<MetadataSchema>)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// A stored secret as the API shows it: never its value.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct SecretInfo {
+    /// `sec_…`; routes take it or the name.
+    pub id: String,
+    pub name: String,
+    /// 1 when created; each update adds one.
+    pub version: u32,
+    pub metadata: BTreeMap<String, String>,
+    /// Milliseconds since the epoch.
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// `GET /v1/secrets`.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
+    /// The `after` of the next page; none on the last.
+    pub next: Option<String>,
 }
 
 #[derive(ToSchema, Serialize)]
@@ -1005,5 +1080,13 @@ mod tests {
             fields_of::<cordon_service::volumes::VolumeMount>()
         );
         assert!(fields_of::<super::CreateSandbox>().contains(&"memory"));
+        assert_eq!(
+            fields_of::<super::CreateSandbox>(),
+            fields_of::<cordon_service::types::CreateSandbox>()
+        );
+        assert_eq!(
+            fields_of::<super::SandboxSecret>(),
+            fields_of::<cordon_service::types::SandboxSecret>()
+        );
     }
 }
