@@ -22,8 +22,8 @@ mod mcp_mount;
 mod network;
 mod run;
 mod sandboxes;
-mod secrets;
 pub(crate) mod schema;
+mod secrets;
 mod state;
 
 use std::sync::{Arc, OnceLock};
@@ -195,7 +195,11 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     {
         v.push(404);
     }
-    if path.starts_with("/v1/volumes") || path.contains("snapshots") {
+    // A name taken, or (secrets) a key full or an update racing another.
+    if path.starts_with("/v1/volumes")
+        || path.contains("snapshots")
+        || path.starts_with("/v1/secrets")
+    {
         v.push(409);
     }
     if path.starts_with("/v1/volumes")
@@ -228,10 +232,10 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         400 => "The request is malformed: its body, query or path does not fit the schema, or a value is out of range (the message names the field)",
         401 => "No API key, or one that is invalid or revoked",
         403 => "Not allowed: a path outside what the sandbox may touch, a registry this server may not pull from, or (without keys) a request that is not local",
-        404 => "No such sandbox (or command, context, file, MCP session, snapshot, volume) for this key",
+        404 => "No such sandbox (or command, context, file, MCP session, snapshot, volume, secret) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
-        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume or snapshot of that name exists already, or a volume is in use",
+        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume, snapshot or secret of that name exists already, or a volume is in use",
         413 => "The body is larger than this server accepts",
         415 => "A content type this endpoint does not take",
         422 => "The image cannot be used: a digest that does not match, a format or feature not handled, a size cap reached, no image for the platform asked for",

@@ -280,7 +280,11 @@ pub struct SandboxSecret {
 #[serde(deny_unknown_fields)]
 pub struct CreateSecret {
     /// Unique under the key: 1-128 characters, no `{`, `}` or control characters.
-    #[schema(min_length = 1, max_length = 128, pattern = r"^[^{}\u0000-\u001f\u007f-\u009f]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^{}\u0000-\u001f\u007f-\u009f]+$"
+    )]
     pub name: String,
     /// Write-only: never returned. One line, 1-16384 characters (it travels in a header).
     #[schema(min_length = 1, max_length = 16384, pattern = r"^[^\r\n\u0000]+$")]

@@ -126,6 +126,8 @@ pub(super) async fn delete_secret(
     if st.service.secret_destroy(&c, &name)? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(format!("no secret '{name}' under this key")))
+        Err(ApiError::not_found(format!(
+            "no secret '{name}' under this key"
+        )))
     }
 }
