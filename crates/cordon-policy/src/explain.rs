@@ -27,7 +27,12 @@ pub struct Explained {
     pub name: String,
     pub read: Vec<String>,
     pub write: Vec<String>,
+    /// The programs allowlist's entries; empty with `exec_any` (no allowlist) too.
     pub execute: Vec<String>,
+    /// No allowlist: any file the sandbox may read or write may be executed.
+    pub exec_any: bool,
+    /// Hosts reachable through the proxy (and the names and secrets bound to them); empty:
+    /// no network.
     pub network: Vec<String>,
     pub limits: Vec<LimitLine>,
     pub other: Vec<String>,
@@ -92,44 +97,24 @@ pub fn explain(p: &Profile, system: &[&str]) -> Explained {
     read.push("/proc (the sandbox's own processes)".to_string());
     let disk = format_size(p.limits.disk);
     for s in SCRATCH {
-        write.push(format!("{s} (empty at start, at most {disk})"));
+        write.push(format!("{s} (empty at start)"));
     }
     match &p.workspace {
         Some(ws) => write.push(format!("/workspace = host directory {}", ws.display())),
-        None => write.push(format!("/workspace (empty at start, at most {disk})")),
+        None => write.push("/workspace (empty at start)".to_string()),
     }
     for b in p.binds.iter().filter(|b| b.writable) {
         write.push(bind_line(&b.source, &b.dest, "read-write"));
     }
-    match &p.exec_allow {
-        None => execute.push(
-            "any file it may read or write (no [exec] allow list), /tmp and /workspace included"
-                .to_string(),
-        ),
-        Some(list) if list.is_empty() => {
-            execute.push("nothing ([exec] allow is empty)".to_string())
-        }
-        Some(list) => {
-            for e in list {
-                let what = if crate::exec::is_glob(e) {
-                    "files matching, as found when the sandbox starts"
-                } else {
-                    "only this file"
-                };
-                execute.push(format!("{} ({what})", e.display()));
-            }
-            execute.push(
-                "the dynamic loader the allowed programs name (added by cordon); a script \
-                 runs only if its #! interpreter is allowed too; nothing else, nothing \
-                 written in /tmp, /workspace, the home or /dev/shm"
-                    .to_string(),
-            );
-        }
+    for e in p.exec_allow.iter().flatten() {
+        let what = if crate::exec::is_glob(e) {
+            "the files matching, as found when the sandbox starts"
+        } else {
+            "this file"
+        };
+        execute.push(format!("{} ({what})", e.display()));
     }
     let mut network = Vec::new();
-    if p.network.allow.is_empty() {
-        network.push("nothing (no network: only the sandbox's own loopback)".to_string());
-    }
     for a in &p.network.allow {
         network.push(format!("{a} (through the egress proxy)"));
     }
@@ -200,6 +185,7 @@ pub fn explain(p: &Profile, system: &[&str]) -> Explained {
         read,
         write,
         execute,
+        exec_any: p.exec_allow.is_none(),
         network,
         limits,
         other,
@@ -236,6 +222,20 @@ pub fn render(e: &Explained) -> String {
         for line in lines {
             let _ = writeln!(out, "  {line}");
         }
+        if *heading == "may execute" {
+            out.push_str(if e.exec_any {
+                "  any file it may read or write (no [exec] allow list), /tmp and /workspace included\n"
+            } else if e.execute.is_empty() {
+                "  nothing ([exec] allow is empty)\n"
+            } else {
+                "  and the dynamic loader each names (added by cordon); a script only if its #! \
+                 interpreter is listed too; nothing else, nothing written in /tmp, /workspace, \
+                 the home or /dev/shm\n"
+            });
+        }
+        if *heading == "may reach (network)" && lines.is_empty() {
+            out.push_str("  nothing (no network: only the sandbox's own loopback)\n");
+        }
     }
     out
 }
@@ -254,8 +254,25 @@ pub fn render_diff(a: &Explained, b: &Explained) -> String {
         );
         let mut any = false;
         for (heading, (xs, ys)) in SECTIONS.iter().zip(x.sections().iter().zip(y.sections())) {
-            let extra: Vec<&String> = xs.iter().filter(|l| !ys.contains(l)).collect();
-            if *heading == "other settings" {
+            let mut extra: Vec<&String> = xs.iter().filter(|l| !ys.contains(l)).collect();
+            if *heading == "may execute" {
+                // Any file is more than any list; a list is more than none only by its own
+                // entries where the other side has a list too.
+                extra.retain(|_| !y.exec_any);
+                if x.exec_any && !y.exec_any {
+                    any = true;
+                    let _ = writeln!(
+                        out,
+                        "  may execute:\n    any file it may read or write (no [exec] allow list)"
+                    );
+                }
+            }
+            let heading = if *heading == "other settings" {
+                "other settings (only here)"
+            } else {
+                heading
+            };
+            if heading.starts_with("other settings") {
                 let more: Vec<String> = x
                     .limits
                     .iter()
@@ -327,8 +344,8 @@ memory = "1G"
             "/usr (the host's, read-only)",
             "/data = host /srv/data (read-only)",
             "/srv/out (host directory, read-write)",
-            "/usr/bin/python3 (only this file)",
-            "/usr/lib/git-core/* (files matching",
+            "/usr/bin/python3 (this file)",
+            "/usr/lib/git-core/* (the files matching",
             "pypi.org (through the egress proxy)",
             "memory: 1G",
             "env TOKEN is set (value not shown)",
@@ -349,6 +366,10 @@ memory = "1G"
         assert!(b_more.contains("memory: 512M (not 256M)"), "{text}");
         assert!(b_more.contains("cpu_time: none (not 10s)"), "{text}");
         assert!(a_more.contains("any file it may read or write"), "{text}");
+        assert!(
+            !b_more.contains("python3"),
+            "a list is not more than any file: {text}"
+        );
         assert!(!a_more.contains("memory"), "{text}");
         let same = render_diff(&explain(&a, &["/usr"]), &explain(&a, &["/usr"]));
         assert_eq!(same.matches("  nothing").count(), 2, "{same}");
