@@ -54,6 +54,7 @@ enum Command {
     /// Show what this host can enforce, and what each missing piece costs.
     Check(check::CheckArgs),
     /// Explain a profile in plain words, or compare two: `explain PROFILE`, `diff A B`.
+    #[command(long_about = profile_cmd::LONG_ABOUT)]
     Profile(profile_cmd::ProfileArgs),
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
     Serve(serve::ServeArgs),

@@ -6,16 +6,16 @@ use clap::{Args, Subcommand};
 use cordon_policy::explain::{explain, render, render_diff, Explained};
 use cordon_policy::Profile;
 
-#[derive(Args, Debug)]
-#[command(
-    long_about = "What a profile allows, in plain words: the files a sandbox may read, write and \
+/// `cordon profile --help`'s text.
+pub const LONG_ABOUT: &str = "What a profile allows, in plain words: the files a sandbox may read, write and \
 execute, the hosts it may reach, its limits. PROFILE is a built-in (default, strict) or a TOML \
 file; a file's `extends` is resolved, so what is printed is everything the sandbox gets.\n\n\
 Examples:\n  cordon profile explain strict\n  cordon profile explain ./job.toml\n  \
 cordon profile diff default ./job.toml      # what job.toml allows beyond default, and the reverse\n\n\
 A file that does not load (unknown key, bad value, missing file) is an error naming the key and \
-line, with exit status 125, as `cordon run --profile` would refuse it."
-)]
+line, with exit status 125, as `cordon run --profile` would refuse it.";
+
+#[derive(Args, Debug)]
 pub struct ProfileArgs {
     #[command(subcommand)]
     command: ProfileCommand,
