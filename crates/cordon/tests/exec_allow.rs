@@ -255,3 +255,62 @@ fn a_profile_files_exec_allow_is_enforced_like_the_flag() {
     assert_eq!(o.stdout().trim(), "refused 13", "{o}");
     assert_eq!(markers(&s.ws.path), Vec::<String>::new(), "{o}");
 }
+
+/// A host without Landlock cannot enforce the list: the run is refused (exit 125) and says
+/// why, instead of running with every file executable.
+#[test]
+fn without_landlock_the_run_is_refused_not_run_unenforced() {
+    let s = setup();
+    let layout = common::hosts::HostLayout {
+        refuse: vec![(libc::SYS_landlock_create_ruleset, libc::ENOSYS)],
+        ..Default::default()
+    };
+    let f = layout
+        .cordon()
+        .args(["run", "--workspace", s.ws.str()])
+        .args(["--exec-allow", "/usr/bin/python3", "--"])
+        .args(["sh", "-c", "touch /workspace/pwned-no-landlock"])
+        .run();
+    assert_eq!(f.code, Some(125), "{f:?}");
+    assert!(
+        f.stderr.contains("landlock") && f.stderr.contains("programs allowlist"),
+        "{f:?}"
+    );
+    assert_eq!(markers(&s.ws.path), Vec::<String>::new());
+}
+
+/// Without namespaces (Docker's default seccomp profile refuses them) there are no noexec
+/// mounts, but Landlock still refuses every execve off the list; the gap left (the loader
+/// mapping a program from a writable place) is said in `enforcement.notes`.
+#[test]
+fn without_namespaces_execve_is_still_refused_and_the_gap_is_reported() {
+    let s = setup();
+    let layout = common::hosts::HostLayout {
+        docker_seccomp: true,
+        ..Default::default()
+    };
+    let f = layout
+        .cordon()
+        .args(["run", "--json", "--workspace", s.ws.str()])
+        .args(["--exec-allow", "/usr/bin/python3", "--", "python3", "-c"])
+        .arg(
+            "import subprocess\nfor p in ['/bin/sh', '/usr/bin/touch']:\n try:\n  \
+             subprocess.run([p, '-c', 'touch /workspace/pwned-degraded'])\n except OSError as e:\n  \
+             print(p, 'refused', e.errno)",
+        )
+        .run();
+    let o = f.outcome();
+    assert_eq!(o.enforcement()["user_ns"], false, "{o}");
+    assert_eq!(
+        o.stdout(),
+        "/bin/sh refused 13\n/usr/bin/touch refused 13\n",
+        "{o}"
+    );
+    assert!(
+        o.enforcement()["notes"]
+            .to_string()
+            .contains("programs allowlist without a mount namespace"),
+        "{o}"
+    );
+    assert_eq!(markers(&s.ws.path), Vec::<String>::new(), "{o}");
+}
