@@ -30,7 +30,7 @@ def attempt(name, argv, **kw):
     except OSError as e:
         print(f"{name}: refused errno {e.errno}")
 marker = lambda name: "/workspace/pwned-" + name
-for d in ["/tmp", "/workspace", "/dev/shm", "/home/sandbox"]:
+for d in ["/tmp", "/workspace", "/dev/shm", "/home/sandbox", "/home/user", "/out"]:
     tag = d.strip("/").replace("/", "-")
     copy = d + "/touch-copy"
     shutil.copy("/usr/bin/touch", copy)
@@ -75,6 +75,8 @@ print("done")
 struct Setup {
     ws: HostDir,
     dir: HostDir,
+    /// A `--rw` bind at /out.
+    out: HostDir,
 }
 
 fn setup() -> Setup {
@@ -103,14 +105,18 @@ fn setup() -> Setup {
         "#!/usr/bin/python3\nopen('/workspace/ran-ok-py', 'w').write('x')\n",
         0o755,
     );
-    Setup { ws, dir }
+    let out = HostDir::new("exec-allow-out");
+    set_mode(&out.path, 0o777);
+    Setup { ws, dir, out }
 }
 
 fn cordon_run(s: &Setup, allow: &[&str], argv: &[&str]) -> Finished {
     let mut cmd = Cmd::cordon()
         .args(["run", "--json", "--workspace", s.ws.str()])
         .arg("--ro")
-        .arg(format!("{}:/tools", s.dir.str()));
+        .arg(format!("{}:/tools", s.dir.str()))
+        .arg("--rw")
+        .arg(format!("{}:/out", s.out.str()));
     for a in allow {
         cmd = cmd.arg("--exec-allow").arg(*a);
     }
@@ -161,6 +167,8 @@ fn only_allowed_programs_run_whatever_way_the_payload_tries() {
         "exec /workspace",
         "exec /dev/shm",
         "exec /home/sandbox",
+        "exec /home/user",
+        "exec /out",
         "exec /tools/other/touch",
         "sh",
         "script /tools/evil.sh",
@@ -176,6 +184,8 @@ fn only_allowed_programs_run_whatever_way_the_payload_tries() {
         "loader /workspace",
         "loader /dev/shm",
         "loader /home/sandbox",
+        "loader /home/user",
+        "loader /out",
         "loader /bin/sh",
     ] {
         let v = verdict(&o, name);
