@@ -1,5 +1,13 @@
 //! Landlock rules that mirror the mount layout, so that a mount-namespace escape still finds
 //! the filesystem fenced. Best effort above ABI 1; the status is reported, never assumed.
+//!
+//! With a programs allowlist (`exec_only`), the execute right is withheld from every rule and
+//! granted on the allowed files alone: the kernel then refuses `execve` of anything else,
+//! whatever its permissions — a binary copied into `/tmp`, a script's interpreter that is not
+//! on the list, the dynamic loader of a program that names another one. Landlock checks the
+//! opens an exec makes (the program, its `#!` interpreter, its ELF interpreter), not `mmap`:
+//! what a running program maps executable is for the mount flags (`noexec` on the writable
+//! mounts, see `mounts`) and what remains is said in the README.
 
 use std::path::PathBuf;
 
@@ -24,6 +32,9 @@ pub struct FsRules {
     /// TCP: `None` leaves it to the network namespace; `Some(ports)` (a sandbox without one)
     /// refuses every TCP bind and every connect but to these ports (ABI 4+).
     pub tcp_connect: Option<Vec<u16>>,
+    /// The programs allowlist resolved to files: `Some` withholds the execute right from
+    /// every rule above and grants it on these files only (ABI 1: every Landlock has it).
+    pub exec_only: Option<Vec<PathBuf>>,
 }
 
 /// What was enforced.
@@ -92,12 +103,22 @@ pub fn apply(rules: &FsRules, kernel_abi: u32) -> Result<Applied, String> {
     let read = AccessFs::from_read(TARGET);
     let read_no_exec = read & !AccessFs::Execute;
     let file_rw = (AccessFs::from_file(TARGET)) & !AccessFs::Execute;
-    let groups: [(&Vec<PathBuf>, _); 5] = [
-        (&rules.read_exec, read),
-        (&rules.read_write, AccessFs::from_all(TARGET)),
+    // Without an allowlist, Execute goes wherever reading does; with one, nowhere but on the
+    // allowed files (a rule's rights add up down the tree, so one Execute on a directory
+    // would reach every file below it).
+    let exec = if rules.exec_only.is_some() {
+        AccessFs::Execute.into()
+    } else {
+        landlock::BitFlags::<AccessFs>::empty()
+    };
+    let allowed: &[PathBuf] = rules.exec_only.as_deref().unwrap_or(&[]);
+    let groups: [(&[PathBuf], _); 6] = [
+        (&rules.read_exec, read & !exec),
+        (&rules.read_write, AccessFs::from_all(TARGET) & !exec),
         (&rules.files_rw, file_rw),
         (&rules.read_only, read_no_exec),
         (&rules.list_only, AccessFs::ReadDir.into()),
+        (allowed, exec),
     ];
     for (paths, access) in groups {
         for p in paths {

@@ -20,6 +20,7 @@ pub mod cgroup;
 mod channel;
 pub mod detect;
 mod error;
+mod exec_allow;
 pub mod freeze;
 pub mod fsview;
 mod idmap;

@@ -326,6 +326,8 @@ fn root_inodes(plan: &Plan) -> u64 {
             RootEntry::Alias { at, .. } => depth(at),
             RootEntry::Hide { dest, .. } => depth(dest),
             RootEntry::Generated { dest, .. } => depth(dest),
+            // Inside a system directory's bind: nothing in the root's own tmpfs.
+            RootEntry::NoExecDir { .. } => 0,
         })
         .sum();
     64 + entries
@@ -498,22 +500,34 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     // top of it instead of being hidden by it.
     let disk = plan.limits.disk;
     let inodes = plan.limits.scratch_inodes();
+    // With a programs allowlist, every writable mount is also `noexec` unless an allowed file
+    // lies in it: Landlock refuses `execve` there, and `noexec` refuses what Landlock does not
+    // check — the dynamic loader mapping a program written there (`ld.so /tmp/prog`), or a
+    // library a program wrote and loads.
+    let noexec = |dest: &Path| -> libc::c_ulong {
+        match &plan.landlock.exec_only {
+            Some(allowed) if !allowed.iter().any(|f| f.starts_with(dest)) => MS_NOEXEC,
+            _ => 0,
+        }
+    };
     root_tmpfs(
         root,
         Path::new("/tmp"),
         disk,
         inodes,
         0o1777,
-        MS_NOSUID | MS_NODEV,
+        MS_NOSUID | MS_NODEV | noexec(Path::new("/tmp")),
     )?;
+    let home = Path::new(cordon_policy::profile::HOME);
     root_tmpfs(
         root,
-        Path::new(cordon_policy::profile::HOME),
+        home,
         disk,
         inodes,
         0o700,
-        MS_NOSUID | MS_NODEV,
+        MS_NOSUID | MS_NODEV | noexec(home),
     )?;
+    let ws = Path::new("/workspace");
     match (&plan.workspace, plan.workspace_tree) {
         (Some(_), Some(tree)) => {
             let dest = root
@@ -524,21 +538,24 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             // SAFETY: the supervisor left this fd open across the clone for this one use;
             // nothing else owns it.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) });
+            if noexec(ws) != 0 {
+                remount(root, ws, MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
+            }
         }
-        (Some(ws), None) => bind(
+        (Some(host), None) => bind(
             root,
-            &under_old(ws),
-            Path::new("/workspace"),
+            &under_old(host),
+            ws,
             Point::Dir,
-            MS_NOSUID | MS_NODEV,
+            MS_NOSUID | MS_NODEV | noexec(ws),
         )?,
         (None, _) => root_tmpfs(
             root,
-            Path::new("/workspace"),
+            ws,
             disk,
             inodes,
             0o755,
-            MS_NOSUID | MS_NODEV,
+            MS_NOSUID | MS_NODEV | noexec(ws),
         )?,
     }
     build_dev(root, disk, inodes)?;
@@ -566,6 +583,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
             RootEntry::Bind {
                 tree: Some(tree),
                 dest,
+                writable,
                 ..
             } => {
                 let at = root
@@ -576,6 +594,9 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 // SAFETY: the supervisor left this fd open across the clone for this one use;
                 // nothing else owns it.
                 drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(*tree) });
+                if *writable && noexec(dest) != 0 {
+                    remount(root, dest, MS_NOSUID | MS_NODEV | MS_NOEXEC)?;
+                }
             }
             RootEntry::Bind {
                 src,
@@ -585,7 +606,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 ..
             } => {
                 let flags = if *writable {
-                    MS_NOSUID | MS_NODEV
+                    MS_NOSUID | MS_NODEV | noexec(dest)
                 } else {
                     MS_RDONLY | MS_NOSUID | MS_NODEV
                 };
@@ -611,6 +632,24 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 Point::Exists,
                 MS_RDONLY | MS_NOSUID | MS_NODEV | libc::MS_NOEXEC,
             )?,
+            RootEntry::NoExecDir { dir, allowed } => {
+                bind(
+                    root,
+                    &under_old(dir),
+                    dir,
+                    Point::Dir,
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                )?;
+                for f in allowed {
+                    bind(
+                        root,
+                        &under_old(f),
+                        f,
+                        Point::Exists,
+                        MS_RDONLY | MS_NOSUID | MS_NODEV,
+                    )?;
+                }
+            }
             RootEntry::Symlink { target, link } => root
                 .symlink(target, link)
                 .step(|| format!("symlink {}", link.display()))?,

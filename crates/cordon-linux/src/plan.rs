@@ -42,6 +42,12 @@ pub enum RootEntry {
     /// A path below a bind that the sandbox must not reach (a profile's `hide`): an empty
     /// read-only directory, or `/dev/null` without device access for a file, mounted over it.
     Hide { dest: PathBuf, is_dir: bool },
+    /// With a programs allowlist: a directory of programs (`/usr/bin`, …) bound again over
+    /// itself read-only and `noexec`, then each allowed file in it (host paths, symlinks
+    /// resolved) bound over itself without `noexec`. Landlock already refuses `execve` of the
+    /// others; `noexec` also refuses mapping them executable, which is how the dynamic loader
+    /// runs a program named to it (`ld.so /bin/sh`) without an `execve` of its own.
+    NoExecDir { dir: PathBuf, allowed: Vec<PathBuf> },
     /// A small file cordon writes (the sandbox's own `/etc/passwd`), bound read-only at `dest`
     /// over whatever the host's `/etc` has there.
     Generated { dest: PathBuf, contents: String },
@@ -330,6 +336,50 @@ pub fn host_system_paths(view: SystemView) -> Vec<&'static str> {
     out
 }
 
+/// The host's directories of programs (as opposed to libraries, which must stay mappable
+/// executable): those that are real directories here (on a merged-/usr host, `/bin` and
+/// `/sbin` are links into `/usr`).
+const PROGRAM_DIRS: &[&str] = &[
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/games",
+    "/usr/local/games",
+    "/bin",
+    "/sbin",
+];
+
+/// Most allowed files one program directory takes as binds of their own; a list allowing
+/// more of one (`/usr/bin/*`) leaves that directory mappable (the README says so).
+const MAX_EXEC_BINDS_PER_DIR: usize = 64;
+
+/// The [`RootEntry::NoExecDir`]s for the allowed files `allowed` (host paths).
+fn program_dirs(allowed: &[PathBuf]) -> Vec<RootEntry> {
+    let files: Vec<PathBuf> = allowed
+        .iter()
+        .filter_map(|f| f.canonicalize().ok())
+        .collect();
+    PROGRAM_DIRS
+        .iter()
+        .map(Path::new)
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .filter_map(|dir| {
+            let mut mine: Vec<PathBuf> = files
+                .iter()
+                .filter(|f| f.parent() == Some(dir))
+                .cloned()
+                .collect();
+            mine.sort();
+            mine.dedup();
+            (mine.len() <= MAX_EXEC_BINDS_PER_DIR).then(|| RootEntry::NoExecDir {
+                dir: dir.to_path_buf(),
+                allowed: mine,
+            })
+        })
+        .collect()
+}
+
 fn cstring(s: &str, what: &str) -> Result<CString, EngineError> {
     CString::new(s).map_err(|_| EngineError::Invalid(format!("{what} contains a NUL byte")))
 }
@@ -446,6 +496,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             .collect(),
         read_exec: Vec::new(),
         tcp_connect: None,
+        exec_only: None,
     };
     // No listing of `/` or `/dev` on the host: beneath them is everything (Landlock rules
     // are hierarchical), and the names of a host's files say much about it.
@@ -461,6 +512,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         files_rw: host_files_rw,
         read_exec: Vec::new(),
         tcp_connect: None,
+        exec_only: None,
     };
     let image = p.root_image.as_ref().map(|img| ImagePlan {
         layers: img.layers.clone(),
@@ -580,6 +632,22 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
                 ws.display()
             )));
         }
+    }
+    // The programs allowlist: enforced by Landlock alone, so a kernel without it cannot run
+    // such a sandbox at all (a run that executes anything would be a lie about the profile).
+    if let Some(allowed) = crate::exec_allow::resolve(p, &host_system_paths(p.system))? {
+        if input.kernel_landlock_abi == 0 {
+            return Err(EngineError::Required {
+                missing: "landlock".into(),
+                hint: "the programs allowlist (--exec-allow, [exec] allow) is enforced by \
+                       Landlock (Linux 5.13+, with landlock in the lsm= boot parameter); \
+                       run without it, or on a host that has Landlock"
+                    .into(),
+            });
+        }
+        root.extend(program_dirs(&allowed.host));
+        ll.exec_only = Some(allowed.sandbox);
+        host_ll.exec_only = Some(allowed.host);
     }
     let cwd = match (
         input.cwd,

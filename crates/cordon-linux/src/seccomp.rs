@@ -670,6 +670,43 @@ pub fn no_netns_filter(tcp: bool) -> Result<BpfProgram, SeccompError> {
     asm.finish()
 }
 
+/// The third filter of a sandbox with a programs allowlist, stacked on the others:
+/// - `memfd_create`: refused. A memfd lives on the kernel's internal tmpfs, which Landlock's
+///   rules do not cover (measured: `execve("/proc/self/fd/N")` of one ran under a ruleset
+///   that granted execute nowhere) and which is never `noexec`, so the dynamic loader maps
+///   one too (`ld.so /proc/self/fd/N`); not even `MFD_NOEXEC_SEAL` stops that mapping.
+/// - `execveat` with `AT_EMPTY_PATH`: executing an open descriptor (`fexecve`) rather than a
+///   path — a memfd made before, or a file opened and then unlinked or moved: refusing it
+///   keeps the allowlist a matter of paths alone.
+///
+/// Nothing else changes: `execve` and `execveat` with a path are Landlock's to decide.
+pub fn exec_allowlist_filter() -> Result<BpfProgram, SeccompError> {
+    let mut asm = Asm::default();
+    let allow = asm.label();
+    let arch_ok = asm.label();
+    asm.ld(DATA_ARCH);
+    asm.jeq(arch::AUDIT_ARCH, Jump::To(arch_ok), Jump::Next);
+    asm.ret(RET_KILL);
+    asm.bind(arch_ok);
+    asm.ld(DATA_NR);
+    let deny = asm.label();
+    asm.jeq(libc::SYS_memfd_create as u32, Jump::To(deny), Jump::Next);
+    asm.jeq(libc::SYS_execveat as u32, Jump::Next, Jump::To(allow));
+    asm.ld(arg_lo(4));
+    asm.jset(libc::AT_EMPTY_PATH as u32, Jump::Next, Jump::To(allow));
+    asm.bind(deny);
+    asm.ret(RET_EPERM);
+    asm.bind(allow);
+    asm.ret(RET_ALLOW);
+    asm.finish()
+}
+
+/// Installs [`exec_allowlist_filter`] on the calling thread, after [`install`].
+pub fn install_exec_allowlist() -> Result<(), SeccompError> {
+    seccompiler::apply_filter(&exec_allowlist_filter()?)?;
+    Ok(())
+}
+
 /// The IPC syscalls whose objects live in the IPC namespace (refused without one).
 const HOST_IPC: &[i64] = &[
     libc::SYS_shmget,
@@ -856,6 +893,38 @@ mod tests {
 
     /// The filter of a sandbox without namespaces, without and with a network policy: each
     /// socket family and type, `connect`, the IPC calls, and everything else allowed.
+    #[test]
+    fn exec_allowlist_filter_refuses_memfds_and_executing_a_descriptor() -> AnyResult<()> {
+        let prog = exec_allowlist_filter()?;
+        let nr = |n: i64| n as u32;
+        let empty = libc::AT_EMPTY_PATH as u64;
+        let cases = [
+            (libc::SYS_execveat, [3, 0, 0, 0, empty, 0], RET_EPERM),
+            (
+                libc::SYS_execveat,
+                [3, 0, 0, 0, empty | libc::AT_SYMLINK_NOFOLLOW as u64, 0],
+                RET_EPERM,
+            ),
+            (libc::SYS_execveat, [3, 0, 0, 0, 0, 0], RET_ALLOW),
+            (libc::SYS_execve, [0, 0, 0, 0, empty, 0], RET_ALLOW),
+            (libc::SYS_memfd_create, [0, 0, 0, 0, 0, 0], RET_EPERM),
+            (libc::SYS_memfd_create, [0, 0x8, 0, 0, 0, 0], RET_EPERM),
+            (libc::SYS_openat, [0, 0, 0, 0, empty, 0], RET_ALLOW),
+        ];
+        for (n, args, want) in cases {
+            assert_eq!(
+                run(&prog, nr(n), arch::AUDIT_ARCH, args).0,
+                want,
+                "{n} {args:?}"
+            );
+        }
+        assert_eq!(
+            run(&prog, nr(libc::SYS_execveat), FOREIGN_ARCH, [0; 6]).0,
+            RET_KILL
+        );
+        Ok(())
+    }
+
     #[test]
     fn no_netns_filter_verdicts() -> AnyResult<()> {
         let nr = |n: i64| n as u32;

@@ -5,6 +5,8 @@
 //! a confined process tree.
 
 pub mod ending;
+pub mod exec;
+pub mod explain;
 pub mod lexical;
 pub mod network;
 pub mod notices;

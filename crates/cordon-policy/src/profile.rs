@@ -309,6 +309,11 @@ pub struct Profile {
     /// outside the sandbox, which gets placeholders only (see [`crate::secrets`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretSpec>,
+    /// The programs allowlist (`[exec] allow`, `--exec-allow`): `None` lets the sandbox
+    /// execute any file it can read; `Some` only the files these entries name (absolute paths
+    /// in the sandbox, `*` and `?` allowed in the last component). See [`crate::exec`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_allow: Option<Vec<PathBuf>>,
 }
 
 /// One bind with hidden paths below it: Landlock must grant its destination minus these.
@@ -432,6 +437,7 @@ impl Profile {
             root_image: None,
             hide: Vec::new(),
             secrets: Vec::new(),
+            exec_allow: None,
         };
         match name {
             "default" => Ok(base),
@@ -614,6 +620,9 @@ impl Profile {
         if let Some(img) = &self.root_image {
             img.validate()?;
         }
+        for e in self.exec_allow.iter().flatten() {
+            crate::exec::validate_entry(e, "--exec-allow")?;
+        }
         if self
             .image
             .as_ref()
@@ -748,6 +757,7 @@ fn file_key(field: &str) -> String {
         "--allow-net" => "network.allow",
         "--env" => "env",
         "--secret" => "secrets",
+        "--exec-allow" => "exec.allow",
         other => other.trim_start_matches('-'),
     };
     key.to_string()
@@ -829,6 +839,13 @@ struct ProfileFile {
     network: Option<NetworkPolicy>,
     image: Option<String>,
     secrets: Option<BTreeMap<String, SecretFile>>,
+    exec: Option<ExecFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecFile {
+    allow: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -939,6 +956,9 @@ impl ProfileFile {
         }
         if let Some(i) = self.image {
             p.image = Some(i);
+        }
+        if let Some(x) = self.exec {
+            p.exec_allow = Some(x.allow);
         }
         for (name, file) in self.secrets.unwrap_or_default() {
             p.secrets.retain(|s| s.name != name);
@@ -1106,6 +1126,10 @@ pass = ["LANG"]
             ),
             ("hostname = \"has space\"\n", "line 1: hostname:"),
             (
+                "[exec]\nallow = [\"python3\"]\n",
+                "line 2: [exec] allow: 'python3' is not an absolute path",
+            ),
+            (
                 "\nextends = \"nonexistent\"\n",
                 "line 2: extends: 'nonexistent'",
             ),
@@ -1127,6 +1151,7 @@ pass = ["LANG"]
                 "--workspace",
                 "--env",
                 "--allow-net",
+                "--exec-allow",
             ]
             .iter()
             .find(|f| err.contains(*f));

@@ -19,6 +19,7 @@ mod image;
 mod mcp;
 mod ops;
 mod ops_tty;
+mod profile_cmd;
 mod run;
 mod run_tty;
 mod sandbox_args;
@@ -52,6 +53,9 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Show what this host can enforce, and what each missing piece costs.
     Check(check::CheckArgs),
+    /// Explain a profile in plain words, or compare two: `explain PROFILE`, `diff A B`.
+    #[command(long_about = profile_cmd::LONG_ABOUT)]
+    Profile(profile_cmd::ProfileArgs),
     /// Serve persistent sandboxes over HTTP (files, commands, one-shot runs).
     Serve(serve::ServeArgs),
     /// Serve the sandbox as MCP tools on stdin/stdout, for agent hosts.
@@ -145,6 +149,7 @@ fn cordon_main() -> i32 {
         Command::Run(args) => run::main(*args),
         Command::Bench { args } => bench_launcher(args),
         Command::Check(args) => check::main(args),
+        Command::Profile(args) => profile_cmd::main(args),
         Command::Serve(args) => serve::serve_main(args),
         Command::Keys(args) => serve::keys_main(args),
         Command::E2b(args) => e2b::main(args),

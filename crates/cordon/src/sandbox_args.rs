@@ -61,6 +61,13 @@ pub struct SandboxArgs {
     /// Resolve NAME to IP in the egress proxy instead of asking DNS (repeatable).
     #[arg(long = "add-host", value_name = "NAME:IP")]
     pub add_host: Vec<String>,
+    /// Allow executing only these files (repeatable; absolute paths in the sandbox, `*` and
+    /// `?` in the last part, e.g. /usr/lib/git-core/*). Everything else — a binary copied into
+    /// /tmp, a script whose #! interpreter is not listed — is refused by the kernel
+    /// (Landlock); the dynamic loader each listed program names is added. Adds to the
+    /// profile's [exec] allow. [profile default: any file]
+    #[arg(long = "exec-allow", value_name = "PATH")]
+    pub exec_allow: Vec<PathBuf>,
     /// Run from an OCI image instead of the host's system directories: a name or digest in
     /// the image store (see `cordon image pull`), or a directory (a path starting with / or .).
     #[arg(long, value_name = "REF|DIR")]
@@ -181,6 +188,11 @@ impl SandboxArgs {
             if !p.require.contains(&layer) {
                 p.require.push(layer);
             }
+        }
+        if !a.exec_allow.is_empty() {
+            p.exec_allow
+                .get_or_insert_with(Vec::new)
+                .extend(a.exec_allow.iter().cloned());
         }
         if let Some(i) = &a.image {
             p.image = Some(i.clone());

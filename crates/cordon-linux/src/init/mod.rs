@@ -331,6 +331,29 @@ fn confine(plan: &Plan, ch: &Channel, c: Confinement<'_>) {
             fail(ch, "seccomp", e);
         }
     }
+    if landlock.exec_only.is_some() {
+        // The plan refused a kernel without Landlock; one that has it but did not enforce
+        // the ruleset (disabled at boot after detection) must not run the payload either.
+        if landlock_abi == 0 {
+            fail(
+                ch,
+                "landlock",
+                "the programs allowlist (--exec-allow) needs Landlock, which the kernel did \
+                 not enforce",
+            );
+        }
+        if let Err(e) = seccomp::install_exec_allowlist() {
+            fail(ch, "seccomp", e);
+        }
+        if !namespaces {
+            notes.push(
+                "programs allowlist without a mount namespace: the scratch directories cannot \
+                 be mounted noexec, so the dynamic loader can still run a program written \
+                 there (ld.so /tmp/prog); execve of it is refused"
+                    .to_string(),
+            );
+        }
+    }
     let raw: Vec<RawFd> = watch_fds.iter().map(|f| f.as_raw_fd()).collect();
     // Without this report the supervisor would show none of the layers just applied (and a
     // persistent sandbox would never be ready): its loss is a setup failure, not a detail.
@@ -520,7 +543,15 @@ fn search_path<T>(
             Err(e) => {
                 let code = e.raw_os_error().unwrap_or(libc::ENOENT);
                 if code != libc::ENOENT && code != libc::ENOTDIR {
-                    return Err((code, c.to_string_lossy().into_owned()));
+                    let mut path = c.to_string_lossy().into_owned();
+                    // Landlock's refusal is an EACCES like a missing x bit: say which rule.
+                    if code == libc::EACCES && plan.landlock.exec_only.is_some() {
+                        path.push_str(
+                            " (not in the programs allowlist, --exec-allow / [exec] allow; \
+                             a script's #! interpreter must be listed too)",
+                        );
+                    }
+                    return Err((code, path));
                 }
             }
         }
