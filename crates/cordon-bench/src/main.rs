@@ -9,6 +9,7 @@
 
 mod images;
 mod refuse;
+mod secrets;
 mod wasm;
 
 use std::path::PathBuf;
@@ -52,6 +53,10 @@ pub struct BenchArgs {
     /// registry; needs docker-registry, umoci, skopeo and busybox).
     #[arg(long)]
     no_images: bool,
+    /// Skip the secrets part (a request with an injected secret through TLS termination next
+    /// to the plain CONNECT relay, and a 100 MB download through each; needs python3).
+    #[arg(long)]
+    no_secrets: bool,
 }
 
 struct Variant {
@@ -371,6 +376,15 @@ fn run(a: BenchArgs) -> i32 {
             Ok(v) => report.push(v),
             Err(e) => {
                 eprintln!("cordon-bench: wasm part: {e}");
+                return 125;
+            }
+        }
+    }
+    if !a.no_secrets {
+        match crate::secrets::bench(&me, a.iterations, a.json) {
+            Ok(v) => report.push(v),
+            Err(e) => {
+                eprintln!("cordon-bench: secrets part: {e}");
                 return 125;
             }
         }
