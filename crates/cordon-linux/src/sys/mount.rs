@@ -125,14 +125,22 @@ fn cpath(path: &Path) -> io::Result<std::ffi::CString> {
 
 /// A detached copy of the mount at `path` (not recursive, like MS_BIND), close-on-exec.
 pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
+    open_tree_clone_with(path, false)
+}
+
+/// A detached copy of the mount at `path`, with the mounts beneath it when `recursive` (like
+/// MS_BIND | MS_REC), close-on-exec.
+pub fn open_tree_clone_with(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
     let c = cpath(path)?;
+    let rec = if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: valid NUL-terminated path and flag constants; a non-negative result is a new fd.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             c.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            OPEN_TREE_CLONE | rec | libc::O_CLOEXEC as libc::c_uint,
         )
     };
     if ret < 0 {
