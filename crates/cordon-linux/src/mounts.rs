@@ -647,6 +647,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 dest,
                 writable,
                 is_dir,
+                idmap,
                 ..
             } => {
                 let flags = if *writable {
@@ -655,7 +656,19 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                     MS_RDONLY | MS_NOSUID | MS_NODEV
                 };
                 let point = if *is_dir { Point::Dir } else { Point::File };
-                bind(root, &under_old(src), dest, point, flags)?;
+                if *idmap {
+                    // A server's bind (a volume, a checked host directory): opened with no
+                    // link followed, as `idmap::bind_trees` does as root.
+                    let pinned = sys::open_unlinked_path(&under_old(src)).step(|| {
+                        format!(
+                            "open {} without following links (it changed since it was checked?)",
+                            src.display()
+                        )
+                    })?;
+                    bind(root, &fd_path(&pinned), dest, point, flags)?;
+                } else {
+                    bind(root, &under_old(src), dest, point, flags)?;
+                }
             }
             // Over what a bind brought in: nothing to read, list, write or execute there.
             RootEntry::Hide { dest, is_dir: true } => root_tmpfs(

@@ -8,31 +8,40 @@
 //! - CVE-2024-21626: a descriptor or working directory of the host leaked into the sandbox
 //!   (`/proc/self/fd/N`, `/proc/<pid>/cwd`, `openat` on a leaked directory, `fchdir`).
 //! - CVE-2021-30465: a sandbox-writable path swapped for a symlink (`RENAME_EXCHANGE`, in a
-//!   loop) while cordon sets up a bind below it.
+//!   loop) while cordon sets up a bind below it (the mount point's side), and a bind source
+//!   swapped between the server's check against `--docker-bind-root` and the mount (the
+//!   source's side).
 //! - CVE-2025-31133 / -52565 / -52881: an image root whose `/dev/null`, `/dev/console`, `/dev`
 //!   and mount points are links to `/proc` files, so that cordon's mounts would land on kernel
 //!   knobs: `core_pattern` and `sysrq-trigger` must never become writable.
 //!
-//! Root and rootless: scripts/test.sh runs this suite as an unprivileged user too.
+//! Root and rootless: scripts/test.sh runs this suite as an unprivileged user too. busybox and
+//! umoci come from scripts/test.sh's apt list; without them the image tests skip (fail in CI).
 //!
-//! Each test was run against a deliberately weakened build (the source patched locally, the
-//! test run, the patch reverted) and failed there, so it is known to test what it names:
-//! - `the_sandbox_init_never_hands_out_the_runtime_binary`: `sys::set_dumpable(false)` removed
-//!   from `init::init_entry` → `/proc/1/exe` opened (O_PATH and O_RDONLY), the test failed.
-//! - `a_proc_self_exe_script_run_by_an_exec_cannot_write_the_runtime`: the Landlock ruleset not
-//!   applied (`landlock_rules` restrict call skipped) → the runtime ran inside and the watcher's
-//!   reopen for writing got ETXTBSY (only the kernel's busy-text check held), the test failed.
-//! - `no_host_descriptor_or_working_directory_reaches_a_run`: `sys::close_fds_except` skipped
-//!   in `init::init_entry` → the leaked host directory (fd 77) was in the payload's
-//!   `/proc/self/fd` and a file was created in it on the host, the test failed.
-//! - `no_descriptor_of_the_server_reaches_a_persistent_sandbox`: the same patch → fds 77/78 in
-//!   the exec's processes and the canary file made on the host, the test failed.
-//! - `a_bind_target_swapped_for_a_symlink_during_setup_stays_inside_the_root`: `mounts::bind`
-//!   made its mount point with a path string under `/newroot` (`mkdir -p`, following links)
-//!   instead of `InRoot` → directories appeared in the host victim directory, the test failed.
-//! - `image_links_from_dev_and_mount_points_to_proc_never_unmask_kernel_knobs`:
-//!   `mounts::build_proc`'s read-only binds of `sys` and `sysrq-trigger` skipped → the writes
-//!   answered EACCES instead of EROFS (only the unmapped owner held), the test failed.
+//! Each test fails against a weakened build (the source patched locally, the test run, the
+//! patch reverted), so it is known to test what it names. Two found real holes, fixed with
+//! them (they failed on the code before the fix, root and rootless):
+//! - `a_bind_target_swapped_for_a_symlink_during_setup_stays_inside_the_root`: before the fix
+//!   a bind was made, then remounted read-only *by path*; the swap made the remount land on
+//!   `/tmp` and the `--ro` bind stayed writable (a run wrote through it, ~run 30). Fixed in
+//!   `mounts::bind`: the flags go on a detached copy before it is attached on the descriptor.
+//! - `a_bind_source_swapped_for_a_link_after_its_check_is_never_mounted`: before the fix the
+//!   checked path was opened again following links; a container read the secret of a host
+//!   directory outside the bind roots (container 6 as root, 2 rootless). Fixed: a server's
+//!   bind sources are opened with no link followed (`sys::open_unlinked_path`).
+//!
+//! The others, weakened:
+//! - `the_sandbox_init_never_hands_out_the_runtime_binary`: `sys::set_dumpable(false)` in
+//!   `init::init_entry` made `set_dumpable(true)` → `/proc/1/exe` answered, failed (root and
+//!   rootless).
+//! - `a_proc_self_exe_script_run_by_an_exec_cannot_write_the_runtime`: Landlock not applied in
+//!   `init::confine` → rootless, the runtime (the user's own copy) ran inside and the watcher
+//!   chmod'ed it through `/proc/<pid>/exe` (1753 times), failed. As root what holds is that the
+//!   sandbox is never host root (the installed runtime is root's): a handle on it is had, a
+//!   write or chmod is not.
+//! - `no_host_descriptor_or_working_directory_reaches_a_run` and
+//!   `no_descriptor_of_the_server_reaches_a_persistent_sandbox`: WEAKENING_FDS
+//! - `image_links_from_dev_and_mount_points_to_proc_never_unmask_kernel_knobs`: WEAKENING_PROC
 
 mod common;
 mod serve;
@@ -764,4 +773,231 @@ done
             "variant {i}: the host's core_pattern changed\n{o:#}"
         );
     }
+}
+
+/// A busybox image (`localhost/oci:t`) imported into the store at `data`, built with umoci.
+fn import_busybox(dir: &Path, data: &Path, bb: &Path) {
+    let oci = dir.join("oci");
+    let bundle = dir.join("bundle");
+    let layout = format!("{}:t", oci.display());
+    let ok = |c: &mut std::process::Command| {
+        let out = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let cmd = std::process::Command::new;
+    ok(cmd("umoci").arg("init").arg("--layout").arg(&oci));
+    ok(cmd("umoci").args(["new", "--image", &layout]));
+    ok(cmd("umoci")
+        .args(["unpack", "--rootless", "--image", &layout])
+        .arg(&bundle));
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
+    std::fs::copy(bb, rootfs.join("bin/busybox")).expect("copy busybox");
+    std::os::unix::fs::symlink("busybox", rootfs.join("bin/sh")).expect("symlink");
+    ok(cmd("umoci")
+        .args(["repack", "--refresh-bundle", "--image", &layout])
+        .arg(&bundle));
+    let f = Cmd::cordon()
+        .args(["image", "import"])
+        .arg(&oci)
+        .args(["--json", "--data-dir"])
+        .arg(data)
+        .run();
+    assert_eq!(f.code, Some(0), "import: {f:?}");
+}
+
+/// One HTTP/1.0 request to the Docker door on loopback: (status, body as JSON or text).
+fn docker(port: u16, key: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let r = ureq::request(method, &format!("http://127.0.0.1:{port}{path}"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .timeout(Duration::from_secs(60));
+    let res = match body {
+        Some(b) => r.send_json(b),
+        None => r.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// CVE-2021-30465, the bind source's side of the race, through the Docker door's `Binds` (checked against
+/// `--docker-bind-root`): a sandbox with the allowed root's directory as its workspace
+/// exchanges `d` with a link out of the root (to a host directory with a secret) in a loop,
+/// while containers bind `d`. The check sees either the directory (allowed) or the link
+/// (outside the roots: refused); what is mounted must be what was checked — never the host
+/// directory the link names, which stays as it was and whose secret never shows.
+#[test]
+fn a_bind_source_swapped_for_a_link_after_its_check_is_never_mounted() {
+    let Some(bb) = busybox() else { return };
+    for tool in ["umoci"] {
+        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .any(|d| d.join(tool).is_file());
+        if !found {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{tool} is not installed (scripts/test.sh installs it)");
+            }
+            eprintln!("SKIPPED: {tool} is not installed");
+            return;
+        }
+    }
+    let shared = HostDir::new("srcswap");
+    set_mode(&shared.path, 0o777);
+    let allowed = shared.join("allowed");
+    std::fs::create_dir(&allowed).expect("mkdir");
+    set_mode(&allowed, 0o777);
+    let victim = shared.join("victim");
+    std::fs::create_dir(&victim).expect("mkdir");
+    set_mode(&victim, 0o777);
+    let token = unique("secret");
+    std::fs::write(victim.join("canary"), &token).expect("write");
+    set_mode(&victim.join("canary"), 0o644);
+    let data = shared.join("data");
+    import_busybox(&shared.path, &data, &bb);
+
+    let renameat2 = if cfg!(target_arch = "aarch64") {
+        276
+    } else {
+        316
+    };
+    let swapper = format!(
+        r#"
+import time
+os.mkdir("/workspace/d")
+os.symlink("../victim", "/workspace/l")
+open("/workspace/ready", "w").close()
+n = 0
+end = time.time() + 40
+while time.time() < end and not os.path.exists("/workspace/stop"):
+    for _ in range(200):
+        sc({renameat2}, -100, S(b"/workspace/d"), -100, S(b"/workspace/l"), 2)
+        n += 1
+R["swaps"] = n
+out()
+"#
+    );
+    let allowed_s = allowed.to_str().expect("utf-8").to_string();
+    let attacker = {
+        let a = allowed_s.clone();
+        std::thread::spawn(move || {
+            py_cmd(
+                Cmd::cordon().deadline(Duration::from_secs(80)),
+                &["--workspace", &a],
+                &swapper,
+            )
+        })
+    };
+    let start = Instant::now();
+    while !allowed.join("ready").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the swapper never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut cmd = std::process::Command::new(cordon_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .args(["--docker-listen", &format!("127.0.0.1:{port}")])
+        .arg("--docker-bind-root")
+        .arg(&allowed);
+    let srv = serve::Server::start_command(cmd, data.clone());
+    let bind = format!("{}/d:/mnt", allowed.display());
+    let (mut made, mut refused) = (0, 0);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        let (st, c) = docker(
+            port,
+            &srv.key,
+            "POST",
+            "/containers/create",
+            Some(json!({
+                "Image": "localhost/oci:t",
+                "Cmd": ["/bin/sh", "-c", "cat /mnt/canary; echo pwned > /mnt/pwned"],
+                "HostConfig": {"Binds": [bind]},
+            })),
+        );
+        if st == 403 {
+            refused += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        if st == 429 {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        if st != 201 {
+            // The source changed between the check and the mount: setup refused it.
+            assert!(st >= 400, "create: {st} {c}");
+            refused += 1;
+            continue;
+        }
+        let id = c["Id"].as_str().expect("Id").to_string();
+        let (st, v) = docker(
+            port,
+            &srv.key,
+            "POST",
+            &format!("/containers/{id}/start"),
+            None,
+        );
+        if st == 204 {
+            made += 1;
+            let (_, w) = docker(
+                port,
+                &srv.key,
+                "POST",
+                &format!("/containers/{id}/wait"),
+                None,
+            );
+            let (_, logs) = docker(
+                port,
+                &srv.key,
+                "GET",
+                &format!("/containers/{id}/logs?stdout=1&stderr=1"),
+                None,
+            );
+            assert!(
+                !logs.to_string().contains(&token),
+                "container {made} read the host directory's secret: {w} {logs}"
+            );
+        } else {
+            // Setup refused (the source changed under it): not an escape.
+            assert!(st >= 400, "start: {st} {v}");
+        }
+        let _ = docker(
+            port,
+            &srv.key,
+            "DELETE",
+            &format!("/containers/{id}?force=1"),
+            None,
+        );
+        let left = planted(&victim);
+        assert_eq!(
+            left,
+            ["canary"],
+            "container {made} wrote to the host directory the swapped link names"
+        );
+    }
+    std::fs::write(allowed.join("stop"), "").expect("stop");
+    let o = attacker.join().expect("the attacker's thread");
+    o.assert_ok();
+    drop(srv);
+    eprintln!("containers started: {made}, refused at the check: {refused}");
+    assert!(made > 0, "no container ever started");
+    assert_eq!(planted(&victim), ["canary"]);
 }
