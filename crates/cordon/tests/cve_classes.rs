@@ -23,11 +23,12 @@
 //! them (they failed on the code before the fix, root and rootless):
 //! - `a_bind_target_swapped_for_a_symlink_during_setup_stays_inside_the_root`: before the fix
 //!   a bind was made, then remounted read-only *by path*; the swap made the remount land on
-//!   `/tmp` and the `--ro` bind stayed writable (a run wrote through it, ~run 30). Fixed in
+//!   `/tmp` and the `--ro` bind stayed writable (a run wrote through it: run 30 as root, 54
+//!   rootless). Fixed in
 //!   `mounts::bind`: the flags go on a detached copy before it is attached on the descriptor.
 //! - `a_bind_source_swapped_for_a_link_after_its_check_is_never_mounted`: before the fix the
 //!   checked path was opened again following links; a container read the secret of a host
-//!   directory outside the bind roots (container 6 as root, 2 rootless). Fixed: a server's
+//!   directory outside the bind roots (container 6 as root, 2 and 3 rootless). Fixed: a server's
 //!   bind sources are opened with no link followed (`sys::open_unlinked_path`).
 //!
 //! The others, weakened:
@@ -40,8 +41,14 @@
 //!   sandbox is never host root (the installed runtime is root's): a handle on it is had, a
 //!   write or chmod is not.
 //! - `no_host_descriptor_or_working_directory_reaches_a_run` and
-//!   `no_descriptor_of_the_server_reaches_a_persistent_sandbox`: WEAKENING_FDS
-//! - `image_links_from_dev_and_mount_points_to_proc_never_unmask_kernel_knobs`: WEAKENING_PROC
+//!   `no_descriptor_of_the_server_reaches_a_persistent_sandbox`: both of the init's layers
+//!   removed (`sys::close_fds_except` and `sys::cloexec_from(3)`; either alone still holds)
+//!   → the payload had fds 3, 10, 77, 78… (the host directory, the host's `/`), both failed
+//!   (root and rootless).
+//! - `image_links_from_dev_and_mount_points_to_proc_never_unmask_kernel_knobs`:
+//!   `mounts::build_proc`'s read-only binds of `sys`, `sysrq-trigger`… skipped → a write to
+//!   `core_pattern` through the image's `/tmp -> /proc/sys/kernel` answered EACCES (only its
+//!   owner held), failed (root and rootless).
 
 mod common;
 mod serve;
