@@ -848,16 +848,14 @@ fn docker(port: u16, key: &str, method: &str, path: &str, body: Option<Value>) -
 #[test]
 fn a_bind_source_swapped_for_a_link_after_its_check_is_never_mounted() {
     let Some(bb) = busybox() else { return };
-    for tool in ["umoci"] {
-        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .any(|d| d.join(tool).is_file());
-        if !found {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{tool} is not installed (scripts/test.sh installs it)");
-            }
-            eprintln!("SKIPPED: {tool} is not installed");
-            return;
+    let has_umoci = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("umoci").is_file());
+    if !has_umoci {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("umoci is not installed (scripts/test.sh installs it)");
         }
+        eprintln!("SKIPPED: umoci is not installed");
+        return;
     }
     let shared = HostDir::new("srcswap");
     set_mode(&shared.path, 0o777);
