@@ -6,7 +6,7 @@
 //! the sandbox, as its own user): the program can write there, and what it creates belongs to
 //! root on disk, like the rest of the directory. Nothing on the host is chowned or widened.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use crate::sys;
@@ -54,6 +54,11 @@ pub fn layer_trees(
 /// server's volumes: `Bind::idmap`), read-only where asked: host root's files there are the
 /// sandbox user's, what it creates is root's on the host, so sandboxes with different host
 /// uids share them. The calling process must be root and single-threaded.
+///
+/// Each directory is a path the service resolved and checked (against the bind roots) when
+/// the request came: it is opened without following any link, so that a sandbox writing the
+/// tree it lies in cannot swap a directory on the way for a link out of the roots between the
+/// check and this open (CVE-2021-30465's race, on the source side).
 pub fn bind_trees(
     binds: &[(&Path, bool)],
     host_uid: u32,
@@ -63,7 +68,13 @@ pub fn bind_trees(
     let trees = binds
         .iter()
         .map(|(dir, readonly)| {
-            let tree = sys::open_tree_clone(dir)
+            let pinned = sys::open_unlinked_path(dir).map_err(|e| {
+                format!(
+                    "open {} without following links (it changed since it was checked?): {e}",
+                    dir.display()
+                )
+            })?;
+            let tree = sys::open_tree_clone_fd(pinned.as_fd())
                 .map_err(|e| format!("open_tree {}: {e}", dir.display()))?;
             sys::idmap_tree_with(&tree, &userns, *readonly)
                 .map_err(|e| format!("idmapping {}: {e}", dir.display()))?;

@@ -140,8 +140,15 @@ enum Point {
 }
 
 /// Bind `src` (a path the kernel resolves: the host's under /oldroot, or a descriptor's
-/// [`fd_path`]) to `dest` inside the new root and remount it with `extra` flags (a first
-/// bind ignores MS_RDONLY).
+/// [`fd_path`]) to `dest` inside the new root with `extra` flags.
+///
+/// The flags go on a detached copy of `src` before it is attached on the descriptor of the
+/// mount point: nothing is looked up by path again once the mount point is found. A sandbox
+/// sharing the tree the mount point lies in (a host workspace, a bind) may swap a directory on
+/// the way for a link at any moment (CVE-2021-30465's race); a remount by path would then
+/// change whatever mount the path names by then, and leave this one without its flags — a
+/// read-only bind writable. Kernels before 5.12 (no `mount_setattr`) bind, then remount by
+/// path, and refuse to go on unless what the path names then is the mount just made.
 fn bind(
     root: &InRoot,
     src: &Path,
@@ -157,11 +164,24 @@ fn bind(
     let at = root
         .resolve(dest, make, 0o755)
         .step(|| format!("make the mount point {}", dest.display()))?;
-    match sys::mount(Some(src), &fd_path(&at), None, libc::MS_BIND, None) {
-        Ok(()) => {}
+    match attach_copy(src, &at, extra, false) {
+        Ok(()) => return Ok(()),
         // A directory with mounts beneath it that the kernel locked when it copied them into
         // this user namespace (a container's /etc/hostname, /etc/hosts, /etc/resolv.conf)
         // cannot be bound alone — that would uncover what they cover — only with them.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && matches!(point, Point::Dir) => {
+            return bind_tree(root, src, &at, dest, extra);
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(error) => {
+            return Err(MountError {
+                step: format!("bind {} to {}", src.display(), dest.display()),
+                error,
+            })
+        }
+    }
+    match sys::mount(Some(src), &fd_path(&at), None, libc::MS_BIND, None) {
+        Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && matches!(point, Point::Dir) => {
             return bind_tree(root, src, &at, dest, extra);
         }
@@ -172,7 +192,37 @@ fn bind(
             })
         }
     }
-    remount(root, dest, extra)
+    let top = mounted_here(root, src, dest)?;
+    remount_at(&fd_path(&top), dest, extra)
+}
+
+/// The mount just bound from `src` at `dest`, looked up again by path (kernels before 5.12):
+/// refused unless the path still names `src`'s root, so that a link swapped in on the way
+/// meanwhile cannot turn the remount onto another mount.
+fn mounted_here(root: &InRoot, src: &Path, dest: &Path) -> Result<OwnedFd, MountError> {
+    let top = mounted(root, dest)?;
+    let same = rustix::fs::stat(src)
+        .and_then(|want| rustix::fs::fstat(&top).map(|got| (want, got)))
+        .map(|(w, g)| (w.st_dev, w.st_ino) == (g.st_dev, g.st_ino))
+        .map_err(io::Error::from)
+        .step(|| format!("stat {}", dest.display()))?;
+    if !same {
+        return Err(MountError {
+            step: format!("remount {}", dest.display()),
+            error: io::Error::other(
+                "the path no longer names the bind just made: it changed while the root was built",
+            ),
+        });
+    }
+    Ok(top)
+}
+
+/// Attaches a detached copy of `src` (with the mounts beneath it when `recursive`) carrying
+/// the `extra` flags on the mount point `at`. `ENOSYS` before Linux 5.12.
+fn attach_copy(src: &Path, at: &OwnedFd, extra: libc::c_ulong, recursive: bool) -> io::Result<()> {
+    let tree = sys::open_tree_clone_with(src, recursive)?;
+    sys::mount_setattr_recursive(tree.as_fd(), sys::mount_attr_from_ms(extra))?;
+    sys::move_mount_to(std::os::fd::AsRawFd::as_raw_fd(&tree), at.as_fd())
 }
 
 /// The mount just made at `dest` inside the new root: looked up again, since the descriptor
@@ -222,10 +272,11 @@ fn remount_at(target: &Path, shown: &Path, extra: libc::c_ulong) -> Result<(), M
     .step(|| format!("remount {}", shown.display()))
 }
 
-/// Binds `src` with every mount beneath it, then gives the whole tree the `extra` flags
-/// (read-only, nosuid, nodev) in one recursive `mount_setattr`, or mount by mount where the
-/// kernel predates it (before 5.12). Landlock needs nothing more: its rules are on `dest`, and
-/// it walks up through mount points.
+/// Binds `src` with every mount beneath it, the whole tree with the `extra` flags (read-only,
+/// nosuid, nodev): a detached copy given them in one recursive `mount_setattr`, attached on
+/// `at` (as [`bind`] does), or where the kernel predates that (before 5.12), bound and then
+/// remounted mount by mount. Landlock needs nothing more: its rules are on `dest`, and it
+/// walks up through mount points.
 fn bind_tree(
     root: &InRoot,
     src: &Path,
@@ -233,6 +284,20 @@ fn bind_tree(
     dest: &Path,
     extra: libc::c_ulong,
 ) -> Result<(), MountError> {
+    match attach_copy(src, at, extra, true) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(error) => {
+            return Err(MountError {
+                step: format!(
+                    "bind {} with the mounts beneath it to {}",
+                    src.display(),
+                    dest.display()
+                ),
+                error,
+            })
+        }
+    }
     sys::mount(
         Some(src),
         &fd_path(at),
@@ -247,7 +312,7 @@ fn bind_tree(
             dest.display()
         )
     })?;
-    let top = mounted(root, dest)?;
+    let top = mounted_here(root, src, dest)?;
     match sys::mount_setattr_recursive(top.as_fd(), sys::mount_attr_from_ms(extra)) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
@@ -603,6 +668,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                 dest,
                 writable,
                 is_dir,
+                idmap,
                 ..
             } => {
                 let flags = if *writable {
@@ -611,7 +677,19 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
                     MS_RDONLY | MS_NOSUID | MS_NODEV
                 };
                 let point = if *is_dir { Point::Dir } else { Point::File };
-                bind(root, &under_old(src), dest, point, flags)?;
+                if *idmap {
+                    // A server's bind (a volume, a checked host directory): opened with no
+                    // link followed, as `idmap::bind_trees` does as root.
+                    let pinned = sys::open_unlinked_path(&under_old(src)).step(|| {
+                        format!(
+                            "open {} without following links (it changed since it was checked?)",
+                            src.display()
+                        )
+                    })?;
+                    bind(root, &fd_path(&pinned), dest, point, flags)?;
+                } else {
+                    bind(root, &under_old(src), dest, point, flags)?;
+                }
             }
             // Over what a bind brought in: nothing to read, list, write or execute there.
             RootEntry::Hide { dest, is_dir: true } => root_tmpfs(

@@ -626,8 +626,11 @@ impl Service {
                     ));
                 }
             }
+            // Resolved here (the data directory is the server's; no sandbox writes above a
+            // volume's `data`): the engine opens a volume's path without following links.
+            let source = std::fs::canonicalize(dir.join("data")).unwrap_or(dir.join("data"));
             profile.binds.push(cordon_policy::profile::Bind {
-                source: dir.join("data"),
+                source,
                 dest: dest.clone(),
                 writable: !m.readonly,
                 idmap: true,

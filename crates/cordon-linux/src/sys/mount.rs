@@ -125,14 +125,22 @@ fn cpath(path: &Path) -> io::Result<std::ffi::CString> {
 
 /// A detached copy of the mount at `path` (not recursive, like MS_BIND), close-on-exec.
 pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
+    open_tree_clone_with(path, false)
+}
+
+/// A detached copy of the mount at `path`, with the mounts beneath it when `recursive` (like
+/// MS_BIND | MS_REC), close-on-exec.
+pub fn open_tree_clone_with(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
     let c = cpath(path)?;
+    let rec = if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: valid NUL-terminated path and flag constants; a non-negative result is a new fd.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             c.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            OPEN_TREE_CLONE | rec | libc::O_CLOEXEC as libc::c_uint,
         )
     };
     if ret < 0 {
@@ -140,6 +148,42 @@ pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel returned a new fd.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// A detached copy of the mount `at` (an `O_PATH` descriptor) is on, rooted at `at`'s own
+/// directory (not recursive, like MS_BIND), close-on-exec.
+pub fn open_tree_clone_fd(at: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: a valid fd with an empty path (AT_EMPTY_PATH) and flag constants; a
+    // non-negative result is a new fd.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            at.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as libc::c_uint | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// An `O_PATH` descriptor of `path`, an absolute path that must hold no symlink at all (nor
+/// magic link): for a path resolved and checked earlier, a link in it now means it changed
+/// since (`ELOOP`). Needs `openat2` (Linux 5.6).
+pub fn open_unlinked_path(path: &Path) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        // No O_NOFOLLOW: with it, a final symlink would be opened itself instead of refused.
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(io::Error::from)
 }
 
 /// Makes the detached mount `tree` idmapped through `userns` (and nosuid, nodev).
