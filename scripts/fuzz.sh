@@ -11,7 +11,7 @@
 #
 # FUZZ_SANITIZER=address builds with AddressSanitizer; FUZZ_JOBS=N runs N libFuzzer workers per
 # target (the long campaign on a bigger machine); FUZZ_TARGET_DIR moves the nightly build
-# (default: target/fuzz). Exits 1 when a run found something: fix it in the product, add a
+# (default: target/fuzz); FUZZ_BUILD=0 runs the targets as last built. Exits 1 when a run found something: fix it in the product, add a
 # unit test, and copy the input to fuzz/corpus/<target>/crash-<what> so the replay in
 # scripts/test.sh keeps it fixed.
 set -euo pipefail
@@ -26,11 +26,13 @@ sanitizer=${FUZZ_SANITIZER:-none}
 jobs=${FUZZ_JOBS:-1}
 tdir=${FUZZ_TARGET_DIR:-$PWD/target/fuzz}
 
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
-command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz --version 0.13.2
-# -O: optimised, as a campaign runs; -a: with debug assertions, so an arithmetic overflow on a
-# hostile length is a finding rather than a silent wrap.
-cargo +nightly fuzz build -O -a -s "$sanitizer" --features libfuzzer --target-dir "$tdir"
+if [ "${FUZZ_BUILD:-1}" != 0 ]; then
+  rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+  command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz --version 0.13.2
+  # -O: optimised, as a campaign runs; -a: with debug assertions, so an arithmetic overflow on
+  # a hostile length is a finding rather than a silent wrap.
+  cargo +nightly fuzz build -O -a -s "$sanitizer" --features libfuzzer --target-dir "$tdir"
+fi
 bindir=$tdir/$(rustc -vV | sed -n 's/^host: //p')/release
 
 summary=$(mktemp)

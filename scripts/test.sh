@@ -110,7 +110,6 @@ stage "fuzz corpora replayed (fuzz/, stable)"
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
   cd fuzz
   cargo fmt -- --check
-  cargo clippy --locked --lib --tests -- -D warnings
   cargo test --locked -- --test-threads=2
 )
 
