@@ -78,7 +78,16 @@ pub fn mcp_framing(data: &[u8]) {
             );
         }
         Verdict::Pass(msg) => {
-            let text = serde_json::to_vec(&msg).expect("a message serialises");
+            let mut v = serde_json::to_value(&msg).expect("a message serialises");
+            // rmcp writes a custom notification without params as `"params": null`, which
+            // JSON-RPC (and so `classify`) refuses; cordon never writes a client's message
+            // back, so only the rest of the round trip is held to.
+            if let Some(o) = v.as_object_mut() {
+                if o.get("params").is_some_and(Value::is_null) {
+                    o.remove("params");
+                }
+            }
+            let text = serde_json::to_vec(&v).expect("a message serialises");
             assert!(
                 matches!(classify(&text), Verdict::Pass(_)),
                 "{} passed, but written back as {} it does not",
