@@ -101,6 +101,18 @@ cargo test --locked --workspace -- --test-threads=4
 # /etc/hostname, /etc/hosts, /etc/resolv.conf bound over the host's: see tests/common/hosts.rs).
 CORDON_TEST_HOST=container cargo test --locked -p cordon --test fs -- --test-threads=4
 
+# The fuzz targets' corpora (fuzz/README.md), replayed on stable: every seed and every kept
+# finding through its target's invariants. The fuzz workspace is built in debug into the same
+# target directory, so that only what differs from the workspace's build compiles (~1-2 min on
+# 2 cores); the fuzzing itself (nightly, libFuzzer) is scripts/fuzz.sh.
+stage "fuzz corpora replayed (fuzz/, stable)"
+(
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+  cd fuzz
+  cargo fmt -- --check
+  cargo test --locked -- --test-threads=2
+)
+
 if [ "$(id -u)" -eq 0 ]; then
   # The same integration suites, run by an unprivileged account (rootless mode).
   user=cordontest

@@ -115,7 +115,9 @@ impl PathGlob {
         let normal = normalise_glob(&self.text);
         let mut out = Vec::new();
         for part in normal.split('/').filter(|p| !p.is_empty()) {
-            if part.contains(['*', '?', '[', '{']) {
+            // A `\` escapes the next character: `d\ata` is `data`, so it ends the fixed part
+            // as a wildcard does (it is never a literal name to compare with a directory).
+            if part.contains(['*', '?', '[', '{', '\\']) {
                 break;
             }
             out.push(part);
@@ -241,6 +243,18 @@ mod tests {
         assert!(!g("/*/secret").reaches_below("/data/x"));
         assert!(!g("/data/*.key").reaches_below("/srv"));
         assert!(!g("/srv/a*/x").reaches_below("/srv/b"));
+    }
+
+    /// Found by fuzzing (fuzz/corpus/gateway_path/crash-escaped-prefix): `/d\ata/*.key`
+    /// matches `/data/a.key`, yet its fixed part `/d\ata` was compared with `/data` as text, so
+    /// a bind of `/data` was let through with nothing hiding what the glob denies.
+    #[test]
+    fn an_escaped_character_in_the_fixed_part_still_reaches_below() {
+        let g = PathGlob::new("/d\\ata/*.key").expect("glob");
+        assert!(g.matches("/data/a.key"));
+        assert!(g.reaches_below("/data"));
+        assert!(g.reaches_below("/"));
+        assert_eq!(g.fixed_prefix(), "/");
     }
 
     #[test]

@@ -221,6 +221,13 @@ fn parse_challenge(h: &str) -> Option<Challenge> {
     })
 }
 
+/// The `WWW-Authenticate` parser, for the fuzz targets (`fuzz/`): the scheme and the
+/// parameters, keys lowercased. Not an API.
+#[doc(hidden)]
+pub fn parse_challenge_for_fuzzing(h: &str) -> Option<(String, Vec<(String, String)>)> {
+    parse_challenge(h).map(|c| (c.scheme, c.params))
+}
+
 impl Challenge {
     fn get(&self, k: &str) -> Option<&str> {
         self.params

@@ -125,11 +125,21 @@ impl Reference {
 
     /// The short form Docker shows: `python:3.12-slim` for Docker Hub's library images.
     pub fn familiar(&self) -> String {
+        // Only `library/NAME` shortens to `NAME`: `library/a/b` written `a/b` would name
+        // Docker Hub's `a/b` (as Docker's own familiar form has it). And a repository whose
+        // first component reads as a host (`a.io/b`) keeps `docker.io/`: without it, that
+        // component would be taken for the registry.
         let name = if self.registry == DOCKER_HUB {
-            self.repository
-                .strip_prefix("library/")
-                .unwrap_or(&self.repository)
-                .to_string()
+            let short = match self.repository.strip_prefix("library/") {
+                Some(short) if !short.contains('/') => short,
+                _ => &self.repository,
+            };
+            match short.split_once('/') {
+                Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => {
+                    self.name()
+                }
+                _ => short.to_string(),
+            }
         } else {
             self.name()
         };
@@ -190,6 +200,31 @@ mod tests {
         assert_eq!(
             Reference::parse("python:3").expect("p").familiar(),
             "python:3"
+        );
+    }
+
+    /// Found by fuzzing (fuzz/corpus/image_reference/crash-*): the short form of
+    /// `docker.io/library/a/b` was `a/b`, and that of `docker.io/a.io/b` was `a.io/b`: each
+    /// names another image.
+    #[test]
+    fn the_short_form_names_the_same_image() {
+        for s in [
+            "docker.io/library/a/b",
+            "library/a/b:1",
+            "python",
+            "o/r",
+            "ghcr.io/library/x",
+            "docker.io/libocker.io/library/alpinrary/alpine",
+            "docker.io/localhost/x",
+        ] {
+            let r = Reference::parse(s).expect(s);
+            assert_eq!(Reference::parse(&r.familiar()).expect("familiar"), r, "{s}");
+        }
+        assert_eq!(
+            Reference::parse("docker.io/library/a/b")
+                .expect("ref")
+                .familiar(),
+            "library/a/b:latest"
         );
     }
 

@@ -7,7 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Largest request or response head accepted.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
-const MAX_HEADERS: usize = 128;
+pub(crate) const MAX_HEADERS: usize = 128;
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus the proxy's own.
 const HOP_BY_HOP: &[&str] = &[
@@ -26,7 +26,7 @@ const HOP_BY_HOP: &[&str] = &[
 const FRAMING: &[&str] = &["content-length", "transfer-encoding"];
 
 #[derive(Debug)]
-pub(crate) enum HeadError {
+pub enum HeadError {
     /// The peer closed before sending a complete head.
     Closed,
     TooLarge,
@@ -35,7 +35,7 @@ pub(crate) enum HeadError {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct RequestHead {
+pub struct RequestHead {
     pub method: String,
     pub target: String,
     pub minor_version: u8,
@@ -52,7 +52,7 @@ pub(crate) struct ResponseHead {
 
 /// Where a head ends (index after the blank line), looking at bytes from `from` on. httparse
 /// accepts bare LF line ends, so the blank line is `\n\n` or `\n\r\n`.
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     let start = from.saturating_sub(2);
     (start..buf.len()).find_map(|i| match buf.get(i..) {
         Some([b'\n', b'\n', ..]) => Some(i + 2),
@@ -119,7 +119,7 @@ where
     Ok((head, buf.split_off(end)))
 }
 
-fn parse_request<'b>(
+pub(crate) fn parse_request<'b>(
     buf: &'b [u8],
     headers: &mut [httparse::Header<'b>],
 ) -> Result<RequestHead, HeadError> {
@@ -191,7 +191,7 @@ fn connection_tokens(headers: &[(String, Vec<u8>)]) -> Vec<String> {
 
 /// How a request body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     None,
     Length(u64),
     Chunked,

@@ -50,6 +50,81 @@ mod sni;
 #[cfg(target_os = "linux")]
 mod splice;
 
+/// Entry points for the fuzz targets (`fuzz/`): the proxy's parsers of hostile bytes, reached
+/// without a socket. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::http::{Framing, HeadError};
+    pub use crate::sni::{client_hello_record, Hello, MAX_HELLO};
+
+    /// What the plain-HTTP proxy makes of one request head (`forward`'s checks in
+    /// `conn.rs`, in its order): the head's length and the request it would send upstream, or
+    /// why it refuses.
+    pub struct Forwarded {
+        pub head_len: usize,
+        pub framing: Framing,
+        pub authority: String,
+        pub upstream: Vec<u8>,
+    }
+
+    /// Where a request head ends in `buf`, if it is there.
+    pub fn head_end(buf: &[u8]) -> Option<usize> {
+        crate::http::head_end(buf, 0)
+    }
+
+    /// Parses a request head as `read_request` does (`buf` holds one whole head).
+    pub fn parse_request(buf: &[u8]) -> Result<crate::http::RequestHead, HeadError> {
+        let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+        crate::http::parse_request(buf, &mut headers)
+    }
+
+    /// The plain-HTTP path of the proxy up to the upstream request: head, absolute URL, host
+    /// and Host header, framing, and the rewritten head.
+    pub fn forward(buf: &[u8]) -> Result<Forwarded, String> {
+        use cordon_policy::network::{parse_authority, Host};
+        use std::net::IpAddr;
+        let head_len = head_end(buf).ok_or("no complete head")?;
+        let head = parse_request(&buf[..head_len]).map_err(|e| format!("{e:?}"))?;
+        let url = crate::http::parse_absolute(&head.target)?;
+        let (host, port) = parse_authority(&url.authority).map_err(|e| e.to_string())?;
+        let port = port.unwrap_or(80);
+        let hosts: Vec<&[u8]> = crate::http::header_values(&head.headers, "host").collect();
+        if hosts.len() > 1 {
+            return Err("several Host headers".into());
+        }
+        if let Some(value) = hosts.first() {
+            let text = String::from_utf8_lossy(value);
+            if !matches!(parse_authority(text.trim()), Ok((h, p)) if h == host && p.unwrap_or(80) == port)
+            {
+                return Err("host header mismatch".into());
+            }
+        }
+        let framing = crate::http::request_framing(&head.headers)?;
+        let host_header = match (&host, port) {
+            (Host::Ip(IpAddr::V6(ip)), 80) => format!("[{ip}]"),
+            (_, 80) => host.to_string(),
+            _ => host.with_port(port),
+        };
+        let upstream = crate::http::origin_request(&head, &url.path, &host_header)?;
+        Ok(Forwarded {
+            head_len,
+            framing,
+            authority: host_header,
+            upstream,
+        })
+    }
+
+    /// The framing `request_framing` gives a parsed head's headers.
+    pub fn framing(head: &crate::http::RequestHead) -> Result<Framing, String> {
+        crate::http::request_framing(&head.headers)
+    }
+
+    /// The SNI parser run on the first bytes of a CONNECT tunnel.
+    pub fn sni(buf: &[u8]) -> Hello {
+        crate::sni::parse(buf)
+    }
+}
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};

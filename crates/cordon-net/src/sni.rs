@@ -7,7 +7,7 @@
 
 /// What the first bytes of a tunnel say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Hello {
+pub enum Hello {
     /// Need more bytes.
     Incomplete,
     /// Not a TLS handshake: the tunnel carries something else.
@@ -19,7 +19,7 @@ pub(crate) enum Hello {
 }
 
 /// Largest ClientHello accepted (real ones are a few KiB, with post-quantum key shares ~2 KiB).
-pub(crate) const MAX_HELLO: usize = 64 * 1024;
+pub const MAX_HELLO: usize = 64 * 1024;
 const RECORD_HANDSHAKE: u8 = 22;
 const HANDSHAKE_CLIENT_HELLO: u8 = 1;
 const EXT_SERVER_NAME: u16 = 0;

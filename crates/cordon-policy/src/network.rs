@@ -958,8 +958,12 @@ impl EgressRules {
 /// (the host as the client wrote it, the port, and the reason [`EgressRules::check_host`] or
 /// [`EgressRules::check_addr`] gave): the name or address, with `:PORT` unless the port is a
 /// default one. `None` when no entry helps (a malformed request, a limit, a mismatched TLS
-/// name). Front ends put it after their own flag or field (`--allow-net ENTRY`).
+/// name, port 0, which no entry can name). Front ends put it after their own flag or field
+/// (`--allow-net ENTRY`).
 pub fn entry_to_allow(host: &str, port: u16, reason: &str) -> Option<String> {
+    if port == 0 {
+        return None;
+    }
     let target = if reason.starts_with("not in allowlist")
         || reason == NETWORK_OFF
         || reason.starts_with("ip literal not allowed: ")
@@ -1066,6 +1070,17 @@ mod tests {
             entry_to_allow("x.test", 443, "connection limit reached (8 open)"),
             None
         );
+    }
+
+    /// Found by fuzzing (fuzz/corpus/egress_allow/crash-port-zero): a refusal for port 0 once
+    /// suggested `example.com:0`, an entry `--allow-net` refuses.
+    #[test]
+    fn no_entry_is_suggested_for_port_zero() {
+        let d = rules(&["pypi.org"]).check_host("example.com", 0);
+        assert!(!d.is_allowed());
+        assert_eq!(entry_to_allow("example.com", 0, &d.reason), None);
+        let d = rules(&["pypi.org"]).check_addr(ip("127.0.0.1"), 0);
+        assert_eq!(entry_to_allow("example.com", 0, &d.reason), None);
     }
 
     #[test]

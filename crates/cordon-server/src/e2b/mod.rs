@@ -24,6 +24,28 @@ mod state;
 mod volume_content;
 mod watch;
 
+/// Entry points for the fuzz targets (`fuzz/`): envd's parsers of hostile bytes. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The largest Connect message taken.
+    pub const MAX_MESSAGE: usize = super::connect::MAX_MESSAGE;
+
+    /// Splits whole Connect envelopes off the front of `buf` (the error is the Connect code).
+    pub fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<(u8, Vec<u8>)>, &'static str> {
+        super::connect::take_frames(buf).map_err(|e| e.code)
+    }
+
+    /// A gzip upload unpacked to at most `max` bytes (the error is the HTTP status).
+    pub fn gunzip(data: &[u8], max: usize) -> Result<Vec<u8>, u16> {
+        super::gzip::gunzip(data, max).map_err(|e| crate::error::status_of(e.0.kind).as_u16())
+    }
+
+    /// Where an upload's path lands in the sandbox.
+    pub fn sandbox_path(p: &str) -> Option<String> {
+        super::sandbox_path(p).ok()
+    }
+}
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

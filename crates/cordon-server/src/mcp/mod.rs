@@ -25,6 +25,9 @@ mod tools;
 mod transport;
 
 pub use framing::MAX_MESSAGE;
+/// The stdio framing's parsers, for the fuzz targets (`fuzz/`). Not an API.
+#[doc(hidden)]
+pub use framing::{classify, peek_id, Verdict};
 pub use session::McpState;
 pub use tools::{
     CordonMcp, ListParams, NoParams, PathParams, RunCodeParams, RunCommandParams, RunWasmParams,
