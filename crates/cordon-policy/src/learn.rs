@@ -1,7 +1,8 @@
 //! Learn mode (`cordon run --learn FILE`): from what one run did (its [`Outcome`]) and the
 //! profile it ran under, a TOML profile that `extends` the starting built-in and allows what
 //! the run needed — the network destinations it reached or was refused, limits at its observed
-//! peaks plus a margin — each entry with a comment saying what needed it. Learning onto an
+//! peaks plus a margin, its programs allowlist and a command that list refused — each entry
+//! with a comment saying what needed it. Learning onto an
 //! existing file widens it (the union of entries, the larger of each limit). Pure data → text:
 //! the run itself is never changed by learning.
 //!
@@ -93,6 +94,11 @@ struct Learned {
     rw: BTreeMap<String, String>,
     network: BTreeMap<String, String>,
     hosts: BTreeMap<String, String>,
+    /// `[exec] allow`; `None`: no allowlist (any file may be executed).
+    exec: Option<BTreeMap<String, String>>,
+    require: BTreeSet<String>,
+    hostname: Option<String>,
+    allow_no_landlock: bool,
     /// Keyed by the `[limits]` key.
     limits: BTreeMap<&'static str, (Value, String)>,
     notes: BTreeSet<String>,
@@ -327,12 +333,49 @@ fn carried_of(run: &Run, out: &mut Learned) {
     if let Some(i) = &p.image {
         out.image = Some(i.clone());
     }
+    if let Some(list) = &p.exec_allow {
+        let mut exec: BTreeMap<String, String> = list
+            .iter()
+            .map(|e| {
+                (
+                    e.display().to_string(),
+                    "the learning run's [exec] allow".to_string(),
+                )
+            })
+            .collect();
+        if let Some(path) = refused_exec(run.outcome, p) {
+            exec.insert(
+                path,
+                "refused during learning (not in the programs allowlist): now allowed".into(),
+            );
+        }
+        out.exec = Some(exec);
+    }
+    out.require = p.require.iter().map(|l| l.name().to_string()).collect();
+    if base.as_ref().is_some_and(|b| b.hostname != p.hostname) {
+        out.hostname = Some(p.hostname.clone());
+    }
+    out.allow_no_landlock = p.allow_no_landlock;
     if !p.env.is_empty() || !p.secrets.is_empty() {
         out.notes.insert(
             "not written: the run's [env] and secrets (values may be secret): give them again"
                 .to_string(),
         );
     }
+}
+
+/// The program the Outcome says the programs allowlist refused to start, if it can be listed:
+/// a valid entry outside the scratch directories (empty at start, nothing there can be listed).
+fn refused_exec(o: &Outcome, p: &Profile) -> Option<String> {
+    let rest = o.error.as_deref()?.strip_prefix("cannot execute ")?;
+    let (path, _) = rest.split_once(" (not in the programs allowlist")?;
+    let path = std::path::Path::new(path);
+    crate::exec::validate_entry(path, "exec.allow").ok()?;
+    let scratch = ["/tmp", "/dev/shm", crate::profile::HOME]
+        .iter()
+        .any(|s| path.starts_with(s))
+        || (p.workspace.is_none() && path.starts_with("/workspace"));
+    (!scratch && !crate::exec::is_glob(path)).then(|| path.display().to_string())
 }
 
 /// Reads back a file [`render`] wrote (or a hand-edited one): its entries with their comments.
@@ -388,6 +431,23 @@ fn parse_existing(text: &str) -> Result<Learned, LearnError> {
             .and_then(|v| v.as_str())
             .map(str::to_string);
     }
+    if let Some(x) = get("exec") {
+        let mut exec = BTreeMap::new();
+        for s in strings(x.get("allow")) {
+            let c = comment_of(&format!("{},", quoted(&s)));
+            exec.insert(s, c);
+        }
+        out.exec = Some(exec);
+    }
+    out.require = strings(table.get("require")).into_iter().collect();
+    out.hostname = table
+        .get("hostname")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    out.allow_no_landlock = table
+        .get("allow_no_landlock")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
     out.image = table
         .get("image")
         .and_then(|v| v.as_str())
@@ -448,6 +508,26 @@ fn merge(into: &mut Learned, more: Learned) {
             }
         }
     }
+    into.exec = match (into.exec.take(), more.exec) {
+        (Some(mut a), Some(b)) => {
+            for (k, v) in b {
+                a.entry(k).or_insert(v);
+            }
+            Some(a)
+        }
+        (Some(_), None) => {
+            into.notes.insert(
+                "[exec] allow dropped: a run learned into this file had no programs allowlist \
+                 (any file could be executed)"
+                    .to_string(),
+            );
+            None
+        }
+        (None, _) => None,
+    };
+    into.require.extend(more.require);
+    into.hostname = into.hostname.take().or(more.hostname);
+    into.allow_no_landlock |= more.allow_no_landlock;
     into.workspace = into.workspace.take().or(more.workspace);
     into.system = into.system.take().or(more.system);
     into.image = into.image.take().or(more.image);
@@ -472,6 +552,16 @@ fn render(l: &Learned, command: &[String]) -> String {
         let _ = writeln!(out, "name = {}", quoted(n));
     }
     let _ = writeln!(out, "extends = {}", quoted(&l.extends));
+    if let Some(h) = &l.hostname {
+        let _ = writeln!(out, "hostname = {}", quoted(h));
+    }
+    if !l.require.is_empty() {
+        let r: Vec<String> = l.require.iter().map(|x| quoted(x)).collect();
+        let _ = writeln!(out, "require = [{}]", r.join(", "));
+    }
+    if l.allow_no_landlock {
+        let _ = writeln!(out, "allow_no_landlock = true  # the learning run's");
+    }
     if let Some(i) = &l.image {
         let _ = writeln!(out, "image = {}", quoted(i));
     }
@@ -506,6 +596,13 @@ fn render(l: &Learned, command: &[String]) -> String {
                 let _ = writeln!(out, "{} = {}", quoted(k), quoted(v));
             }
         }
+    }
+    if let Some(exec) = &l.exec {
+        out.push_str("\n[exec]\n");
+        if exec.is_empty() {
+            out.push_str("allow = []\n");
+        }
+        list(&mut out, "allow", exec);
     }
     if !l.limits.is_empty() {
         out.push_str("\n[limits]\n");
@@ -649,6 +746,33 @@ mod tests {
         )
         .expect_err("another base");
         assert!(err.to_string().contains("learn into another file"), "{err}");
+    }
+
+    #[test]
+    fn a_programs_allowlist_is_kept_and_a_refused_program_added() {
+        let mut p = Profile::builtin("default").unwrap();
+        p.exec_allow = Some(vec!["/usr/bin/python3".into()]);
+        p.require = vec![crate::Layer::Seccomp];
+        let mut o = outcome(&[], Usage::default());
+        o.error = Some(
+            "cannot execute /usr/bin/git (not in the programs allowlist, --exec-allow / [exec] \
+             allow; a script's #! interpreter must be listed too): Permission denied"
+                .into(),
+        );
+        let (text, back) = learned(&p, &o, None);
+        assert_eq!(
+            back.exec_allow,
+            Some(vec!["/usr/bin/git".into(), "/usr/bin/python3".into()]),
+            "{text}"
+        );
+        assert_eq!(back.require, vec![crate::Layer::Seccomp], "{text}");
+        o.error = Some("cannot execute /tmp/x (not in the programs allowlist)".into());
+        let (text, back) = learned(&p, &o, Some(&text));
+        assert_eq!(back.exec_allow.map(|v| v.len()), Some(2), "{text}");
+        // A run without an allowlist learned into the file widens it to any file.
+        let (text, back) = learned(&Profile::builtin("default").unwrap(), &o, Some(&text));
+        assert_eq!(back.exec_allow, None, "{text}");
+        assert!(text.contains("[exec] allow dropped"), "{text}");
     }
 
     /// The program chooses the host names the proxy logs: none may add a key to the profile.

@@ -259,3 +259,43 @@ fn a_hostile_program_in_learn_mode_gets_no_more_than_without_it() {
         "the ro bind became writable: {words}"
     );
 }
+
+#[test]
+fn a_programs_allowlist_is_kept_and_what_it_refused_is_learned() {
+    let dir = HostDir::new("learn-exec");
+    let file = dir.join("learned.toml");
+    let run = |learn: bool, cmd: &[&str]| {
+        let mut args: Vec<String> = Vec::new();
+        if learn {
+            args.extend([
+                "--learn".into(),
+                file.display().to_string(),
+                "--exec-allow".into(),
+                "/usr/bin/python3".into(),
+            ]);
+        } else {
+            args.extend(["--profile".into(), file.display().to_string()]);
+        }
+        args.push("--".into());
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        cordon(&args).0
+    };
+    let o = run(true, &["python3", "-c", "print('ok')"]);
+    assert_eq!(o["stdout"], "ok\n", "{o}");
+    // /usr/bin/env is refused while learning: the learned file allows it.
+    let o = run(true, &["/usr/bin/env", "--version"]);
+    assert_eq!(o["exit_code"], 126, "{o}");
+    let text = std::fs::read_to_string(&file).expect("learned file");
+    assert!(
+        text.contains("\"/usr/bin/env\",  # refused during learning"),
+        "{text}"
+    );
+    let o = run(false, &["python3", "-c", "print('ok')"]);
+    assert_eq!(o["stdout"], "ok\n", "{o}");
+    let o = run(false, &["/usr/bin/env", "--version"]);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    // Anything else is still refused under the learned profile.
+    let o = run(false, &["/bin/sh", "-c", "echo escaped"]);
+    assert_eq!(o["exit_code"], 126, "{o}");
+    assert!(!o["stdout"].as_str().unwrap().contains("escaped"), "{o}");
+}
