@@ -351,6 +351,20 @@ fn carried_of(run: &Run, out: &mut Learned) {
         }
         out.exec = Some(exec);
     }
+    let executed: Vec<String> = run
+        .outcome
+        .executed
+        .iter()
+        .filter_map(|e| listable(e, p))
+        .collect();
+    if !executed.is_empty() {
+        let exec = out.exec.get_or_insert_with(BTreeMap::new);
+        for e in executed {
+            exec.entry(e).or_insert_with(|| {
+                "executed during learning (a program, or a script's #! interpreter)".to_string()
+            });
+        }
+    }
     out.require = p.require.iter().map(|l| l.name().to_string()).collect();
     if base.as_ref().is_some_and(|b| b.hostname != p.hostname) {
         out.hostname = Some(p.hostname.clone());
@@ -369,7 +383,12 @@ fn carried_of(run: &Run, out: &mut Learned) {
 fn refused_exec(o: &Outcome, p: &Profile) -> Option<String> {
     let rest = o.error.as_deref()?.strip_prefix("cannot execute ")?;
     let (path, _) = rest.split_once(" (not in the programs allowlist")?;
-    let path = std::path::Path::new(path);
+    listable(std::path::Path::new(path), p)
+}
+
+/// `path` as an `[exec] allow` entry, if it can be one: a valid entry naming one file outside
+/// the scratch directories (empty at start, nothing there can be listed).
+fn listable(path: &std::path::Path, p: &Profile) -> Option<String> {
     crate::exec::validate_entry(path, "exec.allow").ok()?;
     let scratch = ["/tmp", "/dev/shm", crate::profile::HOME]
         .iter()

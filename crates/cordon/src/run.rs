@@ -77,6 +77,9 @@ pub fn main(a: RunArgs) -> i32 {
         eprintln!("cordon: --secret: not available with --tty yet");
         return exit::CORDON_FAILED;
     }
+    // Learn mode records the programs executed too (the engine's notifying filter, which
+    // changes nothing the run may do).
+    profile.learn_exec = a.learn.is_some();
     let learn = match a
         .learn
         .as_ref()

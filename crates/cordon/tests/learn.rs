@@ -200,6 +200,11 @@ print("ro_bind", attempt(lambda: write("/data/owned")))
 print("etc", attempt(lambda: write("/etc/owned")))
 print("usr", attempt(lambda: write("/usr/owned")))
 print("proxy", attempt(connect_evil))
+import shutil, subprocess
+def run_copied():
+    shutil.copy("/usr/bin/true", "/tmp/mine")
+    subprocess.run(["/tmp/mine"], check=True)
+print("copied", attempt(run_copied))
 "#;
 
 #[test]
@@ -247,6 +252,8 @@ fn a_hostile_program_in_learn_mode_gets_no_more_than_without_it() {
         .expect("explain");
     assert!(explained.status.success(), "{text}");
     assert!(!text.contains("rw"), "{text}");
+    // A program written in /tmp while learning cannot be listed (nothing there can be).
+    assert!(!text.contains("/tmp/mine"), "{text}");
     let words = String::from_utf8_lossy(&explained.stdout);
     let may_write = words
         .split("may write:")
@@ -298,4 +305,53 @@ fn a_programs_allowlist_is_kept_and_what_it_refused_is_learned() {
     let o = run(false, &["/bin/sh", "-c", "echo escaped"]);
     assert_eq!(o["exit_code"], 126, "{o}");
     assert!(!o["stdout"].as_str().unwrap().contains("escaped"), "{o}");
+}
+
+/// The programs a run executes are learned (seccomp user notification, root and rootless): a
+/// script in the workspace, its `#!` interpreter, what it runs; replayed it passes, and the same
+/// script changed to run another program is refused.
+#[test]
+fn the_programs_a_task_runs_are_learned_and_nothing_else_may_run() {
+    let ws = HostDir::new("learn-ws");
+    let dir = HostDir::new("learn-progs");
+    let file = dir.join("learned.toml");
+    ws.file(
+        "task.sh",
+        "#!/bin/sh\npython3 -c 'print(7)'\nif [ -n \"$1\" ]; then /usr/bin/id -u && echo RAN; fi\n",
+        0o755,
+    );
+    let mut args: Vec<String> = vec![
+        "--learn".into(),
+        file.display().to_string(),
+        "--workspace".into(),
+        ws.str().into(),
+        "--".into(),
+        "./task.sh".into(),
+    ];
+    let (o, _) = cordon(&args);
+    assert_eq!(o["stdout"], "7\n", "{o}");
+    let text = std::fs::read_to_string(&file).expect("learned file");
+    for want in [
+        "\"/workspace/task.sh\"",
+        "\"/bin/sh\"",
+        "\"/usr/bin/python3\"",
+    ] {
+        assert!(text.contains(want), "{want} not learned:\n{text}");
+    }
+    assert!(!text.contains("/usr/bin/id"), "{text}");
+    let o = replay(&file, vec!["--".into(), "./task.sh".into()]);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    assert_eq!(o["stdout"], "7\n", "{o}");
+    // Changed to run a program the task never ran: refused by the learned allowlist.
+    let o = replay(&file, vec!["--".into(), "./task.sh".into(), "x".into()]);
+    assert_eq!(o["stdout"], "7\n", "id ran under the learned profile: {o}");
+    assert!(
+        o["stderr"].as_str().unwrap().contains("Permission denied"),
+        "{o}"
+    );
+    // Learning the changed task widens the file to it.
+    args.push("x".into());
+    cordon(&args);
+    let o = replay(&file, vec!["--".into(), "./task.sh".into(), "x".into()]);
+    assert!(o["stdout"].as_str().unwrap().ends_with("RAN\n"), "{o}");
 }
