@@ -1,8 +1,9 @@
 //! Learn mode (`cordon run --learn FILE`): from what one run did (its [`Outcome`]) and the
 //! profile it ran under, a TOML profile that `extends` the starting built-in and allows what
 //! the run needed — the network destinations it reached or was refused, limits at its observed
-//! peaks plus a margin, its programs allowlist and a command that list refused — each entry
-//! with a comment saying what needed it. Learning onto an
+//! peaks plus a margin, the programs it executed (`Outcome::executed`, recorded by the engine)
+//! with its own allowlist and a command that list refused — each entry with a comment saying
+//! what needed it. Learning onto an
 //! existing file widens it (the union of entries, the larger of each limit). Pure data → text:
 //! the run itself is never changed by learning.
 //!

@@ -48,9 +48,10 @@ pub struct RunArgs {
     command: Vec<String>,
     /// Learn mode: run exactly as without it (same profile, same enforcement), then write FILE:
     /// a profile that `extends` the starting one's built-in and allows what the run needed —
-    /// the network destinations it reached or was refused (from the egress proxy), limits at
-    /// its peaks x1.5 (never below a floor) — each entry with a comment saying why. Onto an
-    /// existing FILE it widens (merges) instead of overwriting.
+    /// the network destinations it reached or was refused (from the egress proxy), the
+    /// programs it executed (`[exec] allow`), limits at its peaks x1.5 (never below a floor) —
+    /// each entry with a comment saying why. Onto an existing FILE it widens (merges) instead
+    /// of overwriting.
     #[arg(long, value_name = "FILE")]
     learn: Option<PathBuf>,
     #[command(flatten)]
