@@ -795,6 +795,28 @@ mod tests {
         assert!(text.contains("[exec] allow dropped"), "{text}");
     }
 
+    #[test]
+    fn executed_programs_become_the_allowlist_but_not_from_scratch_directories() {
+        let p = Profile::builtin("default").unwrap();
+        let mut o = outcome(&[], Usage::default());
+        o.executed = [
+            "/usr/bin/python3",
+            "/bin/sh",
+            "/tmp/mine",
+            "/home/sandbox/x",
+            "/workspace/t",
+        ]
+        .map(std::path::PathBuf::from)
+        .to_vec();
+        let (text, back) = learned(&p, &o, None);
+        assert_eq!(
+            back.exec_allow,
+            Some(vec!["/bin/sh".into(), "/usr/bin/python3".into()]),
+            "{text}"
+        );
+        assert!(text.contains("executed during learning"), "{text}");
+    }
+
     /// The program chooses the host names the proxy logs: none may add a key to the profile.
     #[test]
     fn hostile_host_names_cannot_inject_into_the_learned_profile() {
