@@ -136,6 +136,8 @@ pub enum Watched {
     Scratch,
     /// The sandbox's own /proc, where processes and threads are counted when no cgroup does.
     Proc,
+    /// Learn mode: the listener of the filter notifying each `execve` (see `exec_learn`).
+    ExecNotify,
 }
 
 /// One command to run in a persistent sandbox: what the server asks for (`persistent::Sandbox::

@@ -21,6 +21,7 @@ mod channel;
 pub mod detect;
 mod error;
 mod exec_allow;
+mod exec_learn;
 pub mod freeze;
 pub mod fsview;
 mod idmap;

@@ -143,6 +143,9 @@ pub struct Plan {
     pub network_report_only: bool,
     /// Persistent sandbox: the init serves exec requests instead of running one payload.
     pub persistent: bool,
+    /// Learn mode: the init stacks [`crate::exec_learn`]'s notifying filter and hands its
+    /// listener over with `Confined`.
+    pub learn_exec: bool,
     /// The root is an image's layers under a writable layer instead of host binds.
     pub image: Option<ImagePlan>,
     /// The host refused namespaces: the sandbox runs in the host's own (see [`Plan::degrade`]).
@@ -682,6 +685,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         network,
         network_report_only: false,
         persistent: false,
+        learn_exec: p.learn_exec,
         image,
         no_namespaces: false,
         host_landlock: host_ll,

@@ -15,7 +15,7 @@ use cordon_policy::{
 };
 
 use crate::cgroup::Cgroup;
-use crate::channel::{Channel, ToSandbox, ToSupervisor};
+use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
 use crate::error::EngineError;
 use crate::init::Stdio;
 use crate::launcher::{prepare, spawn_init};
@@ -218,6 +218,8 @@ struct Supervision {
     degraded: Option<bool>,
     /// No tmpfs: the run directory's usage against `--disk`, and whether it grew past it.
     disk: Option<(DiskWatch, bool)>,
+    /// Learn mode: the thread answering the exec notifications (see `exec_learn`).
+    exec_learn: Option<std::thread::JoinHandle<std::collections::BTreeSet<PathBuf>>>,
 }
 
 impl Supervision {
@@ -250,6 +252,7 @@ impl Supervision {
             watched_at: None,
             degraded: None,
             disk: None,
+            exec_learn: None,
         }
     }
 
@@ -517,7 +520,18 @@ impl Supervision {
             .take(msg, fds, enforcement, degraded, require_landlock)
         {
             Heard::Taken => {
-                if let Some((kinds, fds)) = heard.setup.watched.take() {
+                if let Some((mut kinds, mut fds)) = heard.setup.watched.take() {
+                    // Only a run that asked to learn takes a listener; one sent unasked is
+                    // closed (nothing of the sandbox's may make us wait on it).
+                    if let Some(i) = kinds.iter().position(|k| *k == Watched::ExecNotify) {
+                        kinds.remove(i);
+                        if i < fds.len() {
+                            let fd = fds.remove(i);
+                            if profile.learn_exec && self.exec_learn.is_none() {
+                                self.exec_learn = Some(crate::exec_learn::serve(fd));
+                            }
+                        }
+                    }
                     self.watch = Watch::adopt(&kinds, fds);
                     if heard.setup.failure.is_some() {
                         return Err(Ended::Setup);
@@ -658,7 +672,22 @@ impl Supervision {
             peak_memory_bytes,
             peak_pids,
         };
-        Outcome::from_ending(ending, stdout, stderr, usage, enforcement, network)
+        let mut outcome = Outcome::from_ending(ending, stdout, stderr, usage, enforcement, network);
+        if let Some(t) = self.exec_learn.take() {
+            // Every task of the sandbox is gone, so the listener hangs up; a thread still
+            // answering after this is left to end on its own, its record lost.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                outcome.executed = t
+                    .join()
+                    .map(|s| s.into_iter().collect())
+                    .unwrap_or_default();
+            }
+        }
+        outcome
     }
 }
 

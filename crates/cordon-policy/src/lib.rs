@@ -7,6 +7,7 @@
 pub mod ending;
 pub mod exec;
 pub mod explain;
+pub mod learn;
 pub mod lexical;
 pub mod network;
 pub mod notices;

@@ -112,6 +112,10 @@ pub struct Outcome {
     /// The image the sandbox's root came from; absent for a run on the host's system dirs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub image: Option<ImageRef>,
+    /// Learn mode only: the programs the run executed (paths in the sandbox, a script's
+    /// interpreter included). Not part of the JSON contract.
+    #[serde(skip)]
+    pub executed: Vec<std::path::PathBuf>,
 }
 
 /// The image a run used: the reference it was found by and the manifest digest it resolved
@@ -150,6 +154,7 @@ impl Outcome {
             network: Vec::new(),
             limits_hit: Vec::new(),
             image: None,
+            executed: Vec::new(),
         }
     }
 
@@ -178,6 +183,7 @@ impl Outcome {
             network,
             limits_hit: ending.limits_hit,
             image: None,
+            executed: Vec::new(),
         }
     }
 

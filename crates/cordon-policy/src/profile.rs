@@ -314,6 +314,10 @@ pub struct Profile {
     /// in the sandbox, `*` and `?` allowed in the last component). See [`crate::exec`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec_allow: Option<Vec<PathBuf>>,
+    /// Learn mode (`cordon run --learn`): the engine records the programs the run executes
+    /// (into `Outcome::executed`) without changing what it may do. Set by the CLI only.
+    #[serde(skip)]
+    pub learn_exec: bool,
 }
 
 /// One bind with hidden paths below it: Landlock must grant its destination minus these.
@@ -438,6 +442,7 @@ impl Profile {
             hide: Vec::new(),
             secrets: Vec::new(),
             exec_allow: None,
+            learn_exec: false,
         };
         match name {
             "default" => Ok(base),

@@ -46,6 +46,14 @@ pub struct RunArgs {
     /// Cmd run then, as with `docker run`).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+    /// Learn mode: run exactly as without it (same profile, same enforcement), then write FILE:
+    /// a profile that `extends` the starting one's built-in and allows what the run needed —
+    /// the network destinations it reached or was refused (from the egress proxy), the
+    /// programs it executed (`[exec] allow`), limits at its peaks x1.5 (never below a floor) —
+    /// each entry with a comment saying why. Onto an existing FILE it widens (merges) instead
+    /// of overwriting.
+    #[arg(long, value_name = "FILE")]
+    learn: Option<PathBuf>,
     #[command(flatten)]
     data: crate::serve::DataDir,
 }
@@ -70,8 +78,23 @@ pub fn main(a: RunArgs) -> i32 {
         eprintln!("cordon: --secret: not available with --tty yet");
         return exit::CORDON_FAILED;
     }
+    // Learn mode records the programs executed too (the engine's notifying filter, which
+    // changes nothing the run may do).
+    profile.learn_exec = a.learn.is_some();
+    let learn = match a
+        .learn
+        .as_ref()
+        .map(|f| Learner::new(f, &a.sandbox.profile, &profile))
+    {
+        Some(Err(e)) => {
+            eprintln!("cordon: --learn: {e}");
+            return exit::CORDON_FAILED;
+        }
+        Some(Ok(l)) => Some(l),
+        None => None,
+    };
     if a.tty {
-        return run_tty(&a, &profile);
+        return run_tty(&a, &profile, learn.as_ref());
     }
     let stdin = match a.stdin.as_deref() {
         None => Stdin::Empty,
@@ -106,6 +129,12 @@ pub fn main(a: RunArgs) -> i32 {
     });
     match ran {
         Ok(mut outcome) => {
+            if let Some(l) = &learn {
+                if let Err(e) = l.write(&outcome, &a.command, a.json) {
+                    eprintln!("cordon: --learn: {e}");
+                    return exit::CORDON_FAILED;
+                }
+            }
             if let Some(hint) = not_in_sandbox_hint(&outcome, &a.command, workspace.as_deref()) {
                 if let Some(e) = outcome.error.as_mut() {
                     e.push_str(&hint);
@@ -164,7 +193,7 @@ fn not_in_sandbox_hint(
 }
 
 /// `cordon run -t`: the payload on a terminal of the sandbox's own (see `run_tty`).
-fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
+fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile, learn: Option<&Learner>) -> i32 {
     let outcome = match crate::run_tty::run(profile, a.command.clone(), a.cwd.clone()) {
         Ok(o) => o,
         Err(e) => {
@@ -172,6 +201,12 @@ fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
             return exit::CORDON_FAILED;
         }
     };
+    if let Some(l) = learn {
+        if let Err(e) = l.write(&outcome, &a.command, a.json) {
+            eprintln!("cordon: --learn: {e}");
+            return exit::CORDON_FAILED;
+        }
+    }
     if a.json {
         match serde_json::to_string(&outcome) {
             Ok(s) => println!("{s}"),
@@ -186,4 +221,79 @@ fn run_tty(a: &RunArgs, profile: &cordon_policy::Profile) -> i32 {
         eprintln!("cordon: {line}");
     }
     outcome.cli_exit_code()
+}
+
+/// `--learn FILE`: what the learned profile extends, and the profile the run had, kept to
+/// write FILE once the run is over. Nothing here changes the run.
+struct Learner {
+    file: PathBuf,
+    base: String,
+    profile: cordon_policy::Profile,
+}
+
+impl Learner {
+    /// `profile_arg` is `--profile` as given: a built-in is what the learned file extends; a
+    /// file's own `extends` (its binds and hosts are carried in the profile the run has).
+    fn new(
+        file: &std::path::Path,
+        profile_arg: &str,
+        profile: &cordon_policy::Profile,
+    ) -> Result<Learner, String> {
+        let base = if cordon_policy::profile::BUILTINS.contains(&profile_arg) {
+            profile_arg.to_string()
+        } else {
+            let text = std::fs::read_to_string(profile_arg)
+                .map_err(|e| format!("cannot read {profile_arg}: {e}"))?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| format!("{profile_arg}: {}", e.message()))?;
+            table
+                .get("extends")
+                .and_then(|v| v.as_str())
+                .unwrap_or("default")
+                .to_string()
+        };
+        if file.is_dir() {
+            return Err(format!("{} is a directory", file.display()));
+        }
+        Ok(Learner {
+            file: file.to_path_buf(),
+            base,
+            profile: profile.clone(),
+        })
+    }
+
+    /// Writes (or widens) the learned profile; the file is replaced whole, never left half
+    /// written.
+    fn write(&self, outcome: &Outcome, command: &[String], captured: bool) -> Result<(), String> {
+        let shown = self.file.display();
+        let existing = match std::fs::read_to_string(&self.file) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("cannot read {shown}: {e}")),
+        };
+        let text = cordon_policy::learn::learn(
+            &cordon_policy::learn::Run {
+                base: &self.base,
+                profile: &self.profile,
+                outcome,
+                command,
+                output_captured: captured,
+            },
+            existing.as_deref(),
+        )
+        .map_err(|e| format!("{shown} {e}"))?;
+        let tmp = self.file.with_extension("toml.learning");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &self.file))
+            .map_err(|e| format!("cannot write {shown}: {e}"))?;
+        let verb = if existing.is_some() {
+            "widened"
+        } else {
+            "written"
+        };
+        eprintln!(
+            "cordon: learned profile {verb}: {shown} (review it: cordon profile explain {shown})"
+        );
+        Ok(())
+    }
 }

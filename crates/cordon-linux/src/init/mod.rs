@@ -295,7 +295,7 @@ fn confine(plan: &Plan, ch: &Channel, c: Confinement<'_>) {
         namespaces,
         in_cgroup,
         mut notes,
-        watch: (watch, watch_fds),
+        watch: (mut watch, mut watch_fds),
     } = c;
     if let Err(e) = apply_rlimits(plan, !in_cgroup) {
         fail(ch, "rlimits", e);
@@ -323,6 +323,20 @@ fn confine(plan: &Plan, ch: &Channel, c: Confinement<'_>) {
         notes.push("Landlock is not available on this kernel".to_string());
         (0, false)
     };
+    // Learn mode's filter goes first: the sandbox's own refuses `seccomp`. It only notifies
+    // (the supervisor answers "continue"), so the run is confined exactly as without it.
+    if plan.learn_exec {
+        match crate::exec_learn::install_listener() {
+            Ok(fd) => {
+                watch.push(Watched::ExecNotify);
+                watch_fds.push(fd);
+            }
+            Err(e) => notes.push(format!(
+                "learn mode: the programs executed are not recorded (seccomp user \
+                 notification: {e})"
+            )),
+        }
+    }
     if let Err(e) = seccomp::install() {
         fail(ch, "seccomp", e);
     }
@@ -492,10 +506,22 @@ fn start_payload(plan: &Plan, ch: &Channel) -> libc::pid_t {
     };
     // Each spawn that fails costs a process (and a pid): look for the file before starting
     // one, so that the payload is the sandbox's pid 2 wherever in PATH it is found.
-    match search_path(plan, first, |c| {
+    // Learn mode reads each exec's path from the caller's memory, from outside: the child
+    // starts as a copy of us, non-dumpable, which refuses that rootless. Dumpable only while
+    // it starts (no program of the sandbox runs yet; once exec'd it is dumpable anyway).
+    if plan.learn_exec {
+        let _ = sys::set_dumpable(true);
+    }
+    let started = search_path(plan, first, |c| {
         sys::exists(c)?;
         sys::spawn(c, &plan.argv, &plan.env, &[libc::SIGPIPE], true)
-    }) {
+    });
+    if plan.learn_exec {
+        if let Err(e) = sys::set_dumpable(false) {
+            fail(ch, "set non-dumpable", e);
+        }
+    }
+    match started {
         Ok(pid) => pid,
         Err((errno, path)) => failed(errno, path, false, not_started_code(errno)),
     }
@@ -611,6 +637,12 @@ fn exec_command(
     let Some(first) = argv.first() else {
         sys::exit_now(EXIT_SETUP_FAILED)
     };
+    // Learn mode reads the path of each exec from this process's memory, from outside: the
+    // init's non-dumpable state (inherited) would refuse that rootless. The program about to
+    // be executed is dumpable anyway once exec'd; until then only cordon's code runs here.
+    if plan.learn_exec {
+        let _ = sys::set_dumpable(true);
+    }
     // execve returns only when it failed.
     let Err((errno, tried)) = search_path(plan, first, |c| {
         Err::<Infallible, _>(sys::execve(c, argv, env))
