@@ -291,6 +291,10 @@ impl Service {
             })
             .map_err(ServiceError::bad_request)?;
         if let Some(p) = &secrets {
+            // A fork's profile carries its parent's placeholders: the new ones replace them.
+            profile.env.retain(
+                |e| !matches!(e, cordon_policy::EnvEntry::Set(k, _) if p.env.contains_key(k)),
+            );
             for (k, v) in &p.env {
                 profile
                     .env

@@ -914,6 +914,28 @@ fn e2b_stored_secrets_reach_only_the_bound_host_and_rotate_in_a_running_sandbox(
     );
     assert!(!evil.seen().contains(VALUE), "{}", evil.seen());
 
+    // A fork is given the secret too, with placeholders of its own.
+    let (st, forked) = api.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/fork"),
+        Some(serde_json::json!({"count": 1})),
+    );
+    assert_eq!(st, 201, "{forked}");
+    let child = forked["sandboxes"][0]["id"].as_str().unwrap().to_string();
+    let (st, out) = api.call(
+        "POST",
+        &format!("/v1/sandboxes/{child}/exec"),
+        Some(serde_json::json!({"cmd": format!("echo $GH; curl -sS -H \"Authorization: Bearer $GH\" {url}/fork"), "timeout": "60s"})),
+    );
+    assert_eq!(st, 200, "{out}");
+    let child_out = out["stdout"].as_str().unwrap_or_default();
+    assert!(
+        child_out.starts_with("cordon-secret:v1:")
+            && !child_out.starts_with(&placeholder)
+            && child_out.contains("upstream saw the value"),
+        "{out}"
+    );
+
     // A new version reaches the running sandbox's next request.
     let rotated = "sk-test-rotated-second-value";
     let (st, upd) = e2b(

@@ -171,6 +171,8 @@ pub fn prepare_with(
             profile.require.push(layer);
         }
     }
+    // A fork's profile (its parent's) still holds the parent's directory: this run's replaces it.
+    profile.binds.retain(|b| b.dest != Path::new(SANDBOX_DIR));
     profile.binds.push(Bind {
         source: dir,
         dest: PathBuf::from(SANDBOX_DIR),
