@@ -106,12 +106,51 @@ pub fn main(a: McpArgs) -> i32 {
             max_sandboxes: 4,
         };
         let state = cordon_server::mcp::McpState::new(service.clone(), Some(caller), Some(profile));
-        let r = cordon_server::mcp::serve_stdio(state).await;
+        // An agent host ends a session by closing stdin, and SIGTERMs a server that has not
+        // exited within its grace period (the MCP Python SDK waits 2 s). A signal ends the
+        // session the same way stdin's end does — sandboxes shut down, the temporary data
+        // directory removed — instead of killing the process with both left behind.
+        let r = tokio::select! {
+            r = cordon_server::mcp::serve_stdio(state) => r,
+            s = end_signal() => {
+                eprintln!("cordon: {s}: ending the session");
+                Ok(())
+            }
+        };
         service.shutdown_all().await;
         r
     });
     if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            eprintln!("cordon: cannot remove {}: {e}", dir.display());
+        }
     }
+    // The stdin reader is a blocking thread a signal leaves waiting; do not wait for it.
+    rt.shutdown_timeout(Duration::from_millis(200));
     crate::exit_code(result)
+}
+
+/// The first of SIGTERM, SIGINT or SIGHUP; never, if none can be watched (the default action
+/// then still ends the process).
+async fn end_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let watch = |k: SignalKind| signal(k).ok();
+    let (mut term, mut int, mut hup) = (
+        watch(SignalKind::terminate()),
+        watch(SignalKind::interrupt()),
+        watch(SignalKind::hangup()),
+    );
+    async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        _ = next(&mut term) => "SIGTERM",
+        _ = next(&mut int) => "SIGINT",
+        _ = next(&mut hup) => "SIGHUP",
+    }
 }

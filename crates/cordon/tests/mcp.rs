@@ -218,11 +218,20 @@ impl McpProcess {
 
     fn start_with(args: &[&str]) -> McpProcess {
         let data = tempdir::Dir::new("stdio");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .arg("mcp")
-            .args(args)
-            .arg("--data-dir")
-            .arg(&data.0)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        cmd.arg("mcp").args(args).arg("--data-dir").arg(&data.0);
+        McpProcess::spawn(cmd, data)
+    }
+
+    /// Without `--data-dir`: the session's own temporary directory is made under `tmp`.
+    fn start_in_tmp(tmp: tempdir::Dir) -> McpProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        cmd.arg("mcp").env("TMPDIR", &tmp.0);
+        McpProcess::spawn(cmd, tmp)
+    }
+
+    fn spawn(mut cmd: Command, data: tempdir::Dir) -> McpProcess {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -525,5 +534,61 @@ fn cordon_mcp_runs_its_session_from_an_image() {
     assert_eq!(
         std::fs::read_to_string(root.join("etc/greeting")).expect("read"),
         "from-the-image\n"
+    );
+}
+
+/// An agent host that SIGTERMs the server (the MCP Python SDK does after 2 s) ends the session
+/// as closing stdin does: the sandbox and its processes end, the temporary data directory goes.
+#[test]
+fn cordon_mcp_ends_its_session_cleanly_on_sigterm() {
+    let tmp = tempdir::Dir::new("sigterm");
+    let tmp_path = tmp.0.clone();
+    let mut p = McpProcess::start_in_tmp(tmp);
+    p.call(&initialize(1));
+    p.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let marker = format!("4242.{}", std::process::id());
+    let v = p.call(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_command", "arguments": {"command":
+            format!("(sleep {marker} >/dev/null 2>&1 &) ; echo started")}}}));
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let session_dir = tmp_path.join(format!("cordon-mcp-{}", p.child.id()));
+    assert!(
+        session_dir.is_dir(),
+        "{} was not made",
+        session_dir.display()
+    );
+
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&p.child),
+        rustix::process::Signal::TERM,
+    )
+    .expect("SIGTERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = p.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cordon mcp still runs 30 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(
+        !session_dir.exists(),
+        "{} outlived the session",
+        session_dir.display()
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the sandbox's processes outlived it: {left:?}"
     );
 }
