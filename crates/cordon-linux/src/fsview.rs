@@ -50,6 +50,7 @@
 //!
 //! All calls are blocking; an async server runs them on a blocking thread pool.
 
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
@@ -72,6 +73,11 @@ pub const MAX_REMOVE_DEPTH: usize = 256;
 /// [`SandboxFs::remove`] gives up after removing this many entries in one call (a sandbox that
 /// keeps creating files must not pin a server thread forever).
 pub const REMOVE_LIMIT: u64 = 4 << 20;
+/// The extended-attribute namespace of a file's user metadata ([`Entry::metadata`]).
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// At most this many bytes of attribute names are looked at, and of one value: what a
+/// sandbox program sets beyond that is not shown (never an error, never a large allocation).
+const METADATA_READ_LIMIT: usize = 64 * 1024;
 
 /// Longest accepted path, in bytes, after the implicit `/workspace/` prefix (PATH_MAX - 1).
 const MAX_PATH: usize = 4095;
@@ -229,6 +235,11 @@ pub struct Entry {
     /// For a symlink, the target text as stored (not resolved).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// A file's or directory's user metadata: its `user.e2b.<key>` extended attributes, keys
+    /// without the prefix (E2B's file metadata; set by uploads or by programs inside). `None`
+    /// when it has none. Not part of the native API's entry (yet): only the E2B door shows it.
+    #[serde(skip)]
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// A handle on one sandbox's file system, confined to its root. Cheap to share between threads
@@ -358,6 +369,22 @@ impl SandboxFs {
         max_bytes: u64,
         create_parents: bool,
     ) -> Result<u64, FsError> {
+        self.write_with_metadata(path, data, max_bytes, create_parents, &BTreeMap::new())
+    }
+
+    /// [`SandboxFs::write`], the new file given `metadata` as `user.e2b.<key>` attributes
+    /// before it replaces the old one (so an overwrite without metadata clears the old file's:
+    /// the attributes belong to the file that is replaced). Keys and values are the caller's
+    /// to have checked; a file system without user attributes answers its error and nothing is
+    /// written.
+    pub fn write_with_metadata(
+        &self,
+        path: &str,
+        data: &mut dyn Read,
+        max_bytes: u64,
+        create_parents: bool,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<u64, FsError> {
         let p = SPath::parse(path)?;
         if p.dir_only {
             return Err(FsError::InvalidPath {
@@ -373,7 +400,11 @@ impl SandboxFs {
         };
         check_fs(parent.as_fd(), &p.shown)?;
         let limit = Limit::Upload(max_bytes);
-        self.write_in(parent.as_fd(), &name, data, limit, None, &p.shown)
+        let attrs = NewFile {
+            mode: None,
+            metadata,
+        };
+        self.write_in(parent.as_fd(), &name, data, limit, attrs, &p.shown)
     }
 
     /// An `O_PATH` descriptor of the directory at `path` (symlinks followed inside the root,
@@ -648,9 +679,10 @@ impl SandboxFs {
         name: &CStr,
         data: &mut dyn Read,
         limit: Limit,
-        mode: Option<u32>,
+        attrs: NewFile<'_>,
         shown: &str,
     ) -> Result<u64, FsError> {
+        let NewFile { mode, metadata } = attrs;
         let err = |e: io::Error| FsError::from_io(e, shown);
         let mode = match fstatat(parent, name, libc::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
@@ -684,6 +716,16 @@ impl SandboxFs {
                 }
             }
             file.write_all(&buf[..n]).map_err(err)?;
+        }
+        for (key, value) in metadata {
+            let name = format!("{METADATA_XATTR_PREFIX}{key}");
+            rustix::fs::fsetxattr(
+                &file,
+                name.as_str(),
+                value.as_bytes(),
+                rustix::fs::XattrFlags::empty(),
+            )
+            .map_err(|e| err(e.into()))?;
         }
         close_checked(file).map_err(err)?;
         renameat2(parent, &tmp.name, parent, name, 0).map_err(err)?;
@@ -728,13 +770,17 @@ impl SandboxFs {
                 reason: "the file was replaced while being moved; try again",
             });
         }
+        let metadata = metadata_of(fd.as_fd()).unwrap_or_default();
         let mut file = File::from(fd);
         self.write_in(
             to_dir,
             to_name,
             &mut file,
             Limit::None,
-            Some(st.st_mode & 0o777),
+            NewFile {
+                mode: Some(st.st_mode & 0o777),
+                metadata: &metadata,
+            },
             to_shown,
         )?;
         // Remove the source only if it is still the file that was copied.
@@ -1031,6 +1077,13 @@ impl Drop for Temp<'_> {
     }
 }
 
+/// What a written file gets besides its bytes: its permission bits (`None`: those of the file
+/// it replaces, else 0644) and its user metadata.
+struct NewFile<'a> {
+    mode: Option<u32>,
+    metadata: &'a BTreeMap<String, String>,
+}
+
 fn create_temp(dir: BorrowedFd<'_>) -> io::Result<(Temp<'_>, File)> {
     let mut last = io::Error::from_raw_os_error(libc::EEXIST);
     for _ in 0..16 {
@@ -1074,6 +1127,15 @@ fn entry_at(dir: BorrowedFd<'_>, name: &CStr, shown: &str) -> io::Result<Entry> 
     } else {
         None
     };
+    let metadata = match r#type {
+        EntryType::File | EntryType::Dir if name.is_empty() => metadata_of(dir),
+        EntryType::File | EntryType::Dir => {
+            openat_raw(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+                .ok()
+                .and_then(|fd| metadata_of(fd.as_fd()))
+        }
+        _ => None,
+    };
     let entry_name = match shown.rsplit('/').next() {
         Some("") | None => "/".to_owned(),
         Some(n) => n.to_owned(),
@@ -1086,7 +1148,40 @@ fn entry_at(dir: BorrowedFd<'_>, name: &CStr, shown: &str) -> io::Result<Entry> 
         mode: st.st_mode & 0o7777,
         modified: u64::try_from(st.st_mtime).unwrap_or(0),
         target,
+        metadata,
     })
+}
+
+/// The `user.e2b.*` attributes of what `fd` (any descriptor, `O_PATH` included) refers to;
+/// `None` when there are none or they cannot be read (a file the sandbox's user may not read,
+/// a file system without attributes): metadata is shown when there is some, never an error.
+/// Through `/proc/self/fd` because the `f*xattr` calls refuse `O_PATH` descriptors; the link
+/// names the very inode the descriptor holds, so nothing is resolved by name again.
+fn metadata_of(fd: BorrowedFd<'_>) -> Option<BTreeMap<String, String>> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let mut names = vec![0u8; METADATA_READ_LIMIT];
+    let n = rustix::fs::listxattr(path.as_str(), &mut names).ok()?;
+    let mut out = BTreeMap::new();
+    let mut value = vec![0u8; METADATA_READ_LIMIT];
+    for name in names[..n.min(names.len())].split(|&b| b == 0) {
+        let Some(key) = name.strip_prefix(METADATA_XATTR_PREFIX.as_bytes()) else {
+            continue;
+        };
+        if key.is_empty() {
+            continue;
+        }
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        if let Ok(len) = rustix::fs::getxattr(path.as_str(), name, &mut value) {
+            out.insert(
+                String::from_utf8_lossy(key).into_owned(),
+                String::from_utf8_lossy(&value[..len.min(value.len())]).into_owned(),
+            );
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// Removes `name` in `parent`: unlink it; if it is a directory, empty it first when

@@ -1152,3 +1152,84 @@ fn own_dir_hands_on_only_the_sandbox_users_own_directory() {
     }
     let _ = fs::remove_dir_all(&fx.base);
 }
+
+fn meta(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn file_metadata_goes_with_the_file_shown_by_stat_and_list_kept_by_rename_cleared_by_overwrite() {
+    let fx = Fx::new("meta");
+    let fs = fx.fs();
+    let m = meta(&[("author", "mish"), ("purpose", "upload")]);
+    fs.write_with_metadata("m.txt", &mut &b"one"[..], 1 << 20, false, &m)
+        .unwrap();
+    assert_eq!(fs.stat("m.txt").unwrap().metadata, Some(m.clone()));
+    // Stored where programs inside see it: as user.e2b.* attributes of the file.
+    let mut v = vec![0u8; 64];
+    let n = rustix::fs::getxattr(fx.ws.join("m.txt").as_path(), "user.e2b.author", &mut v).unwrap();
+    assert_eq!(&v[..n], b"mish");
+    let listed = fs.list("/workspace").unwrap();
+    let e = listed.iter().find(|e| e.name == "m.txt").unwrap();
+    assert_eq!(e.metadata, Some(m.clone()));
+
+    fs.rename("m.txt", "n.txt").unwrap();
+    assert_eq!(fs.stat("n.txt").unwrap().metadata, Some(m));
+
+    // An overwrite without metadata is a new file: the old file's metadata goes with it.
+    put(&fs, "n.txt", b"two").unwrap();
+    assert_eq!(fs.stat("n.txt").unwrap().metadata, None);
+
+    // An attribute a program inside sets (out of band) shows; other namespaces do not.
+    let p = fx.ws.join("n.txt");
+    rustix::fs::setxattr(
+        p.as_path(),
+        "user.e2b.stage",
+        b"set-inside",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    rustix::fs::setxattr(
+        p.as_path(),
+        "user.other",
+        b"x",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(
+        fs.stat("n.txt").unwrap().metadata,
+        Some(meta(&[("stage", "set-inside")]))
+    );
+}
+
+#[test]
+fn metadata_of_host_files_never_shows_through_a_planted_symlink() {
+    let fx = Fx::new("meta-link");
+    let before_attr = fx.secret.join("secret.txt");
+    rustix::fs::setxattr(
+        before_attr.as_path(),
+        "user.e2b.host",
+        b"host-only",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let before = fx.secret_state();
+    symlink(fx.secret.join("secret.txt"), fx.ws.join("abs")).unwrap();
+    symlink("../../secret/secret.txt", fx.ws.join("rel")).unwrap();
+    let fs = fx.fs();
+    for name in ["abs", "rel"] {
+        let e = fs.stat(name).unwrap();
+        assert_eq!(e.r#type, EntryType::Symlink);
+        assert_eq!(e.metadata, None, "{name}: {e:?}");
+    }
+    for e in fs.list("/workspace").unwrap() {
+        assert_eq!(e.metadata, None, "{e:?}");
+    }
+    // A move across the link copies nothing of the host's.
+    assert!(fs.rename("abs", "moved").is_ok());
+    assert_eq!(fs.stat("moved").unwrap().metadata, None);
+    fx.assert_secret_intact(&before);
+}

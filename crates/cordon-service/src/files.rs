@@ -6,6 +6,8 @@
 
 pub use cordon_linux::fsview::{Entry, EntryType};
 use cordon_linux::fsview::{FsError, SandboxFs};
+use std::collections::BTreeMap;
+
 use serde_json::json;
 
 use crate::error::{ErrorKind, ServiceError};
@@ -157,6 +159,20 @@ pub async fn write(
     path: &str,
     data: Vec<u8>,
 ) -> Result<u64, ServiceError> {
+    write_with_metadata(svc, caller, at, path, data, BTreeMap::new()).await
+}
+
+/// [`write`], the new file given user metadata (`user.e2b.<key>` attributes, see
+/// [`Entry::metadata`]); an overwrite without metadata leaves the new file without any.
+pub async fn write_with_metadata(
+    svc: &Service,
+    caller: &Caller,
+    at: impl Into<Place<'_>>,
+    path: &str,
+    data: Vec<u8>,
+    metadata: BTreeMap<String, String>,
+) -> Result<u64, ServiceError> {
+    check_metadata(&metadata)?;
     let max = svc.cfg.max_upload;
     if data.len() as u64 > max {
         return Err(ServiceError::too_large("the upload", max));
@@ -167,9 +183,32 @@ pub async fn write(
     }
     let p = path.to_string();
     with_fs(svc, caller, at, "file.write", path, move |fs| {
-        fs.write(&p, &mut data.as_slice(), max, true)
+        fs.write_with_metadata(&p, &mut data.as_slice(), max, true, &metadata)
     })
     .await
+}
+
+/// Metadata keys are HTTP header tokens (the E2B SDK sends them as `X-Metadata-<key>`
+/// headers), lowercase, short enough for an attribute name; values printable US-ASCII.
+pub fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    const TOKEN_PUNCT: &[u8] = b"!#$%&'*+-.^_`|~";
+    for (key, value) in metadata {
+        let token = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || TOKEN_PUNCT.contains(&b));
+        if !token || key.len() > 200 {
+            return Err(ServiceError::bad_request(format!(
+                "metadata key {key:?}: 1 to 200 lowercase HTTP token characters                  (a-z, 0-9, !#$%&'*+-.^_`|~)"
+            )));
+        }
+        if value.len() > 4096 || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(ServiceError::bad_request(format!(
+                "metadata value of {key:?}: at most 4096 printable US-ASCII characters"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One entry: what it is, its size, mode and time.

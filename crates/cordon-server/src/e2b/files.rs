@@ -4,6 +4,8 @@
 //! Threat model: the query's path and the upload's bytes are client input: uploads are read
 //! up to the server's limit only, and the service confines the path to the sandbox.
 
+use std::collections::BTreeMap;
+
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -90,9 +92,31 @@ pub(super) async fn download(
         .into_response())
 }
 
-fn written(path: &str) -> Value {
+fn written(path: &str, metadata: &BTreeMap<String, String>) -> Value {
     let name = path.rsplit('/').next().unwrap_or(path);
-    json!({"name": name, "type": "file", "path": path})
+    let mut v = json!({"name": name, "type": "file", "path": path});
+    if let (false, Some(o)) = (metadata.is_empty(), v.as_object_mut()) {
+        o.insert("metadata".into(), json!(metadata));
+    }
+    v
+}
+
+/// The upload's `X-Metadata-<key>: value` headers (E2B's file metadata), keys lowercased as
+/// envd does; checked by the service.
+fn upload_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut out = BTreeMap::new();
+    for (name, value) in h {
+        let Some(key) = name.as_str().strip_prefix("x-metadata-") else {
+            continue;
+        };
+        let value = value.to_str().map_err(|_| {
+            ApiError::bad_request(format!(
+                "metadata value of {key:?}: printable US-ASCII only"
+            ))
+        })?;
+        out.insert(key.to_string(), value.to_string());
+    }
+    Ok(out)
 }
 
 pub(super) async fn upload(
@@ -103,6 +127,8 @@ pub(super) async fn upload(
     let h = req.headers().clone();
     let (caller, id) = files_caller(&e2b, &h, &q, "write")?;
     check_user(&h, q.username.as_deref())?;
+    let metadata = upload_metadata(&h)?;
+    files::check_metadata(&metadata)?;
     let ct = h
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -156,8 +182,16 @@ pub(super) async fn upload(
                     ApiError::bad_request(format!("multipart body: {e}"))
                 }
             })?;
-            files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
-            out.push(written(&path));
+            files::write_with_metadata(
+                &e2b.st.service,
+                &caller,
+                &id,
+                &path,
+                data.to_vec(),
+                metadata.clone(),
+            )
+            .await?;
+            out.push(written(&path, &metadata));
         }
         if out.is_empty() {
             return Err(ApiError::bad_request("no part named 'file' in the upload").into());
@@ -170,8 +204,16 @@ pub(super) async fn upload(
         let data = axum::body::to_bytes(req.into_body(), max)
             .await
             .map_err(|_| too_large())?;
-        files::write(&e2b.st.service, &caller, &id, &path, data.to_vec()).await?;
-        out.push(written(&path));
+        files::write_with_metadata(
+            &e2b.st.service,
+            &caller,
+            &id,
+            &path,
+            data.to_vec(),
+            metadata.clone(),
+        )
+        .await?;
+        out.push(written(&path, &metadata));
     }
     Ok(axum::Json(out).into_response())
 }

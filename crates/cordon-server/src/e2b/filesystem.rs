@@ -57,6 +57,9 @@ fn entry_info(e: &Entry) -> Value {
     if let (Some(target), Some(o)) = (&e.target, v.as_object_mut()) {
         o.insert("symlinkTarget".into(), json!(target));
     }
+    if let (Some(metadata), Some(o)) = (&e.metadata, v.as_object_mut()) {
+        o.insert("metadata".into(), json!(metadata));
+    }
     v
 }
 
