@@ -33,7 +33,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use cordon_policy::network::{parse_authority, Host};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::events::{sanitize, Record};
@@ -461,6 +461,39 @@ impl Acct<'_> {
         }
     }
 
+    /// Waits for some bytes, then takes whatever else is ready without waiting, up to the
+    /// buffer's size: a TLS stream yields one record (16 KiB) per read, and copying each on
+    /// its own costs a write(2), a record and a wakeup of the reader on the other side apiece.
+    async fn read_ready<R: AsyncRead + Unpin>(
+        &self,
+        r: &mut R,
+        buf: &mut [u8],
+    ) -> Result<usize, Stop> {
+        let mut filled = self.read(r, buf).await?;
+        if filled == 0 {
+            return Ok(0);
+        }
+        while filled < buf.len() {
+            let more = std::future::poll_fn(|cx| {
+                let mut rb = ReadBuf::new(&mut buf[filled..]);
+                match Pin::new(&mut *r).poll_read(cx, &mut rb) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    // Nothing more now: what is in hand goes out.
+                    Poll::Pending => Poll::Ready(Ok(0)),
+                }
+            })
+            .await;
+            match more {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                // Left for the next read to report, after what was read is passed on.
+                Err(_) => break,
+            }
+        }
+        Ok(filled)
+    }
+
     async fn read<R: AsyncRead + Unpin>(&self, r: &mut R, buf: &mut [u8]) -> Result<usize, Stop> {
         match tokio::time::timeout(self.idle, r.read(buf)).await {
             Ok(Ok(n)) => Ok(n),
@@ -483,6 +516,11 @@ pub(crate) async fn serve(
     mut rec: Record,
     reason: String,
 ) {
+    // rustls takes TLS records from its transport a few KiB per read; a buffer under it
+    // turns a 16 KiB record's several read(2)s into a share of one, which is most of what
+    // terminating a bulk download costs (the crypto is a small part of it).
+    let client = BufReader::with_capacity(TLS_READ_BUFFER, client);
+    let upstream = BufReader::with_capacity(TLS_READ_BUFFER, upstream);
     let acceptor =
         tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
     let start = match tokio::time::timeout(shared.header_timeout, acceptor).await {
@@ -535,6 +573,10 @@ pub(crate) async fn serve(
         }
         Ok(Ok(s)) => s,
     };
+    let mut up = up;
+    // A whole copy buffer's worth of records is taken in one write (rustls holds 64 KiB by
+    // default, which splits each buffer into several writev(2)s).
+    up.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUFFER));
     let h2 = up.get_ref().1.alpn_protocol() == Some(b"h2");
     let server_config = match icpt.server_config(&host, h2) {
         Ok(c) => c,
@@ -546,6 +588,8 @@ pub(crate) async fn serve(
             Ok(Err(e)) => return rec.deny(format!("client TLS handshake failed: {e}")),
             Ok(Ok(s)) => s,
         };
+    let mut tls = tls;
+    tls.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUFFER));
     rec.allow(format!(
         "{reason}; TLS terminated (secret host){}",
         if h2 { ", h2" } else { "" }
@@ -890,6 +934,14 @@ enum BodyFraming {
     UntilClose,
 }
 
+/// The body copy's buffer: sixteen TLS records.
+const COPY_BUFFER: usize = 256 * 1024;
+/// Bytes taken from a socket per read(2), under TLS.
+const TLS_READ_BUFFER: usize = 256 * 1024;
+/// Encrypted bytes rustls may hold before they are written: a copy buffer's worth and its
+/// records' overhead.
+const TLS_WRITE_BUFFER: usize = COPY_BUFFER + 64 * 1024;
+
 /// Longest chunk-size or trailer line.
 const MAX_LINE: usize = 4096;
 
@@ -903,12 +955,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; COPY_BUFFER];
     match framing {
         BodyFraming::Length(mut n) => {
             while n > 0 {
                 let want = buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
-                let got = acct.read(r, &mut buf[..want]).await?;
+                let got = acct.read_ready(r, &mut buf[..want]).await?;
                 if got == 0 {
                     return Err(Stop::Note("body ended early".into()));
                 }
@@ -918,7 +970,7 @@ where
             Ok(())
         }
         BodyFraming::UntilClose => loop {
-            let got = acct.read(r, &mut buf).await?;
+            let got = acct.read_ready(r, &mut buf).await?;
             if got == 0 {
                 return Ok(());
             }
