@@ -2,7 +2,7 @@
 //! `learn: true` records what its commands use across all its execs; its learned profile
 //! (`GET /v1/sandboxes/{id}/learned-profile`, while it runs and after its delete) replays the
 //! task under `cordon run --profile`, and the task changed to reach another host or run another
-//! program is refused. Loopback only: upstreams listen on 127.0.0.x, names are pinned in the
+//! program is refused; another key's caller gets none of it. Loopback only: upstreams listen on 127.0.0.x, names are pinned in the
 //! sandbox's `network.hosts`, so no packet leaves the machine.
 
 mod common;
@@ -94,6 +94,29 @@ fn exec(s: &Server, id: &str, cmd: &[&str]) -> Value {
     o
 }
 
+/// A second key of the server (the registry takes keys while it runs).
+fn second_key(s: &Server) -> String {
+    let out = Command::new(common::cordon_bin())
+        .args(["keys", "create", "--name", "other", "--data-dir"])
+        .arg(&s.data_dir)
+        .output()
+        .expect("cordon keys create");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `GET path` with `key`: its status.
+fn status_as(s: &Server, key: &str, path: &str) -> u16 {
+    match ureq::get(&format!("{}{path}", s.url))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call()
+    {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(st, _)) => st,
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
 #[test]
 fn a_learning_sandbox_learns_its_commands_and_its_profile_replays_them_and_nothing_else() {
     let a = Upstream::start("127.0.0.2");
@@ -142,6 +165,10 @@ fn a_learning_sandbox_learns_its_commands_and_its_profile_replays_them_and_nothi
     let allow = learned["profile"]["exec"]["allow"].as_array().unwrap();
     assert!(allow.iter().any(|p| p == "/usr/bin/python3"), "{learned}");
     assert_eq!(learned["profile"]["extends"], "default", "{learned}");
+    // Another key's caller learns nothing of it, running or ended.
+    let other = second_key(&s);
+    let route = format!("/v1/sandboxes/{id}/learned-profile");
+    assert_eq!(status_as(&s, &other, &route), 404);
 
     // After its delete: the profile of everything it did, kept.
     let o = exec(&s, &id, &["/usr/bin/env", "true"]);
@@ -154,6 +181,7 @@ fn a_learning_sandbox_learns_its_commands_and_its_profile_replays_them_and_nothi
     assert_eq!(learned["commands"], 3, "{learned}");
     let text = learned["toml"].as_str().unwrap();
     assert!(text.contains("\"/usr/bin/env\""), "{text}");
+    assert_eq!(status_as(&s, &other, &route), 404);
 
     let dir = HostDir::new("learn-serve");
     let file = dir.join("learned.toml");
