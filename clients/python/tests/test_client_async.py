@@ -570,6 +570,8 @@ async def test_every_documented_route_is_reached(
         await sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in await sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (await sb.metrics()).processes >= 1
+        with pytest.raises(ConflictError):
+            await sb.learned_profile()
         h = await sb.commands.run("cat", background=True)
         await sb.commands.list()
         await h.info()
@@ -615,6 +617,37 @@ async def test_every_documented_route_is_reached(
     await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- learn mode ----------------------------------------------------------------------------
+
+
+async def test_a_learning_sandbox_hands_out_the_profile_its_commands_needed(conn: Dict[str, Any]) -> None:
+    sb = await AsyncSandbox.create(learn=True, ttl="5m", **conn)
+    try:
+        assert (await sb.commands.run(["python3", "-c", "print(6 * 7)"])).stdout == "42\n"
+        learned = await sb.learned_profile()
+        assert (learned.sandbox_id, learned.ended, learned.commands) == (sb.id, False, 1)
+        assert 'extends = "default"' in learned.toml
+        assert "/usr/bin/python3" in learned.profile["exec"]["allow"], learned.toml
+        assert "/usr/bin/id" not in learned.toml
+        await sb.commands.run(["/usr/bin/id", "-u"])
+    finally:
+        await sb.kill()
+    # After the end: what it used in all, still there.
+    learned = await sb.learned_profile()
+    assert learned.ended and learned.commands == 2
+    assert "/usr/bin/id" in learned.profile["exec"]["allow"], learned.toml
+    await sb.close()
+
+
+async def test_a_programs_allowlist_given_on_create_refuses_other_programs(conn: Dict[str, Any]) -> None:
+    async with AsyncSandbox.create(exec_allow=["/usr/bin/python3"], ttl="5m", **conn) as sb:
+        assert (await sb.commands.run(["python3", "-c", "print(1)"])).stdout == "1\n"
+        refused = await sb.commands.run(["/bin/sh", "-c", "echo escaped"])
+        assert refused.exit_code == 126 and "escaped" not in refused.stdout
+    with pytest.raises(TypeError):
+        AsyncSandbox.create(exec_allow="/usr/bin/python3", **conn)  # type: ignore[arg-type]
 
 
 # ---- stored secrets ------------------------------------------------------------------------

@@ -566,6 +566,8 @@ def test_every_documented_route_is_reached(
         sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (sb.metrics()).processes >= 1
+        with pytest.raises(ConflictError):
+            sb.learned_profile()
         h = sb.commands.run("cat", background=True)
         sb.commands.list()
         h.info()
@@ -611,6 +613,37 @@ def test_every_documented_route_is_reached(
     Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"
+
+
+# ---- learn mode ----------------------------------------------------------------------------
+
+
+def test_a_learning_sandbox_hands_out_the_profile_its_commands_needed(conn: Dict[str, Any]) -> None:
+    sb = Sandbox.create(learn=True, ttl="5m", **conn)
+    try:
+        assert (sb.commands.run(["python3", "-c", "print(6 * 7)"])).stdout == "42\n"
+        learned = sb.learned_profile()
+        assert (learned.sandbox_id, learned.ended, learned.commands) == (sb.id, False, 1)
+        assert 'extends = "default"' in learned.toml
+        assert "/usr/bin/python3" in learned.profile["exec"]["allow"], learned.toml
+        assert "/usr/bin/id" not in learned.toml
+        sb.commands.run(["/usr/bin/id", "-u"])
+    finally:
+        sb.kill()
+    # After the end: what it used in all, still there.
+    learned = sb.learned_profile()
+    assert learned.ended and learned.commands == 2
+    assert "/usr/bin/id" in learned.profile["exec"]["allow"], learned.toml
+    sb.close()
+
+
+def test_a_programs_allowlist_given_on_create_refuses_other_programs(conn: Dict[str, Any]) -> None:
+    with Sandbox.create(exec_allow=["/usr/bin/python3"], ttl="5m", **conn) as sb:
+        assert (sb.commands.run(["python3", "-c", "print(1)"])).stdout == "1\n"
+        refused = sb.commands.run(["/bin/sh", "-c", "echo escaped"])
+        assert refused.exit_code == 126 and "escaped" not in refused.stdout
+    with pytest.raises(TypeError):
+        Sandbox.create(exec_allow="/usr/bin/python3", **conn)  # type: ignore[arg-type]
 
 
 # ---- stored secrets ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
             "default", "256M", 1.5, 16, "64M", "5m", {"A": "1"}, {"k": "v"}, ["pypi.org"], "64K", "5s",
             "python:3.12-slim", "after-setup", {"/data": "datasets", "/ro": ("refs", True)}, "base", True,
             [{"name": "gh", "env": "GH", "hosts": ["api.github.com"], "header": "Authorization", "format": "Bearer {value}"}],
+            True, ["/usr/bin/python3", "/usr/lib/git-core/*"],
         ),
         lambda: _core.create_body(None, None, None, None, None, None, None, None, None),
     ),

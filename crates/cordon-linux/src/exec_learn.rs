@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// `_IOWR('!', 0, struct seccomp_notif)`: receive one notification.
 const NOTIF_RECV: libc::c_ulong = 0xC050_2100;
@@ -63,35 +64,50 @@ pub fn install_listener() -> io::Result<OwnedFd> {
 /// programs executed (sandbox paths) and, for a `#!` script, its interpreter.
 pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<BTreeSet<PathBuf>> {
     std::thread::spawn(move || {
-        let mut seen = BTreeSet::new();
-        loop {
-            let mut pfd = libc::pollfd {
-                fd: listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, 250) };
-            if n < 0 {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                break;
+        let seen = Mutex::new(BTreeSet::new());
+        answer(&listener, &seen);
+        seen.into_inner().unwrap_or_default()
+    })
+}
+
+/// As [`serve`], for a sandbox that stays up (persistent): the record is shared, readable
+/// while it grows (each exec is in it before the kernel runs the call).
+pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<BTreeSet<PathBuf>>> {
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || answer(&listener, &record));
+    seen
+}
+
+fn answer(listener: &OwnedFd, seen: &Mutex<BTreeSet<PathBuf>>) {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 250) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
             }
-            if pfd.revents & libc::POLLIN != 0 {
-                if let Some(path) = receive_and_continue(&listener) {
+            break;
+        }
+        if pfd.revents & libc::POLLIN != 0 {
+            if let Some(path) = receive_and_continue(listener) {
+                if let Ok(mut seen) = seen.lock() {
                     if seen.len() < MAX_RECORDED {
                         seen.extend(path);
                     }
                 }
-                continue;
             }
-            if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                break;
-            }
+            continue;
         }
-        seen
-    })
+        if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            break;
+        }
+    }
 }
 
 /// One notification: the path it names (and a script's interpreter), then the answer that

@@ -426,6 +426,9 @@ async fn pump(
             reference: i.reference.clone(),
             digest: i.digest.clone(),
         });
+    if let Some(l) = &live.learning {
+        l.observe(&outcome);
+    }
     if let Some(tx) = &events {
         let _ = tx.send(ExecEvent::Exit(Box::new(outcome.clone()))).await;
     }

@@ -28,6 +28,7 @@ pub mod types;
 mod code;
 mod exec;
 mod images;
+mod learning;
 mod lifecycle;
 mod network;
 mod requests;
@@ -172,6 +173,8 @@ pub struct Live {
     /// Its stored secrets as its proxy holds them (rotated by `secret_update`), and the CA
     /// directory it sees: held for as long as it lives.
     pub(crate) secrets: Option<runner::secrets::Prepared>,
+    /// Learn mode (`CreateSandbox::learn`): what its commands used so far.
+    pub(crate) learning: Option<learning::Learning>,
 }
 
 impl Live {
@@ -226,6 +229,8 @@ pub struct Service {
     pending: Mutex<HashMap<String, usize>>,
     /// Volumes (key id, name) creates under way mount (see `volumes::VolumeUse`).
     volume_uses: Mutex<HashMap<(String, String), usize>>,
+    /// The learned profiles of ended learning sandboxes (see `learning`).
+    learned: learning::Ended,
 }
 
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
@@ -290,6 +295,7 @@ impl Service {
             live: RwLock::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             volume_uses: Mutex::new(HashMap::new()),
+            learned: Default::default(),
         });
         svc.reap_previous_run()?;
         svc.remove_partial_state();

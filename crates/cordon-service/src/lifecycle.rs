@@ -239,6 +239,12 @@ impl Service {
         // A front end's own profile (create_with_profile) replaces the built-in.
         let trusted_profile = trusted.is_some();
         let mut profile = trusted.unwrap_or(profile);
+        if let Some(list) = &req.exec_allow {
+            profile.exec_allow = Some(list.iter().map(std::path::PathBuf::from).collect());
+        }
+        // Only the request asks to learn (a fork's copy of a learning parent's profile does
+        // not).
+        profile.learn_exec = req.learn;
         self.add_required(&mut profile);
         // Volumes become binds before the profile is checked; held as in use from here on.
         let mut volumes = self.mount_volumes(caller, &req.volumes, &mut profile)?;
@@ -387,6 +393,7 @@ impl Service {
             sandbox.helper_pid(),
         )?;
         let live_network = profile.network.clone();
+        let learning = req.learn.then(|| crate::learning::Learning::new(&profile));
         let live = Arc::new(Live {
             id: id.clone(),
             key_id: caller.key_id.clone(),
@@ -407,6 +414,7 @@ impl Service {
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
             history: Default::default(),
             secrets,
+            learning,
         });
         if let Ok(mut l) = self.live.write() {
             l.insert(id.clone(), live.clone());
@@ -418,7 +426,7 @@ impl Service {
             "sandbox.create",
             &caller.key_id,
             Some(&id),
-            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow, "secrets": req.secrets.iter().map(|s| &s.name).collect::<Vec<_>>()}),
+            json!({"profile": live.profile.name, "image": live.profile.image, "ttl_s": ttl.as_secs(), "env_keys": req.env.keys().collect::<Vec<_>>(), "network": live.profile.network.allow, "secrets": req.secrets.iter().map(|s| &s.name).collect::<Vec<_>>(), "learn": req.learn, "exec_allow": live.profile.exec_allow}),
         );
         Ok(live.info())
     }
@@ -508,6 +516,8 @@ impl Service {
         if let Ok(mut l) = self.live.write() {
             l.remove(&live.id);
         }
+        // While its helper and proxy still answer.
+        self.keep_learned(live).await;
         let sb = live.sandbox.clone();
         let egress = live.egress.clone();
         let _ = tokio::task::spawn_blocking(move || {

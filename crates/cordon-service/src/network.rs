@@ -9,7 +9,7 @@ use crate::error::ServiceError;
 use crate::types::*;
 
 /// Every decision the sandbox's egress proxy has logged.
-fn egress_events(live: &Live) -> Vec<cordon_policy::NetworkEvent> {
+pub(super) fn egress_events(live: &Live) -> Vec<cordon_policy::NetworkEvent> {
     live.egress
         .lock()
         .ok()

@@ -300,6 +300,31 @@ pub struct CreateSandbox {
     /// network allowlist must also allow).
     #[serde(default)]
     pub secrets: Vec<SandboxSecret>,
+    /// Learn mode: the sandbox runs exactly as without it, and records what its commands
+    /// use — the network destinations (its egress proxy's decisions), the programs executed,
+    /// each command's peaks — for its learned profile (`GET /v1/sandboxes/{id}/learned-profile`).
+    #[serde(default)]
+    pub learn: bool,
+    /// The programs allowlist (`[exec] allow`): only these files may be executed (absolute
+    /// paths in the sandbox, `*` and `?` allowed in the last component; a script's `#!`
+    /// interpreter must be listed too). Needs Landlock. Absent: any file it can read.
+    #[serde(default)]
+    pub exec_allow: Option<Vec<String>>,
+}
+
+/// A learning sandbox's learned profile (`GET /v1/sandboxes/{id}/learned-profile`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LearnedProfile {
+    pub sandbox_id: String,
+    /// The sandbox has ended: this is what it used in all (else what it used so far).
+    pub ended: bool,
+    /// Commands that ended while it learned (their peaks are the learned limits).
+    pub commands: u64,
+    /// The profile, as the TOML file `cordon run --profile` takes: it `extends` the
+    /// sandbox's built-in, each entry with a comment saying why.
+    pub toml: String,
+    /// The same profile as JSON (the TOML's tables and keys).
+    pub profile: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -125,17 +125,17 @@ pub fn run(profile: &Profile, argv: Vec<String>, cwd: Option<String>) -> anyhow:
     let relayed = rt.block_on(relay(&sb, id, master, rx, host, profile));
     drop(raw);
     let (exit, kept, timed_out) = relayed?;
+    // Learn mode: the programs the sandbox's helper recorded, asked for while it still lives.
+    let executed = if profile.learn_exec {
+        sb.executed().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     sb.shutdown();
     let network = proxy.map(|p| p.finish()).unwrap_or_default();
-    Ok(outcome(
-        &sb,
-        profile,
-        exit,
-        kept,
-        timed_out,
-        t0.elapsed(),
-        network,
-    ))
+    let mut o = outcome(&sb, profile, exit, kept, timed_out, t0.elapsed(), network);
+    o.executed = executed;
+    Ok(o)
 }
 
 /// Copies host stdin → pty and pty → host stdout, follows the host terminal's size, and ends

@@ -560,6 +560,7 @@ fn every_route_the_router_serves_is_documented() {
         ("/openapi.json", &["get"]),
         ("/v1/sandboxes", &["get", "post"]),
         ("/v1/sandboxes/{id}/exec", &["post"]),
+        ("/v1/sandboxes/{id}/learned-profile", &["get"]),
         ("/v1/sandboxes/{id}/code", &["post"]),
         ("/v1/sandboxes/{id}/files", &["get", "put", "delete"]),
         ("/v1/run", &["post"]),

@@ -262,3 +262,85 @@ print('done')
         "{o}"
     );
 }
+
+/// `cordon run -t --learn FILE`: the session on a terminal is learned as a run without one is —
+/// the destinations reached and the programs executed (by the persistent engine's helper,
+/// which serves learn mode's exec notifications) — and the learned file replays the task while
+/// a program the session never ran is refused.
+#[test]
+fn learn_mode_on_a_terminal_records_programs_and_destinations() {
+    use std::net::TcpListener;
+    let l = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nupstream\n",
+            );
+        }
+    });
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-tty-learn-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("learned.toml");
+    let fetch = format!(
+        "import urllib.request; print('got', urllib.request.urlopen('http://a.test:{port}/', \
+         timeout=10).read().decode().strip())"
+    );
+    let task = format!("python3 -c \"{fetch}\"; echo finished");
+    let mut t = host_term(24, 80);
+    let c = t.spawn(&[
+        "--learn",
+        file.to_str().unwrap(),
+        "--allow-net",
+        "a.test:*",
+        "--allow-net",
+        "127.0.0.2:*",
+        "--add-host",
+        "a.test:127.0.0.2",
+        "--",
+        "/bin/sh",
+        "-c",
+        &task,
+    ]);
+    let shown = t.read_until("learned profile written");
+    assert_eq!(wait(c), 0, "{shown:?}");
+    assert!(shown.contains("got upstream"), "{shown:?}");
+    let text = std::fs::read_to_string(&file).expect("learned file");
+    for program in ["\"/bin/sh\"", "\"/usr/bin/python3\""] {
+        assert!(text.contains(program), "{program} not learned:\n{text}");
+    }
+    assert!(
+        text.contains(&format!("\"a.test:{port}\",  # reached")),
+        "{text}"
+    );
+    let replay = |cmd: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["run", "--json", "--profile"])
+            .arg(&file)
+            .args(["--", "/bin/sh", "-c", cmd])
+            .stdin(Stdio::null())
+            .output()
+            .expect("replay");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("Outcome")
+    };
+    let o = replay(&task);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    assert!(
+        o["stdout"].as_str().unwrap_or("").contains("got upstream"),
+        "{o}"
+    );
+    let o = replay("/usr/bin/id -u && echo RAN");
+    assert!(!o["stdout"].as_str().unwrap_or("").contains("RAN"), "{o}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

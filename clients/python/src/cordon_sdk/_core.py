@@ -321,9 +321,17 @@ def create_body(
     template: Optional[str] = None,
     pause_on_timeout: bool = False,
     secrets: Optional[Sequence[Mapping[str, Any]]] = None,
+    learn: bool = False,
+    exec_allow: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if learn:
+        body["learn"] = True
+    if exec_allow is not None:
+        if isinstance(exec_allow, str):
+            raise TypeError("exec_allow: a list of paths, not one string")
+        body["exec_allow"] = [str(p) for p in exec_allow]
     if secrets:
         body["secrets"] = [dict(s) for s in secrets]
     if pause_on_timeout:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
+    "LearnedProfile",
     "Usage",
     "SecretInfo",
     "SecretList",
@@ -904,6 +905,35 @@ class BatchResult:
             tests=[BatchTest.from_dict(t) for t in _objs(tests)] if tests is not None else None,
             files={str(k): base64.b64decode(v) for k, v in files.items()} if isinstance(files, Mapping) else None,
             error=BatchError.from_dict(err) if isinstance(err, Mapping) else None,
+            raw=dict(d),
+        )
+
+
+@dataclass
+class LearnedProfile:
+    """A learning sandbox's learned profile (:meth:`Sandbox.learned_profile`): ``toml`` is the
+    file ``cordon run --profile`` takes (it ``extends`` the sandbox's built-in, each entry with
+    a comment saying why), ``profile`` the same as a dict; ``ended`` once the sandbox has ended
+    (what it used in all), ``commands`` the commands that ended while it learned."""
+
+    __schema__: ClassVar[Optional[str]] = "LearnedProfile"
+
+    sandbox_id: str
+    ended: bool
+    commands: int
+    toml: str
+    profile: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LearnedProfile":
+        profile = d.get("profile")
+        return cls(
+            sandbox_id=_str(d.get("sandbox_id")),
+            ended=d.get("ended") is True,
+            commands=_int(d.get("commands")),
+            toml=_str(d.get("toml")),
+            profile=dict(profile) if isinstance(profile, Mapping) else {},
             raw=dict(d),
         )
 

@@ -37,6 +37,7 @@ from .models import (
     Entry,
     ForkResult,
     ImageInfo,
+    LearnedProfile,
     MimeBundle,
     NetworkInfo,
     NetworkPolicy,
@@ -613,6 +614,8 @@ class Sandbox:
         template: Optional[str] = None,
         pause_on_timeout: bool = False,
         secrets: Optional[Sequence[Mapping[str, Any]]] = None,
+        learn: bool = False,
+        exec_allow: Optional[Sequence[str]] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -638,7 +641,11 @@ class Sandbox:
         :meth:`create_secret`) as placeholders, never the values:
         ``[{"name": "gh", "env": "GH_TOKEN", "hosts": ["api.github.com"]}]`` (optionally
         ``"header"`` and ``"format"``, e.g. ``"Bearer {value}"``); the proxy puts the value into
-        requests to ``hosts`` only, which ``network`` must also allow.
+        requests to ``hosts`` only, which ``network`` must also allow. ``learn``: learn mode —
+        the sandbox runs exactly as without it and records what its commands use (network
+        destinations, programs executed, peaks), for :meth:`learned_profile`. ``exec_allow``:
+        the programs allowlist, ``["/usr/bin/python3", "/usr/bin/git"]`` — only these files
+        may be executed (a script's ``#!`` interpreter must be listed too; needs Landlock).
         """
         body = _core.create_body(
             profile,
@@ -658,6 +665,8 @@ class Sandbox:
             template,
             pause_on_timeout,
             secrets,
+            learn,
+            exec_allow,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating
@@ -1060,6 +1069,13 @@ class Sandbox:
         """What the sandbox uses now: CPU (since the previous call), memory, disk and
         processes, each beside its limit."""
         return SandboxMetrics.from_dict(self._http.get_json(self._path + "/metrics", "metrics"))
+
+    def learned_profile(self) -> LearnedProfile:
+        """The learned profile of a sandbox created with ``learn=True``: what its commands used
+        so far (after :meth:`kill`, what they used in all, kept by the server until it
+        restarts). ``.toml`` is the file ``cordon run --profile`` takes; ``.profile`` the same
+        as a dict. A sandbox created without ``learn`` raises :class:`~cordon_sdk.ConflictError`."""
+        return LearnedProfile.from_dict(self._http.get_json(self._path + "/learned-profile", "learned profile"))
 
     def is_running(self) -> bool:
         try:

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -109,6 +109,8 @@ type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     usage: Mutex<UsageWaiters>,
+    /// Callers waiting for the programs executed (learn mode).
+    executed: Mutex<Vec<mpsc::Sender<Vec<PathBuf>>>>,
     alive: AtomicBool,
     ended: Mutex<Option<String>>,
 }
@@ -167,6 +169,7 @@ impl Sandbox {
         if let Err(e) = control.send(&ToHelper::Create {
             profile: Box::new(profile.clone()),
             env: env.clone(),
+            learn: profile.learn_exec,
         }) {
             return Err(fail(
                 &mut child,
@@ -229,6 +232,7 @@ impl Sandbox {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             usage: Mutex::new(HashMap::new()),
+            executed: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
             ended: Mutex::new(None),
         });
@@ -333,6 +337,20 @@ impl Sandbox {
         rx.recv_timeout(Duration::from_secs(1)).ok().flatten()
     }
 
+    /// Learn mode (`Profile::learn_exec`): the programs the sandbox's commands executed so
+    /// far, each with a `#!` script's interpreter (sandbox paths); `None` if the sandbox does
+    /// not answer within a second (it ended).
+    pub fn executed(&self) -> Option<Vec<PathBuf>> {
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut w) = self.shared.executed.lock() {
+            w.push(tx);
+        }
+        if self.control.send(&ToHelper::Executed).is_err() {
+            return None;
+        }
+        rx.recv_timeout(Duration::from_secs(1)).ok()
+    }
+
     /// Freezes every process of the sandbox (see [`crate::freeze`]); `name` is unique to it.
     /// Pausing a paused sandbox changes nothing.
     pub fn pause(&self, name: &str) -> Result<crate::freeze::FreezeMethod, EngineError> {
@@ -430,6 +448,16 @@ fn read_events(control: &Channel, shared: &Shared) {
                     let _ = tx.send(usage.clone());
                 }
             }
+            Ok(Some((FromHelper::Executed { paths }, _))) => {
+                let waiting = shared
+                    .executed
+                    .lock()
+                    .map(|mut w| std::mem::take(&mut *w))
+                    .unwrap_or_default();
+                for tx in waiting {
+                    let _ = tx.send(paths.clone());
+                }
+            }
             Ok(Some((FromHelper::Ended { reason }, _))) => break reason,
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => break "the sandbox helper exited".to_string(),
@@ -438,6 +466,9 @@ fn read_events(control: &Channel, shared: &Shared) {
     shared.alive.store(false, Ordering::SeqCst);
     // Nobody will answer a usage question now: let the askers go.
     if let Ok(mut w) = shared.usage.lock() {
+        w.clear();
+    }
+    if let Ok(mut w) = shared.executed.lock() {
         w.clear();
     }
     if let Ok(mut e) = shared.ended.lock() {

@@ -1,6 +1,8 @@
 //! The helper process (`cordon __sandbox`): this sandbox's single-threaded supervisor. It
 //! launches the sandbox, then routes requests from the server down to the init and events
-//! (with their fds) back up, and keeps each command's kill and accounting domain.
+//! (with their fds) back up, and keeps each command's kill and accounting domain. In learn
+//! mode one thread of its own (started once the sandbox is up: nothing is forked after)
+//! records the programs executed (see `exec_learn`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -58,10 +60,18 @@ impl HelperCommand {
 pub fn helper_main() -> i32 {
     // SAFETY: the server starts us with the control socket on fd 3; nothing else owns it.
     let control = Channel::new(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
-    let (profile, env) = match control.recv::<ToHelper>() {
-        Ok(Some((ToHelper::Create { profile, env }, _))) => (profile, env),
+    let (mut profile, env, learn) = match control.recv::<ToHelper>() {
+        Ok(Some((
+            ToHelper::Create {
+                profile,
+                env,
+                learn,
+            },
+            _,
+        ))) => (profile, env, learn),
         _ => return 2,
     };
+    profile.learn_exec = learn;
     let failed = |control: &Channel, message: String, errno: Option<i32>| {
         let _ = control.send(&FromHelper::Failed { message, errno });
         1
@@ -103,6 +113,8 @@ pub fn helper_main() -> i32 {
         degraded: prepared.degraded(),
         disk: None,
         volumes: Vec::new(),
+        learn: profile.learn_exec,
+        executed: None,
     };
     match watch_disks(&profile, prepared.run_dir.as_deref()) {
         Ok((disk, volumes)) => (domains.disk, domains.volumes) = (disk, volumes),
@@ -273,7 +285,22 @@ fn await_setup(
             return Err(SetupEnd::Failed(message, failure.errno));
         }
     }
-    if let Some((kinds, fds)) = heard.watched.take() {
+    if let Some((mut kinds, mut fds)) = heard.watched.take() {
+        // Learn mode's listener is answered for as long as the sandbox lives (closed, the
+        // kernel would fail every exec); one sent unasked is closed, as by the one-shot
+        // supervisor.
+        if let Some(i) = kinds
+            .iter()
+            .position(|k| *k == crate::channel::Watched::ExecNotify)
+        {
+            kinds.remove(i);
+            if i < fds.len() {
+                let fd = fds.remove(i);
+                if domains.learn {
+                    domains.executed = Some(crate::exec_learn::serve_shared(fd));
+                }
+            }
+        }
         domains.scratch = scratch_fds(&kinds, fds);
     }
     Ok(heard.root.take())
@@ -327,6 +354,9 @@ fn route(
                         let _ = control.send(&answer);
                     }
                 }
+                Ok(Some((ToHelper::Executed, _))) => {
+                    let _ = control.send(&domains.executed());
+                }
                 Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
                 Ok(Some((ToHelper::Create { .. }, _))) => {}
                 // A message we cannot read is the server's bug, not a reason to kill the sandbox.
@@ -349,6 +379,9 @@ fn route(
     }
 }
 
+/// Learn mode's record of the programs executed, filled by its own thread.
+type Executed = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>>>;
+
 /// The helper's side of the sandbox's kill and accounting domains: the sandbox's cgroup, and
 /// one child cgroup per running command where there is a cgroup.
 struct Domains {
@@ -357,6 +390,9 @@ struct Domains {
     reaped: bool,
     cgroup: Option<crate::cgroup::Cgroup>,
     commands: HashMap<u64, HelperCommand>,
+    /// Learn mode was asked for, and then the programs executed (see `exec_learn`).
+    learn: bool,
+    executed: Option<Executed>,
     /// A command's own process limit (its sub-init is the `+ 1`).
     command_pids: u64,
     cpu_time: Option<Duration>,
@@ -516,6 +552,25 @@ impl Domains {
                 }
             }
         }
+    }
+
+    /// The programs executed so far, as many as fit one message (a sandbox's own long paths
+    /// must not make the answer too large to send).
+    fn executed(&self) -> FromHelper {
+        let mut paths = Vec::new();
+        let mut size = 0usize;
+        if let Some(seen) = self.executed.as_ref().and_then(|s| s.lock().ok()) {
+            // A name that is not UTF-8 cannot be encoded (nor be an `[exec] allow` entry).
+            for p in seen.iter().filter(|p| p.to_str().is_some()) {
+                // Its JSON: the bytes, escapes at most x6, quotes and a comma.
+                size += p.as_os_str().len() * 6 + 3;
+                if size > crate::channel::MAX_MESSAGE / 2 {
+                    break;
+                }
+                paths.push(p.clone());
+            }
+        }
+        FromHelper::Executed { paths }
     }
 
     /// The answer to a usage question now, or `None` when it must wait for the init's sample

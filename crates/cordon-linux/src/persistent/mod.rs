@@ -43,6 +43,10 @@ enum ToHelper {
     Create {
         profile: Box<Profile>,
         env: BTreeMap<String, String>,
+        /// Learn mode (`Profile::learn_exec`, which the profile's own encoding leaves out):
+        /// the helper records the programs every command executes.
+        #[serde(default)]
+        learn: bool,
     },
     Exec {
         id: u64,
@@ -56,6 +60,8 @@ enum ToHelper {
     Usage {
         id: u64,
     },
+    /// Learn mode: the programs executed so far (answered with `FromHelper::Executed`).
+    Executed,
     Shutdown,
 }
 
@@ -85,6 +91,11 @@ enum FromHelper {
     Usage {
         id: u64,
         usage: Option<CommandUsage>,
+    },
+    /// The answer to `ToHelper::Executed`: the programs executed so far (sandbox paths, as
+    /// many as fit one message), empty without learn mode.
+    Executed {
+        paths: Vec<std::path::PathBuf>,
     },
     Ended {
         reason: String,

@@ -64,6 +64,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sandboxes::extend))
         .routes(routes!(sandboxes::pause))
         .routes(routes!(sandboxes::resume))
+        .routes(routes!(sandboxes::learned_profile))
         .routes(routes!(commands::exec))
         .routes(routes!(commands::list_commands))
         .routes(routes!(commands::command_log))

@@ -1,5 +1,5 @@
 //! The native API's sandboxes: create, list (filtered by metadata), get, their resource use
-//! now, delete, extend the TTL, pause and resume.
+//! now, delete, extend the TTL, pause and resume; a learning sandbox's learned profile.
 //!
 //! Threat model: bodies and queries are client input, parsed by [`super::JsonBody`] and
 //! axum's extractors into the service's types; the service checks each against the caller's key.
@@ -75,6 +75,21 @@ pub(super) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     st.service.delete(&c, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/learned-profile", params(IdPath),
+    description = "The learned profile of a sandbox created with `learn: true`: what its commands used \
+    (network destinations, programs executed, each command's peaks x1.5), as the TOML file `cordon run --profile` \
+    takes and as JSON. While it runs, what it used so far; after it ended (deleted, expired), what it used in all, \
+    kept in the server's memory (the last 256 ended sandboxes, until the server restarts). \
+    409 for a sandbox created without `learn`",
+    responses((status = 200, body = super::schema::LearnedProfile)))]
+pub(super) async fn learned_profile(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<LearnedProfile>, ApiError> {
+    Ok(Json(st.service.learned_profile(&c, &id).await?))
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/ttl", params(IdPath), request_body = super::schema::ExtendTtl,

@@ -251,6 +251,32 @@ pub struct CreateSandbox {
     /// placeholders: its proxy puts each value into requests to the secret's `hosts` only.
     #[serde(default)]
     pub secrets: Vec<SandboxSecret>,
+    /// Learn mode: the sandbox runs exactly as without it, and records what its commands use
+    /// (network destinations from its egress proxy, programs executed, each command's peaks)
+    /// for `GET /v1/sandboxes/{id}/learned-profile`.
+    #[serde(default)]
+    pub learn: bool,
+    /// The programs allowlist (`[exec] allow`): only these files may be executed (absolute
+    /// paths in the sandbox, `*` and `?` in the last component; a script's `#!` interpreter
+    /// must be listed too). Needs Landlock. Absent: any file the sandbox can read.
+    pub exec_allow: Option<Vec<String>>,
+}
+
+/// A learning sandbox's learned profile.
+#[derive(ToSchema, Serialize)]
+pub struct LearnedProfile {
+    pub sandbox_id: String,
+    /// The sandbox has ended: what it used in all (else what it used so far).
+    pub ended: bool,
+    /// Commands that ended while it learned (their peaks are the learned limits).
+    pub commands: u64,
+    /// The profile as the TOML file `cordon run --profile` takes: it `extends` the sandbox's
+    /// built-in, each entry with a comment saying why.
+    pub toml: String,
+    /// The same profile as JSON (the TOML's tables and keys: `extends`, `network.allow`,
+    /// `exec.allow`, `limits`, ...).
+    #[schema(value_type = Object)]
+    pub profile: serde_json::Value,
 }
 
 /// A stored secret a sandbox is given (`secrets` in `POST /v1/sandboxes`).

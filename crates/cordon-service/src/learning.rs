@@ -1,0 +1,199 @@
+//! Learn mode for persistent sandboxes (`POST /v1/sandboxes` with `learn: true`): what the
+//! sandbox used across all its commands — the destinations its egress proxy decided on, the
+//! programs executed (recorded by its helper, see `cordon_linux::persistent`), each command's
+//! peaks (from its cgroup) and output — made into a learned profile by
+//! [`cordon_policy::learn`], on request while it lives, and once more as it ends: that last one
+//! is kept (in memory, the last [`KEPT_ENDED`] of them, until the server restarts) to be
+//! fetched after a delete or an expiry.
+//!
+//! Threat model: everything recorded is the sandboxed program's doing, so hostile; the profile
+//! writer escapes and checks every value it writes. A caller gets only its own key's
+//! sandboxes' profiles (another key's answers 404, as for every sandbox route). Learning never
+//! changes what the sandbox may do: the exec filter only notifies, the proxy only logs.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use cordon_policy::{LimitHit, Outcome, Profile, Usage};
+
+use super::{Caller, Live, Service};
+use crate::error::ServiceError;
+use crate::types::LearnedProfile;
+
+/// Learned profiles of ended sandboxes kept for fetching.
+pub const KEPT_ENDED: usize = 256;
+
+/// What a learning sandbox's commands used, kept as they end.
+pub(crate) struct Learning {
+    /// The built-in the learned profile extends.
+    base: String,
+    seen: Mutex<Seen>,
+}
+
+/// The peaks over the commands so far (each command's own, not their sum).
+#[derive(Default)]
+struct Seen {
+    commands: u64,
+    usage: Usage,
+    limits_hit: Vec<LimitHit>,
+    /// The most output one command wrote on one stream (as kept: up to the output limit).
+    output: u64,
+    /// The programs its helper said were executed, over every answer: what a helper that died
+    /// since had recorded is not lost.
+    executed: BTreeSet<PathBuf>,
+}
+
+impl Learning {
+    pub(crate) fn new(profile: &Profile) -> Learning {
+        let base = if cordon_policy::profile::BUILTINS.contains(&profile.name.as_str()) {
+            profile.name.clone()
+        } else {
+            "default".to_string()
+        };
+        Learning {
+            base,
+            seen: Mutex::new(Seen::default()),
+        }
+    }
+
+    /// One command's end.
+    pub(crate) fn observe(&self, o: &Outcome) {
+        let Ok(mut s) = self.seen.lock() else { return };
+        s.commands += 1;
+        let u = &o.usage;
+        s.usage.wall_ms = s.usage.wall_ms.max(u.wall_ms);
+        // The learned `cpu_time` is per command: the largest command's, user and system.
+        let cpu = u.cpu_user_ms.saturating_add(u.cpu_system_ms);
+        s.usage.cpu_user_ms = s.usage.cpu_user_ms.max(cpu);
+        s.usage.peak_memory_bytes = s.usage.peak_memory_bytes.max(u.peak_memory_bytes);
+        s.usage.peak_pids = s.usage.peak_pids.max(u.peak_pids);
+        for h in &o.limits_hit {
+            if !s.limits_hit.contains(h) {
+                s.limits_hit.push(*h);
+            }
+        }
+        let len = |text: &str, b64: &Option<String>| {
+            b64.as_ref()
+                .map_or(text.len() as u64, |b| (b.len() as u64 / 4) * 3)
+        };
+        s.output = s
+            .output
+            .max(len(&o.stdout, &o.stdout_b64))
+            .max(len(&o.stderr, &o.stderr_b64));
+    }
+}
+
+/// The learned profile of `live` now: `executed` is what its helper recorded.
+fn render(
+    live: &Live,
+    learning: &Learning,
+    executed: Vec<PathBuf>,
+    ended: bool,
+) -> Result<LearnedProfile, ServiceError> {
+    let mut o = Outcome::error(String::new(), live.sandbox.enforcement.clone());
+    o.error = None;
+    let commands = {
+        let mut s = learning
+            .seen
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
+        o.usage = s.usage.clone();
+        o.limits_hit = s.limits_hit.clone();
+        // Only the size counts (see `cordon_policy::learn`), bounded by the output limit.
+        o.stdout = " ".repeat(s.output.min(live.profile.limits.output_limit) as usize);
+        s.executed.extend(executed);
+        o.executed = s.executed.iter().cloned().collect();
+        s.commands
+    };
+    o.network = super::network::egress_events(live);
+    let command = vec![format!("the commands of sandbox {}", live.id)];
+    let toml = cordon_policy::learn::learn(
+        &cordon_policy::learn::Run {
+            base: &learning.base,
+            profile: &live.profile,
+            outcome: &o,
+            command: &command,
+            output_captured: true,
+        },
+        None,
+    )
+    .map_err(|e| ServiceError::internal(e.to_string()))?;
+    let profile = toml::from_str::<toml::Table>(&toml)
+        .ok()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or_default();
+    Ok(LearnedProfile {
+        sandbox_id: live.id.clone(),
+        ended,
+        commands,
+        toml,
+        profile,
+    })
+}
+
+/// The learned profiles of ended sandboxes: (key id, profile), oldest first.
+#[derive(Default)]
+pub(crate) struct Ended(Mutex<VecDeque<(String, LearnedProfile)>>);
+
+impl Service {
+    /// The learned profile of a sandbox created with `learn: true`: while it runs, what it
+    /// used so far (each call sees more); once it ended, what it used in all.
+    pub async fn learned_profile(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<LearnedProfile, ServiceError> {
+        let live = match self.get_live(caller, id) {
+            Ok(l) => l,
+            Err(e) => {
+                let kept = self.learned.0.lock().ok().and_then(|k| {
+                    k.iter()
+                        .rev()
+                        .find(|(key, p)| *key == caller.key_id && p.sandbox_id == id)
+                        .map(|(_, p)| p.clone())
+                });
+                return kept.ok_or(e);
+            }
+        };
+        self.learn_now(&live, false).await
+    }
+
+    async fn learn_now(
+        &self,
+        live: &std::sync::Arc<Live>,
+        ended: bool,
+    ) -> Result<LearnedProfile, ServiceError> {
+        if live.learning.is_none() {
+            return Err(ServiceError::conflict(format!(
+                "sandbox '{}' was not created with learn: true",
+                live.id
+            )));
+        }
+        let sb = live.sandbox.clone();
+        let executed = tokio::task::spawn_blocking(move || sb.executed())
+            .await
+            .map_err(|e| ServiceError::internal(e.to_string()))?
+            .unwrap_or_default();
+        let learning = live
+            .learning
+            .as_ref()
+            .ok_or_else(|| ServiceError::internal("learning"))?;
+        render(live, learning, executed, ended)
+    }
+
+    /// As a learning sandbox ends (before its helper goes): its learned profile, kept.
+    pub(crate) async fn keep_learned(&self, live: &std::sync::Arc<Live>) {
+        if live.learning.is_none() {
+            return;
+        }
+        if let Ok(p) = self.learn_now(live, true).await {
+            if let Ok(mut k) = self.learned.0.lock() {
+                if k.len() >= KEPT_ENDED {
+                    k.pop_front();
+                }
+                k.push_back((live.key_id.clone(), p));
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Learn mode for persistent sandboxes, against a real `cordon serve`: a sandbox created with
+//! `learn: true` records what its commands use across all its execs; its learned profile
+//! (`GET /v1/sandboxes/{id}/learned-profile`, while it runs and after its delete) replays the
+//! task under `cordon run --profile`, and the task changed to reach another host or run another
+//! program is refused; another key's caller gets none of it. Loopback only: upstreams listen on 127.0.0.x, names are pinned in the
+//! sandbox's `network.hosts`, so no packet leaves the machine.
+
+mod common;
+mod serve;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::HostDir;
+use serde_json::{json, Value};
+use serve::Server;
+
+/// A tiny HTTP upstream on `ip` that counts the connections it accepts.
+struct Upstream {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    fn start(ip: &str) -> Upstream {
+        let l = TcpListener::bind((ip, 0)).expect("bind loopback");
+        let port = l.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                h.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut buf = [0u8; 4096];
+                    let mut req = Vec::new();
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = "hello from upstream\n";
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        Upstream { port, hits }
+    }
+}
+
+/// python3 fetching `url` through the proxy: prints the status (or the HTTP error's code).
+fn fetch(url: &str) -> String {
+    format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    r = urllib.request.urlopen('{url}', timeout=10); print(r.status, r.read().decode(), end='')\n\
+         except urllib.error.HTTPError as e:\n    print(e.code)\n"
+    )
+}
+
+/// `cordon run --json --profile FILE -- ARGV`: the Outcome.
+fn replay(file: &std::path::Path, argv: &[&str]) -> Value {
+    let out = Command::new(common::cordon_bin())
+        .args(["run", "--json", "--profile"])
+        .arg(file)
+        .arg("--")
+        .args(argv)
+        .output()
+        .expect("run cordon");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("outcome")
+}
+
+fn exec(s: &Server, id: &str, cmd: &[&str]) -> Value {
+    let (st, o) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({ "cmd": cmd })),
+    );
+    assert_eq!(st, 200, "{o}");
+    o
+}
+
+/// A second key of the server (the registry takes keys while it runs).
+fn second_key(s: &Server) -> String {
+    let out = Command::new(common::cordon_bin())
+        .args(["keys", "create", "--name", "other", "--data-dir"])
+        .arg(&s.data_dir)
+        .output()
+        .expect("cordon keys create");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `GET path` with `key`: its status.
+fn status_as(s: &Server, key: &str, path: &str) -> u16 {
+    match ureq::get(&format!("{}{path}", s.url))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call()
+    {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(st, _)) => st,
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
+#[test]
+fn a_learning_sandbox_learns_its_commands_and_its_profile_replays_them_and_nothing_else() {
+    let a = Upstream::start("127.0.0.2");
+    let c = Upstream::start("127.0.0.3");
+    let s = Server::start();
+    // The learning sandbox's own allowance is wide: both names, any port.
+    let (st, info) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({
+            "learn": true,
+            "network": {
+                "allow": ["a.test:*", "c.test:*", "127.0.0.2:*", "127.0.0.3:*"],
+                "hosts": {"a.test": "127.0.0.2", "c.test": "127.0.0.3"}
+            }
+        })),
+    );
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap().to_string();
+    let task = fetch(&format!("http://a.test:{}/", a.port));
+    let o = exec(&s, &id, &["python3", "-c", &task]);
+    assert_eq!(o["stdout"], "200 hello from upstream\n", "{o}");
+    let o = exec(&s, &id, &["/bin/sh", "-c", "echo from-sh"]);
+    assert_eq!(o["stdout"], "from-sh\n", "{o}");
+
+    // While it runs: what it used so far.
+    let (st, learned) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
+    assert_eq!(st, 200, "{learned}");
+    assert_eq!(learned["ended"], false, "{learned}");
+    assert_eq!(learned["commands"], 2, "{learned}");
+    let text = learned["toml"].as_str().unwrap();
+    assert!(text.contains("extends = \"default\""), "{text}");
+    assert!(
+        text.contains(&format!("\"a.test:{}\",  # reached", a.port)),
+        "{text}"
+    );
+    for program in ["/usr/bin/python3", "/bin/sh"] {
+        assert!(
+            text.contains(&format!("\"{program}\"")),
+            "{program}:\n{text}"
+        );
+    }
+    assert!(!text.contains("c.test") && !text.contains(":*"), "{text}");
+    assert!(text.contains("memory = "), "{text}");
+    // The JSON form is the same profile.
+    let allow = learned["profile"]["exec"]["allow"].as_array().unwrap();
+    assert!(allow.iter().any(|p| p == "/usr/bin/python3"), "{learned}");
+    assert_eq!(learned["profile"]["extends"], "default", "{learned}");
+    // Another key's caller learns nothing of it, running or ended.
+    let other = second_key(&s);
+    let route = format!("/v1/sandboxes/{id}/learned-profile");
+    assert_eq!(status_as(&s, &other, &route), 404);
+
+    // After its delete: the profile of everything it did, kept.
+    let o = exec(&s, &id, &["/usr/bin/env", "true"]);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    let (st, learned) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
+    assert_eq!(st, 200, "{learned}");
+    assert_eq!(learned["ended"], true, "{learned}");
+    assert_eq!(learned["commands"], 3, "{learned}");
+    let text = learned["toml"].as_str().unwrap();
+    assert!(text.contains("\"/usr/bin/env\""), "{text}");
+    assert_eq!(status_as(&s, &other, &route), 404);
+
+    let dir = HostDir::new("learn-serve");
+    let file = dir.join("learned.toml");
+    std::fs::write(&file, text).unwrap();
+    // The task replays under the learned profile.
+    let o = replay(&file, &["python3", "-c", &task]);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    assert_eq!(o["stdout"], "200 hello from upstream\n", "{o}");
+    // Changed to reach the other host: refused by the proxy, which never connects.
+    let before = c.hits.load(Ordering::SeqCst);
+    let other = fetch(&format!("http://c.test:{}/", c.port));
+    let o = replay(&file, &["python3", "-c", &other]);
+    assert_eq!(o["stdout"], "403\n", "another host: {o}");
+    assert!(
+        o["network"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["host"] == "c.test" && e["verdict"] == "deny"),
+        "{o}"
+    );
+    assert_eq!(c.hits.load(Ordering::SeqCst), before);
+    // Changed to run a program it never ran: refused by the learned programs allowlist.
+    let o = replay(&file, &["/usr/bin/id", "-u"]);
+    assert_eq!(o["exit_code"], 126, "{o}");
+    assert_eq!(o["stdout"], "", "{o}");
+}
+
+#[test]
+fn a_sandbox_made_without_learn_has_no_learned_profile() {
+    let s = Server::start();
+    let (st, info) = s.call("POST", "/v1/sandboxes", Some(json!({})));
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap();
+    let (st, e) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
+    assert_eq!(st, 409, "{e}");
+    let (st, e) = s.call("GET", "/v1/sandboxes/nope/learned-profile", None);
+    assert_eq!(st, 404, "{e}");
+}
+
+#[test]
+fn exec_allow_on_create_is_enforced_across_commands() {
+    let s = Server::start();
+    let (st, info) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"exec_allow": ["/usr/bin/python3"]})),
+    );
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap();
+    let o = exec(&s, id, &["python3", "-c", "print(6*7)"]);
+    assert_eq!(o["stdout"], "42\n", "{o}");
+    // A program not listed, and the same copied to /tmp: both refused by the kernel.
+    let o = exec(&s, id, &["/bin/sh", "-c", "echo escaped"]);
+    assert_eq!(o["exit_code"], 126, "{o}");
+    let o = exec(
+        &s,
+        id,
+        &[
+            "python3",
+            "-c",
+            "import shutil, subprocess\nshutil.copy('/usr/bin/python3', '/tmp/p')\n\
+             import os; os.chmod('/tmp/p', 0o755)\n\
+             try:\n    subprocess.run(['/tmp/p', '-c', 'print(1)']); print('ran')\n\
+             except PermissionError:\n    print('refused')\n",
+        ],
+    );
+    assert_eq!(o["stdout"], "refused\n", "{o}");
+    let (st, e) = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"exec_allow": ["relative/path"]})),
+    );
+    assert_eq!(st, 400, "{e}");
+}
