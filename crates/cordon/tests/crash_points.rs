@@ -764,11 +764,11 @@ fn kill_9_mid_key_creation_and_revocation_leaves_each_key_whole_or_absent_and_re
                     recovered = false;
                     leaks.push(format!("key {name} listed {} times", mine.len()));
                 }
-                if printed.starts_with("cdn_") {
-                    if mine.is_empty() || key_works(&s2, &printed) != 200 {
-                        recovered = false;
-                        leaks.push(format!("key {name} printed but not stored whole"));
-                    }
+                if printed.starts_with("cdn_")
+                    && (mine.is_empty() || key_works(&s2, &printed) != 200)
+                {
+                    recovered = false;
+                    leaks.push(format!("key {name} printed but not stored whole"));
                 }
             }
             Some((id, secret)) => {
