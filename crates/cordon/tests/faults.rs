@@ -2,8 +2,13 @@
 //! (a size-capped tmpfs the test mounts and fills): every write path — a sandbox create in
 //! the native and E2B doors, a file upload, a secret, an image pull, a key — answers a clear
 //! `507 Insufficient Storage` (the CLI a clear error), never a `500` or a hang; reads (health,
-//! the sandbox list, the audit trail) keep being served; once space is freed, writes work
-//! again and the audit chain verifies (a record half written on a full disk would break it).
+//! the sandbox list, the audit trail) keep being served, and so do commands in a sandbox,
+//! each appending an audit record until one is cut short; once space is freed, writes work
+//! again and the audit chain verifies (a record half written on a full disk used to break it).
+//!
+//! The server in a memory cgroup of the test's own, OOM-killed by large request bodies: its
+//! clients get an error, not a hang; its sandbox's processes and cgroups go with it; restarted
+//! without the limit it shows the sandbox not running, serves writes, and the chain verifies.
 //!
 //! A registry that misbehaves mid-pull — a small HTTP server of the test's own on loopback
 //! that serves a real manifest, then dies in the middle of the layer blob, or serves the blob
@@ -235,6 +240,20 @@ fn a_full_data_disk_answers_507_on_every_write_and_keeps_serving_reads() {
         v.to_string().contains(&id),
         "the sandbox is still listed: {v}"
     );
+    // Commands run on in the sandbox (its disk is not the data directory's), each appending
+    // an audit record: more than the audit log's last page has room for, so that one is cut
+    // short by the full disk. A record half written must not stay in the log.
+    for n in 0..16 {
+        let (st, v) = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"cmd": ["true", format!("{n:0>300}")]})),
+        );
+        if st != 200 {
+            wrong.push(format!("exec on a full data disk: {st} {v}"));
+            break;
+        }
+    }
 
     // Space again: the same writes work, and the audit chain has no half-written record.
     std::fs::remove_file(&filler).expect("free the disk");
