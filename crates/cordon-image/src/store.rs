@@ -731,6 +731,15 @@ impl Writer<'_> {
             // Unpacked by a process that died before writing the report.
             fsutil::remove_tree(&dir).ctx(|| format!("removing {}", dir.display()))?;
         }
+        // Staging directories of this layer are made only under its lock, which we hold:
+        // any there is of a process killed mid-unpack, and would stay until a prune.
+        let stale = format!("layer-{}-", diff_id.hex());
+        for name in dir_names(&s.root.join("tmp"))? {
+            if name.starts_with(&stale) {
+                let p = s.tmp_path(&name);
+                fsutil::remove_tree(&p).ctx(|| format!("removing {}", p.display()))?;
+            }
+        }
         let staging = s.tmp_path(&format!("layer-{}-{}", diff_id.hex(), fsutil::unique()));
         fsutil::create_private_dir(&staging).ctx(|| format!("creating {}", staging.display()))?;
         let result = (|| {

@@ -6,7 +6,8 @@
 //! key (`LOG.key`, made at first open, 0600) and its head (`LOG.head`, replaced atomically
 //! after every record), all three beside each other in a directory no sandbox is given. A
 //! log found shorter than its head, or keyed without its key, is not continued: appending
-//! would bury the evidence under fresh records.
+//! would bury the evidence under fresh records. A record a full disk cuts short is taken
+//! back (the log is shrunk to where it was), so that the next one starts on a line of its own.
 
 use std::io::Write;
 use std::path::Path;
@@ -134,7 +135,14 @@ impl ChainLog {
     pub fn append(&mut self, fields: Map<String, Value>) -> std::io::Result<()> {
         let mut next = self.head.clone();
         let line = next.seal_with(fields, Some(&self.key));
-        self.file.write_all(format!("{line}\n").as_bytes())?;
+        let before = self.file.metadata()?.len();
+        if let Err(e) = self.file.write_all(format!("{line}\n").as_bytes()) {
+            // A write cut short (the disk full) must not leave half a record: the next one
+            // would follow it on the same line, and the chain would read as broken from there.
+            // Shrinking a file needs no space.
+            let _ = self.file.set_len(before);
+            return Err(e);
+        }
         self.head = next;
         replace_file(&self.head_path, &Head::of(&self.head).render())
     }

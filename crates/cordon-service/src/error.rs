@@ -29,7 +29,8 @@ pub enum ErrorKind {
     RateLimited,
     /// Over the caller's quota (sandboxes at once).
     Quota,
-    /// The sandbox's disk is full.
+    /// A disk is full: the sandbox's (`no_space`), or the server's data directory
+    /// (`storage_full`: ENOSPC or EDQUOT where the server keeps its state).
     NoSpace,
     /// Something this server called (a registry, an upstream) failed.
     Upstream,
@@ -120,15 +121,64 @@ pub fn human_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// Whether an I/O error says the disk is full (ENOSPC) or the owner over quota (EDQUOT).
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+impl ServiceError {
+    /// The server's data directory has no room for `what`: said as such, so that a client
+    /// knows its request was fine and an operator what to free.
+    pub fn storage_full(what: &str) -> Self {
+        Self::new(
+            ErrorKind::NoSpace,
+            "storage_full",
+            format!(
+                "{what}: the server's data directory is full (no space left on its disk): \
+                 nothing was changed; reads still work, writes will once space is freed"
+            ),
+        )
+    }
+
+    /// An I/O failure about `what`: [`ServiceError::storage_full`] when the disk is full,
+    /// else internal.
+    pub fn io(what: &str, e: &std::io::Error) -> Self {
+        if is_storage_full(e) {
+            Self::storage_full(what)
+        } else {
+            Self::internal(format!("{what}: {e}"))
+        }
+    }
+}
+
 impl From<rusqlite::Error> for ServiceError {
     fn from(e: rusqlite::Error) -> Self {
-        ServiceError::internal(format!("registry: {e}"))
+        use rusqlite::ffi::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => ServiceError::storage_full("the registry"),
+            _ => ServiceError::internal(format!("registry: {e}")),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_disk_or_quota_is_storage_full_and_other_io_errors_are_internal() {
+        for errno in [libc::ENOSPC, libc::EDQUOT] {
+            let e = ServiceError::io("x", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!((e.kind, e.code), (ErrorKind::NoSpace, "storage_full"));
+        }
+        let e = ServiceError::io("x", &std::io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(e.kind, ErrorKind::Internal);
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        assert_eq!(ServiceError::from(full).code, "storage_full");
+    }
 
     #[test]
     fn sizes_in_messages_read_as_people_write_them() {

@@ -154,6 +154,9 @@ pub fn image_error(e: ImageError) -> ServiceError {
         | ImageError::Format { .. } => {
             ServiceError::new(ErrorKind::Unprocessable, "bad_image", message)
         }
+        ImageError::Io { ref source, .. } if crate::error::is_storage_full(source) => {
+            ServiceError::storage_full(&message)
+        }
         ImageError::Io { .. } => ServiceError::internal(message),
     }
 }

@@ -203,10 +203,13 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     {
         v.push(409);
     }
+    // A disk full: the sandbox's, or the data directory's (anything that stores state).
     if path.starts_with("/v1/volumes")
         || path.contains("snapshots")
         || path.ends_with("/fork")
         || path == "/v1/sandboxes"
+        || path.starts_with("/v1/secrets")
+        || path == "/v1/images/pull"
     {
         v.push(507);
     }
@@ -244,7 +247,7 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         500 => "The server or the host failed (the message says what)",
         501 => "The sandbox's file system cannot do this",
         502 => "The registry refused or failed (the message says what it answered)",
-        507 => "The sandbox's disk is full, a volume is full, or the key's volumes or snapshots are at their quota",
+        507 => "The sandbox's disk is full, a volume is full, the key's volumes or snapshots are at their quota, or the server's data directory is full (`storage_full`: nothing was changed, reads still work)",
         _ => "Error",
     };
     let mut schema: RefOr<utoipa::openapi::schema::Schema> =
