@@ -1,0 +1,257 @@
+//! Throughput of a TLS download through the proxy's secret-injecting TLS termination next to
+//! the plain `CONNECT` relay (the client's TLS straight to the upstream) and a direct TLS
+//! connection, on loopback, all in this process (client, proxy and upstream share the
+//! machine's cores as they would in a sandbox): wall time and CPU time per download.
+//! `cargo bench -p cordon-net --bench intercept_bench` (`INTERCEPT_BENCH_MB` sets the size).
+//! `cordon-bench`'s secrets rows measure the same through a real sandbox with Python as the
+//! client; this one is quick to rebuild while working on the proxy.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cordon_net::{EgressProxy, Interception, ProxyConfig, SecretBinding};
+use cordon_policy::network::NetworkPolicy;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+const HOST: &str = "bench.test";
+const ROUNDS: usize = 5;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A CA and a leaf for [`HOST`] signed by it: (CA PEM, leaf chain, leaf key).
+fn upstream_identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "intercept bench CA");
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let ca_pem = ca_cert.pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().expect("leaf key");
+    let leaf = rcgen::CertificateParams::new(vec![HOST.to_string()])
+        .expect("leaf params")
+        .signed_by(&key, &issuer)
+        .expect("leaf cert");
+    (
+        ca_pem,
+        leaf.der().clone(),
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+    )
+}
+
+/// A TLS server on 127.0.0.2 answering any request with `big` bytes, one request per
+/// connection.
+fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usize) -> SocketAddr {
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .expect("server config"),
+    );
+    let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            let config = config.clone();
+            thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).expect("server conn");
+                let mut s = rustls::StreamOwned::new(conn, sock);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&byte[..n]),
+                    }
+                }
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {big}\r\n\r\n");
+                let chunk = vec![b'x'; 256 << 10];
+                let mut left = big;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if s.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+                let _ = s.flush();
+            });
+        }
+    });
+    addr
+}
+
+fn connect_tunnel(proxy: SocketAddr, target: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).expect("connect proxy");
+    let _ = s.set_nodelay(true);
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").expect("write CONNECT");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).expect("read CONNECT answer");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+/// TLS to [`HOST`] over `sock` (trusting `ca_pem`), one GET, the body read to its end in
+/// 1 MiB reads (as the secrets rows' Python client does); returns the body's bytes.
+fn download(sock: TcpStream, ca_pem: &str, port: u16) -> usize {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::pem::PemObject::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    let config = Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let name = ServerName::try_from(HOST).expect("name");
+    let conn = rustls::ClientConnection::new(config, name).expect("client conn");
+    let mut s = rustls::StreamOwned::new(conn, sock);
+    write!(
+        s,
+        "GET /big HTTP/1.1\r\nHost: {HOST}:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    total
+}
+
+/// CPU time (user + system) of this whole process so far.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((field(11) + field(12)) * 10)
+}
+
+fn start_proxy(
+    policy: &NetworkPolicy,
+    secrets: Option<Arc<Interception>>,
+) -> (EgressProxy, SocketAddr) {
+    let mut config = ProxyConfig::from_policy(policy).expect("policy");
+    config.system_resolver = false;
+    config.max_bytes = u64::MAX;
+    config.max_events = 1_000_000;
+    config.secrets = secrets;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    (
+        EgressProxy::start(listener, config).expect("start proxy"),
+        addr,
+    )
+}
+
+fn main() {
+    let mb: usize = std::env::var("INTERCEPT_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let big = mb << 20;
+    let (ca_pem, cert, key) = upstream_identity();
+    let up = upstream(cert, key, big);
+    let port = up.port();
+    let policy = NetworkPolicy {
+        allow: vec![format!("{HOST}:*"), "127.0.0.2:*".into()],
+        hosts: BTreeMap::from([(HOST.to_string(), "127.0.0.2".parse().expect("ip"))]),
+    };
+    let icpt = Interception::new(vec![SecretBinding {
+        name: "TOKEN".into(),
+        placeholder: "cordon-secret:v1:bench".into(),
+        value: "bench-secret-value".into(),
+        hosts: vec![HOST.into()],
+        header: Some("Authorization".into()),
+        format: Some("Bearer {value}".into()),
+        extra_ca_pem: vec![ca_pem.clone().into_bytes()],
+    }])
+    .expect("interception");
+    let icpt_ca = icpt.ca_pem().to_string();
+    let (relay, relay_addr) = start_proxy(&policy, None);
+    let (term, term_addr) = start_proxy(&policy, Some(Arc::new(icpt)));
+    let target = format!("{HOST}:{port}");
+
+    type Way<'a> = (&'static str, Box<dyn Fn() -> usize + 'a>);
+    let ways: [Way; 3] = [
+        (
+            "direct TLS                    ",
+            Box::new(|| download(TcpStream::connect(up).expect("connect"), &ca_pem, port)),
+        ),
+        (
+            "CONNECT relay (splice)        ",
+            Box::new(|| download(connect_tunnel(relay_addr, &target), &ca_pem, port)),
+        ),
+        (
+            "TLS termination, secret header",
+            Box::new(|| download(connect_tunnel(term_addr, &target), &icpt_ca, port)),
+        ),
+    ];
+    let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
+    let mut cpus: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, way)) in ways.iter().enumerate() {
+            let (t, c) = (Instant::now(), cpu_time());
+            let got = way();
+            assert!(got >= big, "short download: {got} bytes");
+            walls[i].push(t.elapsed());
+            cpus[i].push(cpu_time().saturating_sub(c));
+        }
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let results: Vec<(Duration, Duration)> = walls
+        .iter_mut()
+        .zip(cpus.iter_mut())
+        .map(|(w, c)| (median(w), median(c)))
+        .collect();
+    println!(
+        "TLS download {mb} MiB through the proxy, loopback, {} cores, median of {ROUNDS}:",
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    let relay_wall = results[1].0.as_secs_f64();
+    for ((name, _), (wall, cpu)) in ways.iter().zip(&results) {
+        println!(
+            "  {name} {:>7.1} MB/s  cpu {:>6.0?}  ({:.2}x the relay)",
+            big as f64 / wall.as_secs_f64() / 1e6,
+            cpu,
+            relay_wall / wall.as_secs_f64()
+        );
+    }
+    relay.shutdown();
+    term.shutdown();
+}
