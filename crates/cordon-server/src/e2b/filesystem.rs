@@ -36,7 +36,7 @@ fn permissions(mode: u32, t: EntryType) -> String {
     s
 }
 
-fn entry_info(e: &Entry) -> Value {
+pub(super) fn entry_info(e: &Entry) -> Value {
     let t = match e.r#type {
         EntryType::File => "FILE_TYPE_FILE",
         EntryType::Dir => "FILE_TYPE_DIRECTORY",
@@ -72,9 +72,12 @@ struct PathReq {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
+#[serde(rename_all = "camelCase")]
 struct WatchReq {
     path: String,
     recursive: bool,
+    #[serde(alias = "include_entry")]
+    include_entry: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -140,7 +143,7 @@ async fn watch_stream(e2b: &St, h: &HeaderMap, body: Body, k: &Kind) -> Result<R
     );
     let wid = e2b
         .watchers
-        .create(&svc, &caller, &id, p, req.recursive)
+        .create(&svc, &caller, &id, p, req.recursive, req.include_entry)
         .await?;
     let keepalive = keepalive_of(h);
     let (tx, rx) = mpsc::channel::<Bytes>(64);
@@ -231,7 +234,7 @@ async fn fs_call(
             );
             let wid = e2b
                 .watchers
-                .create(svc, &caller, &id, p, req.recursive)
+                .create(svc, &caller, &id, p, req.recursive, req.include_entry)
                 .await?;
             return unary_ok(json!({ "watcherId": wid }));
         }

@@ -2,7 +2,10 @@
 //! and the async ones (the `WatchDir` stream, which polls every 200 ms): a poller. Each `GetWatcherEvents` lists the watched directory again (inside the sandbox,
 //! as its user, like any file call) and answers what changed since the previous look. It needs
 //! no inotify in the sandbox and works the same rootless; what it cannot see is a change undone
-//! between two looks, and a rename shows as a remove and a create.
+//! between two looks, and a rename shows as a remove and a create. A file that appeared is
+//! reported as envd's inotify reports an upload — create, chmod (its owner was set), write (if
+//! it has bytes) — and with `include_entry` each event of a path that still exists carries its
+//! entry.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,11 +24,19 @@ const MAX_ENTRIES: usize = 50_000;
 /// What tells one entry's state from another: directory or not, size, mode, mtime.
 type Sig = (bool, u64, u32, u64);
 
+/// One look at the watched tree: each entry's signature and what E2B shows of it.
+#[derive(Default)]
+struct Look {
+    sigs: BTreeMap<String, Sig>,
+    entries: HashMap<String, Value>,
+}
+
 pub(super) struct Watcher {
     sandbox: String,
     key_id: String,
     path: String,
     recursive: bool,
+    include_entry: bool,
     seen: BTreeMap<String, Sig>,
 }
 
@@ -39,18 +50,22 @@ async fn scan(
     id: &str,
     path: &str,
     recursive: bool,
-) -> Result<BTreeMap<String, Sig>, ApiError> {
+    include_entry: bool,
+) -> Result<Look, ApiError> {
     let depth = if recursive { MAX_DEPTH } else { 1 };
     let entries = files::snapshot(svc, caller, id, path, depth, MAX_ENTRIES).await?;
     let prefix = format!("{}/", path.trim_end_matches('/'));
-    Ok(entries
-        .into_iter()
-        .map(|e| {
-            let dir = e.r#type == EntryType::Dir;
-            let rel = e.path.strip_prefix(&prefix).unwrap_or(&e.name).to_string();
-            (rel, (dir, e.size, e.mode, e.modified))
-        })
-        .collect())
+    let mut look = Look::default();
+    for e in entries {
+        let dir = e.r#type == EntryType::Dir;
+        let rel = e.path.strip_prefix(&prefix).unwrap_or(&e.name).to_string();
+        look.sigs
+            .insert(rel.clone(), (dir, e.size, e.mode, e.modified));
+        if include_entry {
+            look.entries.insert(rel, super::filesystem::entry_info(&e));
+        }
+    }
+    Ok(look)
 }
 
 fn event(name: &str, t: &str) -> Value {
@@ -62,7 +77,15 @@ fn diff(old: &BTreeMap<String, Sig>, new: &BTreeMap<String, Sig>) -> Vec<Value> 
     let mut out = Vec::new();
     for (name, sig) in new {
         match old.get(name) {
-            None => out.push(event(name, "EVENT_TYPE_CREATE")),
+            None => {
+                out.push(event(name, "EVENT_TYPE_CREATE"));
+                if !sig.0 {
+                    out.push(event(name, "EVENT_TYPE_CHMOD"));
+                    if sig.1 > 0 {
+                        out.push(event(name, "EVENT_TYPE_WRITE"));
+                    }
+                }
+            }
             Some(o) if o.0 != sig.0 => {
                 out.push(event(name, "EVENT_TYPE_REMOVE"));
                 out.push(event(name, "EVENT_TYPE_CREATE"));
@@ -91,8 +114,9 @@ impl Watchers {
         id: &str,
         path: String,
         recursive: bool,
+        include_entry: bool,
     ) -> Result<String, ApiError> {
-        let seen = scan(svc, caller, id, &path, recursive).await?;
+        let seen = scan(svc, caller, id, &path, recursive, false).await?.sigs;
         let mut w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
         // Watchers of sandboxes that ended go now, so the table stays bounded.
         w.retain(|_, x| {
@@ -119,17 +143,18 @@ impl Watchers {
                 key_id: caller.key_id.clone(),
                 path,
                 recursive,
+                include_entry,
                 seen,
             },
         );
         Ok(wid)
     }
 
-    fn find(&self, caller: &Caller, id: &str, wid: &str) -> Result<(String, bool), ApiError> {
+    fn find(&self, caller: &Caller, id: &str, wid: &str) -> Result<(String, bool, bool), ApiError> {
         let w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
         match w.get(wid) {
             Some(x) if x.sandbox == id && x.key_id == caller.key_id => {
-                Ok((x.path.clone(), x.recursive))
+                Ok((x.path.clone(), x.recursive, x.include_entry))
             }
             _ => Err(ApiError::not_found(format!("no watcher '{wid}'"))),
         }
@@ -142,10 +167,10 @@ impl Watchers {
         id: &str,
         wid: &str,
     ) -> Result<Vec<Value>, ApiError> {
-        let (path, recursive) = self.find(caller, id, wid)?;
+        let (path, recursive, include_entry) = self.find(caller, id, wid)?;
         // An ended sandbox ends its watchers (rather than reading as an emptied directory).
         svc.get_live(caller, id)?;
-        let now = scan(svc, caller, id, &path, recursive).await;
+        let now = scan(svc, caller, id, &path, recursive, include_entry).await;
         let mut w = self.0.lock().map_err(|_| ApiError::internal("lock"))?;
         let Some(x) = w.get_mut(wid) else {
             return Err(ApiError::not_found(format!("no watcher '{wid}'")));
@@ -153,11 +178,18 @@ impl Watchers {
         let now = match now {
             Ok(n) => n,
             // The watched directory itself went away: everything in it is removed.
-            Err(e) if e.kind == ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind == ErrorKind::NotFound => Look::default(),
             Err(e) => return Err(e),
         };
-        let ev = diff(&x.seen, &now);
-        x.seen = now;
+        let mut ev = diff(&x.seen, &now.sigs);
+        x.seen = now.sigs;
+        // Best effort, as envd's: the entry of a path that still exists.
+        for e in &mut ev {
+            let entry = e["name"].as_str().and_then(|n| now.entries.get(n)).cloned();
+            if let (Some(entry), Some(o)) = (entry, e.as_object_mut()) {
+                o.insert("entry".into(), entry);
+            }
+        }
         Ok(ev)
     }
 
@@ -204,6 +236,36 @@ mod tests {
                 ("b".into(), "EVENT_TYPE_CHMOD".into()),
                 ("d".into(), "EVENT_TYPE_CREATE".into()),
                 ("c".into(), "EVENT_TYPE_REMOVE".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_file_reads_as_envd_reports_an_upload_create_chmod_write() {
+        let old = BTreeMap::new();
+        let new: BTreeMap<String, Sig> = [
+            ("empty".to_string(), (false, 0, 0o644, 10)),
+            ("full".to_string(), (false, 5, 0o644, 10)),
+        ]
+        .into();
+        let ev: Vec<String> = diff(&old, &new)
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["name"].as_str().unwrap_or(""),
+                    e["type"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(
+            ev,
+            [
+                "empty EVENT_TYPE_CREATE",
+                "empty EVENT_TYPE_CHMOD",
+                "full EVENT_TYPE_CREATE",
+                "full EVENT_TYPE_CHMOD",
+                "full EVENT_TYPE_WRITE",
             ]
         );
     }
