@@ -716,3 +716,106 @@ fn a_script_reaching_two_hosts_is_learned_and_a_third_host_refused() {
         "the third host was reached"
     );
 }
+
+/// The escape suite, each attack printing `NAME done` or `NAME <errno>`.
+const ESCAPES: &str = r#"
+import ctypes, os, shutil, socket, subprocess, sys, urllib.request, urllib.error
+libc = ctypes.CDLL(None, use_errno=True)
+secret, outside, ro, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def attempt(name, f):
+    try:
+        r = f()
+        print(name, "done" if r is None else r)
+    except OSError as e:
+        print(name, e.errno)
+def c_call(r):
+    return "done" if r == 0 else ctypes.get_errno()
+def write(p):
+    with open(p, "w") as f: f.write("owned")
+attempt("read_secret", lambda: print(open(secret + "/id_ed25519").read()))
+attempt("list_secret", lambda: os.listdir(secret) and None)
+attempt("write_outside", lambda: write(outside + "/owned"))
+attempt("mkdir_outside", lambda: os.mkdir(outside + "/dir"))
+attempt("write_ro_bind", lambda: write(ro + "/owned"))
+attempt("write_etc", lambda: write("/etc/owned"))
+attempt("ptrace_init", lambda: c_call(libc.ptrace(16, 1, 0, 0)))
+os.makedirs("/tmp/m", exist_ok=True)
+attempt("mount", lambda: c_call(libc.mount(b"none", b"/tmp/m", b"tmpfs", 0, None)))
+attempt("unshare_user", lambda: c_call(libc.unshare(0x10000000)))
+def via_proxy():
+    try:
+        return urllib.request.urlopen("http://c.test:%d/" % port, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+attempt("proxy_other_host", via_proxy)
+attempt("direct_connect", lambda: socket.create_connection(("127.0.0.3", port), timeout=5) and None)
+def run_copied():
+    shutil.copy("/usr/bin/true", "/tmp/mine")
+    os.chmod("/tmp/mine", 0o755)
+    subprocess.run(["/tmp/mine"], check=True)
+attempt("exec_copied", run_copied)
+attempt("exec_shell", lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True) and None)
+"#;
+
+/// Learn mode never weakens the run it watches: the escape suite (host secrets, writes
+/// outside, ptrace, mount, a user namespace, a host the allowlist does not name, direct
+/// connects, a copied binary and a shell under a programs allowlist) gets exactly the same
+/// answers with `--learn` as without it, root and rootless, and the host is untouched.
+#[test]
+fn the_escape_suite_gets_no_more_in_learn_mode_than_without_it() {
+    let c = Upstream::start("127.0.0.3");
+    let secret = planted_secret();
+    let outside = HostDir::new("learn-esc-out");
+    common::set_mode(&outside.path, 0o777);
+    let ro = HostDir::new("learn-esc-ro");
+    common::set_mode(&ro.path, 0o777);
+    let dir = HostDir::new("learn-esc");
+    let file = dir.join("learned.toml");
+    let run = |learn: bool| {
+        let mut args: Vec<String> = Vec::new();
+        if learn {
+            args.extend(["--learn".into(), file.display().to_string()]);
+        }
+        args.extend(strings(&[
+            "--ro",
+            ro.str(),
+            "--allow-net",
+            "a.test:*",
+            "--add-host",
+            "c.test:127.0.0.3",
+            "--exec-allow",
+            "/usr/bin/python3",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            ESCAPES,
+            secret.str(),
+            outside.str(),
+            ro.str(),
+            &c.port.to_string(),
+        ]));
+        cordon(&args).0
+    };
+    let without = run(false);
+    let with = run(true);
+    let out = with["stdout"].as_str().unwrap();
+    assert_eq!(with["stdout"], without["stdout"], "{with}\n{without}");
+    assert!(out.contains("proxy_other_host 403"), "{out}");
+    for line in out.lines() {
+        assert!(
+            !line.ends_with(" done"),
+            "an escape worked in learn mode: {line}\n{out}"
+        );
+    }
+    assert_eq!(out.lines().count(), 13, "{out}");
+    assert!(!with.to_string().contains("PLANTED-PRIVATE-KEY"), "{with}");
+    assert!(refused(&with, "c.test"), "{with}");
+    assert_eq!(
+        c.hits.load(Ordering::SeqCst),
+        0,
+        "the other host was reached"
+    );
+    assert!(std::fs::read_dir(&outside.path).unwrap().next().is_none());
+    assert!(std::fs::read_dir(&ro.path).unwrap().next().is_none());
+    assert!(!Path::new("/etc/owned").exists());
+}
