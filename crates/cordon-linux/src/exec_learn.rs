@@ -3,7 +3,7 @@
 //! a path to open, create, remove, rename or look at (`open`, `openat`, `openat2`, `creat`,
 //! `mkdir(at)`, `unlink(at)`, `rmdir`, `rename(at,at2)`, `stat`, `lstat`, `newfstatat`, `statx`,
 //! `access`, `faccessat(2)`) to a listener (seccomp user notification); the
-//! supervisor reads the path from the caller's memory, records it, and answers
+//! supervisor reads the path from the caller's memory (`process_vm_readv`), records it, and answers
 //! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, so the kernel then runs the call exactly as without
 //! learning — Landlock, the mounts, the other filters and the programs allowlist still decide.
 //! A path is recorded as a file need only if the sandbox lacks it (looked up through
@@ -18,7 +18,7 @@
 //! the supervisor is gone, the kernel answers the call `ENOSYS`: learning fails closed, never
 //! open.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -31,6 +31,11 @@ use cordon_policy::outcome::{FileAccess, FileUse};
 const NOTIF_RECV: libc::c_ulong = 0xC050_2100;
 /// `_IOWR('!', 1, struct seccomp_notif_resp)`: answer one.
 const NOTIF_SEND: libc::c_ulong = 0xC018_2101;
+
+/// `_IOW('!', 4, __u64)`: set the listener's flags.
+const NOTIF_SET_FLAGS: libc::c_ulong = 0x4008_2104;
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP`.
+const SYNC_WAKE_UP: u64 = 1;
 
 /// Most programs, and most file needs, one run records (a fork bomb of execs or a loop of
 /// opens must not grow the supervisor).
@@ -126,9 +131,16 @@ pub fn install_listener() -> io::Result<OwnedFd> {
 /// Answers the listener's notifications until no task uses the filter any more; returns what
 /// the run was seen to do.
 pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
+    // Kernel 6.6+: the caller's wake-up switches straight to this thread (and back), the
+    // round trip of a notification without a trip through the scheduler; older kernels
+    // refuse the flag and keep the ordinary wake-up.
+    let flags: u64 = SYNC_WAKE_UP;
+    // SAFETY: SET_FLAGS reads one u64 by value.
+    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SET_FLAGS as _, flags) };
     std::thread::spawn(move || {
         let mut seen = Observed::default();
         let mut files: BTreeMap<(PathBuf, FileUse), FileAccess> = BTreeMap::new();
+        let mut decided = HashSet::new();
         loop {
             let mut pfd = libc::pollfd {
                 fd: listener.as_raw_fd(),
@@ -144,7 +156,7 @@ pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
                 break;
             }
             if pfd.revents & libc::POLLIN != 0 {
-                if let Some(found) = receive_and_continue(&listener) {
+                if let Some(found) = receive_and_continue(&listener, &mut decided) {
                     if seen.executed.len() < MAX_RECORDED {
                         seen.executed.extend(found.executed);
                     }
@@ -167,14 +179,17 @@ pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
 
 /// One notification: what it shows, then the answer that lets the kernel go on with the call.
 /// What is looked at before answering is the state before the call.
-fn receive_and_continue(listener: &OwnedFd) -> Option<Observed> {
+fn receive_and_continue(
+    listener: &OwnedFd,
+    decided: &mut HashSet<(PathBuf, Asks)>,
+) -> Option<Observed> {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: NOTIF_RECV fills exactly a seccomp_notif.
     if unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut req) } < 0 {
         return None;
     }
-    let found = lookup(&req);
+    let found = lookup(&req, decided);
     let mut resp = libc::seccomp_notif_resp {
         id: req.id,
         val: 0,
@@ -188,7 +203,7 @@ fn receive_and_continue(listener: &OwnedFd) -> Option<Observed> {
 }
 
 /// What a call asks of one path.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Asks {
     Exec,
     /// `access(X_OK)`: a program looked for before it is run (collect2 finding `ld`), which a
@@ -257,12 +272,25 @@ fn named(req: &libc::seccomp_notif) -> Vec<(i32, u64, Asks)> {
     }
 }
 
-fn lookup(req: &libc::seccomp_notif) -> Observed {
+/// Most (path, what was asked) pairs remembered as looked at; then the memory starts over.
+const MAX_DECIDED: usize = 65536;
+
+fn lookup(req: &libc::seccomp_notif, decided: &mut HashSet<(PathBuf, Asks)>) -> Observed {
     let mut out = Observed::default();
     for (dirfd, addr, asks) in named(req) {
         let Some(path) = resolve(req.pid, dirfd, addr) else {
             continue;
         };
+        // A build opens the same libraries and headers thousands of times: each pair is
+        // looked at once (what it showed is recorded already), which keeps the round trip
+        // short. A path that appears or goes later is not looked at again: learning may miss
+        // it, never change what the call does.
+        if decided.len() >= MAX_DECIDED {
+            decided.clear();
+        }
+        if !decided.insert((path.clone(), asks)) {
+            continue;
+        }
         let root = PathBuf::from(format!("/proc/{}/root", req.pid));
         let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
         if asks == Asks::Exec || asks == Asks::Probe {
@@ -367,10 +395,25 @@ fn comm(pid: u32) -> String {
 
 /// The 8 bytes at `addr` in `pid`'s memory.
 fn read_u64(pid: u32, addr: u64) -> Option<u64> {
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut b = [0u8; 8];
-    mem.read_exact_at(&mut b, addr).ok()?;
-    Some(u64::from_ne_bytes(b))
+    (read_mem(pid, addr, &mut b)? == 8).then(|| u64::from_ne_bytes(b))
+}
+
+/// Up to `buf.len()` bytes at `addr` in `pid`'s memory (one system call, no file to open:
+/// this runs once per notified call), as many as were readable.
+fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Option<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, alive and writable for the call; `remote` is only an
+    // address in the other process, which the kernel checks (and may refuse: `-1`).
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    usize::try_from(n).ok().filter(|n| *n > 0)
 }
 
 /// `rel` under `dir`, `.` and `..` resolved by name (a `..` above the root: `None`).
@@ -394,17 +437,14 @@ fn lexical_join(dir: &Path, rel: &Path) -> Option<PathBuf> {
 
 /// The NUL-terminated string at `addr` in `pid`'s memory, at most `PATH_MAX` bytes.
 fn read_path(pid: u32, addr: u64) -> Option<PathBuf> {
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut out = Vec::new();
     let mut at = addr;
+    let mut buf = [0u8; 4096];
     while out.len() < libc::PATH_MAX as usize {
         // Up to the page's end: the next page may not be mapped.
         let room = (4096 - (at % 4096)) as usize;
-        let mut buf = vec![0u8; room.min(libc::PATH_MAX as usize - out.len())];
-        let n = mem.read_at(&mut buf, at).ok()?;
-        if n == 0 {
-            return None;
-        }
+        let want = room.min(libc::PATH_MAX as usize - out.len());
+        let n = read_mem(pid, at, &mut buf[..want])?;
         if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
             out.extend_from_slice(&buf[..end]);
             return Some(PathBuf::from(std::ffi::OsString::from_vec(out)));
