@@ -1,13 +1,14 @@
 //! `cordon-bench`: cordon measured from outside, side by side in one run with its peers —
 //! cold starts next to bare exec and bubblewrap (and on a host that refuses namespaces), the
-//! server's warm paths, WebAssembly modules against native code, and images against podman
-//! and skopeo + umoci — so the ratios are measured on the same machine at the same moment.
+//! server's warm paths, WebAssembly modules against native code, learn mode against a plain
+//! run, and images against podman and skopeo + umoci — so the ratios are measured on the same machine at the same moment.
 //! It drives the `cordon` binary as a user would; nothing of it is in that binary.
 //!
 //! Threat model: none of its own — it runs trusted commands (cordon, bwrap, podman) on the
 //! machine it measures, and sends traffic only to loopback.
 
 mod images;
+mod learn;
 mod refuse;
 mod secrets;
 mod wasm;
@@ -53,6 +54,10 @@ pub struct BenchArgs {
     /// registry; needs docker-registry, umoci, skopeo and busybox).
     #[arg(long)]
     no_images: bool,
+    /// Skip the learn-mode part (`cordon run --learn` next to `cordon run`: a cold python and
+    /// a 1,000-file build).
+    #[arg(long)]
+    no_learn: bool,
     /// Skip the secrets part (a request with an injected secret through TLS termination next
     /// to the plain CONNECT relay, and a 100 MB download through each; needs python3).
     #[arg(long)]
@@ -376,6 +381,15 @@ fn run(a: BenchArgs) -> i32 {
             Ok(v) => report.push(v),
             Err(e) => {
                 eprintln!("cordon-bench: wasm part: {e}");
+                return 125;
+            }
+        }
+    }
+    if !a.no_learn {
+        match crate::learn::bench(&me, a.iterations, a.json) {
+            Ok(v) => report.push(v),
+            Err(e) => {
+                eprintln!("cordon-bench: learn part: {e}");
                 return 125;
             }
         }

@@ -1,16 +1,24 @@
-//! Learn mode's view of the programs a run executes: a seccomp filter of its own, stacked on
-//! the sandbox's, that hands every `execve`/`execveat` to a listener (seccomp user
-//! notification); the supervisor reads the path from the caller's memory, records it, and
-//! answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, so the kernel then runs the call exactly as
-//! without learning — Landlock, the other filters and the programs allowlist still decide.
+//! Learn mode's view of what a run executes and which files it asks for: a seccomp filter of
+//! its own, stacked on the sandbox's, that hands every `execve`/`execveat` and every call naming
+//! a path to open, create, remove, rename or look at (`open`, `openat`, `openat2`, `creat`,
+//! `mkdir(at)`, `unlink(at)`, `rmdir`, `rename(at,at2)`, `stat`, `lstat`, `newfstatat`, `statx`,
+//! `access`, `faccessat(2)`) to a listener (seccomp user notification); the
+//! supervisor reads the path from the caller's memory (`process_vm_readv`), records it, and answers
+//! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, so the kernel then runs the call exactly as without
+//! learning — Landlock, the mounts, the other filters and the programs allowlist still decide.
+//! A path is recorded as a file need only if the sandbox lacks it (looked up through
+//! `/proc/PID/root` before the call runs) and the host has it: what the starting profile
+//! grants and what the run creates in its own scratch space are not needs.
 //!
 //! Threat model: the path is read from hostile memory after the fact (another thread may change
 //! it before the kernel reads it: a TOCTOU a learner accepts, since nothing is enforced from
-//! what is read here). Only what exists as an executable regular file in the sandbox (looked up
-//! through `/proc/PID/root`) is recorded; a read is capped at `PATH_MAX`. If the supervisor is
-//! gone, the kernel answers the call `ENOSYS`: learning fails closed, never open.
+//! what is read here — a program can make the learned profile name any path, which is why the
+//! file is for review). Only what exists as an executable regular file in the sandbox is
+//! recorded as a program; a read is capped at `PATH_MAX`, the records at [`MAX_RECORDED`]. If
+//! the supervisor is gone, the kernel answers the call `ENOSYS`: learning fails closed, never
+//! open.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -18,13 +26,59 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use cordon_policy::outcome::{FileAccess, FileUse};
+
 /// `_IOWR('!', 0, struct seccomp_notif)`: receive one notification.
 const NOTIF_RECV: libc::c_ulong = 0xC050_2100;
 /// `_IOWR('!', 1, struct seccomp_notif_resp)`: answer one.
 const NOTIF_SEND: libc::c_ulong = 0xC018_2101;
 
-/// Most programs one run records (a fork bomb of execs must not grow the supervisor).
+/// `_IOW('!', 4, __u64)`: set the listener's flags.
+const NOTIF_SET_FLAGS: libc::c_ulong = 0x4008_2104;
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP`.
+const SYNC_WAKE_UP: u64 = 1;
+
+/// Most programs, and most file needs, one run records (a fork bomb of execs or a loop of
+/// opens must not grow the supervisor).
 const MAX_RECORDED: usize = 4096;
+
+/// What a learning run was seen to do.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// Programs executed (sandbox paths) and `#!` interpreters.
+    pub executed: BTreeSet<PathBuf>,
+    /// File needs beyond the sandbox, the first program to have each.
+    pub files: Vec<FileAccess>,
+}
+
+/// The system calls notified, by number (besides `newfstatat` and `statx` naming a path).
+fn notified() -> Vec<libc::c_long> {
+    let mut nrs = vec![
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        libc::SYS_openat,
+        libc::SYS_openat2,
+        libc::SYS_mkdirat,
+        libc::SYS_unlinkat,
+        libc::SYS_renameat,
+        libc::SYS_renameat2,
+        libc::SYS_faccessat,
+        libc::SYS_faccessat2,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    nrs.extend([
+        libc::SYS_stat,
+        libc::SYS_lstat,
+        libc::SYS_access,
+        libc::SYS_open,
+        libc::SYS_creat,
+        libc::SYS_mkdir,
+        libc::SYS_unlink,
+        libc::SYS_rmdir,
+        libc::SYS_rename,
+    ]);
+    nrs
+}
 
 /// Installs the notifying filter on the calling thread (needs `no_new_privs`; before the
 /// sandbox's own filter, which refuses `seccomp`). Returns the listener.
@@ -33,13 +87,28 @@ pub fn install_listener() -> io::Result<OwnedFd> {
     const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
     const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
     let ins = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
-    let mut prog = [
-        ins(LD_NR, 0, 0, 0),
-        ins(JEQ, 2, 0, libc::SYS_execve as u32),
-        ins(JEQ, 1, 0, libc::SYS_execveat as u32),
-        ins(RET, 0, 0, libc::SECCOMP_RET_ALLOW),
-        ins(RET, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
-    ];
+    const LD_ARG: u16 = LD_NR;
+    const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+    // The low half of argument `i` (little-endian: the first 4 of its 8 bytes).
+    let arg = |i: u32| 16 + 8 * i;
+    let nrs = notified();
+    let n = nrs.len();
+    // [nr] [JEQ each → NOTIFY] [JEQ newfstatat → NF] [JEQ statx → SX] [ALLOW] [NOTIFY] [NF]
+    // [SX]: a stat of an fd (AT_EMPTY_PATH, as glibc's fstat) names no path and is let by.
+    let mut prog = vec![ins(LD_NR, 0, 0, 0)];
+    for (i, nr) in nrs.iter().enumerate() {
+        prog.push(ins(JEQ, (n + 2 - i) as u8, 0, *nr as u32));
+    }
+    prog.push(ins(JEQ, 3, 0, libc::SYS_newfstatat as u32));
+    prog.push(ins(JEQ, 6, 0, libc::SYS_statx as u32));
+    prog.push(ins(RET, 0, 0, libc::SECCOMP_RET_ALLOW));
+    prog.push(ins(RET, 0, 0, libc::SECCOMP_RET_USER_NOTIF));
+    for flags_arg in [3, 2] {
+        prog.push(ins(LD_ARG, 0, 0, arg(flags_arg)));
+        prog.push(ins(JSET, 0, 1, libc::AT_EMPTY_PATH as u32));
+        prog.push(ins(RET, 0, 0, libc::SECCOMP_RET_ALLOW));
+        prog.push(ins(RET, 0, 0, libc::SECCOMP_RET_USER_NOTIF));
+    }
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
@@ -60,26 +129,60 @@ pub fn install_listener() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
-/// Answers the listener's notifications until no task uses the filter any more; returns the
-/// programs executed (sandbox paths) and, for a `#!` script, its interpreter.
-pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<BTreeSet<PathBuf>> {
+/// Answers the listener's notifications until no task uses the filter any more; returns what
+/// the run was seen to do.
+pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
+    wake_synchronously(&listener);
     std::thread::spawn(move || {
-        let seen = Mutex::new(BTreeSet::new());
-        answer(&listener, &seen);
-        seen.into_inner().unwrap_or_default()
+        let mut seen = Observed::default();
+        let mut files: BTreeMap<(PathBuf, FileUse), FileAccess> = BTreeMap::new();
+        answer(&listener, |found| {
+            if seen.executed.len() < MAX_RECORDED {
+                seen.executed.extend(found.executed);
+            }
+            for f in found.files {
+                if files.len() < MAX_RECORDED {
+                    files.entry((f.path.clone(), f.how)).or_insert(f);
+                }
+            }
+        });
+        seen.files = files.into_values().collect();
+        seen
     })
 }
 
-/// As [`serve`], for a sandbox that stays up (persistent): the record is shared, readable
-/// while it grows (each exec is in it before the kernel runs the call).
+/// As [`serve`], for a sandbox that stays up (persistent): the programs' record is shared,
+/// readable while it grows (each exec is in it before the kernel runs the call). File needs
+/// are answered but not kept: a persistent sandbox learns programs, destinations and limits.
 pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<BTreeSet<PathBuf>>> {
+    wake_synchronously(&listener);
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let record = seen.clone();
-    std::thread::spawn(move || answer(&listener, &record));
+    std::thread::spawn(move || {
+        answer(&listener, |found| {
+            if let Ok(mut seen) = record.lock() {
+                if seen.len() < MAX_RECORDED {
+                    seen.extend(found.executed);
+                }
+            }
+        })
+    });
     seen
 }
 
-fn answer(listener: &OwnedFd, seen: &Mutex<BTreeSet<PathBuf>>) {
+/// Kernel 6.6+: the caller's wake-up switches straight to the answering thread (and back), the
+/// round trip of a notification without a trip through the scheduler; older kernels refuse
+/// the flag and keep the ordinary wake-up.
+fn wake_synchronously(listener: &OwnedFd) {
+    let flags: u64 = SYNC_WAKE_UP;
+    // SAFETY: SET_FLAGS reads one u64 by value.
+    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SET_FLAGS as _, flags) };
+}
+
+/// Answers every notification with "continue", handing what each showed to `record`, until no
+/// task uses the filter any more.
+fn answer(listener: &OwnedFd, mut record: impl FnMut(Observed)) {
+    let mut decided = HashSet::new();
     loop {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -95,12 +198,8 @@ fn answer(listener: &OwnedFd, seen: &Mutex<BTreeSet<PathBuf>>) {
             break;
         }
         if pfd.revents & libc::POLLIN != 0 {
-            if let Some(path) = receive_and_continue(listener) {
-                if let Ok(mut seen) = seen.lock() {
-                    if seen.len() < MAX_RECORDED {
-                        seen.extend(path);
-                    }
-                }
+            if let Some(found) = receive_and_continue(listener, &mut decided) {
+                record(found);
             }
             continue;
         }
@@ -110,16 +209,19 @@ fn answer(listener: &OwnedFd, seen: &Mutex<BTreeSet<PathBuf>>) {
     }
 }
 
-/// One notification: the path it names (and a script's interpreter), then the answer that
-/// lets the kernel go on with the call.
-fn receive_and_continue(listener: &OwnedFd) -> Option<Vec<PathBuf>> {
+/// One notification: what it shows, then the answer that lets the kernel go on with the call.
+/// What is looked at before answering is the state before the call.
+fn receive_and_continue(
+    listener: &OwnedFd,
+    decided: &mut HashSet<(PathBuf, Asks)>,
+) -> Option<Observed> {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: NOTIF_RECV fills exactly a seccomp_notif.
     if unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut req) } < 0 {
         return None;
     }
-    let found = lookup(&req);
+    let found = lookup(&req, decided);
     let mut resp = libc::seccomp_notif_resp {
         id: req.id,
         val: 0,
@@ -129,40 +231,221 @@ fn receive_and_continue(listener: &OwnedFd) -> Option<Vec<PathBuf>> {
     // SAFETY: NOTIF_SEND reads exactly a seccomp_notif_resp. A failure (the caller died) needs
     // no answer.
     let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut resp) };
-    found
+    Some(found)
 }
 
-fn lookup(req: &libc::seccomp_notif) -> Option<Vec<PathBuf>> {
-    let addr = if i64::from(req.data.nr) == libc::SYS_execveat {
-        req.data.args[1]
-    } else {
-        req.data.args[0]
-    };
-    let mut path = read_path(req.pid, addr)?;
-    // A relative path (`./task.sh`) is under the caller's working directory, which the kernel
-    // shows from outside as its path in the sandbox's own root (the old root is gone after
-    // pivot_root); checked below like any path: what does not exist there is not recorded.
-    // Relative to another directory fd (`execveat`): not recorded.
-    if !path.is_absolute() {
-        let at_cwd =
-            i64::from(req.data.nr) == libc::SYS_execve || req.data.args[0] as i32 == libc::AT_FDCWD;
-        if !at_cwd {
-            return None;
+/// What a call asks of one path.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Asks {
+    Exec,
+    /// `access(X_OK)`: a program looked for before it is run (collect2 finding `ld`), which a
+    /// programs allowlist would answer "no" so that it is never run, nor learned.
+    Probe,
+    Read,
+    Write,
+}
+
+/// The paths a call names: (directory fd or `AT_FDCWD`, address of the path, what it asks).
+fn named(req: &libc::seccomp_notif) -> Vec<(i32, u64, Asks)> {
+    let a = req.data.args;
+    let nr = libc::c_long::from(req.data.nr);
+    let cwd = libc::AT_FDCWD;
+    let open = |flags: u64| {
+        let f = flags as libc::c_int;
+        // O_TMPFILE includes O_DIRECTORY's bit: only both together make a file.
+        let writes = f & libc::O_ACCMODE != libc::O_RDONLY
+            || f & (libc::O_CREAT | libc::O_TRUNC) != 0
+            || f & libc::O_TMPFILE == libc::O_TMPFILE;
+        if writes {
+            Asks::Write
+        } else {
+            Asks::Read
         }
-        let cwd = std::fs::read_link(format!("/proc/{}/cwd", req.pid)).ok()?;
-        path = lexical_join(&cwd, &path)?;
+    };
+    let access = |mode: u64| {
+        if mode as libc::c_int & libc::X_OK != 0 {
+            Asks::Probe
+        } else {
+            Asks::Read
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        match nr {
+            libc::SYS_open => return vec![(cwd, a[0], open(a[1]))],
+            libc::SYS_creat | libc::SYS_mkdir | libc::SYS_unlink | libc::SYS_rmdir => {
+                return vec![(cwd, a[0], Asks::Write)]
+            }
+            libc::SYS_rename => return vec![(cwd, a[0], Asks::Write), (cwd, a[1], Asks::Write)],
+            libc::SYS_stat | libc::SYS_lstat => return vec![(cwd, a[0], Asks::Read)],
+            libc::SYS_access => return vec![(cwd, a[0], access(a[1]))],
+            _ => {}
+        }
     }
-    let root = PathBuf::from(format!("/proc/{}/root", req.pid));
-    let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
-    let meta = std::fs::metadata(inside(&path)).ok()?;
+    match nr {
+        libc::SYS_execve => vec![(cwd, a[0], Asks::Exec)],
+        libc::SYS_execveat => vec![(a[0] as i32, a[1], Asks::Exec)],
+        libc::SYS_openat => vec![(a[0] as i32, a[1], open(a[2]))],
+        // `struct open_how` begins with its flags (u64).
+        libc::SYS_openat2 => match read_u64(req.pid, a[2]) {
+            Some(flags) => vec![(a[0] as i32, a[1], open(flags))],
+            None => Vec::new(),
+        },
+        libc::SYS_mkdirat | libc::SYS_unlinkat => vec![(a[0] as i32, a[1], Asks::Write)],
+        // A path that is only looked at (a compiler's include directory, a repository found
+        // by its `.git`) is needed as much as one opened.
+        libc::SYS_newfstatat | libc::SYS_statx => vec![(a[0] as i32, a[1], Asks::Read)],
+        libc::SYS_faccessat | libc::SYS_faccessat2 => vec![(a[0] as i32, a[1], access(a[2]))],
+        libc::SYS_renameat | libc::SYS_renameat2 => vec![
+            (a[0] as i32, a[1], Asks::Write),
+            (a[2] as i32, a[3], Asks::Write),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// Most (path, what was asked) pairs remembered as looked at; then the memory starts over.
+const MAX_DECIDED: usize = 65536;
+
+fn lookup(req: &libc::seccomp_notif, decided: &mut HashSet<(PathBuf, Asks)>) -> Observed {
+    let mut out = Observed::default();
+    for (dirfd, addr, asks) in named(req) {
+        let Some(path) = resolve(req.pid, dirfd, addr) else {
+            continue;
+        };
+        // A build opens the same libraries and headers thousands of times: each pair is
+        // looked at once (what it showed is recorded already), which keeps the round trip
+        // short. A path that appears or goes later is not looked at again: learning may miss
+        // it, never change what the call does.
+        if decided.len() >= MAX_DECIDED {
+            decided.clear();
+        }
+        if !decided.insert((path.clone(), asks)) {
+            continue;
+        }
+        let root = PathBuf::from(format!("/proc/{}/root", req.pid));
+        let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+        if asks == Asks::Exec || asks == Asks::Probe {
+            if let Some(progs) = program(&inside(&path), &path) {
+                out.executed.extend(progs);
+                continue;
+            }
+        }
+        if let Some(how) = need(&path, asks, &inside) {
+            out.files.push(FileAccess {
+                path: how.0,
+                is_dir: how.1,
+                how: how.2,
+                program: comm(req.pid),
+            });
+        }
+    }
+    out
+}
+
+/// The path a call names, absolute in the sandbox: a relative one is under the caller's
+/// working directory or its directory fd, which the kernel shows from outside as their paths in
+/// the sandbox's own root (the old root is gone after pivot_root).
+fn resolve(pid: u32, dirfd: i32, addr: u64) -> Option<PathBuf> {
+    let path = read_path(pid, addr)?;
+    if path.is_absolute() {
+        return Some(path);
+    }
+    let dir = if dirfd == libc::AT_FDCWD {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?
+    } else if dirfd >= 0 {
+        std::fs::read_link(format!("/proc/{pid}/fd/{dirfd}")).ok()?
+    } else {
+        return None;
+    };
+    if !dir.is_absolute() {
+        return None;
+    }
+    lexical_join(&dir, &path)
+}
+
+/// A program executed: the path (and a script's interpreter), if it is an executable regular
+/// file in the sandbox.
+fn program(inside: &Path, path: &Path) -> Option<Vec<PathBuf>> {
+    let meta = std::fs::metadata(inside).ok()?;
     if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
         return None;
     }
-    let mut out = vec![path.clone()];
-    if let Some(interp) = shebang(&inside(&path)) {
+    let mut out = vec![path.to_path_buf()];
+    if let Some(interp) = shebang(inside) {
         out.push(interp);
     }
     Some(out)
+}
+
+/// What the host must grant for `path` to be there as the call asks, if the sandbox lacks it:
+/// (host path, is a directory, how). A read or exec needs the path itself, where the sandbox
+/// has no such name and the host has; a write needs the directory it is made in, where the
+/// sandbox has none or only a read-only one — the nearest directory the host has.
+fn need(
+    path: &Path,
+    asks: Asks,
+    inside: &dyn Fn(&Path) -> PathBuf,
+) -> Option<(PathBuf, bool, FileUse)> {
+    let in_sandbox = std::fs::symlink_metadata(inside(path)).is_ok();
+    match asks {
+        Asks::Read | Asks::Exec | Asks::Probe => {
+            if in_sandbox {
+                return None;
+            }
+            let host = std::fs::metadata(path).ok()?;
+            let how = if asks != Asks::Read {
+                FileUse::Exec
+            } else {
+                FileUse::Read
+            };
+            Some((path.to_path_buf(), host.is_dir(), how))
+        }
+        Asks::Write => {
+            let dir = path.parent()?;
+            let present = if in_sandbox { path } else { dir };
+            let writable = std::fs::symlink_metadata(inside(present)).is_ok()
+                && crate::sys::statvfs_flags(&inside(present))
+                    .is_ok_and(|f| f & libc::ST_RDONLY == 0);
+            if writable {
+                return None;
+            }
+            let host = dir
+                .ancestors()
+                .find(|d| std::fs::metadata(d).is_ok_and(|m| m.is_dir()))?;
+            Some((host.to_path_buf(), true, FileUse::Write))
+        }
+    }
+}
+
+/// The caller's `comm` (its own choice of name: hostile text, cut by the learner).
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The 8 bytes at `addr` in `pid`'s memory.
+fn read_u64(pid: u32, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    (read_mem(pid, addr, &mut b)? == 8).then(|| u64::from_ne_bytes(b))
+}
+
+/// Up to `buf.len()` bytes at `addr` in `pid`'s memory (one system call, no file to open:
+/// this runs once per notified call), as many as were readable.
+fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Option<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, alive and writable for the call; `remote` is only an
+    // address in the other process, which the kernel checks (and may refuse: `-1`).
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    usize::try_from(n).ok().filter(|n| *n > 0)
 }
 
 /// `rel` under `dir`, `.` and `..` resolved by name (a `..` above the root: `None`).
@@ -186,17 +469,14 @@ fn lexical_join(dir: &Path, rel: &Path) -> Option<PathBuf> {
 
 /// The NUL-terminated string at `addr` in `pid`'s memory, at most `PATH_MAX` bytes.
 fn read_path(pid: u32, addr: u64) -> Option<PathBuf> {
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut out = Vec::new();
     let mut at = addr;
+    let mut buf = [0u8; 4096];
     while out.len() < libc::PATH_MAX as usize {
         // Up to the page's end: the next page may not be mapped.
         let room = (4096 - (at % 4096)) as usize;
-        let mut buf = vec![0u8; room.min(libc::PATH_MAX as usize - out.len())];
-        let n = mem.read_at(&mut buf, at).ok()?;
-        if n == 0 {
-            return None;
-        }
+        let want = room.min(libc::PATH_MAX as usize - out.len());
+        let n = read_mem(pid, at, &mut buf[..want])?;
         if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
             out.extend_from_slice(&buf[..end]);
             return Some(PathBuf::from(std::ffi::OsString::from_vec(out)));

@@ -218,8 +218,8 @@ struct Supervision {
     degraded: Option<bool>,
     /// No tmpfs: the run directory's usage against `--disk`, and whether it grew past it.
     disk: Option<(DiskWatch, bool)>,
-    /// Learn mode: the thread answering the exec notifications (see `exec_learn`).
-    exec_learn: Option<std::thread::JoinHandle<std::collections::BTreeSet<PathBuf>>>,
+    /// Learn mode: the thread answering the exec and file notifications (see `exec_learn`).
+    exec_learn: Option<std::thread::JoinHandle<crate::exec_learn::Observed>>,
 }
 
 impl Supervision {
@@ -681,10 +681,10 @@ impl Supervision {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if t.is_finished() {
-                outcome.executed = t
-                    .join()
-                    .map(|s| s.into_iter().collect())
-                    .unwrap_or_default();
+                if let Ok(seen) = t.join() {
+                    outcome.executed = seen.executed.into_iter().collect();
+                    outcome.files = seen.files;
+                }
             }
         }
         outcome

@@ -2,15 +2,17 @@
 //! profile it ran under, a TOML profile that `extends` the starting built-in and allows what
 //! the run needed — the network destinations it reached or was refused, limits at its observed
 //! peaks plus a margin, the programs it executed (`Outcome::executed`, recorded by the engine)
-//! with its own allowlist and a command that list refused — each entry with a comment saying
-//! what needed it. Learning onto an
+//! with its own allowlist and a command that list refused, the host files and directories it
+//! asked for beyond its sandbox (`Outcome::files`) as read-only or read-write binds — each
+//! entry with a comment saying what needed it. Learning onto an
 //! existing file widens it (the union of entries, the larger of each limit). Pure data → text:
 //! the run itself is never changed by learning.
 //!
 //! Threat model: what the run did is the sandboxed program's doing, so hostile input: a host
 //! name it sent the proxy, a reason text built from it. Every value is written as a TOML string
 //! by the TOML serializer, every comment is cut to one line of printable characters, and every
-//! network entry must parse as an allowlist entry or is left out — so a program cannot smuggle
+//! network entry must parse as an allowlist entry, and every learned path must be a plain
+//! absolute path without `:` or control characters, or is left out — so a program cannot smuggle
 //! a key (`[filesystem] rw = ["/"]`) into the profile it is learned into. The file never holds
 //! a secret: `[env] set` values and secrets are not written (the header says to give them again).
 
@@ -151,18 +153,30 @@ fn limits_of(run: &Run, out: &mut Learned) {
         u.peak_memory_bytes
     };
     let memory = (grow(mem_peak as f64) as u64).max(FLOOR_MEMORY);
-    out.limits.insert(
-        "memory",
+    // Without a cgroup the limit is each process's data rlimit, which counts address space a
+    // program reserves (OpenBLAS's buffers, a JIT's heap) that the resident peak does not:
+    // a limit at that peak would starve the replay. The run's own limit stays.
+    let (memory, why) = if o.enforcement.cgroup == "none" && !hit(LimitHit::Memory) {
         (
-            Value::Size(memory),
+            memory.max(l.memory),
+            format!(
+                "no cgroup measured this run (memory is a per-process data rlimit, which the \
+                 resident peak {} does not bound): the run's own limit, at least",
+                crate::units::format_size(u.peak_memory_bytes)
+            ),
+        )
+    } else {
+        (
+            memory,
             said(
                 "memory",
                 crate::units::format_size(u.peak_memory_bytes),
                 LimitHit::Memory,
                 crate::units::format_size(l.memory),
             ),
-        ),
-    );
+        )
+    };
+    out.limits.insert("memory", (Value::Size(memory), why));
     let pid_peak = if hit(LimitHit::Pids) {
         u.peak_pids.max(u64::from(l.pids))
     } else {
@@ -376,6 +390,224 @@ fn carried_of(run: &Run, out: &mut Learned) {
             "not written: the run's [env] and secrets (values may be secret): give them again"
                 .to_string(),
         );
+    }
+}
+
+/// Sandbox paths that are never learned as binds: the kernel's views, the system directories
+/// every profile sees (read-only), the sandbox's own home and workspace, and the host system's
+/// state (a program runs without the host's caches — fontconfig probes `/var/cache/fontconfig`
+/// — and one bound read-write would let the sandbox poison them for the host).
+const NOT_BOUND: [&str; 20] = [
+    "/proc",
+    "/sys",
+    "/dev",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    crate::profile::HOME,
+    "/workspace",
+    "/run",
+    "/var/run",
+    "/var/cache",
+    "/var/lib",
+    "/var/log",
+    "/var/spool",
+    "/boot",
+];
+
+/// Directories (three levels deep or more) with this many learned entries in them become one
+/// entry.
+const COLLAPSE_AT: usize = 3;
+
+/// What learned paths were used for, and by which programs.
+#[derive(Default)]
+struct Uses {
+    how: BTreeSet<crate::outcome::FileUse>,
+    programs: BTreeSet<String>,
+    paths: usize,
+}
+
+impl Uses {
+    fn add(&mut self, other: Uses) {
+        self.how.extend(other.how);
+        self.programs.extend(other.programs);
+        self.paths += other.paths;
+    }
+
+    fn why(&self) -> String {
+        use crate::outcome::FileUse;
+        let verbs: Vec<&str> = self
+            .how
+            .iter()
+            .map(|h| match h {
+                FileUse::Read => "read",
+                FileUse::Write => "written in",
+                FileUse::Exec => "executed",
+            })
+            .collect();
+        let mut progs: Vec<&str> = self
+            .programs
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(String::as_str)
+            .take(3)
+            .collect();
+        if progs.is_empty() {
+            progs.push("the run");
+        }
+        let more = if self.programs.len() > 3 { ", ..." } else { "" };
+        let paths = if self.paths > 1 {
+            format!(" ({} paths in it)", self.paths)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} during learning by {}{more}{paths}",
+            verbs.join(", "),
+            progs.join(", ")
+        )
+    }
+}
+
+/// Depth of a path: `/a/b` is 2. A bind shallower than 2 (`/`, `/var`) is never proposed.
+fn depth(p: &std::path::Path) -> usize {
+    p.components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .count()
+}
+
+/// The host files and directories the run asked for beyond its sandbox (`Outcome::files`),
+/// as binds: a write's directory read-write (a read-only bind of the run written in stays so,
+/// with a note), what was read or executed read-only, path sets collapsed to their directory
+/// where [`COLLAPSE_AT`] entries share one. Each entry names the programs that needed it.
+fn files_of(run: &Run, out: &mut Learned) {
+    use crate::outcome::FileUse;
+    use std::path::{Path, PathBuf};
+    let p = run.profile;
+    let mut rw: BTreeMap<PathBuf, Uses> = BTreeMap::new();
+    let mut ro: BTreeMap<PathBuf, Uses> = BTreeMap::new();
+    let mut left_out = 0usize;
+    for f in &run.outcome.files {
+        let path = f.path.as_path();
+        let Some(text) = path.to_str() else {
+            left_out += 1;
+            continue;
+        };
+        // A `:` would split a bind spec; a relative or `..` path is no host path of ours; a
+        // control character has no place in a reviewed file.
+        if text.contains(':')
+            || text.chars().any(char::is_control)
+            || crate::lexical::resolve("", text) != text
+        {
+            left_out += 1;
+            continue;
+        }
+        if NOT_BOUND.iter().any(|n| path.starts_with(n)) {
+            continue;
+        }
+        let uses = Uses {
+            how: [f.how].into(),
+            programs: [comment(&f.program)].into(),
+            paths: 1,
+        };
+        if let Some(b) = p.binds.iter().find(|b| path.starts_with(&b.dest)) {
+            // Written in a read-only bind of the run: read-only was the starting profile's
+            // choice, which learning does not overturn; the note says how to.
+            if f.how == FileUse::Write && !b.writable {
+                out.notes.insert(format!(
+                    "the read-only bind {} was written in during learning by {}: left \
+                     read-only (make it rw to allow that)",
+                    b.dest.display(),
+                    comment(&f.program)
+                ));
+            }
+            continue;
+        }
+        if depth(path) < 2 {
+            left_out += 1;
+            continue;
+        }
+        let into = if f.how == FileUse::Write {
+            &mut rw
+        } else {
+            &mut ro
+        };
+        into.entry(path.to_path_buf()).or_default().add(uses);
+        if f.how == FileUse::Exec && !f.is_dir {
+            if let Some(e) = listable(path, p) {
+                out.exec
+                    .get_or_insert_with(BTreeMap::new)
+                    .entry(e)
+                    .or_insert_with(|| {
+                        "executed during learning (a file bound by learning)".to_string()
+                    });
+            }
+        }
+    }
+    let under =
+        |p: &Path, set: &BTreeMap<PathBuf, Uses>| set.keys().any(|k| k != p && p.starts_with(k));
+    let collapse = |set: &mut BTreeMap<PathBuf, Uses>, others: &BTreeMap<PathBuf, Uses>| loop {
+        // Entries under another entry of this set or of `others` go into it.
+        let inner: Vec<PathBuf> = set
+            .keys()
+            .filter(|k| under(k, set) || under(k, others))
+            .cloned()
+            .collect();
+        for k in &inner {
+            if let Some(u) = set.remove(k) {
+                if let Some((_, into)) = set.iter_mut().find(|(d, _)| k.starts_with(d)) {
+                    into.add(u);
+                }
+            }
+        }
+        let mut by_dir: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for k in set.keys() {
+            // Never into a home (`/home/u`) or top directory: it holds more than what was read.
+            if let Some(d) = k.parent().filter(|d| depth(d) >= 3) {
+                *by_dir.entry(d.to_path_buf()).or_default() += 1;
+            }
+        }
+        let Some(dir) = by_dir
+            .into_iter()
+            .find(|(_, n)| *n >= COLLAPSE_AT)
+            .map(|(d, _)| d)
+        else {
+            if inner.is_empty() {
+                break;
+            }
+            continue;
+        };
+        let mut uses = Uses::default();
+        let kids: Vec<PathBuf> = set
+            .keys()
+            .filter(|k| k.parent() == Some(&dir))
+            .cloned()
+            .collect();
+        for k in kids {
+            if let Some(u) = set.remove(&k) {
+                uses.add(u);
+            }
+        }
+        set.insert(dir, uses);
+    };
+    collapse(&mut rw, &BTreeMap::new());
+    collapse(&mut ro, &rw);
+    for (set, into) in [(rw, &mut out.rw), (ro, &mut out.ro)] {
+        for (path, uses) in set {
+            into.entry(path.display().to_string())
+                .or_insert_with(|| comment(&uses.why()));
+        }
+    }
+    if left_out > 0 {
+        out.notes.insert(format!(
+            "{left_out} path(s) the run asked for were not learned (not a plain absolute path, or \
+             a bind of a top-level directory)"
+        ));
     }
 }
 
@@ -643,6 +875,7 @@ pub fn learn(run: &Run, existing: Option<&str>) -> Result<String, LearnError> {
         ..Learned::default()
     };
     carried_of(run, &mut fresh);
+    files_of(run, &mut fresh);
     network_of(run, &mut fresh);
     limits_of(run, &mut fresh);
     let learned = match existing {
@@ -815,6 +1048,110 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("executed during learning"), "{text}");
+    }
+
+    #[test]
+    fn without_a_cgroup_memory_is_not_learned_below_the_runs_own_limit() {
+        let p = Profile::builtin("default").unwrap();
+        let mut o = outcome(
+            &[],
+            Usage {
+                peak_memory_bytes: 90 << 20,
+                ..Usage::default()
+            },
+        );
+        o.enforcement.cgroup = "none".into();
+        let (text, back) = learned(&p, &o, None);
+        assert_eq!(back.limits.memory, p.limits.memory, "{text}");
+        assert!(text.contains("no cgroup measured this run"), "{text}");
+    }
+
+    #[test]
+    fn files_used_become_binds_collapsed_to_directories_with_the_programs_named() {
+        use crate::outcome::{FileAccess, FileUse};
+        let mut p = Profile::builtin("default").unwrap();
+        p.binds.push(crate::Bind {
+            source: "/srv/in".into(),
+            dest: "/srv/in".into(),
+            writable: false,
+            idmap: false,
+            limit: None,
+        });
+        let mut o = outcome(&[], Usage::default());
+        let f = |path: &str, is_dir: bool, how: FileUse, program: &str| FileAccess {
+            path: path.into(),
+            is_dir,
+            how,
+            program: program.into(),
+        };
+        o.files = vec![
+            f("/srv/data/set/a.csv", false, FileUse::Read, "python3"),
+            f("/srv/data/set/b.csv", false, FileUse::Read, "python3"),
+            f("/srv/data/set/c.csv", false, FileUse::Read, "cat"),
+            f("/data/one.txt", false, FileUse::Read, "python3"),
+            f("/data/out", true, FileUse::Write, "make"),
+            f("/data/out/sub/x", false, FileUse::Read, "make"),
+            f("/opt/tool/bin/run", false, FileUse::Exec, "sh"),
+            f("/srv/in/x", true, FileUse::Write, "sh"),
+            f("/proc/1/status", false, FileUse::Read, "ps"),
+            f("/usr/lib/x", false, FileUse::Read, "ld"),
+            f("/var", true, FileUse::Write, "sh"),
+            f("/var/cache/fontconfig", true, FileUse::Write, "fc-list"),
+            f("/data/a:b", false, FileUse::Read, "sh"),
+            f("/data/../etc/shadow", false, FileUse::Read, "sh"),
+            f(
+                "/data/evil\"]\n[filesystem]\nrw = [\"/\"]",
+                false,
+                FileUse::Read,
+                "x\n[y]",
+            ),
+        ];
+        let (text, back) = learned(&p, &o, None);
+        let binds: Vec<(String, bool)> = back
+            .binds
+            .iter()
+            .map(|b| (b.source.display().to_string(), b.writable))
+            .collect();
+        for want in [
+            ("/srv/data/set", false),
+            ("/data/one.txt", false),
+            ("/data/out", true),
+            ("/opt/tool/bin/run", false),
+            ("/srv/in", false),
+        ] {
+            assert!(
+                binds.contains(&(want.0.to_string(), want.1)),
+                "{want:?}\n{text}"
+            );
+        }
+        assert!(
+            !binds
+                .iter()
+                .any(|b| b.0 == "/data/out/sub/x" || b.0 == "/var" || b.0 == "/"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("/proc") && !text.contains("/usr/lib/x"),
+            "{text}"
+        );
+        assert!(!text.contains("a:b") && !text.contains("shadow"), "{text}");
+        assert!(
+            text.contains("read during learning by cat, python3 (3 paths in it)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("written in during learning by make"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/opt/tool/bin/run\",  # executed during learning"),
+            "{text}"
+        );
+        assert!(text.contains("not learned"), "{text}");
+        assert!(
+            text.contains("the read-only bind /srv/in was written in"),
+            "{text}"
+        );
     }
 
     /// The program chooses the host names the proxy logs: none may add a key to the profile.

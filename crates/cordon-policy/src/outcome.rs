@@ -116,6 +116,31 @@ pub struct Outcome {
     /// interpreter included). Not part of the JSON contract.
     #[serde(skip)]
     pub executed: Vec<std::path::PathBuf>,
+    /// Learn mode only: the host files and directories the run asked for that its sandbox did
+    /// not grant (see [`FileAccess`]). Not part of the JSON contract.
+    #[serde(skip)]
+    pub files: Vec<FileAccess>,
+}
+
+/// How a learning run used a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FileUse {
+    Read,
+    Write,
+    Exec,
+}
+
+/// One path a learning run asked for beyond what its sandbox granted: a read or an exec of a
+/// path missing in the sandbox but present on the host (`path`: that file or directory), or a
+/// write where the sandbox had no such directory or only a read-only one (`path`: the nearest
+/// directory the host has). The sandbox's path and the host's are the same name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FileAccess {
+    pub path: std::path::PathBuf,
+    pub is_dir: bool,
+    pub how: FileUse,
+    /// The program that asked (its `comm`: chosen by the program, so hostile text).
+    pub program: String,
 }
 
 /// The image a run used: the reference it was found by and the manifest digest it resolved
@@ -155,6 +180,7 @@ impl Outcome {
             limits_hit: Vec::new(),
             image: None,
             executed: Vec::new(),
+            files: Vec::new(),
         }
     }
 
@@ -184,6 +210,7 @@ impl Outcome {
             limits_hit: ending.limits_hit,
             image: None,
             executed: Vec::new(),
+            files: Vec::new(),
         }
     }
 

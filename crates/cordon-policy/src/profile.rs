@@ -315,7 +315,8 @@ pub struct Profile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec_allow: Option<Vec<PathBuf>>,
     /// Learn mode (`cordon run --learn`): the engine records the programs the run executes
-    /// (into `Outcome::executed`) without changing what it may do. Set by the CLI only.
+    /// (into `Outcome::executed`) and the host files it asks for beyond its sandbox (into
+    /// `Outcome::files`) without changing what it may do. Set by the CLI only.
     #[serde(skip)]
     pub learn_exec: bool,
 }

@@ -49,7 +49,9 @@ pub struct RunArgs {
     /// Learn mode: run exactly as without it (same profile, same enforcement), then write FILE:
     /// a profile that `extends` the starting one's built-in and allows what the run needed —
     /// the network destinations it reached or was refused (from the egress proxy), the
-    /// programs it executed (`[exec] allow`), limits at its peaks x1.5 (never below a floor) —
+    /// programs it executed (`[exec] allow`), the host files and directories it asked for
+    /// beyond its sandbox (`[filesystem] ro`/`rw`: read or executed, written in; collapsed to
+    /// directories), limits at its peaks x1.5 (never below a floor) —
     /// each entry with a comment saying why. Onto an existing FILE it widens (merges) instead
     /// of overwriting.
     #[arg(long, value_name = "FILE")]
@@ -78,8 +80,8 @@ pub fn main(a: RunArgs) -> i32 {
         eprintln!("cordon: --secret: not available with --tty yet");
         return exit::CORDON_FAILED;
     }
-    // Learn mode records the programs executed too (the engine's notifying filter, which
-    // changes nothing the run may do).
+    // Learn mode records the programs executed and the files used too (the engine's
+    // notifying filter, which changes nothing the run may do).
     profile.learn_exec = a.learn.is_some();
     let learn = match a
         .learn

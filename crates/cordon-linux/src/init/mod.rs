@@ -332,8 +332,8 @@ fn confine(plan: &Plan, ch: &Channel, c: Confinement<'_>) {
                 watch_fds.push(fd);
             }
             Err(e) => notes.push(format!(
-                "learn mode: the programs executed are not recorded (seccomp user \
-                 notification: {e})"
+                "learn mode: the programs executed and the files used are not recorded \
+                 (seccomp user notification: {e})"
             )),
         }
     }
