@@ -17,6 +17,9 @@ use cordon_net::{EgressProxy, Interception, ProxyConfig, SecretBinding};
 use cordon_policy::network::NetworkPolicy;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
+mod common;
+use common::{connect_tunnel, cpu_time};
+
 const HOST: &str = "bench.test";
 const ROUNDS: usize = 5;
 
@@ -90,24 +93,6 @@ fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usi
     addr
 }
 
-fn connect_tunnel(proxy: SocketAddr, target: &str) -> TcpStream {
-    let mut s = TcpStream::connect(proxy).expect("connect proxy");
-    let _ = s.set_nodelay(true);
-    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").expect("write CONNECT");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut byte).expect("read CONNECT answer");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    s
-}
-
 /// TLS to [`HOST`] over `sock` (trusting `ca_pem`), one GET, the body read to its end in
 /// 1 MiB reads (as the secrets rows' Python client does); returns the body's bytes.
 fn download(sock: TcpStream, ca_pem: &str, port: u16) -> usize {
@@ -141,20 +126,6 @@ fn download(sock: TcpStream, ca_pem: &str, port: u16) -> usize {
         }
     }
     total
-}
-
-/// CPU time (user + system) of this whole process so far.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((field(11) + field(12)) * 10)
 }
 
 fn start_proxy(

@@ -6,55 +6,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
+use common::upstream::Upstream;
 use common::HostDir;
 use serde_json::Value;
-
-/// A tiny HTTP upstream on `ip` that counts the connections it accepts.
-struct Upstream {
-    port: u16,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn start(ip: &str) -> Upstream {
-        let l = TcpListener::bind((ip, 0)).expect("bind loopback");
-        let port = l.local_addr().unwrap().port();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut buf = [0u8; 4096];
-                    let mut req = Vec::new();
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let body = "hello from upstream\n";
-                    let _ = write!(
-                        s,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                });
-            }
-        });
-        Upstream { port, hits }
-    }
-}
 
 /// `cordon run --json ARGS`: the Outcome, and cordon's stderr.
 fn cordon(args: &[String]) -> (Value, String) {

@@ -2,56 +2,14 @@
 //! every decision is recorded. Loopback only: upstreams listen on 127.0.0.x, names are mapped
 //! with --add-host, so no DNS query and no packet ever leaves the machine.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::Value;
 
-/// A tiny HTTP upstream on 127.0.0.2 that counts the connections it accepts.
-struct Upstream {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn start() -> Upstream {
-        let l = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-        let addr = l.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut buf = [0u8; 4096];
-                    let mut req = Vec::new();
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let body = "hello from upstream\n";
-                    let _ = write!(
-                        s,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                });
-            }
-        });
-        Upstream { addr, hits }
-    }
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-}
+mod common;
+use common::upstream::Upstream;
 
 fn cordon(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
@@ -96,7 +54,7 @@ fn events(o: &Value) -> Vec<(String, String, String)> {
 
 #[test]
 fn allowed_domain_works_with_ordinary_clients() {
-    let up = Upstream::start();
+    let up = Upstream::start("127.0.0.2");
     let p = up.port();
     let mut args: Vec<String> = allow_args(p);
     let script = format!(
@@ -122,7 +80,7 @@ fn allowed_domain_works_with_ordinary_clients() {
 
 #[test]
 fn bypasses_are_refused_and_recorded() {
-    let up = Upstream::start();
+    let up = Upstream::start("127.0.0.2");
     let p = up.port();
     let mut args: Vec<String> = allow_args(p);
     // Names that resolve to private, metadata or loopback addresses the allowlist does not list.
@@ -218,7 +176,7 @@ print(json.dumps(R))
 /// report it) is refused as "network is off" — the upstream is never reached either way.
 #[test]
 fn no_network_without_an_allowlist() {
-    let up = Upstream::start();
+    let up = Upstream::start("127.0.0.2");
     let p = up.port();
     let script = format!(
         "import os, socket, urllib.request\ntry:\n    socket.create_connection(('127.0.0.2', {p}), timeout=5)\nexcept OSError as e:\n    print(e.errno)\ntry:\n    urllib.request.urlopen('http://127.0.0.2:{p}/', timeout=5)\nexcept Exception as e:\n    print(e)"
@@ -238,7 +196,7 @@ fn no_network_without_an_allowlist() {
 
 #[test]
 fn one_sandbox_flooding_does_not_stop_another() {
-    let up = Upstream::start();
+    let up = Upstream::start("127.0.0.2");
     let p = up.port();
     // Sandbox A: a connection flood plus slow-loris clients against its own proxy.
     let mut a: Vec<String> = allow_args(p);

@@ -151,6 +151,14 @@ pub(super) async fn upload(
     } else {
         req
     };
+    // Each file of the upload: written with the upload's metadata, and described.
+    let put = |path: String, data: Vec<u8>| {
+        let (svc, caller, id, metadata) = (&e2b.st.service, &caller, &id, &metadata);
+        async move {
+            files::write_with_metadata(svc, caller, id, &path, data, metadata.clone()).await?;
+            Ok::<Value, E2bError>(written(&path, metadata))
+        }
+    };
     let mut out = Vec::new();
     if ct.starts_with("multipart/form-data") {
         let mut mp = Multipart::from_request(req, &())
@@ -182,16 +190,7 @@ pub(super) async fn upload(
                     ApiError::bad_request(format!("multipart body: {e}"))
                 }
             })?;
-            files::write_with_metadata(
-                &e2b.st.service,
-                &caller,
-                &id,
-                &path,
-                data.to_vec(),
-                metadata.clone(),
-            )
-            .await?;
-            out.push(written(&path, &metadata));
+            out.push(put(path, data.to_vec()).await?);
         }
         if out.is_empty() {
             return Err(ApiError::bad_request("no part named 'file' in the upload").into());
@@ -204,16 +203,7 @@ pub(super) async fn upload(
         let data = axum::body::to_bytes(req.into_body(), max)
             .await
             .map_err(|_| too_large())?;
-        files::write_with_metadata(
-            &e2b.st.service,
-            &caller,
-            &id,
-            &path,
-            data.to_vec(),
-            metadata.clone(),
-        )
-        .await?;
-        out.push(written(&path, &metadata));
+        out.push(put(path, data.to_vec()).await?);
     }
     Ok(axum::Json(out).into_response())
 }

@@ -9,6 +9,7 @@
 
 pub mod hosts;
 pub mod payloads;
+pub mod upstream;
 
 use std::ffi::OsString;
 use std::io::Read;
