@@ -185,13 +185,21 @@ class OwnCgroup:
             self.release()
             self.dirs = []
 
+    @staticmethod
+    def _subdirs(top: Path, prefix: str = ""):
+        # os.walk passes over directories removed while it walks (sandboxes end meanwhile).
+        for root, dirs, _ in os.walk(top):
+            for d in dirs:
+                if d.startswith(prefix):
+                    yield os.path.join(root, d)
+
     def count(self) -> int:
         if not self.dirs:
-            return sum(1 for c in ("memory", "pids") for _ in Path(f"/sys/fs/cgroup/{c}").rglob("cordon-*"))
-        return sum(1 for d in self.dirs for p in d.rglob("*") if p.is_dir())
+            return sum(1 for c in ("memory", "pids") for _ in self._subdirs(Path(f"/sys/fs/cgroup/{c}"), "cordon-"))
+        return sum(1 for d in self.dirs for _ in self._subdirs(d))
 
     def leftovers(self) -> list[str]:
-        return [str(p) for d in self.dirs for p in d.rglob("*") if p.is_dir()]
+        return [p for d in self.dirs for p in self._subdirs(d)]
 
     def release(self) -> list[str]:
         bad = []
@@ -481,7 +489,10 @@ class Soak:
 
     def sampler(self, stop: threading.Event):
         while not stop.wait(self.args.sample_every):
-            self.sample("run")
+            try:
+                self.sample("run")
+            except Exception as e:  # noqa: BLE001 - a missed sample is reported, sampling goes on
+                self.fail(f"sampler: {type(e).__name__}: {e}")
 
     # --- the whole soak ------------------------------------------------------------------------
 
@@ -540,7 +551,7 @@ class Soak:
             try:
                 fn(k)
             except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the soak
-                while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+                while len(getattr(e, "exceptions", ())) == 1:  # an ExceptionGroup of one
                     e = e.exceptions[0]
                 self.fail(f"{fn.__name__}({k}): {type(e).__name__}: {e}"[:800])
                 if a.verbose:
