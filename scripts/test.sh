@@ -203,7 +203,7 @@ for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
 
-# The soak's short form (scripts/soak.py; ~1 min here): 200 one-shot runs and 40 sandbox
+# The soak's short form (scripts/soak.py; ~30 s here): 200 one-shot runs and 40 sandbox
 # lifecycles with hostile payloads, through the CLI, HTTP, MCP and the E2B SDK; fails on a
 # payload not contained, an operation that failed, a leftover after the server stops or a
 # series (server RSS, fds, threads, cgroups, mounts, processes, slab) grown past its threshold.
