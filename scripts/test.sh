@@ -203,6 +203,19 @@ for suite in "clients/python/tests crates/cordon-service/src/interpreters/tests"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $suite
 done
 
+# The soak's short form (scripts/soak.py; ~30 s here): 200 one-shot runs and 40 sandbox
+# lifecycles with hostile payloads, through the CLI, HTTP, MCP and the E2B SDK; fails on a
+# payload not contained, an operation that failed, a leftover after the server stops or a
+# series (server RSS, fds, threads, cgroups, mounts, processes, slab) grown past its threshold.
+stage "soak, short form (scripts/soak.sh --short)"
+soak_out=$(mktemp -d)
+if ! SOAK_PYTHON="$venv/bin/python" scripts/soak.sh --short --cordon "$CORDON_BIN" --out "$soak_out" 2>"$soak_out/driver.log"; then
+  tail -n 40 "$soak_out/driver.log"
+  echo "the soak's short form failed: see the RESULT lines above ($soak_out/summary.txt, samples.csv)" >&2
+  exit 1
+fi
+rm -rf "$soak_out"
+
 stage "the Docker door: docker-py and the docker CLI end to end (clients/docker-e2e, ran beside the Python suites)"
 docker_e2e_rc=0
 wait "$docker_e2e_pid" || docker_e2e_rc=$?
