@@ -57,12 +57,44 @@ pub(super) fn outcome_text(o: &Outcome) -> String {
     let _ = write!(
         s,
         "stdout:\n{}{}\nstderr:\n{}{}",
-        o.stdout,
+        clip(&o.stdout),
         cut(o.stdout_truncated),
-        o.stderr,
+        clip(&o.stderr),
         cut(o.stderr_truncated)
     );
     s
+}
+
+/// Most of one output stream a tool result carries: its head and its tail. A result is one
+/// JSON-RPC message (one SSE event over HTTP), which clients cap — the official Python SDK
+/// at 1 MiB, and a stream's bytes can grow six-fold escaped — and a model reads no more
+/// than this usefully anyway.
+const MAX_STREAM_TEXT: usize = 64 * 1024;
+
+/// `t` whole if it fits [`MAX_STREAM_TEXT`], else its first and last halves of it around a
+/// line that says how much was left out and how to get it.
+fn clip(t: &str) -> std::borrow::Cow<'_, str> {
+    if t.len() <= MAX_STREAM_TEXT {
+        return t.into();
+    }
+    let half = MAX_STREAM_TEXT / 2;
+    let mut head = half;
+    while !t.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = t.len() - half;
+    while !t.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[… {} bytes left out: a tool result carries {} KiB of a stream; write the output \
+         to a file and read it with read_file …]\n{}",
+        &t[..head],
+        tail - head,
+        MAX_STREAM_TEXT / 1024,
+        &t[tail..]
+    )
+    .into()
 }
 
 /// The Outcome as structured content: every fact, without the output streams (they are in
@@ -101,4 +133,27 @@ pub(super) fn outcome_result(o: &Outcome) -> CallToolResult {
     };
     r.structured_content = outcome_facts(o);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_over_the_cap_keeps_its_head_and_tail_and_says_what_was_left_out() {
+        let small = "x".repeat(MAX_STREAM_TEXT);
+        assert_eq!(clip(&small), small.as_str());
+        let big = format!("HEAD{}é{}TAIL", "a".repeat(40 << 20), "b".repeat(1 << 20));
+        let c = clip(&big);
+        assert!(c.len() < MAX_STREAM_TEXT + 256, "{}", c.len());
+        assert!(c.starts_with("HEAD") && c.ends_with("TAIL"));
+        assert!(
+            c.contains("bytes left out"),
+            "{}",
+            &c[MAX_STREAM_TEXT / 2..MAX_STREAM_TEXT / 2 + 200]
+        );
+        // A multi-byte character on the cut is never split.
+        let wide = "é".repeat(MAX_STREAM_TEXT);
+        assert!(clip(&wide).is_char_boundary(0));
+    }
 }
