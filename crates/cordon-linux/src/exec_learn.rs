@@ -53,7 +53,7 @@ pub struct Observed {
 
 /// The system calls notified, by number (besides `newfstatat` and `statx` naming a path).
 fn notified() -> Vec<libc::c_long> {
-    let mut nrs = vec![
+    let common = [
         libc::SYS_execve,
         libc::SYS_execveat,
         libc::SYS_openat,
@@ -65,8 +65,9 @@ fn notified() -> Vec<libc::c_long> {
         libc::SYS_faccessat,
         libc::SYS_faccessat2,
     ];
+    // The legacy path calls exist on x86_64 only.
     #[cfg(target_arch = "x86_64")]
-    nrs.extend([
+    let legacy = [
         libc::SYS_stat,
         libc::SYS_lstat,
         libc::SYS_access,
@@ -76,8 +77,10 @@ fn notified() -> Vec<libc::c_long> {
         libc::SYS_unlink,
         libc::SYS_rmdir,
         libc::SYS_rename,
-    ]);
-    nrs
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    let legacy: [libc::c_long; 0] = [];
+    [&common[..], &legacy[..]].concat()
 }
 
 /// Installs the notifying filter on the calling thread (needs `no_new_privs`; before the
