@@ -121,8 +121,11 @@ pub fn main(a: McpArgs) -> i32 {
         r
     });
     if temporary {
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            eprintln!("cordon: cannot remove {}: {e}", dir.display());
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("cordon: cannot remove {}: {e}", dir.display());
+            }
+            _ => {}
         }
     }
     // The stdin reader is a blocking thread a signal leaves waiting; do not wait for it.
