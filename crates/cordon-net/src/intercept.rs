@@ -517,8 +517,7 @@ pub(crate) async fn serve(
     reason: String,
 ) {
     // rustls takes TLS records from its transport a few KiB per read; a buffer under it
-    // turns a 16 KiB record's several read(2)s into a share of one, which is most of what
-    // terminating a bulk download costs (the crypto is a small part of it).
+    // turns a 16 KiB record's several read(2)s into a share of one.
     let client = BufReader::with_capacity(TLS_READ_BUFFER, client);
     let upstream = BufReader::with_capacity(TLS_READ_BUFFER, upstream);
     let acceptor =
@@ -955,7 +954,14 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; COPY_BUFFER];
+    // A body (or a chunk) smaller than the buffer gets a buffer of its size: a stream of small
+    // chunks (server-sent events) must not allocate the whole buffer per chunk.
+    let size = match framing {
+        BodyFraming::Length(n) => usize::try_from(n).unwrap_or(COPY_BUFFER).min(COPY_BUFFER),
+        BodyFraming::Chunked => 0,
+        BodyFraming::UntilClose => COPY_BUFFER,
+    };
+    let mut buf = vec![0u8; size];
     match framing {
         BodyFraming::Length(mut n) => {
             while n > 0 {
