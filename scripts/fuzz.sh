@@ -14,6 +14,12 @@
 # (default: target/fuzz); FUZZ_BUILD=0 runs the targets as last built. Exits 1 when a run found something: fix it in the product, add a
 # unit test, and copy the input to fuzz/corpus/<target>/crash-<what> so the replay in
 # scripts/test.sh keeps it fixed.
+#
+# The campaign: each run appends its executions and seconds per target to fuzz/work/ledger.tsv
+# (kept with the work corpora, not committed), and the table ends with the campaign's totals per
+# target. FUZZ_CAMPAIGN=N (e.g. 10000000, issue 34's goal) runs each target only until the
+# ledger holds N executions for it — a target already there is skipped — so a long campaign can
+# be spread over runs that are stopped and started again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -24,6 +30,13 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 sanitizer=${FUZZ_SANITIZER:-none}
 jobs=${FUZZ_JOBS:-1}
+goal=${FUZZ_CAMPAIGN:-0}
+case "$goal" in ''|*[!0-9]*) echo "FUZZ_CAMPAIGN must be a number of executions, not '$goal'" >&2; exit 2 ;; esac
+ledger=fuzz/work/ledger.tsv
+mkdir -p fuzz/work
+touch "$ledger"
+# The executions the ledger holds for target $1.
+ledger_execs() { awk -F'\t' -v t="$1" '$2 == t {s += $3} END {print s + 0}' "$ledger"; }
 tdir=${FUZZ_TARGET_DIR:-$PWD/target/fuzz}
 
 if [ "${FUZZ_BUILD:-1}" != 0 ]; then
@@ -43,6 +56,15 @@ for t in "${targets[@]}"; do
   work=fuzz/work/$t
   art=fuzz/artifacts/$t
   mkdir -p "$work" "$art"
+  runs=()
+  if [ "$goal" -gt 0 ]; then
+    left=$((goal - $(ledger_execs "$t")))
+    if [ "$left" -le 0 ]; then
+      echo "== $t: the campaign already holds $(ledger_execs "$t") executions (goal $goal): skipped"
+      continue
+    fi
+    runs=(-runs="$left")
+  fi
   before=$(find "$art" -type f | wc -l)
   log=$(mktemp)
   echo "== $t: ${secs}s"
@@ -53,7 +75,7 @@ for t in "${targets[@]}"; do
   # New inputs go to fuzz/work/<t> (the first directory); the seeds stay as committed.
   "$bin" "$work" "fuzz/corpus/$t" -max_total_time="$secs" -print_final_stats=1 \
     -artifact_prefix="$art/" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-    "${parallel[@]}" >"$log" 2>&1
+    "${runs[@]}" "${parallel[@]}" >"$log" 2>&1
   rc=$?
   set -e
   # With -jobs, each worker logs to fuzz-N.log in the current directory.
@@ -74,13 +96,16 @@ for t in "${targets[@]}"; do
     found=1
     grep -E 'panicked at|ERROR: libFuzzer|SUMMARY|^Test unit written' "$log" | head -20 || true
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$execs" "$((SECONDS - start))" "${cov:-?}" "${ft:-?}" "$corp" "$findings" >>"$summary"
+  printf '%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$execs" "$((SECONDS - start))" >>"$ledger"
+  total=$(ledger_execs "$t")
+  hours=$(awk -F'\t' -v t="$t" '$2 == t {s += $4} END {printf "%.2f", s / 3600}' "$ledger")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$execs" "$((SECONDS - start))" "${cov:-?}" "${ft:-?}" "$corp" "$findings" "$total" "$hours" >>"$summary"
   rm -f "$log"
 done
 
 echo
 {
-  printf 'target\texecutions\tseconds\tcov\tft\tcorpus\tfindings\n'
+  printf 'target\texecutions\tseconds\tcov\tft\tcorpus\tfindings\tcampaign-execs\tcampaign-hours\n'
   cat "$summary"
 } | column -t -s $'\t'
 rm -f "$summary"
