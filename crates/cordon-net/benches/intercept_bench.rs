@@ -5,10 +5,18 @@
 //! `cargo bench -p cordon-net --bench intercept_bench` (`INTERCEPT_BENCH_MB` sets the size).
 //! `cordon-bench`'s secrets rows measure the same through a real sandbox with Python as the
 //! client; this one is quick to rebuild while working on the proxy.
+//!
+//! Two floors run beside them: a bare terminator with no policy, no parsing and no async
+//! runtime (blocking rustls streams: read the request head, forward it, copy the answer back),
+//! once on one thread and once pipelined over two (one thread decrypts the upstream's records,
+//! the other encrypts them for the client). Whatever the proxy does, it cannot beat the floor
+//! that does the same cryptography with nothing else; where the floor itself sits below a
+//! target, the target is below what terminating TLS costs on this machine.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -28,7 +36,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// A CA and a leaf for [`HOST`] signed by it: (CA PEM, leaf chain, leaf key).
-fn upstream_identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
+fn identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
     let ca_key = rcgen::KeyPair::generate().expect("ca key");
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -93,22 +101,121 @@ fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usi
     addr
 }
 
-/// TLS to [`HOST`] over `sock` (trusting `ca_pem`), one GET, the body read to its end in
-/// 1 MiB reads (as the secrets rows' Python client does); returns the body's bytes.
-fn download(sock: TcpStream, ca_pem: &str, port: u16) -> usize {
+fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pki_types::pem::PemObject::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.expect("pem")).expect("root");
     }
-    let config = Arc::new(
+    Arc::new(
         rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("versions")
             .with_root_certificates(roots)
             .with_no_client_auth(),
+    )
+}
+
+/// The floor: a terminator for [`HOST`] that does the cryptography and nothing else. It takes
+/// a `CONNECT`, answers 200, accepts the client's TLS with its own leaf, opens TLS to `up`
+/// (trusting `up_ca`), forwards the request head, then copies the answer back with 256 KiB
+/// buffers — on the connection's one thread, or `pipelined` over two.
+fn bare_terminator(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+    up: SocketAddr,
+    up_ca: &str,
+    pipelined: bool,
+) -> SocketAddr {
+    let server = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .expect("server config"),
     );
+    let client = client_config(up_ca);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind floor");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for mut sock in listener.incoming().flatten() {
+            let (server, client) = (server.clone(), client.clone());
+            thread::spawn(move || {
+                let _ = sock.set_nodelay(true);
+                if read_head(&mut sock).is_none() {
+                    return;
+                }
+                let _ = sock.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let conn = rustls::ServerConnection::new(server).expect("server conn");
+                let mut down = rustls::StreamOwned::new(conn, sock);
+                let Some(head) = read_head(&mut down) else {
+                    return;
+                };
+                let name = ServerName::try_from(HOST).expect("name");
+                let conn = rustls::ClientConnection::new(client, name).expect("client conn");
+                let mut upstream =
+                    rustls::StreamOwned::new(conn, TcpStream::connect(up).expect("connect up"));
+                upstream.write_all(&head).expect("forward head");
+                if pipelined {
+                    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(4);
+                    let reader = thread::spawn(move || loop {
+                        let mut buf = vec![0u8; 256 << 10];
+                        match upstream.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                buf.truncate(n);
+                                if tx.send(buf).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                    for buf in rx {
+                        if down.write_all(&buf).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = reader.join();
+                } else {
+                    let mut buf = vec![0u8; 256 << 10];
+                    loop {
+                        match upstream.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if down.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+                let _ = down.flush();
+                down.conn.send_close_notify();
+                let _ = down.flush();
+            });
+        }
+    });
+    addr
+}
+
+/// Bytes up to and including the first blank line, read a byte at a time (heads are small).
+fn read_head(s: &mut impl Read) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(head)
+}
+
+/// TLS to [`HOST`] over `sock` (trusting `ca_pem`), one GET, the body read to its end in
+/// 1 MiB reads (as the secrets rows' Python client does); returns the body's bytes.
+fn download(sock: TcpStream, ca_pem: &str, port: u16) -> usize {
     let name = ServerName::try_from(HOST).expect("name");
-    let conn = rustls::ClientConnection::new(config, name).expect("client conn");
+    let conn = rustls::ClientConnection::new(client_config(ca_pem), name).expect("client conn");
     let mut s = rustls::StreamOwned::new(conn, sock);
     write!(
         s,
@@ -151,8 +258,17 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let big = mb << 20;
-    let (ca_pem, cert, key) = upstream_identity();
+    let (ca_pem, cert, key) = identity();
     let up = upstream(cert, key, big);
+    let (floor_ca, floor_cert, floor_key) = identity();
+    let floor_one = bare_terminator(
+        floor_cert.clone(),
+        floor_key.clone_key(),
+        up,
+        &ca_pem,
+        false,
+    );
+    let floor_two = bare_terminator(floor_cert, floor_key, up, &ca_pem, true);
     let port = up.port();
     let policy = NetworkPolicy {
         allow: vec![format!("{HOST}:*"), "127.0.0.2:*".into()],
@@ -174,7 +290,7 @@ fn main() {
     let target = format!("{HOST}:{port}");
 
     type Way<'a> = (&'static str, Box<dyn Fn() -> usize + 'a>);
-    let ways: [Way; 3] = [
+    let ways: [Way; 5] = [
         (
             "direct TLS                    ",
             Box::new(|| download(TcpStream::connect(up).expect("connect"), &ca_pem, port)),
@@ -186,6 +302,14 @@ fn main() {
         (
             "TLS termination, secret header",
             Box::new(|| download(connect_tunnel(term_addr, &target), &icpt_ca, port)),
+        ),
+        (
+            "floor: bare termination       ",
+            Box::new(|| download(connect_tunnel(floor_one, &target), &floor_ca, port)),
+        ),
+        (
+            "floor: bare, two threads      ",
+            Box::new(|| download(connect_tunnel(floor_two, &target), &floor_ca, port)),
         ),
     ];
     let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
