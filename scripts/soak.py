@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Soak test of cordon: many one-shot runs and sandbox lifecycles, with hostile payloads mixed in,
-through every door (CLI, native HTTP via cordon_sdk, MCP on /mcp, the E2B SDK), while the server's
+through every door (CLI, native HTTP via cordon_sdk, MCP on /mcp and over stdio, the E2B SDK), while the server's
 RSS, fds and threads and the host's cgroups, mounts, processes and slab are sampled.
 
 Threat model: the payloads are hostile (fork bombs, OOM, output floods, writes outside the
@@ -38,8 +38,9 @@ DESCRIPTION = """\
 Soak cordon: N one-shot runs and M sandbox lifecycles (create, exec x5, file upload and
 download, a code cell, delete), with hostile payloads mixed in (about one operation in eight),
 spread over four doors: the CLI (`cordon run`), the native HTTP API (cordon_sdk), MCP (/mcp on
-`cordon serve`) and the E2B SDK. One `cordon serve` on 127.0.0.1 (a fresh data dir, a key made
-with `cordon keys create --data-dir`) serves the three remote doors.
+`cordon serve`, and one session in four `cordon mcp` over stdio, each its own process with a
+temporary data dir under the soak's TMPDIR) and the E2B SDK. One `cordon serve` on 127.0.0.1 (a
+fresh data dir, a key made with `cordon keys create --data-dir`) serves the three remote doors.
 
 The hostile payloads (each door gets each at least once): a fork bomb, a memory hog (OOM), a
 40 MB output flood, writes outside (a canary file and dir of the host, /, /etc), reads of host
@@ -57,6 +58,8 @@ Sampled every --sample-every seconds (and at start and end): the server's RSS, o
 threads (/proc/PID), cordon's cgroups (the driver moves itself into a cgroup of its own, so
 every sandbox cgroup of this soak is counted beneath it and nothing else), mount lines
 (/proc/self/mountinfo), processes under the driver, host processes, and Slab (/proc/meminfo).
+The server's fds are also counted by kind (socket, pipe, anon_inode, a file's directory), and the
+summary says which kinds changed from warm-up to the end.
 
 The report (--out DIR): samples.csv, soak.png (each series over time), summary.json and
 summary.txt (operations per door, each hostile payload and whether it was contained, failures,
@@ -238,6 +241,27 @@ def proc_status(pid: int) -> dict:
         return {"server_rss_kb": 0, "server_threads": 0, "server_fds": 0}
 
 
+def fd_kinds(pid: int) -> dict[str, int]:
+    """What a process's open fds are, counted by kind (socket, pipe, anon_inode:[eventfd], a
+    file's directory…): where a growing fd count comes from."""
+    kinds: dict[str, int] = {}
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return kinds
+    for n in names:
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{n}")
+        except OSError:
+            continue
+        if t.startswith(("socket:", "pipe:")):
+            t = t.split(":", 1)[0]
+        elif t.startswith("/"):
+            t = os.path.dirname(t) or "/"
+        kinds[t] = kinds.get(t, 0) + 1
+    return kinds
+
+
 def meminfo_slab() -> int:
     for l in Path("/proc/meminfo").read_text().splitlines():
         if l.startswith("Slab:"):
@@ -386,6 +410,34 @@ class Soak:
         with self.lock:
             self.ops["lifecycles"] += 1
 
+    def mcp_stdio_runs(self, kinds: list[str]):
+        """One `cordon mcp` over stdio (its own process, temporary data dir and sandbox; TMPDIR
+        is the soak's, so a dir it leaves is a leftover), run_command for each kind, then closed."""
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        params = StdioServerParameters(command=self.args.cordon, args=["mcp"], env=self.env)
+
+        async def go():
+            async with stdio_client(params) as (r, w):
+                async with ClientSession(r, w) as session:
+                    await session.initialize()
+                    for k in kinds:
+                        res = await session.call_tool(
+                            "run_command", {"command": payload(k, self.host), "timeout_seconds": 8})
+                        text = "".join(getattr(c, "text", "") for c in res.content)
+                        self.done("mcp-stdio", k, check_output(k, text))
+                ended = time.monotonic()
+            # The SDK closes stdin, waits 2 s, SIGTERMs, waits 2 s more, SIGKILLs: how long
+            # `cordon mcp` took to end tells whether it ended on its own.
+            took = time.monotonic() - ended
+            with self.lock:
+                self.stdio_exit.append(took)
+            if took > 1.5:
+                log(f"cordon mcp (stdio) took {took:.1f} s to end after stdin closed ({kinds})")
+
+        asyncio.run(go())
+
     def mcp_runs(self, kinds: list[str]):
         """One MCP session over /mcp (one sandbox), run_command for each kind, then closed."""
         from mcp import ClientSession
@@ -482,9 +534,11 @@ class Soak:
                "soak_processes": len(descendants(os.getpid())),
                "host_processes": sum(1 for p in os.listdir("/proc") if p.isdigit()),
                "slab_kb": meminfo_slab(), "ops": sum(v for k, v in self.ops.items() if k != "lifecycles")}
+        kinds = fd_kinds(self.server.pid) if self.server.poll() is None else {}
         with self.lock:
             self.samples.append(row)
-        log("sample", row)
+            self.fd_kinds.append(kinds)
+        log("sample", row, "fds:", kinds)
 
     def sampler(self, stop: threading.Event):
         while not stop.wait(self.args.sample_every):
@@ -513,6 +567,8 @@ class Soak:
             log(self.cg.note)
         mounts0 = mount_lines()
         self.samples: list[dict] = []
+        self.fd_kinds: list[dict[str, int]] = []
+        self.stdio_exit: list[float] = []
         self.t0 = time.monotonic()
         self.start_server()
         os.environ.update(E2B_API_URL=self.url, E2B_SANDBOX_URL=self.url, E2B_API_KEY=self.key,
@@ -534,15 +590,19 @@ class Soak:
         n_mcp = a.runs - n_cli - n_http
         tasks += [(self.cli_run, kind()) for _ in range(n_cli)]
         tasks += [(self.http_run, kind()) for _ in range(n_http)]
+        # Every fourth MCP session is `cordon mcp` over stdio rather than the server's /mcp.
+        sessions = 0
         while n_mcp > 0:
-            tasks.append((self.mcp_runs, [kind() for _ in range(min(5, n_mcp))]))
+            door = self.mcp_stdio_runs if sessions % 4 == 3 else self.mcp_runs
+            tasks.append((door, [kind() for _ in range(min(5, n_mcp))]))
             n_mcp -= 5
+            sessions += 1
         n_e2b = a.lifecycles // 2
         tasks += [(self.e2b_lifecycle, kind()) for _ in range(n_e2b)]
         tasks += [(self.http_lifecycle, kind()) for _ in range(a.lifecycles - n_e2b)]
         # Every hostile kind at least once per door, whatever the mix drew.
         for k in HOSTILE:
-            tasks += [(self.cli_run, k), (self.http_run, k), (self.mcp_runs, [k])]
+            tasks += [(self.cli_run, k), (self.http_run, k), (self.mcp_runs, [k]), (self.mcp_stdio_runs, [k])]
         rng.shuffle(tasks)
 
         def one(task):
@@ -645,6 +705,22 @@ class Soak:
                  "hostile payloads: " + ", ".join(f"{k} {dict(v)}" for k, v in sorted(hostile.items())),
                  "slope per hour (least squares) / growth after warm-up:"]
         lines += [f"  {k:16} {slopes[k]:>12} /h   {growth[k]:>+10}" for k in series]
+        live_kinds = [k for k, s in zip(self.fd_kinds, self.samples) if s["phase"] != "stopped"]
+        if live_kinds:
+            first, last = live_kinds[min(warm_at, len(live_kinds) - 1)], live_kinds[-1]
+            changed = {k: last.get(k, 0) - first.get(k, 0) for k in set(first) | set(last)
+                       if last.get(k, 0) != first.get(k, 0)}
+            summary["server_fd_kinds"] = {"after_warmup": first, "end": last, "change": changed}
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            lines += ["server fds by kind, after warm-up -> end: " +
+                      (", ".join(f"{k} {first.get(k, 0)}->{last.get(k, 0)}" for k in sorted(changed)) or "unchanged")]
+        if self.stdio_exit:
+            ex = sorted(self.stdio_exit)
+            summary["mcp_stdio_exit_s"] = {"median": round(ex[len(ex) // 2], 2), "max": round(ex[-1], 2),
+                                           "over_2s": sum(1 for x in ex if x > 2)}
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            lines += [f"cordon mcp over stdio, end after stdin closed: median {ex[len(ex) // 2]:.2f} s, "
+                      f"max {ex[-1]:.2f} s, {summary['mcp_stdio_exit_s']['over_2s']} over the SDK's 2 s grace"]
         lines += ["leftovers after the server stopped: " +
                   (", ".join(f"{k} {len(v)}" for k, v in leftovers.items()))]
         lines += [f"known findings (not failures; --strict counts them): {KNOWN[k]}: {n}" for k, n in self.known.items()]

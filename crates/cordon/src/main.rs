@@ -24,6 +24,7 @@ mod run;
 mod run_tty;
 mod sandbox_args;
 mod serve;
+mod session_dir;
 mod state;
 
 use clap::{CommandFactory, Parser, Subcommand};

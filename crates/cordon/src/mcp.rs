@@ -18,8 +18,8 @@ cordon mcp --profile ./agent.toml --workspace ./project --allow-net pypi.org --m
 pub struct McpArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
-    /// Where this session keeps its registry and audit log. [default: a temporary directory,
-    /// removed at exit]
+    /// Where this session keeps its registry and audit log. [default: a private temporary
+    /// directory, removed at exit; one left by a killed session is removed by the next]
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
 }
@@ -53,12 +53,28 @@ pub fn main(a: McpArgs) -> i32 {
             return 125;
         }
     };
-    let (dir, temporary) = match a.data_dir {
-        Some(d) => (d, false),
-        None => (
-            std::env::temp_dir().join(format!("cordon-mcp-{}", std::process::id())),
-            true,
-        ),
+    let (dir, session_dir) = match a.data_dir {
+        Some(d) => (d, None),
+        None => {
+            let tmp = std::env::temp_dir();
+            // Sessions an agent host killed before they could clean up (see session_dir.rs).
+            for gone in crate::session_dir::sweep_stale(&tmp) {
+                eprintln!(
+                    "cordon: removed {}, left by an ended session",
+                    gone.display()
+                );
+            }
+            match crate::session_dir::SessionDir::create(&tmp) {
+                Ok(sd) => (sd.path().to_path_buf(), Some(sd)),
+                Err(e) => {
+                    eprintln!(
+                        "cordon: cannot make a data directory under {}: {e} (set TMPDIR, or give --data-dir)",
+                        tmp.display()
+                    );
+                    return 125;
+                }
+            }
+        }
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -120,12 +136,9 @@ pub fn main(a: McpArgs) -> i32 {
         service.shutdown_all().await;
         r
     });
-    if temporary {
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                eprintln!("cordon: cannot remove {}: {e}", dir.display());
-            }
-            _ => {}
+    if let Some(sd) = session_dir {
+        if let Err(e) = sd.remove() {
+            eprintln!("cordon: cannot remove {}: {e}", dir.display());
         }
     }
     // The stdin reader is a blocking thread a signal leaves waiting; do not wait for it.

@@ -230,6 +230,13 @@ impl McpProcess {
         McpProcess::spawn(cmd, tmp)
     }
 
+    /// Without `--data-dir`, under a `tmp` another process owns.
+    fn start_sharing_tmp(tmp: &std::path::Path) -> McpProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        cmd.arg("mcp").env("TMPDIR", tmp);
+        McpProcess::spawn(cmd, tempdir::Dir::new("unused"))
+    }
+
     fn spawn(mut cmd: Command, data: tempdir::Dir) -> McpProcess {
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -551,12 +558,7 @@ fn cordon_mcp_ends_its_session_cleanly_on_sigterm() {
         "params": {"name": "run_command", "arguments": {"command":
             format!("(sleep {marker} >/dev/null 2>&1 &) ; echo started")}}}));
     assert_eq!(v["result"]["isError"], false, "{v}");
-    let session_dir = tmp_path.join(format!("cordon-mcp-{}", p.child.id()));
-    assert!(
-        session_dir.is_dir(),
-        "{} was not made",
-        session_dir.display()
-    );
+    let session_dir = session_dir_of(&tmp_path, &p);
 
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&p.child),
@@ -591,4 +593,67 @@ fn cordon_mcp_ends_its_session_cleanly_on_sigterm() {
         left.is_empty(),
         "the sandbox's processes outlived it: {left:?}"
     );
+}
+
+/// The one session directory `cordon mcp` process `p` made under `tmp`.
+fn session_dir_of(tmp: &std::path::Path, p: &McpProcess) -> std::path::PathBuf {
+    let prefix = format!("cordon-mcp-{}-", p.child.id());
+    let mine: Vec<_> = std::fs::read_dir(tmp)
+        .expect("read tmp")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect();
+    assert_eq!(mine.len(), 1, "expected one {prefix}* dir: {mine:?}");
+    assert!(mine[0].is_dir());
+    mine[0].clone()
+}
+
+/// An agent host SIGKILLs a session slow to end (the MCP Python SDK does 2 s after its
+/// SIGTERM): that process removes nothing, so the next session removes what it left — and
+/// never the directory of a session still running beside it.
+#[test]
+fn a_killed_cordon_mcp_sessions_directory_is_removed_by_the_next_session() {
+    let tmp = tempdir::Dir::new("sigkill");
+    let tmp_path = tmp.0.clone();
+    let mut killed = McpProcess::start_in_tmp(tmp);
+    killed.call(&initialize(1));
+    let killed_dir = session_dir_of(&tmp_path, &killed);
+    let mut alive = McpProcess::start_sharing_tmp(&tmp_path);
+    alive.call(&initialize(1));
+    let alive_dir = session_dir_of(&tmp_path, &alive);
+    killed.child.kill().expect("SIGKILL");
+    killed.child.wait().expect("wait");
+    assert!(
+        killed_dir.is_dir(),
+        "a killed process cannot have removed its dir"
+    );
+    // A lock younger than 10 s may be a session about to take it: age both, as time would.
+    let past = std::time::SystemTime::now() - Duration::from_secs(60);
+    for d in [&killed_dir, &alive_dir] {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(d.join(".session.lock"))
+            .expect("lock file");
+        f.set_modified(past).expect("age the lock");
+    }
+
+    let mut next = McpProcess::start_sharing_tmp(&tmp_path);
+    next.call(&initialize(1));
+    assert!(
+        !killed_dir.exists(),
+        "{} outlived the next session's start",
+        killed_dir.display()
+    );
+    assert!(
+        alive_dir.is_dir(),
+        "the sweep removed a running session's dir"
+    );
+    let v = alive.call(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_command", "arguments": {"command": "echo still-here"}}}));
+    assert_eq!(v["result"]["isError"], false, "{v}");
 }
