@@ -100,6 +100,9 @@ fn result_line(bundle: &Value) -> Value {
                 "text/latex" => "latex",
                 "application/json" => "json",
                 "application/javascript" => "javascript",
+                // E2B's own types: a DataFrame's columns, a chart's elements.
+                "e2b/data" => "data",
+                "e2b/chart" => "chart",
                 _ => {
                     extra.insert(k.clone(), v.clone());
                     continue;
@@ -340,5 +343,12 @@ mod tests {
         assert_eq!(r["png"], "iVBO");
         assert_eq!(r["is_main_result"], true);
         assert_eq!(r["extra"]["image/gif"], "R0lG");
+    }
+
+    #[test]
+    fn a_dataframe_s_data_is_e2b_s_data_field_not_an_extra() {
+        let r = result_line(&json!({"text/plain": "df", "e2b/data": {"a": [1, 2, 3]}}));
+        assert_eq!(r["data"]["a"], json!([1, 2, 3]));
+        assert!(r.get("extra").is_none(), "{r}");
     }
 }

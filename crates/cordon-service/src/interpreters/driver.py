@@ -38,10 +38,17 @@ protocol, and output of subprocesses is captured too.
 
 Languages.
   python:     one persistent globals dict (sys.modules["__main__"], __name__ == "__main__").
+              As IPython does, a cell loses its leading blank lines and, when its first line
+              is indented, that indentation on every line (code pasted from a block or written
+              inside a triple-quoted string runs).
               The value of a trailing expression is the main result (not when it is None or
               the line ends with ';'); it is also kept in `_`. Top-level `await` works.
               Bundles: _repr_mimebundle_, _repr_html_/markdown/svg/png/jpeg/json/latex_, plus
-              text/plain (repr). display(*objs) (a builtin) emits non-main results. matplotlib
+              text/plain (repr); a pandas DataFrame adds "e2b/data" (column -> values, up to
+              100,000 cells), as E2B's interpreter does. display(*objs) (a builtin; raw=True
+              takes MIME bundles as they are) emits non-main results; `from IPython.display
+              import display, HTML, Markdown, Image…` works, with a small stand-in when IPython
+              is not installed. PIL's Image.show() displays the image. matplotlib
               (MPLBACKEND=Agg) is switched to a small inline backend: plt.show() and the end of
               each cell emit every open figure as image/png, then close them all.
               A cell that is not Python as written may use IPython's line forms: `!cmd` (a
@@ -83,6 +90,7 @@ import termios
 import threading
 import time
 import traceback
+from importlib.machinery import ModuleSpec  # here: an import inside the finder would recurse
 import types
 
 _G = globals()  # frames with these globals are the driver's own (hidden from tracebacks)
@@ -392,6 +400,26 @@ def _is_figure(obj):
     return mod is not None and isinstance(obj, getattr(mod, "Figure", ()))
 
 
+# A DataFrame's columns go out as data (E2B's "e2b/data": column -> list of values) up to this
+# many cells; a larger one has its text and HTML only, as a result has a bounded size.
+_DATAFRAME_CELLS = 100_000
+
+
+def _dataframe_data(df):
+    """column name -> its values, JSON-safe (numpy scalars, NaN -> null, dates as ISO text)."""
+    out = {}
+    for i, col in enumerate(df.columns):
+        column = df.iloc[:, i].to_json(orient="values", date_format="iso", default_handler=str)
+        out[str(col)] = json.loads(column)
+    return out
+
+
+def _is_dataframe(obj):
+    """A pandas DataFrame (pandas is not imported for the check: only if the cell did)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(obj, getattr(pd, "DataFrame", ()))
+
+
 def bundle(obj):
     """MIME bundle of an object: its _repr_*_ methods, always plus text/plain."""
     data = {}
@@ -427,6 +455,12 @@ def bundle(obj):
                 continue
             if v is not None:
                 data[mime] = v
+        if _is_dataframe(obj):
+            try:
+                if obj.size <= _DATAFRAME_CELLS:
+                    data["e2b/data"] = _dataframe_data(obj)
+            except Exception as e:
+                _warn("a DataFrame's data failed: %s: %s" % (type(e).__name__, e))
         if "image/png" not in data and _is_figure(obj):
             try:
                 data["image/png"] = _figure_png(obj)
@@ -444,40 +478,48 @@ _MPL_BACKEND = "_cordon_mpl_inline"
 
 
 class _ImportHooks:
-    """Meta-path finder: provides the inline backend module and, once matplotlib is imported
-    with MPLBACKEND=Agg (our default), points its backend at the inline backend."""
+    """Meta-path finder. Provides the inline backend module; once matplotlib is imported with
+    MPLBACKEND=Agg (our default), points its backend at the inline backend; once PIL.Image is
+    imported, makes Image.show() display the image (there is no screen: IPython's kernel does
+    the same); and when no real IPython is installed, provides a small `IPython.display`
+    (display, HTML, Markdown, Image…) so notebook code that imports it runs."""
+
+    SHIMS = ("IPython", "IPython.display")
 
     def __init__(self):
         self.busy = False
 
-    def find_spec(self, name, path=None, target=None):
-        if name == _MPL_BACKEND:
-            from importlib.machinery import ModuleSpec
-
-            return ModuleSpec(name, self)
-        if name != "matplotlib" or self.busy:
-            return None
+    def _others(self, name, path, target):
         self.busy = True
         try:
-            spec = None
             for finder in sys.meta_path:
                 if finder is self or not hasattr(finder, "find_spec"):
                     continue
                 spec = finder.find_spec(name, path, target)
                 if spec is not None:
-                    break
+                    return spec
+            return None
         finally:
             self.busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == _MPL_BACKEND:
+            return ModuleSpec(name, self)
+        if self.busy or name not in _PATCHES:
+            return None
+        spec = self._others(name, path, target)
+        if spec is None and name in self.SHIMS:
+            return ModuleSpec(name, _IPythonShim(), is_package=(name == "IPython"))
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         orig = loader.exec_module
+        patch = _PATCHES[name]
 
         def exec_module(module):
             orig(module)
             try:
-                if os.environ.get("MPLBACKEND", "").lower() == "agg":
-                    module.rcParams["backend"] = "module://" + _MPL_BACKEND
+                patch(module)
             except Exception:
                 pass
 
@@ -498,6 +540,86 @@ class _ImportHooks:
         module.FigureCanvas = FigureCanvasAgg
         module.FigureManager = FigureManagerBase
         module.show = _mpl_show
+
+
+def _patch_matplotlib(module):
+    if os.environ.get("MPLBACKEND", "").lower() == "agg":
+        module.rcParams["backend"] = "module://" + _MPL_BACKEND
+
+
+def _patch_pil_image(module):
+    def show(self, title=None, **kwargs):
+        if KERNEL is not None and getattr(KERNEL, "cell", None) is not None:
+            KERNEL.display(self)
+
+    module.Image.show = show
+
+
+def _patch_ipython(module):
+    # A real IPython without its shell prints display()'s objects: ours shows them instead.
+    module.display = _shim_display
+
+
+_PATCHES = {
+    "matplotlib": _patch_matplotlib,
+    "PIL.Image": _patch_pil_image,
+    "IPython": _patch_ipython,
+    "IPython.display": _patch_ipython,
+}
+
+
+class _IPythonShim:
+    """Loader of the stand-in `IPython` and `IPython.display` (only when IPython is not
+    installed): display() is the driver's; the classes carry their data as _repr_*_ methods."""
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        if module.__name__ == "IPython":
+            module.__path__ = []
+            module.display = _shim_display
+            module.get_ipython = lambda: None
+            return
+        module.display = _shim_display
+
+        class _Data:
+            mime = "text/plain"
+
+            def __init__(self, data=None, url=None, filename=None, **kwargs):
+                if data is None and filename is not None:
+                    with open(filename, "rb" if self.mime in _BINARY else "r") as f:
+                        data = f.read()
+                self.data = data if data is not None else url
+
+            def _repr_mimebundle_(self, include=None, exclude=None):
+                return {self.mime: self.data}
+
+            def __repr__(self):
+                return "<IPython.core.display.%s object>" % type(self).__name__
+
+        def kind(name, mime):
+            return type(name, (_Data,), {"mime": mime})
+
+        module.HTML = kind("HTML", "text/html")
+        module.Markdown = kind("Markdown", "text/markdown")
+        module.Latex = kind("Latex", "text/latex")
+        module.Math = kind("Math", "text/latex")
+        module.SVG = kind("SVG", "image/svg+xml")
+        module.JSON = kind("JSON", "application/json")
+        module.Javascript = kind("Javascript", "application/javascript")
+
+        class Image(_Data):
+            def __init__(self, data=None, url=None, filename=None, format=None, **kwargs):
+                fmt = (format or (filename or url or "").rsplit(".", 1)[-1] or "png").lower()
+                self.mime = "image/jpeg" if fmt in ("jpg", "jpeg") else "image/png"
+                _Data.__init__(self, data, url, filename)
+
+        module.Image = Image
+
+
+def _shim_display(*objs, **kwargs):
+    return builtins.display(*objs, **kwargs)
 
 
 def _mpl_show(*args, **kwargs):
@@ -571,6 +693,22 @@ def _magic_lines(code):
     return "\n".join(out) if changed else None
 
 
+def _dedent_cell(code):
+    """IPython's clean-up of a cell before it is parsed: leading blank lines dropped, and when
+    the first line is indented, that indentation removed from every line that starts with it
+    (a cell pasted from an indented block, or written inside a triple-quoted string)."""
+    lines = code.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        return ""
+    first = lines[0]
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if indent:
+        lines = [line[len(indent):] if line.startswith(indent) else line for line in lines]
+    return "\n".join(lines)
+
+
 def _source_lines(code):
     parts = code.split("\n")
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
@@ -640,11 +778,21 @@ class PythonKernel:
         self.pump.sync()
         self.out.send({"id": self.cell, "type": "result", "is_main_result": main, "data": data})
 
-    def display(self, *objs, **kwargs):
-        """display(obj, ...): show objects as rich results (like IPython's display)."""
+    def display(self, *objs, raw=False, **kwargs):
+        """display(obj, ...): show objects as rich results (like IPython's display); with
+        raw=True each object is already a MIME bundle ({"text/html": ...}), sent as it is."""
         if self.cell is None:
             return
         for obj in objs:
+            if raw and isinstance(obj, dict):
+                data = {}
+                for mime, v in obj.items():
+                    v = _coerce(str(mime), v)
+                    if v is not None:
+                        data[str(mime)] = v
+                self.pump.sync()
+                self.out.send({"id": self.cell, "type": "result", "is_main_result": False, "data": data})
+                continue
             if _is_figure(obj):
                 self.shown.add(id(obj))
             self.emit_result(obj, False)
@@ -729,6 +877,7 @@ class PythonKernel:
 
     def run(self, rid, code, count, env=None):
         status = "ok"
+        code = _dedent_cell(code)
         fname = "<cell-%d>" % count
         linecache.cache[fname] = (len(code), None, _source_lines(code), fname)
         self.cell = rid

@@ -784,3 +784,79 @@ def test_plain_str_shows_a_string_result_as_itself_for_that_cell_only(kernel_fac
     assert run('"it\'s"', True) == "it's"
     assert run("['a']", True) == ("['a']" if lang == "python" else "[ 'a' ]")
     assert run("'q'", False) == "'q'"
+
+
+# ---------------------------------------------------------------------------------------------
+# What IPython does before and around a cell (E2B's code-interpreter tests rely on each)
+
+needs_pil = pytest.mark.skipif(not _has_module("PIL"), reason="apt-get install python3-pil")
+
+
+def test_an_indented_cell_runs_as_ipython_dedents_it(py):
+    c = py.execute("\n\n        x = 6\n        if x:\n            y = x * 7\n        y\n    ")
+    assert c.status == "ok", c.error
+    assert c.main["text/plain"] == "42"
+
+
+def test_dedent_leaves_a_cell_whose_first_line_is_not_indented_alone(py):
+    c = py.execute("s = '''\n    kept\n'''\ns")
+    assert c.status == "ok", c.error
+    assert c.main["text/plain"] == repr("\n    kept\n")
+    # And a really broken indentation is still the error Python gives.
+    c = py.execute("    a = 1\n  b = 2")
+    assert c.error and c.error["name"] == "IndentationError"
+
+
+def test_display_raw_sends_the_bundle_as_it_is(py):
+    c = py.execute("display({'text/latex': r'\\text{X}', 'text/html': '<b>x</b>'}, raw=True)")
+    assert c.status == "ok", c.error
+    assert [r["data"] for r in c.results] == [{"text/latex": "\\text{X}", "text/html": "<b>x</b>"}]
+
+
+def test_ipython_display_imports_and_shows_through_the_driver(py):
+    c = py.execute(
+        "from IPython.display import display, HTML, Markdown\n"
+        "display(HTML('<i>h</i>'))\n"
+        "display(Markdown('**m**'))\n"
+        "import IPython\n"
+        "IPython.display.display({'text/plain': 'raw'}, raw=True)"
+    )
+    assert c.status == "ok", c.error
+    assert c.stdout == ""  # shown as results, never printed
+    assert [r["data"].get("text/html") for r in c.results][:1] == ["<i>h</i>"]
+    assert c.results[1]["data"]["text/markdown"] == "**m**"
+    assert c.results[2]["data"] == {"text/plain": "raw"}
+
+
+@needs_pandas
+def test_a_dataframe_carries_its_columns_as_e2b_data(py):
+    c = py.execute(
+        "import pandas as pd\n"
+        "pd.DataFrame({'a': [1, 2, 3], 'f': [0.5, float('nan'), 2.0],"
+        " 't': pd.to_datetime(['2020-01-02'] * 3)})"
+    )
+    assert c.status == "ok", c.error
+    data = c.main["e2b/data"]
+    assert data["a"] == [1, 2, 3]
+    assert data["f"] == [0.5, None, 2.0]  # NaN is not JSON
+    assert data["t"][0].startswith("2020-01-02")
+    assert "text/html" in c.main and "text/plain" in c.main
+    # A frame too large for a result keeps its text and HTML only.
+    c = py.execute("pd.DataFrame({'a': range(200_001)})")
+    assert c.status == "ok", c.error
+    assert "e2b/data" not in c.main
+
+
+@needs_pil
+def test_a_pil_image_shown_or_last_is_a_png(py):
+    c = py.execute(
+        "from PIL import Image\n"
+        "im = Image.new('RGBA', (8, 4))\n"
+        "im.show()\n"
+        "print('shown')\n"
+        "im"
+    )
+    assert c.status == "ok", c.error
+    assert c.stdout == "shown\n"
+    assert [r["is_main_result"] for r in c.results] == [False, True]
+    assert all(png_size(r["data"]["image/png"]) == (8, 4) for r in c.results)
