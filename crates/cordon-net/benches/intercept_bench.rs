@@ -57,17 +57,24 @@ fn identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
     )
 }
 
-/// A TLS server on 127.0.0.2 answering any request with `big` bytes, one request per
-/// connection.
-fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usize) -> SocketAddr {
-    let config = Arc::new(
+fn server_config(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Arc<rustls::ServerConfig> {
+    Arc::new(
         rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("versions")
             .with_no_client_auth()
             .with_single_cert(vec![cert], key)
             .expect("server config"),
-    );
+    )
+}
+
+/// A TLS server on 127.0.0.2 answering any request with `big` bytes, one request per
+/// connection.
+fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usize) -> SocketAddr {
+    let config = server_config(cert, key);
     let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
     let addr = listener.local_addr().expect("addr");
     thread::spawn(move || {
@@ -126,14 +133,7 @@ fn bare_terminator(
     up_ca: &str,
     pipelined: bool,
 ) -> SocketAddr {
-    let server = Arc::new(
-        rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert], key)
-            .expect("server config"),
-    );
+    let server = server_config(cert, key);
     let client = client_config(up_ca);
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind floor");
     let addr = listener.local_addr().expect("addr");
