@@ -147,16 +147,7 @@ pub async fn serve(
             cluster_gate,
         ));
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {},
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
-            }
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    crate::http_serve::serve(listener, app, crate::http_serve::terminate_or_interrupt()).await;
     service.shutdown_all().await;
     Ok(())
 }

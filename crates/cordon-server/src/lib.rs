@@ -16,6 +16,7 @@ pub mod e2b;
 pub mod error;
 pub mod fusion;
 pub mod gateway;
+pub mod http_serve;
 pub mod mcp;
 pub mod native;
 pub mod terminal;

@@ -111,7 +111,7 @@ pub fn main(a: McpArgs) -> i32 {
     let result = rt.block_on(async {
         let service = Service::new(cfg).map_err(|e| e.to_string())?;
         let reaper = service.clone();
-        tokio::spawn(async move {
+        let reaping = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 reaper.reap().await;
@@ -134,15 +134,18 @@ pub fn main(a: McpArgs) -> i32 {
             }
         };
         service.shutdown_all().await;
+        reaping.abort();
         r
     });
+    // Before the directory goes: the runtime's tasks (the reaper, the session's) hold the
+    // service, whose registry database still writes its journal there. The stdin reader is a
+    // blocking thread a signal leaves waiting; do not wait for it.
+    rt.shutdown_timeout(Duration::from_millis(200));
     if let Some(sd) = session_dir {
         if let Err(e) = sd.remove() {
             eprintln!("cordon: cannot remove {}: {e}", dir.display());
         }
     }
-    // The stdin reader is a blocking thread a signal leaves waiting; do not wait for it.
-    rt.shutdown_timeout(Duration::from_millis(200));
     crate::exit_code(result)
 }
 

@@ -64,13 +64,42 @@ impl SessionDir {
         &self.path
     }
 
-    /// Removes the directory (the lock goes with the process's file).
+    /// Removes the directory (the lock goes with the process's file). A sandbox's last
+    /// processes may still be writing as they end: "not empty" is tried again for a while.
     pub fn remove(self) -> io::Result<()> {
-        match std::fs::remove_dir_all(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        let mut tries = 0;
+        loop {
+            match remove_keeping_the_lock_last(&self.path) {
+                Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty && tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => return Ok(()),
+            }
         }
     }
+}
+
+/// Removes `dir` with its lock file last: a removal cut short leaves a directory the next
+/// session's sweep still recognises (and removes) as a session's.
+fn remove_keeping_the_lock_last(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == LOCK {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    match std::fs::remove_file(dir.join(LOCK)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::remove_dir(dir)
 }
 
 /// Removes the session directories under `parent` that no live session holds; returns them.
@@ -95,7 +124,7 @@ pub fn sweep_stale(parent: &Path) -> Vec<PathBuf> {
         if !meta.is_dir() || meta.uid() != uid {
             continue;
         }
-        if is_stale(&path) && std::fs::remove_dir_all(&path).is_ok() {
+        if is_stale(&path) && remove_keeping_the_lock_last(&path).is_ok() {
             removed.push(path);
         }
     }

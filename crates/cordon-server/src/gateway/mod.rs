@@ -1657,15 +1657,11 @@ pub async fn serve_http(
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     ready(addr);
-    axum::serve(listener, http_router(gw, registry))
-        .with_graceful_shutdown(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {},
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())
+    crate::http_serve::serve(
+        listener,
+        http_router(gw, registry),
+        crate::http_serve::terminate_or_interrupt(),
+    )
+    .await;
+    Ok(())
 }
