@@ -1463,6 +1463,15 @@ impl ServerHandler for GatewayMcp {
                 subscribed: Default::default(),
             });
             let _ = self.session.id.set(id);
+            // The upstream sessions of its capability set start now, not at its first call.
+            let (gw, key) = (self.gw.clone(), caps_key(&request.capabilities));
+            tokio::spawn(async move {
+                for up in gw.upstreams.values() {
+                    if let Err(e) = up.ensure(&gw, &key).await {
+                        eprintln!("cordon gateway: server {}: {e}", up.name);
+                    }
+                }
+            });
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
