@@ -1830,3 +1830,45 @@ pub async fn serve_http(
         .await
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(v: Value) -> rmcp::model::ClientCapabilities {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn clients_that_declared_the_same_relayed_capabilities_share_an_upstream_session() {
+        let a = caps(json!({"elicitation": {"form": {}}, "experimental": {"x": {}}}));
+        let b = caps(json!({"elicitation": {"form": {}}}));
+        let none = caps(json!({}));
+        assert_eq!(caps_key(&a), caps_key(&b));
+        assert_ne!(caps_key(&a), caps_key(&none));
+        assert_eq!(caps_key(&none), "{}");
+        let all = caps(
+            json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}}),
+        );
+        assert_eq!(caps_key(&all), FULL);
+    }
+
+    #[test]
+    fn lists_come_in_pages_with_cursors_only_the_gateway_issues() {
+        let (p, next) = page((0..11).collect::<Vec<_>>(), 0, 5).unwrap_or_default();
+        assert_eq!(
+            (p, next.as_deref()),
+            (vec![0, 1, 2, 3, 4], Some("cordon-gw:5"))
+        );
+        let req = |c: &str| Some(PaginatedRequestParams::default().with_cursor(Some(c.into())));
+        let off = cursor_of(&req("cordon-gw:10")).unwrap_or_default();
+        assert_eq!(
+            page((0..11).collect::<Vec<_>>(), off, 5).ok(),
+            Some((vec![10], None))
+        );
+        for forged in ["4", "cordon-gw:x", "cordon-gw:-1"] {
+            assert!(cursor_of(&req(forged)).is_err(), "{forged}");
+        }
+        assert!(page((0..11).collect::<Vec<_>>(), 12, 5).is_err());
+    }
+}
