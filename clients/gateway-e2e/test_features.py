@@ -10,6 +10,7 @@ reached it (a cancelled call, subscriptions, the log level). Everything stays on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +35,7 @@ RESOURCE_NOT_FOUND = -32002
 
 
 class FeatEnv:
-    def __init__(self, gateway: str = 'default = "deny"', rules: str = ""):
+    def __init__(self, gateway: str = 'default = "deny"', rules: str = "", server: str = "feat"):
         self.root = Path(tempfile.mkdtemp(prefix="cordon-gw-feat-"))
         os.chmod(self.root, 0o755)
         self.srv = self.root / "srv"
@@ -51,8 +52,8 @@ class FeatEnv:
 {gateway}
 audit = "{self.audit}"
 
-[servers.feat]
-command = ["{venv / "bin" / "python"}", "{self.srv}/upstream_server.py", "feat"]
+[servers.{server}]
+command = ["{venv / "bin" / "python"}", "{self.srv}/upstream_server.py", "{server}"]
 ro = ["{self.srv}", "{venv}"]
 rw = ["{self.marks}"]
 env = ["MARKS={self.marks}"]
@@ -283,6 +284,8 @@ def test_refusals_under_policy_each_with_its_audit_record(env):
 
 def test_a_cancelled_call_ends_upstream_and_the_next_is_served(env):
     async def body(s: ClientSession, c: Client):
+        # The upstream session of this client's capabilities is up before the clock starts.
+        await s.list_tools()
         with anyio.move_on_after(2):
             await s.call_tool("feat.slow", {})
         assert env.mark("started"), "the call reached the server"
@@ -387,5 +390,169 @@ def test_a_cancelled_script_tool_call_ends_the_script():
         run(lambda: session_for(env, body))
         naps = [r for r in env.records("tools/call") if r["tool"] == "nap"]
         assert naps and naps[0]["reason"] == "cancelled", naps
+    finally:
+        env.cleanup()
+
+
+@contextlib.contextmanager
+def http_gateway(env: FeatEnv):
+    """`cordon gateway --listen` on loopback; yields (url, API key)."""
+    keys = env.root / "keys"
+    out = subprocess.run([cordon_bin(), "keys", "create", "--data-dir", str(keys), "--name", "gw"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    proc = subprocess.Popen(
+        [cordon_bin(), "gateway", "--config", str(env.config), "--listen", "127.0.0.1:0", "--keys-dir", str(keys)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        yield line.split("listening on ")[1].strip(), out.stdout.strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, key: str, **callbacks):
+    from test_gateway import _httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    httpx = _httpx()
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"},
+                                 timeout=httpx.Timeout(30, read=120)) as client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, **callbacks) as s:
+                await s.initialize()
+                yield s
+
+
+async def direct_view(name: str, **callbacks) -> tuple[set, str]:
+    """The tools a client declaring `callbacks` sees connected straight to the upstream
+    (unsandboxed, on stdio), and what the upstream says the client declared."""
+    params = StdioServerParameters(command=sys.executable, args=[str(HERE / "upstream_server.py"), name])
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, **callbacks) as s:
+            await s.initialize()
+            tools = {t.name for t in (await s.list_tools()).tools}
+            return tools, texts(await s.call_tool("declared", {}))
+
+
+async def decline(ctx, params):
+    return types.ElicitResult(action="decline")
+
+
+def test_each_client_sees_the_tools_it_would_see_directly():
+    # caps lists ask_user only to clients that declared elicitation, ask_model only to those
+    # that declared sampling. Two clients of one gateway at once: one declares nothing, one
+    # elicitation; each sees exactly what it sees connected directly, and the upstream is told
+    # exactly what each declared.
+    env = FeatEnv(gateway='default = "allow"\nprefix = false', server="caps")
+    try:
+        async def main():
+            plain_direct = await direct_view("caps")
+            asking_direct = await direct_view("caps", elicitation_callback=decline)
+            assert plain_direct == ({"echo", "declared", "refuse"}, ""), plain_direct
+            assert asking_direct == ({"echo", "declared", "refuse", "ask_user"}, "elicitation"), asking_direct
+            with http_gateway(env) as (url, key):
+                async with http_session(url, key) as plain, \
+                        http_session(url, key, elicitation_callback=decline) as asking:
+                    for s, direct in ((plain, plain_direct), (asking, asking_direct), (plain, plain_direct)):
+                        tools = {t.name for t in (await s.list_tools()).tools}
+                        said = texts(await s.call_tool("declared", {}))
+                        assert (tools, said) == direct
+                    # A tool the client was not shown is unknown to it, as it would be directly.
+                    with pytest.raises(MCPError) as e:
+                        await plain.call_tool("ask_user", {})
+                    assert e.value.error.code == INVALID_PARAMS
+                    assert texts(await asking.call_tool("ask_user", {})) == "asked"
+
+        run(main)
+        started = env.records("server.started")
+        assert sorted(sorted(json.loads(r["client_capabilities"])) for r in started) == [
+            [], ["elicitation"], ["elicitation", "roots", "sampling"]], started
+    finally:
+        env.cleanup()
+
+
+def test_an_error_the_upstream_answers_to_a_call_reaches_the_client_as_it_is():
+    env = FeatEnv(gateway='default = "allow"\nprefix = false', server="caps")
+    try:
+        async def body(s: ClientSession, c: Client):
+            with pytest.raises(MCPError) as e:
+                await s.call_tool("refuse", {})
+            assert (e.value.error.code, e.value.error.message, e.value.error.data) == (
+                -32050, "the server says no", {"why": "a test"})
+
+        run(lambda: session_for(env, body))
+        [rec] = env.records("tools/call")
+        assert rec["verdict"] == "failed" and "code -32050" in rec["message"], rec
+    finally:
+        env.cleanup()
+
+
+def test_lists_pass_every_page_of_an_upstream_that_pages_in_pages_of_the_gateway():
+    # The upstream answers 11 of each in pages of 4 (its own cursors); the gateway follows
+    # them and answers the merged list in pages of 5 with cursors of its own.
+    env = FeatEnv(gateway='default = "allow"\npage_size = 5', server="paged")
+    try:
+        async def body(s: ClientSession, c: Client):
+            lists = {
+                "tools": (s.list_tools, lambda r: [t.name for t in r.tools]),
+                "resources": (s.list_resources, lambda r: [str(x.uri) for x in r.resources]),
+                "templates": (s.list_resource_templates, lambda r: [x.uri_template for x in r.resource_templates]),
+                "prompts": (s.list_prompts, lambda r: [p.name for p in r.prompts]),
+            }
+            want = {
+                "tools": [f"paged.t{i:02}" for i in range(11)],
+                "resources": [f"paged+file:///r/{i:02}" for i in range(11)],
+                "templates": [f"paged+file:///t{i:02}/{{name}}" for i in range(11)],
+                "prompts": [f"paged.p{i:02}" for i in range(11)],
+            }
+            for kind, (call, items) in lists.items():
+                got, sizes, cursor = [], [], None
+                while True:
+                    r = await call(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    got += items(r)
+                    sizes.append(len(items(r)))
+                    cursor = r.next_cursor
+                    if not cursor:
+                        break
+                assert (got, sizes) == (want[kind], [5, 5, 1]), kind
+            with pytest.raises(MCPError) as e:
+                await s.list_tools(params=types.PaginatedRequestParams(cursor="4"))
+            assert e.value.error.code == INVALID_PARAMS
+            r = await s.read_resource("paged+file:///r/10")
+            assert r.contents[0].text == "resource 10"
+
+        run(lambda: session_for(env, body))
+    finally:
+        env.cleanup()
+
+
+def test_log_levels_are_per_client():
+    # Two clients of one gateway (one upstream session: they declared the same): one asks for
+    # errors only, the other for everything; an info message reaches only the second.
+    env = FeatEnv(rules=RULES)
+    try:
+        async def main():
+            quiet, loud = Client(), Client()
+            with http_gateway(env) as (url, key):
+                async with http_session(url, key, logging_callback=quiet.logging) as q, \
+                        http_session(url, key, logging_callback=loud.logging) as l:
+                    await q.set_logging_level("error")
+                    await l.set_logging_level("debug")
+                    for s in (q, l):
+                        assert texts(await s.call_tool("feat.shout", {})) == "logged"
+                    assert await wait_for(lambda: len(loud.logs) >= 2)
+                    await anyio.sleep(0.5)
+            assert quiet.logs == [], quiet.logs
+            assert {m.data for m in loud.logs} == {"hello from feat"}, loud.logs
+            # Upstream, the most verbose level a client asked for.
+            assert env.mark("level").split() == ["error", "debug"], env.mark("level")
+
+        run(main)
     finally:
         env.cleanup()

@@ -142,6 +142,95 @@ elif NAME == "feat":
         await ctx.session.send_tool_list_changed()
         return "touched"
 
+elif NAME == "caps":
+    # A server that offers some tools only to clients that declared the capability they need
+    # (as server-everything does): its tools/list depends on the client's declaration.
+    from mcp import types
+    from mcp.server.mcpserver import Context
+
+    @server.tool(description="Echo a number")
+    def echo(n: int) -> str:
+        return str(n)
+
+    @server.tool(description="Ask the user (listed to clients that declared elicitation)")
+    async def ask_user(ctx: Context) -> str:
+        return "asked"
+
+    @server.tool(description="Ask the model (listed to clients that declared sampling)")
+    async def ask_model(ctx: Context) -> str:
+        return "asked"
+
+    @server.tool(description="Say which capabilities the client declared")
+    async def declared(ctx: Context) -> str:
+        caps = ctx.session.client_capabilities
+        return ",".join(k for k in ("elicitation", "roots", "sampling") if caps and getattr(caps, k) is not None)
+
+    @server.tool(description="Answer a JSON-RPC error of the server's own")
+    def refuse() -> str:
+        from mcp.shared.exceptions import MCPError
+
+        raise MCPError(-32050, "the server says no", {"why": "a test"})
+
+    async def list_for_client(ctx, params: types.PaginatedRequestParams):
+        caps = ctx.session.client_capabilities
+        need = {"ask_user": "elicitation", "ask_model": "sampling"}
+        tools = [t for t in await server.list_tools() if t.name not in need or (caps and getattr(caps, need[t.name]) is not None)]
+        return types.ListToolsResult(tools=tools)
+
+    server._lowlevel_server.add_request_handler("tools/list", types.PaginatedRequestParams, list_for_client)
+
+elif NAME == "paged":
+    # A server whose lists come in pages of PAGE (its own cursors), longer than one page.
+    from mcp import types
+
+    PAGE = 4
+    N = 11
+
+    for i in range(N):
+        def make(i=i):
+            @server.tool(name=f"t{i:02}", description=f"tool {i}")
+            def tool() -> str:
+                return f"tool {i}"
+
+            @server.resource(f"file:///r/{i:02}", name=f"r{i:02}", mime_type="text/plain")
+            def res() -> str:
+                return f"resource {i}"
+
+            @server.resource(f"file:///t{i:02}/{{name}}", name=f"t{i:02}")
+            def tpl(name: str) -> str:
+                return f"template {i} {name}"
+
+            @server.prompt(name=f"p{i:02}", description=f"prompt {i}")
+            def prompt() -> str:
+                return f"prompt {i}"
+
+        make()
+
+    def paged(items, params):
+        start = int(params.cursor) if params and params.cursor else 0
+        nxt = str(start + PAGE) if start + PAGE < len(items) else None
+        return items[start:start + PAGE], nxt
+
+    async def tools_page(ctx, params: types.PaginatedRequestParams):
+        items, nxt = paged(await server.list_tools(), params)
+        return types.ListToolsResult(tools=items, next_cursor=nxt)
+
+    async def resources_page(ctx, params: types.PaginatedRequestParams):
+        items, nxt = paged(await server.list_resources(), params)
+        return types.ListResourcesResult(resources=items, next_cursor=nxt)
+
+    async def templates_page(ctx, params: types.PaginatedRequestParams):
+        items, nxt = paged(await server.list_resource_templates(), params)
+        return types.ListResourceTemplatesResult(resource_templates=items, next_cursor=nxt)
+
+    async def prompts_page(ctx, params: types.PaginatedRequestParams):
+        items, nxt = paged(await server.list_prompts(), params)
+        return types.ListPromptsResult(prompts=items, next_cursor=nxt)
+
+    for method, handler in (("tools/list", tools_page), ("resources/list", resources_page),
+                            ("resources/templates/list", templates_page), ("prompts/list", prompts_page)):
+        server._lowlevel_server.add_request_handler(method, types.PaginatedRequestParams, handler)
+
 else:
 
     @server.tool(description="Delete a file")

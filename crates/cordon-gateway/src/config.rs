@@ -54,10 +54,17 @@ pub struct GatewaySection {
     /// Rules still name them with the prefix.
     #[serde(default = "yes")]
     pub prefix: bool,
+    /// Items per page of the lists the gateway answers (tools, resources, templates, prompts).
+    #[serde(default = "page_size")]
+    pub page_size: usize,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn page_size() -> usize {
+    100
 }
 
 impl Default for GatewaySection {
@@ -68,6 +75,7 @@ impl Default for GatewaySection {
             state: None,
             log_args: false,
             prefix: true,
+            page_size: page_size(),
         }
     }
 }
@@ -296,6 +304,9 @@ impl Config {
                     ));
                 }
             }
+        }
+        if self.gateway.page_size == 0 {
+            return Err(self.err("gateway.page_size", "a page holds at least one item"));
         }
         if !self.gateway.prefix && self.servers.len() != 1 {
             return Err(self.err(

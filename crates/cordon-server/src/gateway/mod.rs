@@ -44,7 +44,7 @@ use cordon_service::types::SandboxState;
 use cordon_service::{Caller, Service};
 use relay::{exposed_uri, ClientSession, Relay};
 use state::{Answer, Approval, StateDir};
-use upstream::{Fail, Forward, Upstream};
+use upstream::{caps_key, Fail, Forward, Upstream, FULL};
 
 /// The JSON-RPC error code of a call the gateway refused (policy, pin, approval, rate).
 pub const REFUSED: i32 = -32003;
@@ -227,6 +227,8 @@ pub struct Gateway {
     /// Names carry their server (`server.tool`, `server+uri`); `false` for a single server's
     /// gateway that shows them as the server does.
     prefix: bool,
+    /// Items per page of the lists the gateway answers.
+    page_size: usize,
 }
 
 impl Gateway {
@@ -274,13 +276,14 @@ impl Gateway {
             metrics: GatewayMetrics::default(),
             relay: relay.clone(),
             prefix: opts.config.gateway.prefix,
+            page_size: opts.config.gateway.page_size,
         });
         let _ = relay.gw.set(Arc::downgrade(&gw));
         // All at once: one slow server must not hold the others (or the agent host) up.
         let starts = gw.upstreams.values().map(|up| {
             let gw = gw.clone();
             async move {
-                if let Err(e) = up.ensure(&gw).await {
+                if let Err(e) = up.ensure(&gw, FULL).await {
                     eprintln!("cordon gateway: server {}: {e}", up.name);
                 }
             }
@@ -291,7 +294,18 @@ impl Gateway {
             loop {
                 tokio::time::sleep(Duration::from_secs(60)).await;
                 match idle.upgrade() {
-                    Some(g) => g.policy.forget_idle_clients(),
+                    Some(g) => {
+                        g.policy.forget_idle_clients();
+                        let in_use = g
+                            .relay
+                            .sessions()
+                            .into_iter()
+                            .map(|(_, s)| s.key.clone())
+                            .collect();
+                        for up in g.upstreams.values() {
+                            up.reap(&g, &in_use).await;
+                        }
+                    }
                     None => return,
                 }
             }
@@ -324,12 +338,13 @@ impl Gateway {
         McpError::new(ErrorCode(REFUSED), r.to_string(), Some(data))
     }
 
-    /// Every tool the agent may see, named `server.tool` (script tools by their own name).
-    async fn list(&self, client: &str) -> Vec<Tool> {
+    /// Every tool the agent may see, named `server.tool` (script tools by their own name),
+    /// as the upstream sessions of its capability set `key` show them.
+    async fn list(&self, client: &str, key: &str) -> Vec<Tool> {
         let mut out = Vec::new();
         let pins = self.state.load_pins().unwrap_or_default();
         for up in self.upstreams.values() {
-            for t in up.tools(self, &pins).await {
+            for t in up.tools(self, &pins, key).await {
                 let full = format!("{}.{}", up.name, t.name);
                 if self.policy.allows(&full).is_ok() {
                     let mut t = t.clone();
@@ -377,6 +392,7 @@ impl Gateway {
     async fn call(
         self: &Arc<Self>,
         client: &str,
+        key: &str,
         req: CallToolRequestParams,
         fwd: Forward,
         mark: Option<(u64, rmcp::model::RequestId)>,
@@ -386,7 +402,8 @@ impl Gateway {
         let name = self.internal_tool(&req.name);
         let args = Value::Object(req.arguments.clone().unwrap_or_default());
         let digest = cordon_gateway::pin::digest(&args);
-        let result = Box::pin(self.decide_and_forward(client, &name, &args, req, fwd, mark)).await;
+        let result =
+            Box::pin(self.decide_and_forward(client, key, &name, &args, req, fwd, mark)).await;
         let mut rec = json!({
             "client": client,
             "tool": name,
@@ -408,7 +425,21 @@ impl Gateway {
                 }
                 Ok(resp)
             }
-            Err(r) => {
+            // The server's own error, as it answered it (as the specification asks of a
+            // protocol error: an unknown tool's -32602 stays -32602): the gateway is no party.
+            Err(Fail::Peer(e)) => {
+                self.metrics.refused(Reason::Upstream);
+                rec["verdict"] = "failed".into();
+                rec["reason"] = Reason::Upstream.as_str().into();
+                rec["rule"] = format!("servers.{}", name.split('.').next().unwrap_or("")).into();
+                rec["message"] = format!(
+                    "the server answered an error: {} (code {})",
+                    e.message, e.code.0
+                )
+                .into();
+                Err(e)
+            }
+            Err(Fail::Refused(r)) => {
                 self.metrics.refused(r.reason);
                 rec["verdict"] = if r.reason == Reason::Upstream {
                     "failed".into()
@@ -443,9 +474,11 @@ impl Gateway {
         out
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn decide_and_forward(
         self: &Arc<Self>,
         client: &str,
+        key: &str,
         name: &str,
         args: &Value,
         mut req: CallToolRequestParams,
@@ -458,7 +491,7 @@ impl Gateway {
             usize,
             Option<Value>,
         ),
-        Refusal,
+        Fail,
     > {
         let unknown = || Refusal {
             reason: Reason::Unknown,
@@ -472,7 +505,8 @@ impl Gateway {
             return Err(Refusal {
                 message: format!("no tool named {name} is available ({})", r.message),
                 ..r
-            });
+            }
+            .into());
         }
         if let Some(script) = self.scripts.get(name) {
             let admitted =
@@ -490,7 +524,8 @@ impl Gateway {
                         rule: "the client".into(),
                         message: "the client cancelled the call; the script was ended".into(),
                         retry_after: None,
-                    })
+                    }
+                    .into())
                 }
             };
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
@@ -504,7 +539,7 @@ impl Gateway {
         let (server, tool) = name.split_once('.').ok_or_else(unknown)?;
         let up = self.upstreams.get(server).ok_or_else(unknown)?;
         let pins = self.state.load_pins().unwrap_or_default();
-        let def = up.definition(self, &pins, tool).await?;
+        let def = up.definition(self, &pins, tool, key).await?;
         let admitted = self
             .policy
             .check(client, name, def.validator.as_deref(), args)?;
@@ -515,7 +550,7 @@ impl Gateway {
             _ => None,
         };
         let _mark = mark.map(|(session, id)| self.relay.in_flight(server, session, id));
-        let (resp, usage) = up.call(self, req, fwd).await?;
+        let (resp, usage) = up.call(self, req, fwd, key).await?;
         let bytes = match &resp {
             CallToolResponse::Complete(r) => serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0),
             _ => 0,
@@ -524,9 +559,10 @@ impl Gateway {
         // sees processes this one started.
         let gw = self.clone();
         let server = server.to_string();
+        let key = key.to_string();
         tokio::spawn(async move {
             if let Some(up) = gw.upstreams.get(&server) {
-                up.refresh_processes(&gw).await;
+                up.refresh_processes(&gw, &key).await;
             }
         });
         Ok((admitted, resp, bytes, usage))
@@ -834,10 +870,11 @@ impl Gateway {
     async fn offering(
         &self,
         what: fn(&ServerCapabilities) -> bool,
+        key: &str,
     ) -> Vec<(Arc<Upstream>, rmcp::service::Peer<rmcp::RoleClient>)> {
         let mut out = Vec::new();
         for up in self.upstreams.values() {
-            match up.peer(self).await {
+            match up.peer(self, key).await {
                 Ok((peer, caps)) if what(&caps) => out.push((up.clone(), peer)),
                 Ok(_) => {}
                 Err(r) => eprintln!("cordon gateway: server {}: {}", up.name, r.message),
@@ -846,9 +883,9 @@ impl Gateway {
         out
     }
 
-    async fn list_resources(&self, client: &str) -> Vec<Value> {
+    async fn list_resources(&self, client: &str, key: &str) -> Vec<Value> {
         let mut out = Vec::new();
-        for (up, peer) in self.offering(|c| c.resources.is_some()).await {
+        for (up, peer) in self.offering(|c| c.resources.is_some(), key).await {
             let Ok(Ok(list)) =
                 tokio::time::timeout(Duration::from_secs(30), peer.list_all_resources()).await
             else {
@@ -871,9 +908,9 @@ impl Gateway {
         out
     }
 
-    async fn list_templates(&self) -> Vec<Value> {
+    async fn list_templates(&self, key: &str) -> Vec<Value> {
         let mut out = Vec::new();
-        for (up, peer) in self.offering(|c| c.resources.is_some()).await {
+        for (up, peer) in self.offering(|c| c.resources.is_some(), key).await {
             let Ok(Ok(list)) =
                 tokio::time::timeout(Duration::from_secs(30), peer.list_all_resource_templates())
                     .await
@@ -899,6 +936,7 @@ impl Gateway {
     async fn read_resource(
         &self,
         client: &str,
+        key: &str,
         mut req: ReadResourceRequestParams,
         fwd: Forward,
     ) -> Result<ReadResourceResponse, McpError> {
@@ -929,6 +967,7 @@ impl Gateway {
                 self,
                 ClientRequest::ReadResourceRequest(ReadResourceRequest::new(req)),
                 fwd,
+                key,
             )
             .await
             .map_err(|f| self.fail_error(f))?;
@@ -960,6 +999,7 @@ impl Gateway {
     async fn subscribe(
         &self,
         client: &str,
+        key: &str,
         session: Option<Arc<ClientSession>>,
         uri: &str,
         on: bool,
@@ -995,7 +1035,7 @@ impl Gateway {
             cancelled: Box::pin(std::future::pending()),
             progress: None,
         };
-        up.request(self, req, never)
+        up.request(self, req, never, key)
             .await
             .map_err(|f| self.fail_error(f))?;
         if let Some(s) = session {
@@ -1010,9 +1050,9 @@ impl Gateway {
         Ok(())
     }
 
-    async fn list_prompts(&self, client: &str) -> Vec<Value> {
+    async fn list_prompts(&self, client: &str, key: &str) -> Vec<Value> {
         let mut out = Vec::new();
-        for (up, peer) in self.offering(|c| c.prompts.is_some()).await {
+        for (up, peer) in self.offering(|c| c.prompts.is_some(), key).await {
             let Ok(Ok(list)) =
                 tokio::time::timeout(Duration::from_secs(30), peer.list_all_prompts()).await
             else {
@@ -1039,6 +1079,7 @@ impl Gateway {
     async fn get_prompt(
         &self,
         client: &str,
+        key: &str,
         mut req: GetPromptRequestParams,
         fwd: Forward,
     ) -> Result<GetPromptResponse, McpError> {
@@ -1073,6 +1114,7 @@ impl Gateway {
                 self,
                 ClientRequest::GetPromptRequest(GetPromptRequest::new(req)),
                 fwd,
+                key,
             )
             .await
             .map_err(|f| self.fail_error(f))?;
@@ -1089,6 +1131,7 @@ impl Gateway {
     async fn complete(
         &self,
         client: &str,
+        key: &str,
         req: CompleteRequestParams,
     ) -> Result<CompleteResult, McpError> {
         let mut v = to_value(&req);
@@ -1136,6 +1179,7 @@ impl Gateway {
                 self,
                 ClientRequest::CompleteRequest(CompleteRequest::new(req)),
                 never,
+                key,
             )
             .await
             .map_err(|f| self.fail_error(f))?
@@ -1145,21 +1189,45 @@ impl Gateway {
         }
     }
 
-    /// `logging/setLevel`: passed to every server that logs (the level is per server, so it
-    /// holds for every client of the gateway).
-    async fn set_level(&self, client: &str, req: SetLevelRequestParams) {
+    /// `logging/setLevel`: the session's own level, which the gateway applies to the
+    /// messages it passes to that session; upstream, each server that logs gets the most
+    /// verbose level a session it serves asked for, so every session gets what it asked for
+    /// and no more.
+    async fn set_level(
+        &self,
+        client: &str,
+        session: Option<Arc<ClientSession>>,
+        req: SetLevelRequestParams,
+    ) {
         self.audit.record(
             "logging/setLevel",
             json!({"client": client, "level": to_value(&req.level)}),
         );
-        for (up, _) in self.offering(|c| c.logging.is_some()).await {
+        let key = match &session {
+            Some(s) => {
+                if let Ok(mut l) = s.level.lock() {
+                    *l = Some(req.level);
+                }
+                s.key.clone()
+            }
+            None => FULL.to_string(),
+        };
+        let mut req = req;
+        for (_, s) in self.relay.sessions_of(&key) {
+            if let Some(l) = s.level.lock().ok().and_then(|l| *l) {
+                if (l as u8) < (req.level as u8) {
+                    req.level = l;
+                }
+            }
+        }
+        for (up, _) in self.offering(|c| c.logging.is_some(), &key).await {
             let never = Forward {
                 cancelled: Box::pin(std::future::pending()),
                 progress: None,
             };
             #[allow(deprecated)]
             let r = ClientRequest::SetLevelRequest(rmcp::model::SetLevelRequest::new(req.clone()));
-            if let Err(Fail::Refused(r)) = up.request(self, r, never).await {
+            if let Err(Fail::Refused(r)) = up.request(self, r, never, &key).await {
                 eprintln!(
                     "cordon gateway: server {}: logging/setLevel: {}",
                     up.name, r.message
@@ -1170,16 +1238,18 @@ impl Gateway {
 
     /// A server's request to the client, after the policy: to the session with a call in
     /// flight at that server (or any) that declared the capability.
+    #[allow(clippy::too_many_arguments)]
     async fn to_client(
         &self,
         server: &str,
+        key: &str,
         event: &str,
         kind: Option<Kind>,
         declared: fn(&rmcp::model::ClientCapabilities) -> bool,
         args: Value,
         req: ServerRequest,
     ) -> Result<ClientResult, McpError> {
-        let Some((session, origin)) = self.relay.target(server, declared) else {
+        let Some((session, origin)) = self.relay.target(server, key, declared) else {
             self.audit.record(
                 event,
                 json!({"server": server, "verdict": "refused", "reason": "no_client", "message": "no client of the gateway declared the capability"}),
@@ -1214,6 +1284,7 @@ impl Gateway {
     async fn relay_sampling(
         &self,
         server: &str,
+        key: &str,
         params: CreateMessageRequestParams,
     ) -> Result<CreateMessageResult, McpError> {
         let args = to_value(&params);
@@ -1221,6 +1292,7 @@ impl Gateway {
         match self
             .to_client(
                 server,
+                key,
                 "sampling/createMessage",
                 Some(Kind::Sampling),
                 |c| c.sampling.is_some(),
@@ -1240,6 +1312,7 @@ impl Gateway {
     async fn relay_elicitation(
         &self,
         server: &str,
+        key: &str,
         params: ElicitRequestParams,
     ) -> Result<ElicitResult, McpError> {
         let args = to_value(&params);
@@ -1247,6 +1320,7 @@ impl Gateway {
         match self
             .to_client(
                 server,
+                key,
                 "elicitation/create",
                 Some(Kind::Elicitation),
                 |c| c.elicitation.is_some(),
@@ -1263,7 +1337,7 @@ impl Gateway {
         }
     }
 
-    async fn relay_roots(&self, server: &str) -> Result<ListRootsResult, McpError> {
+    async fn relay_roots(&self, server: &str, key: &str) -> Result<ListRootsResult, McpError> {
         #[allow(deprecated)]
         let req = ServerRequest::ListRootsRequest(ListRootsRequest {
             method: Default::default(),
@@ -1272,6 +1346,7 @@ impl Gateway {
         match self
             .to_client(
                 server,
+                key,
                 "roots/list",
                 None,
                 |c| c.roots.is_some(),
@@ -1344,6 +1419,13 @@ impl GatewayMcp {
     fn this_session(&self) -> Option<Arc<ClientSession>> {
         self.gw.relay.get(*self.session.id.get()?)
     }
+
+    /// The key of the upstream sessions this session uses (its declared capabilities).
+    fn key(&self) -> String {
+        self.this_session()
+            .map(|s| s.key.clone())
+            .unwrap_or_else(|| FULL.to_string())
+    }
 }
 
 impl ServerHandler for GatewayMcp {
@@ -1376,9 +1458,20 @@ impl ServerHandler for GatewayMcp {
                 client,
                 peer: context.peer.clone(),
                 caps: request.capabilities.clone(),
+                key: caps_key(&request.capabilities),
+                level: Default::default(),
                 subscribed: Default::default(),
             });
             let _ = self.session.id.set(id);
+            // The upstream sessions of its capability set start now, not at its first call.
+            let (gw, key) = (self.gw.clone(), caps_key(&request.capabilities));
+            tokio::spawn(async move {
+                for up in gw.upstreams.values() {
+                    if let Err(e) = up.ensure(&gw, &key).await {
+                        eprintln!("cordon gateway: server {}: {e}", up.name);
+                    }
+                }
+            });
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
@@ -1386,11 +1479,16 @@ impl ServerHandler for GatewayMcp {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let client = self.client(&context)?;
-        Ok(ListToolsResult::with_all_items(self.gw.list(&client).await))
+        let cursor = cursor_of(&request)?;
+        let all = self.gw.list(&client, &self.key()).await;
+        let (page, next) = page(all, cursor, self.gw.page_size)?;
+        let mut r = ListToolsResult::with_all_items(page);
+        r.next_cursor = next;
+        Ok(r)
     }
 
     async fn call_tool(
@@ -1401,25 +1499,31 @@ impl ServerHandler for GatewayMcp {
         let client = self.client(&context)?;
         let fwd = forward_of(&context);
         let mark = self.session.id.get().map(|s| (*s, context.id.clone()));
-        self.gw.call(&client, request, fwd, mark).await
+        self.gw.call(&client, &self.key(), request, fwd, mark).await
     }
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let client = self.client(&context)?;
-        convert(json!({ "resources": self.gw.list_resources(&client).await }))
+        let cursor = cursor_of(&request)?;
+        let all = self.gw.list_resources(&client, &self.key()).await;
+        let (page, next) = page(all, cursor, self.gw.page_size)?;
+        convert(json!({ "resources": page, "nextCursor": next }))
     }
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         self.client(&context)?;
-        convert(json!({ "resourceTemplates": self.gw.list_templates().await }))
+        let cursor = cursor_of(&request)?;
+        let all = self.gw.list_templates(&self.key()).await;
+        let (page, next) = page(all, cursor, self.gw.page_size)?;
+        convert(json!({ "resourceTemplates": page, "nextCursor": next }))
     }
 
     async fn read_resource(
@@ -1429,7 +1533,9 @@ impl ServerHandler for GatewayMcp {
     ) -> Result<ReadResourceResponse, McpError> {
         let client = self.client(&context)?;
         let fwd = forward_of(&context);
-        self.gw.read_resource(&client, request, fwd).await
+        self.gw
+            .read_resource(&client, &self.key(), request, fwd)
+            .await
     }
 
     async fn subscribe(
@@ -1439,7 +1545,13 @@ impl ServerHandler for GatewayMcp {
     ) -> Result<(), McpError> {
         let client = self.client(&context)?;
         self.gw
-            .subscribe(&client, self.this_session(), &request.uri, true)
+            .subscribe(
+                &client,
+                &self.key(),
+                self.this_session(),
+                &request.uri,
+                true,
+            )
             .await
     }
 
@@ -1450,17 +1562,26 @@ impl ServerHandler for GatewayMcp {
     ) -> Result<(), McpError> {
         let client = self.client(&context)?;
         self.gw
-            .subscribe(&client, self.this_session(), &request.uri, false)
+            .subscribe(
+                &client,
+                &self.key(),
+                self.this_session(),
+                &request.uri,
+                false,
+            )
             .await
     }
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let client = self.client(&context)?;
-        convert(json!({ "prompts": self.gw.list_prompts(&client).await }))
+        let cursor = cursor_of(&request)?;
+        let all = self.gw.list_prompts(&client, &self.key()).await;
+        let (page, next) = page(all, cursor, self.gw.page_size)?;
+        convert(json!({ "prompts": page, "nextCursor": next }))
     }
 
     async fn get_prompt(
@@ -1470,7 +1591,7 @@ impl ServerHandler for GatewayMcp {
     ) -> Result<GetPromptResponse, McpError> {
         let client = self.client(&context)?;
         let fwd = forward_of(&context);
-        self.gw.get_prompt(&client, request, fwd).await
+        self.gw.get_prompt(&client, &self.key(), request, fwd).await
     }
 
     async fn complete(
@@ -1479,7 +1600,7 @@ impl ServerHandler for GatewayMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let client = self.client(&context)?;
-        self.gw.complete(&client, request).await
+        self.gw.complete(&client, &self.key(), request).await
     }
 
     async fn set_level(
@@ -1488,9 +1609,49 @@ impl ServerHandler for GatewayMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let client = self.client(&context)?;
-        self.gw.set_level(&client, request).await;
+        self.gw
+            .set_level(&client, self.this_session(), request)
+            .await;
         Ok(())
     }
+
+    async fn on_roots_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        // The upstream sessions of this capability set declared `roots` as this client did.
+        let key = self.key();
+        for up in self.gw.upstreams.values() {
+            if let Ok((peer, _)) = up.peer(&self.gw, &key).await {
+                let _ = peer.notify_roots_list_changed().await;
+            }
+        }
+    }
+}
+
+/// A list request's cursor: one the gateway issued (`page_size`-sized pages of the merged,
+/// allowlisted list across its servers; each server's own pages are followed to the end).
+fn cursor_of(request: &Option<PaginatedRequestParams>) -> Result<usize, McpError> {
+    let Some(c) = request.as_ref().and_then(|r| r.cursor.as_deref()) else {
+        return Ok(0);
+    };
+    c.strip_prefix("cordon-gw:")
+        .and_then(|n| n.parse::<usize>().ok())
+        .ok_or_else(|| McpError::invalid_params(format!("invalid cursor {c:?}"), None))
+}
+
+/// One page of `all` from `offset`, and the cursor of the next when there is more.
+fn page<T>(all: Vec<T>, offset: usize, size: usize) -> Result<(Vec<T>, Option<String>), McpError> {
+    if offset > all.len() {
+        return Err(McpError::invalid_params(
+            "invalid cursor (past the end of the list)",
+            None,
+        ));
+    }
+    let size = size.max(1);
+    let end = offset.saturating_add(size).min(all.len());
+    let next = (end < all.len()).then(|| format!("cordon-gw:{end}"));
+    Ok((all.into_iter().skip(offset).take(size).collect(), next))
 }
 
 /// Serves the gateway on stdin/stdout until the client goes away.
@@ -1664,4 +1825,46 @@ pub async fn serve_http(
     )
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(v: Value) -> rmcp::model::ClientCapabilities {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn clients_that_declared_the_same_relayed_capabilities_share_an_upstream_session() {
+        let a = caps(json!({"elicitation": {"form": {}}, "experimental": {"x": {}}}));
+        let b = caps(json!({"elicitation": {"form": {}}}));
+        let none = caps(json!({}));
+        assert_eq!(caps_key(&a), caps_key(&b));
+        assert_ne!(caps_key(&a), caps_key(&none));
+        assert_eq!(caps_key(&none), "{}");
+        let all = caps(
+            json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}}),
+        );
+        assert_eq!(caps_key(&all), FULL);
+    }
+
+    #[test]
+    fn lists_come_in_pages_with_cursors_only_the_gateway_issues() {
+        let (p, next) = page((0..11).collect::<Vec<_>>(), 0, 5).unwrap_or_default();
+        assert_eq!(
+            (p, next.as_deref()),
+            (vec![0, 1, 2, 3, 4], Some("cordon-gw:5"))
+        );
+        let req = |c: &str| Some(PaginatedRequestParams::default().with_cursor(Some(c.into())));
+        let off = cursor_of(&req("cordon-gw:10")).unwrap_or_default();
+        assert_eq!(
+            page((0..11).collect::<Vec<_>>(), off, 5).ok(),
+            Some((vec![10], None))
+        );
+        for forged in ["4", "cordon-gw:x", "cordon-gw:-1"] {
+            assert!(cursor_of(&req(forged)).is_err(), "{forged}");
+        }
+        assert!(page((0..11).collect::<Vec<_>>(), 12, 5).is_err());
+    }
 }

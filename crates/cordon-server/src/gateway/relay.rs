@@ -2,7 +2,9 @@
 //! client's own requests: the upstreams' notifications (progress, log messages, resource
 //! updates, list changes) routed to the sessions they concern, and the upstreams' requests to
 //! the client (sampling, elicitation, roots), which go through the policy first (see
-//! `Gateway::server_request`) and then to a session that declared the capability.
+//! `Gateway::to_client`) and then to a session that declared the capability. An upstream
+//! session serves the client sessions that declared the same relayed capabilities (see
+//! `upstream::caps_key`): what it sends reaches only those.
 //!
 //! Threat model: an upstream is untrusted. Its notifications reach only the sessions they
 //! concern (a progress notification only the session whose call carries that token; a
@@ -16,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingLevel,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotificationParam,
 };
@@ -31,6 +33,10 @@ pub(super) struct ClientSession {
     pub client: String,
     pub peer: Peer<RoleServer>,
     pub caps: ClientCapabilities,
+    /// The upstream sessions it uses: those of its capability set (`upstream::caps_key`).
+    pub key: String,
+    /// The log level it asked for with `logging/setLevel`; `None`: every message.
+    pub level: Mutex<Option<LoggingLevel>>,
     /// The resources it subscribed to: (server, upstream uri).
     pub subscribed: Mutex<BTreeSet<(String, String)>>,
 }
@@ -39,9 +45,9 @@ pub(super) struct ClientSession {
 pub(super) struct Relay {
     next: AtomicU64,
     sessions: Mutex<BTreeMap<u64, Arc<ClientSession>>>,
-    /// (server, the gateway's progress token upstream) → the session's peer, its token, and
-    /// the last progress passed on.
-    progress: Mutex<HashMap<(String, ProgressToken), ProgressTo>>,
+    /// (server, upstream session key, the gateway's progress token upstream) → the session's
+    /// peer, its token, and the last progress passed on.
+    progress: Mutex<HashMap<(String, String, ProgressToken), ProgressTo>>,
     /// server → the sessions with a request in flight there (the latest last), with the id of
     /// that request: where a server's request to the client goes first.
     inflight: Mutex<BTreeMap<String, Vec<(u64, RequestId)>>>,
@@ -75,7 +81,7 @@ type ProgressTo = (
 /// Removes a progress mapping when the request ends (or is dropped).
 pub(super) struct ProgressRoute {
     relay: Arc<Relay>,
-    key: (String, ProgressToken),
+    key: (String, String, ProgressToken),
 }
 
 impl Drop for ProgressRoute {
@@ -131,10 +137,11 @@ impl Relay {
     pub fn route_progress(
         self: &Arc<Self>,
         server: &str,
+        caps: &str,
         upstream: ProgressToken,
         to: (Peer<RoleServer>, ProgressToken),
     ) -> ProgressRoute {
-        let key = (server.to_string(), upstream);
+        let key = (server.to_string(), caps.to_string(), upstream);
         if let Ok(mut m) = self.progress.lock() {
             m.insert(key.clone(), (to.0, to.1, Default::default()));
         }
@@ -144,14 +151,23 @@ impl Relay {
         }
     }
 
-    /// The session a server's request to the client goes to: the latest with a request in
-    /// flight at that server that declared the capability, else any that declared it.
+    /// The live sessions the upstream sessions of capability set `key` serve.
+    pub fn sessions_of(&self, key: &str) -> Vec<(u64, Arc<ClientSession>)> {
+        let mut v = self.sessions();
+        v.retain(|(_, s)| s.key == key);
+        v
+    }
+
+    /// The session a server's request to the client goes to: of those the asking upstream
+    /// session serves, the latest with a request in flight at that server that declared the
+    /// capability, else any that declared it.
     pub fn target(
         &self,
         server: &str,
+        key: &str,
         declared: impl Fn(&ClientCapabilities) -> bool,
     ) -> Option<(Arc<ClientSession>, Option<RequestId>)> {
-        let sessions = self.sessions();
+        let sessions = self.sessions_of(key);
         let busy: Vec<(u64, RequestId)> = self
             .inflight
             .lock()
@@ -181,10 +197,17 @@ pub(super) fn exposed_uri(prefix: bool, server: &str, uri: &str) -> String {
     }
 }
 
-/// The gateway's client of one upstream server.
+/// The gateway's client of one upstream server, in one session of it.
 pub(super) struct UpstreamClient {
     pub server: String,
+    /// The capabilities it declares (`upstream::caps_key`), those of the clients it serves.
+    pub key: String,
     pub relay: Arc<Relay>,
+}
+
+/// Whether a message of `level` reaches a session that asked for `min` (syslog order).
+pub(super) fn level_passes(level: LoggingLevel, min: Option<LoggingLevel>) -> bool {
+    min.is_none_or(|m| level as u8 >= m as u8)
 }
 
 impl UpstreamClient {
@@ -194,15 +217,10 @@ impl UpstreamClient {
 }
 
 impl ClientHandler for UpstreamClient {
-    /// What the gateway can relay, declared upstream: whether a given request reaches a
-    /// client depends on the client sessions' own declarations, checked per request.
+    /// What the clients this session serves declared (of what the gateway relays): the
+    /// server sees what it would see from them directly.
     fn get_info(&self) -> ClientConfig {
-        let caps: ClientCapabilities = serde_json::from_value(serde_json::json!({
-            "sampling": {},
-            "elicitation": {"form": {}},
-            "roots": {"listChanged": true},
-        }))
-        .unwrap_or_default();
+        let caps: ClientCapabilities = serde_json::from_str(&self.key).unwrap_or_default();
         ClientConfig::new(
             caps,
             Implementation::new("cordon-gateway", env!("CARGO_PKG_VERSION")),
@@ -220,7 +238,8 @@ impl ClientHandler for UpstreamClient {
         // Off this task: the relayed request must not carry the upstream's request id as its
         // origin (the client's transport would look for a stream of that id).
         let server = self.server.clone();
-        tokio::spawn(async move { gw.relay_sampling(&server, params).await })
+        let key = self.key.clone();
+        tokio::spawn(async move { gw.relay_sampling(&server, &key, params).await })
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
     }
@@ -234,7 +253,8 @@ impl ClientHandler for UpstreamClient {
             .gw()
             .ok_or_else(|| McpError::internal_error("the gateway is stopping", None))?;
         let server = self.server.clone();
-        tokio::spawn(async move { gw.relay_elicitation(&server, request).await })
+        let key = self.key.clone();
+        tokio::spawn(async move { gw.relay_elicitation(&server, &key, request).await })
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
     }
@@ -247,7 +267,8 @@ impl ClientHandler for UpstreamClient {
             .gw()
             .ok_or_else(|| McpError::internal_error("the gateway is stopping", None))?;
         let server = self.server.clone();
-        tokio::spawn(async move { gw.relay_roots(&server).await })
+        let key = self.key.clone();
+        tokio::spawn(async move { gw.relay_roots(&server, &key).await })
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
     }
@@ -258,8 +279,12 @@ impl ClientHandler for UpstreamClient {
         _context: NotificationContext<RoleClient>,
     ) {
         let to = self.relay.progress.lock().ok().and_then(|m| {
-            m.get(&(self.server.clone(), params.progress_token.clone()))
-                .cloned()
+            m.get(&(
+                self.server.clone(),
+                self.key.clone(),
+                params.progress_token.clone(),
+            ))
+            .cloned()
         });
         if let Some((peer, token, last)) = to {
             // rmcp runs each notification in a task of its own, so they may come here out of
@@ -286,8 +311,12 @@ impl ClientHandler for UpstreamClient {
             Some(l) => format!("{}/{l}", self.server),
             None => self.server.clone(),
         });
-        for (_, s) in self.relay.sessions() {
-            let _ = s.peer.notify_logging_message(p.clone()).await;
+        // Each session's own level: one client's `logging/setLevel` changes only what it gets.
+        for (_, s) in self.relay.sessions_of(&self.key) {
+            let min = s.level.lock().ok().and_then(|l| *l);
+            if level_passes(p.level, min) {
+                let _ = s.peer.notify_logging_message(p.clone()).await;
+            }
         }
     }
 
@@ -298,7 +327,7 @@ impl ClientHandler for UpstreamClient {
     ) {
         let prefix = self.gw().map(|g| g.prefix).unwrap_or(true);
         let key = (self.server.clone(), params.uri.clone());
-        for (_, s) in self.relay.sessions() {
+        for (_, s) in self.relay.sessions_of(&self.key) {
             let subscribed = s
                 .subscribed
                 .lock()
@@ -313,7 +342,7 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        for (_, s) in self.relay.sessions() {
+        for (_, s) in self.relay.sessions_of(&self.key) {
             let _ = s.peer.notify_resource_list_changed().await;
         }
     }
@@ -322,16 +351,16 @@ impl ClientHandler for UpstreamClient {
         // The gateway's own view (its pins) is refreshed first: the client lists at once.
         if let Some(gw) = self.gw() {
             if let Some(up) = gw.upstreams.get(&self.server) {
-                up.refresh_tools(&gw).await;
+                up.refresh_tools(&gw, &self.key).await;
             }
         }
-        for (_, s) in self.relay.sessions() {
+        for (_, s) in self.relay.sessions_of(&self.key) {
             let _ = s.peer.notify_tool_list_changed().await;
         }
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        for (_, s) in self.relay.sessions() {
+        for (_, s) in self.relay.sessions_of(&self.key) {
             let _ = s.peer.notify_prompt_list_changed().await;
         }
     }

@@ -3,6 +3,13 @@
 //! hang, its tool definitions compared with their pins. Requests are forwarded with the
 //! client's progress routed back and its cancellation passed on; an error the server answers
 //! itself goes back as it is, a server that breaks is restarted.
+//!
+//! A server gets one session per distinct set of client capabilities the gateway relays
+//! (sampling, elicitation, roots), declaring upstream exactly what its clients declared: a
+//! server that offers something only to capable clients shows each client what it would show
+//! it directly. The session that declares everything the gateway can relay ([`FULL`]) starts
+//! with the gateway and is the one pinned; another session's tool is approved only when the
+//! full session shows it with the same definition and that definition is approved.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -191,6 +198,24 @@ fn causes(e: &dyn std::error::Error) -> String {
     out.join(": ")
 }
 
+/// The capabilities of every relayable kind, as the gateway declares them when it declares
+/// all (the pinned session's key; see [`caps_key`]).
+pub(super) const FULL: &str =
+    r#"{"elicitation":{"form":{}},"roots":{"listChanged":true},"sampling":{}}"#;
+
+/// The key of a session upstream: the part of a client's capabilities the gateway relays
+/// (sampling, elicitation, roots), as JSON. Clients with equal keys share a session.
+pub(super) fn caps_key(caps: &rmcp::model::ClientCapabilities) -> String {
+    let all = serde_json::to_value(caps).unwrap_or(Value::Null);
+    let mut keep = serde_json::Map::new();
+    for k in ["elicitation", "roots", "sampling"] {
+        if let Some(v) = all.get(k).filter(|v| !v.is_null()) {
+            keep.insert(k.to_string(), v.clone());
+        }
+    }
+    Value::Object(keep).to_string()
+}
+
 pub(super) struct Def {
     pub validator: Option<Arc<cordon_gateway::jsonschema::Validator>>,
 }
@@ -217,7 +242,8 @@ pub(super) struct Upstream {
     runs: String,
     pin: Option<String>,
     call_timeout: Duration,
-    conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Its sessions, by the key of the capabilities they declared ([`caps_key`]).
+    conns: tokio::sync::Mutex<BTreeMap<String, Conn>>,
     /// When the sandbox's processes were last scanned.
     scanned: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last failed start: when, and why.
@@ -277,7 +303,7 @@ impl Upstream {
             profile,
             pin: cfg.pin.clone(),
             call_timeout,
-            conn: Default::default(),
+            conns: Default::default(),
             scanned: Default::default(),
             failed: Default::default(),
             relay,
@@ -298,13 +324,17 @@ impl Upstream {
         }
     }
 
-    /// Starts the server if it is not running.
-    pub async fn ensure(&self, gw: &Gateway) -> Result<(), String> {
-        let mut slot = self.conn.lock().await;
-        if slot.as_ref().is_some_and(|c| !c.client.is_closed()) {
+    /// Starts the server's session for the capability set `key` if it is not running (and
+    /// the pinned one first: another session's tools are approved against it).
+    pub async fn ensure(&self, gw: &Gateway, key: &str) -> Result<(), String> {
+        if key != FULL {
+            Box::pin(self.ensure(gw, FULL)).await?;
+        }
+        let mut conns = self.conns.lock().await;
+        if conns.get(key).is_some_and(|c| !c.client.is_closed()) {
             return Ok(());
         }
-        if let Some(old) = slot.take() {
+        if let Some(old) = conns.remove(key) {
             if let Some(id) = &old.sandbox {
                 let _ = gw.service.delete(&gw.caller, id).await;
             }
@@ -321,7 +351,7 @@ impl Upstream {
             }
         }
         let t0 = std::time::Instant::now();
-        let conn = match self.start(gw).await {
+        let conn = match self.start(gw, key).await {
             Ok(c) => c,
             Err(e) => {
                 // Its stderr stays on the operator's console: it may hold anything.
@@ -341,14 +371,16 @@ impl Upstream {
         }
         gw.audit.record(
             "server.started",
-            json!({"server": self.name, "sandbox": conn.sandbox, "start_ms": t0.elapsed().as_secs_f64() * 1000.0, "tools": conn.tools.len()}),
+            json!({"server": self.name, "sandbox": conn.sandbox, "start_ms": t0.elapsed().as_secs_f64() * 1000.0, "tools": conn.tools.len(), "client_capabilities": key}),
         );
-        self.check_pins(gw, &conn.seen);
-        *slot = Some(conn);
+        if key == FULL {
+            self.check_pins(gw, &conn.seen);
+        }
+        conns.insert(key.to_string(), conn);
         Ok(())
     }
 
-    async fn start(&self, gw: &Gateway) -> Result<Conn, String> {
+    async fn start(&self, gw: &Gateway, key: &str) -> Result<Conn, String> {
         use rmcp::ServiceExt;
         if let (Some(url), Some(http)) = (&self.url, &self.http) {
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
@@ -357,8 +389,11 @@ impl Upstream {
                     url.as_str(),
                 ),
             );
-            let client = match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport))
-                .await
+            let client = match tokio::time::timeout(
+                START_TIMEOUT,
+                self.handler(key).serve(transport),
+            )
+            .await
             {
                 Err(_) => return Err(format!("{url} did not answer initialize in time")),
                 Ok(Err(e)) => {
@@ -429,7 +464,7 @@ impl Upstream {
                 }
             };
             let client =
-                tokio::time::timeout(START_TIMEOUT, self.handler().serve((p.stdout, p.stdin)))
+                tokio::time::timeout(START_TIMEOUT, self.handler(key).serve((p.stdout, p.stdin)))
                     .await
                     .map_err(|_| why("it did not answer initialize in time".into()))?
                     .map_err(|e| why(format!("initialize failed: {e}")))?;
@@ -456,9 +491,10 @@ impl Upstream {
         Ok(conn)
     }
 
-    fn handler(&self) -> UpstreamClient {
+    fn handler(&self, key: &str) -> UpstreamClient {
         UpstreamClient {
             server: self.name.clone(),
+            key: key.to_string(),
             relay: self.relay.clone(),
         }
     }
@@ -584,17 +620,40 @@ impl Upstream {
         }
     }
 
-    /// The server's approved tools (starting it if it is down).
-    pub async fn tools(&self, gw: &Gateway, pins: &PinFile) -> Vec<Tool> {
-        if let Err(e) = self.ensure(gw).await {
+    /// The approved tools of the session `key`: in the pinned session, those its pins
+    /// approve; in another, those the pinned session shows with the same definition, approved.
+    fn approved_in(
+        &self,
+        pins: &PinFile,
+        conns: &BTreeMap<String, Conn>,
+        key: &str,
+    ) -> Vec<String> {
+        let (Some(full), Some(c)) = (conns.get(FULL), conns.get(key)) else {
+            return Vec::new();
+        };
+        let ok = self.approved(pins, &full.seen);
+        if key == FULL {
+            return ok;
+        }
+        c.seen
+            .tools
+            .iter()
+            .filter(|(n, d)| ok.contains(n) && full.seen.tools.get(*n) == Some(*d))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The server's approved tools as the session `key` shows them (starting it if it is down).
+    pub async fn tools(&self, gw: &Gateway, pins: &PinFile, key: &str) -> Vec<Tool> {
+        if let Err(e) = self.ensure(gw, key).await {
             eprintln!("cordon gateway: server {}: {e}", self.name);
             return Vec::new();
         }
-        let slot = self.conn.lock().await;
-        let Some(c) = slot.as_ref() else {
+        let conns = self.conns.lock().await;
+        let Some(c) = conns.get(key) else {
             return Vec::new();
         };
-        self.approved(pins, &c.seen)
+        self.approved_in(pins, &conns, key)
             .iter()
             .filter_map(|n| c.tools.get(n).map(|(t, _)| t.clone()))
             .collect()
@@ -605,13 +664,14 @@ impl Upstream {
         gw: &Gateway,
         pins: &PinFile,
         tool: &str,
+        key: &str,
     ) -> Result<Def, Refusal> {
-        self.ensure(gw)
+        self.ensure(gw, key)
             .await
             .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
-        let slot = self.conn.lock().await;
-        let c = slot
-            .as_ref()
+        let conns = self.conns.lock().await;
+        let c = conns
+            .get(key)
             .ok_or_else(|| self.fail("the server is not running".into()))?;
         let Some((_, v)) = c.tools.get(tool) else {
             return Err(Refusal {
@@ -621,7 +681,11 @@ impl Upstream {
                 retry_after: None,
             });
         };
-        if !self.approved(pins, &c.seen).iter().any(|n| n == tool) {
+        if !self
+            .approved_in(pins, &conns, key)
+            .iter()
+            .any(|n| n == tool)
+        {
             if let Some(p) = &self.pin {
                 return Err(Refusal {
                     reason: Reason::Pinned,
@@ -671,10 +735,12 @@ impl Upstream {
         gw: &Gateway,
         req: CallToolRequestParams,
         fwd: Forward,
-    ) -> Result<(CallToolResponse, Option<Value>), Refusal> {
+        key: &str,
+    ) -> Result<(CallToolResponse, Option<Value>), Fail> {
         let processes = {
-            let slot = self.conn.lock().await;
-            slot.as_ref()
+            let conns = self.conns.lock().await;
+            conns
+                .get(key)
                 .and_then(|c| c.sandbox.as_ref().map(|_| c.processes.clone()))
         };
         let pids = processes
@@ -686,6 +752,7 @@ impl Upstream {
                 gw,
                 ClientRequest::CallToolRequest(CallToolRequest::new(req)),
                 fwd,
+                key,
             )
             .await;
         let r = match r {
@@ -693,15 +760,11 @@ impl Upstream {
             Ok(ServerResult::InputRequiredResult(r)) => CallToolResponse::InputRequired(r),
             Ok(ServerResult::CreateTaskResult(r)) => CallToolResponse::Task(r),
             Ok(_) => {
-                return Err(self.fail("the server answered tools/call with another result".into()))
+                return Err(self
+                    .fail("the server answered tools/call with another result".into())
+                    .into())
             }
-            Err(Fail::Refused(r)) => return Err(r),
-            Err(Fail::Peer(e)) => {
-                return Err(self.fail(format!(
-                    "the server answered an error: {} (code {})",
-                    e.message, e.code.0
-                )))
-            }
+            Err(f) => return Err(f),
         };
         let usage = pids.as_deref().zip(before).map(|(pids, before)| {
             let after = gw.service.process_usage(pids, true);
@@ -720,13 +783,14 @@ impl Upstream {
     pub async fn peer(
         &self,
         gw: &Gateway,
+        key: &str,
     ) -> Result<(Peer<RoleClient>, ServerCapabilities), Refusal> {
-        self.ensure(gw)
+        self.ensure(gw, key)
             .await
             .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
-        let slot = self.conn.lock().await;
-        let c = slot
-            .as_ref()
+        let conns = self.conns.lock().await;
+        let c = conns
+            .get(key)
             .ok_or_else(|| self.fail("the server is not running".into()))?;
         let caps = c
             .client
@@ -745,11 +809,15 @@ impl Upstream {
         gw: &Gateway,
         req: ClientRequest,
         fwd: Forward,
+        key: &str,
     ) -> Result<ServerResult, Fail> {
+        self.ensure(gw, key)
+            .await
+            .map_err(|e| self.fail(format!("the server is not running: {e}")))?;
         let peer = {
-            let slot = self.conn.lock().await;
-            let c = slot
-                .as_ref()
+            let conns = self.conns.lock().await;
+            let c = conns
+                .get(key)
                 .ok_or_else(|| self.fail("the server is not running".into()))?;
             c.client.peer().clone()
         };
@@ -759,7 +827,7 @@ impl Upstream {
         {
             Ok(h) => h,
             Err(e) => {
-                self.restart(gw).await;
+                self.restart(gw, key).await;
                 return Err(self
                     .fail(format!("the server failed ({e}); it was restarted"))
                     .into());
@@ -768,7 +836,7 @@ impl Upstream {
         let id = handle.id.clone();
         let _route = fwd.progress.map(|to| {
             self.relay
-                .route_progress(&self.name, handle.progress_token.clone(), to)
+                .route_progress(&self.name, key, handle.progress_token.clone(), to)
         });
         let answer = tokio::select! {
             r = tokio::time::timeout(self.call_timeout, handle.await_response()) => Some(r),
@@ -802,7 +870,7 @@ impl Upstream {
                 .into())
             }
             Some(Ok(Err(e))) => {
-                self.restart(gw).await;
+                self.restart(gw, key).await;
                 Err(self
                     .fail(format!(
                         "the server failed during the call ({e}); it was restarted"
@@ -810,7 +878,7 @@ impl Upstream {
                     .into())
             }
             Some(Err(_)) => {
-                self.restart(gw).await;
+                self.restart(gw, key).await;
                 Err(self
                     .fail(format!(
                         "the server did not answer within {} s; it was restarted",
@@ -823,10 +891,10 @@ impl Upstream {
 
     /// Re-reads the server's tools after it said they changed; changed definitions are
     /// withheld until approved, as at a start.
-    pub async fn refresh_tools(&self, gw: &Gateway) {
+    pub async fn refresh_tools(&self, gw: &Gateway, key: &str) {
         let peer = {
-            let slot = self.conn.lock().await;
-            match slot.as_ref() {
+            let conns = self.conns.lock().await;
+            match conns.get(key) {
                 Some(c) => c.client.peer().clone(),
                 None => return,
             }
@@ -835,19 +903,21 @@ impl Upstream {
             return;
         };
         let seen = {
-            let mut slot = self.conn.lock().await;
-            let Some(c) = slot.as_mut() else { return };
+            let mut conns = self.conns.lock().await;
+            let Some(c) = conns.get_mut(key) else { return };
             let fresh = self.defs(tools);
             c.seen = fresh.0;
             c.tools = fresh.1;
             c.seen.clone()
         };
-        self.check_pins(gw, &seen);
+        if key == FULL {
+            self.check_pins(gw, &seen);
+        }
     }
 
     /// Rescans the sandbox's processes (the server may have started some), at most once per
     /// [`RESCAN_EVERY`]: a scan reads every process of the host, and calls come faster.
-    pub async fn refresh_processes(&self, gw: &Gateway) {
+    pub async fn refresh_processes(&self, gw: &Gateway, key: &str) {
         if let Ok(mut last) = self.scanned.lock() {
             if last.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
                 return;
@@ -855,8 +925,8 @@ impl Upstream {
             *last = Some(std::time::Instant::now());
         }
         let (id, slot) = {
-            let slot = self.conn.lock().await;
-            match slot.as_ref() {
+            let conns = self.conns.lock().await;
+            match conns.get(key) {
                 Some(Conn {
                     sandbox: Some(id),
                     processes,
@@ -872,25 +942,50 @@ impl Upstream {
         }
     }
 
-    async fn restart(&self, gw: &Gateway) {
-        let old = self.conn.lock().await.take();
+    async fn restart(&self, gw: &Gateway, key: &str) {
+        let old = self.conns.lock().await.remove(key);
         if let Some(c) = old {
             gw.audit.record(
                 "server.ended",
-                json!({"server": self.name, "sandbox": c.sandbox}),
+                json!({"server": self.name, "sandbox": c.sandbox, "client_capabilities": key}),
             );
             c.client.cancellation_token().cancel();
             if let Some(id) = &c.sandbox {
                 let _ = gw.service.delete(&gw.caller, id).await;
             }
         }
-        if let Err(e) = self.ensure(gw).await {
+        if let Err(e) = self.ensure(gw, key).await {
             eprintln!("cordon gateway: server {}: restart failed: {e}", self.name);
         }
     }
 
+    /// Ends the sessions no client uses any more (but the pinned one): a stdio server's
+    /// sandbox each.
+    pub async fn reap(&self, gw: &Gateway, in_use: &std::collections::BTreeSet<String>) {
+        let idle: Vec<Conn> = {
+            let mut conns = self.conns.lock().await;
+            let keys: Vec<String> = conns
+                .keys()
+                .filter(|k| k.as_str() != FULL && !in_use.contains(*k))
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| conns.remove(k)).collect()
+        };
+        for c in idle {
+            gw.audit.record(
+                "server.ended",
+                json!({"server": self.name, "sandbox": c.sandbox, "reason": "no client uses the session"}),
+            );
+            c.client.cancellation_token().cancel();
+            if let Some(id) = &c.sandbox {
+                let _ = gw.service.delete(&gw.caller, id).await;
+            }
+        }
+    }
+
     pub async fn stop(&self, gw: &Gateway) {
-        if let Some(c) = self.conn.lock().await.take() {
+        let conns = std::mem::take(&mut *self.conns.lock().await);
+        for c in conns.into_values() {
             c.client.cancellation_token().cancel();
             if let Some(id) = &c.sandbox {
                 let _ = gw.service.delete(&gw.caller, id).await;
