@@ -1,5 +1,6 @@
-//! Serving a door's router over HTTP: what `axum::serve` does (HTTP/1.1 and HTTP/2, upgrades
-//! for WebSockets, graceful shutdown), plus the connection timeout it leaves out.
+//! Serving a door's router over HTTP: what `axum::serve` does with axum's features here
+//! (HTTP/1.1, upgrades for WebSockets, graceful shutdown), plus the connection timeout it
+//! leaves out.
 //!
 //! Threat model: any client that reaches the port, before it authenticates. `axum::serve` sets
 //! no timer, so a connection that never sends a request head, sends one a byte at a time, or
@@ -23,11 +24,11 @@ use axum::extract::Request;
 use axum::serve::Listener;
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 use tower::ServiceExt;
 
 /// How long a connection may take to send a request head, counted from when it is ready for
@@ -52,14 +53,12 @@ pub async fn serve_with_idle<L>(
 ) where
     L: Listener,
 {
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(idle);
-    // The CONNECT protocol carries WebSockets over HTTP/2, as axum::serve allows.
-    builder.http2().enable_connect_protocol();
-    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(idle);
+    // Each connection's task holds a receiver of `stop` (told to finish its request and
+    // close) and of `running` (whose closing tells that every task has ended).
+    let (stop, _) = watch::channel(());
+    let (running_tx, running) = watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
         let (io, _) = tokio::select! {
@@ -70,19 +69,30 @@ pub async fn serve_with_idle<L>(
             .clone()
             .map_request(|req: Request<Incoming>| req.map(Body::new));
         let conn = builder
-            .serve_connection_with_upgrades(
+            .serve_connection(
                 TokioIo::new(FirstBytes::new(io, idle)),
                 TowerToHyperService::new(service),
             )
-            .into_owned();
-        let conn = graceful.watch(conn);
+            .with_upgrades();
+        let mut stopping = stop.subscribe();
+        let running = running.clone();
         tokio::spawn(async move {
-            // A connection's error (a reset, a malformed request, the timeout) ends only it.
-            let _ = conn.await;
+            let mut conn = pin!(conn);
+            loop {
+                tokio::select! {
+                    // A connection's error (a reset, a malformed request, the timeout) ends
+                    // only it.
+                    _ = conn.as_mut() => break,
+                    _ = stopping.changed() => conn.as_mut().graceful_shutdown(),
+                }
+            }
+            drop(running);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let _ = stop.send(());
+    drop(running);
+    running_tx.closed().await;
 }
 
 /// A connection's stream that fails a read with `TimedOut` when no byte has come `limit` after
