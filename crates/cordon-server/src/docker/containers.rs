@@ -74,6 +74,8 @@ pub(crate) struct Container {
     pub auto_remove: bool,
     /// The uid and gid its processes have inside (`User`, else the sandbox user's).
     pub run_as: (u32, u32),
+    /// Its host binds as inspect shows them (`Mounts`: source as asked, destination, RW).
+    pub mounts: Vec<Value>,
     pub labels: BTreeMap<String, String>,
     pub config: Value,
     pub host_config: Value,
@@ -466,6 +468,15 @@ pub(crate) async fn create(
     }
     let run_as = spec.create.run_as.unwrap_or((SANDBOX_ID, SANDBOX_ID));
     spec.create.ttl = Some(Amount::Number(svc.config().max_ttl.as_secs() as f64));
+    let mounts: Vec<Value> = spec
+        .create
+        .host_binds
+        .iter()
+        .map(|b| {
+            json!({"Type": "bind", "Source": b.source, "Destination": b.dest, "Mode": "",
+                "RW": b.writable, "Propagation": "rprivate"})
+        })
+        .collect();
     let info = svc.create(&caller, spec.create).await?;
     let id = info.id.clone();
     let name = if name.is_empty() {
@@ -495,6 +506,7 @@ pub(crate) async fn create(
         stdin_once: body["StdinOnce"].as_bool() == Some(true),
         auto_remove: spec.auto_remove,
         run_as,
+        mounts,
         labels: info.metadata.clone(),
         config,
         host_config: {
@@ -1038,7 +1050,7 @@ pub(crate) async fn list(
                 "Status": status,
                 "Labels": c.labels,
                 "Ports": [],
-                "Mounts": [],
+                "Mounts": c.mounts,
                 "HostConfig": {"NetworkMode": "none"},
                 "NetworkSettings": {"Networks": {}},
             })
@@ -1080,7 +1092,7 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
         "Platform": "linux",
         "Config": c.config,
         "HostConfig": c.host_config,
-        "Mounts": [],
+        "Mounts": c.mounts,
         "NetworkSettings": {"Networks": {}, "Ports": {}},
         "LogOutputTruncated": c.log.lock().map(|l| l.dropped).unwrap_or(false),
     })))
