@@ -408,6 +408,17 @@ def test_tty_runs_the_command_on_a_terminal(client, image):
     assert out.startswith(b"/dev/pts/"), out
 
 
+def test_an_exec_on_a_terminal_is_framed_as_its_start_request_asks(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    api = client.api
+    # Created with a tty, started without: Docker frames the terminal's output as stdout.
+    eid = api.exec_create(c.id, ["busybox", "sh", "-c", "echo hello out; echo hello err >&2"], tty=True)
+    assert api.exec_start(eid) == b"hello out\r\nhello err\r\n"
+    eid = api.exec_create(c.id, ["busybox", "tty"], tty=True)
+    assert api.exec_start(eid, tty=True).startswith(b"/dev/pts/")
+    c.remove(force=True)
+
+
 def test_the_docker_cli_pipes_stdin_with_run_i(dserver, image):
     if shutil.which("docker") is None:
         pytest.skip("the docker CLI is not installed: its part of the suite is skipped")

@@ -199,7 +199,9 @@ pub(crate) async fn start(
         )
     });
     let (tx, out) = mpsc::channel::<Vec<u8>>(16);
-    let tty = inst.tty;
+    // The framing follows the start request's `Tty`, as Docker's daemon does (docker-py's
+    // `exec_start` sends `Tty: false` unless told): a terminal's output, multiplexed as stdout.
+    let tty = body["Tty"].as_bool() == Some(true);
     let inst2 = inst.clone();
     let caller = c.caller.clone();
     let sid = c.id.clone();
