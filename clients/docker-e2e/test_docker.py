@@ -84,6 +84,16 @@ def test_detach_wait_logs_and_inspect_say_how_it_ended(client, image):
         client.containers.get(c.id)
 
 
+def test_logs_tail_gives_the_last_lines_only(client, image):
+    c = client.containers.run(image, SH + ["for i in 1 2 3 4 5; do echo line$i; done; echo err >&2"], detach=True)
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    assert c.logs(tail=2) == b"line5\nerr\n"
+    assert c.logs(stderr=False, tail=3) == b"line3\nline4\nline5\n"
+    assert c.logs(tail=0) == b""
+    assert c.logs(tail="all").count(b"\n") == 6
+    c.remove()
+
+
 def test_logs_follow_streams_until_the_container_exits(client, image):
     c = client.containers.run(image, SH + ["for i in 1 2 3; do echo $i; sleep 0.2; done"], detach=True)
     assert b"".join(c.logs(stream=True, follow=True)) == b"1\n2\n3\n"

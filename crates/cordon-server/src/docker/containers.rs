@@ -119,6 +119,37 @@ impl Container {
         self.bump();
     }
 
+    /// The last `n` lines of the streams asked for (Docker's `tail`), framed; and the index
+    /// following from there.
+    fn tail_lines(&self, n: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+        let Ok(l) = self.log.lock() else {
+            return (Vec::new(), 0);
+        };
+        let mut lines: Vec<(u8, Vec<u8>)> = Vec::new();
+        for (s, d) in l
+            .chunks
+            .iter()
+            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
+        {
+            for piece in d.split_inclusive(|b| *b == b'\n') {
+                match lines.last_mut() {
+                    // A line a chunk left unfinished goes on in the next of its stream.
+                    Some((ls, ld)) if *ls == *s && ld.last() != Some(&b'\n') => {
+                        ld.extend_from_slice(piece)
+                    }
+                    _ => lines.push((*s, piece.to_vec())),
+                }
+            }
+        }
+        let skip = lines.len().saturating_sub(n);
+        let out = lines
+            .iter()
+            .skip(skip)
+            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .collect();
+        (out, l.chunks.len())
+    }
+
     /// Output chunks from index `from` on, of the streams asked for.
     fn chunks_from(&self, from: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
         let Ok(l) = self.log.lock() else {
@@ -738,6 +769,7 @@ fn follow_output(
     stdout: bool,
     stderr: bool,
     follow: bool,
+    mut tail: Option<usize>,
 ) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -746,7 +778,10 @@ fn follow_output(
         loop {
             changed.borrow_and_update();
             let exited = matches!(c.state(), Run::Exited { .. });
-            let (chunks, next) = c.chunks_from(at, stdout, stderr);
+            let (chunks, next) = match tail.take() {
+                Some(n) => c.tail_lines(n, stdout, stderr),
+                None => c.chunks_from(at, stdout, stderr),
+            };
             at = next;
             for ch in chunks {
                 if tx.send(ch).await.is_err() {
@@ -775,7 +810,14 @@ pub(crate) async fn logs(
         ));
     }
     let tty = c.tty;
-    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"));
+    // `tail=N`: the last N lines only (`all`, or none given: everything).
+    let tail = match q.get("tail").map(String::as_str) {
+        None | Some("") | Some("all") => None,
+        Some(t) => Some(t.parse::<usize>().map_err(|_| {
+            DockerError::bad(format!("tail: '{t}' is not a number of lines or 'all'"))
+        })?),
+    };
+    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"), tail);
     Ok(stream::respond(None, rx, tty))
 }
 
@@ -857,7 +899,7 @@ pub(crate) async fn attach(
                 return;
             }
         }
-        let mut inner = follow_output(c, stdout, stderr, true);
+        let mut inner = follow_output(c, stdout, stderr, true, None);
         while let Some(ch) = inner.recv().await {
             if tx.send(ch).await.is_err() {
                 return;
