@@ -84,6 +84,18 @@ def test_detach_wait_logs_and_inspect_say_how_it_ended(client, image):
         client.containers.get(c.id)
 
 
+def test_logs_tail_gives_the_last_lines_only(client, image):
+    c = client.containers.run(image, SH + ["for i in 1 2 3 4 5; do echo line$i; done; echo err >&2"], detach=True)
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    # The two streams are read from two pipes: which of "err" and "line5" came last varies.
+    assert len(c.logs(tail=2).splitlines()) == 2
+    assert c.logs(stdout=False, tail=1) == b"err\n"
+    assert c.logs(stderr=False, tail=3) == b"line3\nline4\nline5\n"
+    assert c.logs(tail=0) == b""
+    assert c.logs(tail="all").count(b"\n") == 6
+    c.remove()
+
+
 def test_logs_follow_streams_until_the_container_exits(client, image):
     c = client.containers.run(image, SH + ["for i in 1 2 3; do echo $i; sleep 0.2; done"], detach=True)
     assert b"".join(c.logs(stream=True, follow=True)) == b"1\n2\n3\n"
@@ -179,6 +191,10 @@ def test_a_bind_outside_the_bind_roots_is_refused_and_one_inside_is_granted(clie
     (inside / "input.txt").write_text("from the host\n")
     out = client.containers.run(image, ["busybox", "cat", "/data/input.txt"], volumes={str(inside): {"bind": "/data", "mode": "ro"}}, remove=True)
     assert out == b"from the host\n"
+    # Inspect shows the bind as Docker does (docker-py's own VolumeBindTest checks it).
+    c = client.containers.run(image, ["true"], volumes={str(inside): {"bind": "/data", "mode": "ro"}}, detach=True)
+    assert [(m["Source"], m["Destination"], m["RW"]) for m in c.attrs["Mounts"]] == [(str(inside), "/data", False)]
+    c.remove(force=True)
 
 
 def _tar(*members: tarfile.TarInfo, data: bytes = b"pwned\n") -> bytes:
@@ -201,13 +217,25 @@ def test_hostile_archives_change_nothing_on_the_host(client, image, tmp_path):
     absolute = tarfile.TarInfo(str(target / "absolute"))
     climb = tarfile.TarInfo("../" * 20 + str(target / "climb").lstrip("/"))
     assert c.put_archive("/tmp", _tar(absolute, climb))
-    # A symlink pointing out, then a file written through it: refused as a whole.
+    # A symlink whose target climbs out of the root, then a file written through it:
+    # refused as a whole.
     link = tarfile.TarInfo("out")
     link.type = tarfile.SYMTYPE
-    link.linkname = str(target)
+    link.linkname = "../" * 20 + str(target).lstrip("/")
     through = tarfile.TarInfo("out/through")
-    with pytest.raises(APIError):
+    with pytest.raises(APIError) as e:
         c.put_archive("/tmp", _tar(link, through))
+    assert "climbs above" in str(e.value.explanation)
+    # One to the host directory's absolute path names the container's own path of that
+    # name: the file written through it lands in the container, never on the host.
+    link.linkname = str(target)
+    assert c.put_archive("/tmp", _tar(link, through))
+    # A link into /proc (where magic links lead out) is refused.
+    magic = tarfile.TarInfo("magic")
+    magic.type = tarfile.SYMTYPE
+    magic.linkname = "/proc/1/root"
+    with pytest.raises(APIError):
+        c.put_archive("/tmp", _tar(magic))
     hard = tarfile.TarInfo("hard")
     hard.type = tarfile.LNKTYPE
     hard.linkname = "/etc/passwd"
@@ -215,7 +243,26 @@ def test_hostile_archives_change_nothing_on_the_host(client, image, tmp_path):
         c.put_archive("/tmp", _tar(hard))
     assert list(target.iterdir()) == []
     assert c.exec_run(["busybox", "cat", f"/tmp{target}/absolute"]).output == b"pwned\n"
-    assert c.exec_run(["busybox", "ls", "/tmp/out"]).exit_code != 0
+    assert c.exec_run(["busybox", "cat", "/tmp/out/through"]).output == b"pwned\n"
+    assert c.exec_run(["busybox", "cat", f"{target}/through"]).output == b"pwned\n"
+    assert c.exec_run(["busybox", "ls", "/tmp/magic"]).exit_code != 0
+    c.remove(force=True)
+
+
+def test_put_archive_extracts_symlinks_that_stay_inside_the_container(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    absolute = tarfile.TarInfo("app/greeting")
+    absolute.type = tarfile.SYMTYPE
+    absolute.linkname = "/etc/greeting"
+    relative = tarfile.TarInfo("app/rel")
+    relative.type = tarfile.SYMTYPE
+    relative.linkname = "../../etc/greeting"
+    folder = tarfile.TarInfo("app")
+    folder.type = tarfile.DIRTYPE
+    assert c.put_archive("/tmp", _tar(folder, absolute, relative))
+    for path in ("/tmp/app/greeting", "/tmp/app/rel"):
+        assert c.exec_run(["busybox", "cat", path]).output == b"hello from the image\n"
+    assert c.exec_run(["busybox", "readlink", "/tmp/app/rel"]).output == b"../../etc/greeting\n"
     c.remove(force=True)
 
 
@@ -290,3 +337,216 @@ def test_read_only_keeps_the_root_unwritable_and_tmp_writable(client, image):
     assert client.containers.run(image, SH + [probe], remove=True) == b"ok\nroot-writable\n"
     out = client.containers.run(image, SH + [probe], read_only=True, tmpfs={"/tmp": ""}, remove=True)
     assert out == b"ok\nroot-read-only\n"
+
+
+def test_user_runs_the_container_as_that_id_inside_and_an_unprivileged_host_id_outside(client, dserver, image):
+    shared = dserver.bind_root / "user-out"
+    shared.mkdir()
+    shared.chmod(0o777)
+    bind = {str(shared): {"bind": "/data", "mode": "rw"}}
+    probe = "id -u; id -g; echo x > /data/$0; busybox stat -c %u:%g /data/$0"
+    c = client.containers.run(image, SH + [probe + "; exec busybox sleep 60", "f"], user="1234:2345", volumes=bind, detach=True)
+    deadline = time.monotonic() + 30
+    while c.logs() != b"1234\n2345\n1234:2345\n" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert c.logs() == b"1234\n2345\n1234:2345\n"
+    # From outside: every process of the container runs as an unprivileged host id (neither
+    # root nor 1234) ...
+    pids = [int(row[0]) for row in c.top()["Processes"]]
+    assert pids
+    for pid in pids:
+        status = Path(f"/proc/{pid}/status").read_text()
+        uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+        for uid in map(int, uids):
+            assert uid != 0 and uid != 1234, status
+            assert uid >= 2_000_000_000 if os.geteuid() == 0 else uid == os.geteuid()
+    c.remove(force=True)
+    # ... and the file it wrote through the bind is owned on the host as any container's is.
+    assert client.containers.run(image, SH + ["echo x > /data/g"], volumes=bind, remove=True) == b""
+    assert os.stat(shared / "f").st_uid == os.stat(shared / "g").st_uid
+
+
+def test_exec_runs_as_the_containers_user_and_another_user_is_refused_naming_the_field(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], user="1234:2345", detach=True)
+    assert c.exec_run(["busybox", "id", "-u"]).output == b"1234\n"
+    assert c.exec_run(["busybox", "id", "-u"], user="1234:2345").output == b"1234\n"
+    with pytest.raises(APIError) as e:
+        c.exec_run(["busybox", "id", "-u"], user="0")
+    assert "User" in str(e.value.explanation)
+    c.remove(force=True)
+
+
+def test_a_user_the_image_does_not_list_is_refused_naming_the_field_and_nothing_starts(client, dserver, image):
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.run(image, ["true"], user="nosuchuser", remove=True)
+    assert "User" in str(e.value.explanation) and "nosuchuser" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+
+
+def _demux(sock) -> bytes:
+    """Everything a hijacked multiplexed stream carries, stdout and stderr together."""
+    from docker.utils.socket import frames_iter
+
+    return b"".join(data for _, data in frames_iter(sock, False))
+
+
+def test_attach_socket_feeds_stdin_to_a_container_created_with_stdin_open(client, image):
+    import socket
+
+    c = client.containers.create(image, SH + ["read line; echo got:$line"], stdin_open=True)
+    sock = c.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+    c.start()
+    sock._sock.sendall(b"hello over stdin\n")
+    sock._sock.shutdown(socket.SHUT_WR)
+    assert _demux(sock) == b"got:hello over stdin\n"
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    c.remove()
+
+
+def test_exec_with_stdin_reads_what_the_client_sends_until_it_closes(client, image):
+    import socket
+
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    _, sock = c.exec_run(["busybox", "wc", "-c"], stdin=True, socket=True)
+    sock._sock.sendall(b"12345")
+    sock._sock.shutdown(socket.SHUT_WR)
+    assert _demux(sock).strip() == b"5"
+    c.remove(force=True)
+
+
+def test_tty_runs_the_command_on_a_terminal(client, image):
+    out = client.containers.run(image, ["busybox", "tty"], tty=True, remove=True)
+    assert out.startswith(b"/dev/pts/"), out
+
+
+def test_an_exec_on_a_terminal_is_framed_as_its_start_request_asks(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    api = client.api
+    # Created with a tty, started without: Docker frames the terminal's output as stdout.
+    eid = api.exec_create(c.id, ["busybox", "sh", "-c", "echo hello out; echo hello err >&2"], tty=True)
+    assert api.exec_start(eid) == b"hello out\r\nhello err\r\n"
+    eid = api.exec_create(c.id, ["busybox", "tty"], tty=True)
+    assert api.exec_start(eid, tty=True).startswith(b"/dev/pts/")
+    c.remove(force=True)
+
+
+def test_the_docker_cli_pipes_stdin_with_run_i(dserver, image):
+    if shutil.which("docker") is None:
+        pytest.skip("the docker CLI is not installed: its part of the suite is skipped")
+    env = dict(os.environ, DOCKER_HOST=f"unix://{dserver.socket}", DOCKER_CONFIG=str(dserver.bind_root.parent / "cli"))
+    r = subprocess.run(
+        ["docker", "run", "-i", "--rm", image, "busybox", "wc", "-l"],
+        input="a\nb\nc\n", env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert (r.returncode, r.stdout.strip()) == (0, "3"), r
+
+
+def _docker_archive(tag: str, applets: tuple[str, ...] = ("sh", "timeout", "id", "cat", "echo", "grep")) -> bytes:
+    """A `docker save` archive made here: one layer with busybox, links to it for `applets`,
+    and an /etc/passwd and /etc/group that name a user `app` (4321:4322) and a group `staff`
+    (50)."""
+    import hashlib
+    import json
+    import platform
+
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as t:
+        for d in ("bin", "etc"):
+            m = tarfile.TarInfo(d)
+            m.type, m.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(m)
+        busybox = Path(shutil.which("busybox") or "/bin/busybox").read_bytes()
+        files = {
+            "bin/busybox": (busybox, 0o755),
+            "etc/passwd": (b"root:x:0:0:root:/root:/bin/sh\napp:x:4321:4322:app:/home/app:/bin/sh\n", 0o644),
+            "etc/group": (b"root:x:0:\nstaff:x:50:\n", 0o644),
+        }
+        for name, (data, mode) in files.items():
+            m = tarfile.TarInfo(name)
+            m.size, m.mode = len(data), mode
+            t.addfile(m, io.BytesIO(data))
+        for applet in applets:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            t.addfile(link)
+    layer_bytes = layer.getvalue()
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = json.dumps(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]},
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()]},
+        }
+    ).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": ["layer/layer.tar"]}]).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as t:
+        for name, data in (("layer/layer.tar", layer_bytes), (config_name, config), ("manifest.json", manifest)):
+            m = tarfile.TarInfo(name)
+            m.size = len(data)
+            t.addfile(m, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def loaded(client) -> str:
+    """An image loaded through `images.load` (docker-py's), by its tag."""
+    tag = "cordon-test/loaded:1"
+    images = client.images.load(_docker_archive(tag))
+    assert any(tag in i.tags for i in images), [i.tags for i in images]
+    return tag
+
+
+def test_images_load_takes_a_docker_save_archive_and_save_is_a_clear_501(client, loaded):
+    assert client.containers.run(loaded, ["sh", "-c", "echo from a loaded image"], remove=True) == b"from a loaded image\n"
+    with pytest.raises(APIError) as e:
+        b"".join(client.images.get(loaded).save())
+    assert e.value.response.status_code == 501 and "save" in str(e.value.explanation)
+    with pytest.raises(APIError):
+        client.images.load(b"not a tar archive")
+
+
+def test_user_names_resolve_in_the_images_own_passwd_and_group(client, loaded):
+    probe = ["sh", "-c", "id -u; id -g"]
+    assert client.containers.run(loaded, probe, user="app", remove=True) == b"4321\n4322\n"
+    assert client.containers.run(loaded, probe, user="app:staff", remove=True) == b"4321\n50\n"
+    assert client.containers.run(loaded, probe, user="root", remove=True) == b"0\n0\n"
+    # Root inside holds no capability: the host's view of what it may do is the sandbox's.
+    out = client.containers.run(loaded, ["sh", "-c", "grep CapEff /proc/self/status"], user="root", remove=True)
+    assert out.split() == [b"CapEff:", b"0000000000000000"]
+
+
+def test_autogens_docker_code_executor_runs_a_code_block_through_the_socket(dserver, loaded, monkeypatch):
+    """AutoGen's published Docker executor (autogen-ext[docker]), unchanged: it creates a
+    container with a tty and the work dir bound at /workspace, then runs each code block with
+    `exec_run(["timeout", "60", "sh", FILE])`."""
+    executor_mod = pytest.importorskip(
+        "autogen_ext.code_executors.docker",
+        reason="autogen-ext[docker] is not installed (pip install -r clients/docker-e2e/requirements-autogen.txt)",
+    )
+    import asyncio
+
+    from autogen_core import CancellationToken
+    from autogen_core.code_executor import CodeBlock
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{dserver.socket}")
+    work = dserver.bind_root / "autogen"
+    work.mkdir()
+    work.chmod(0o777)
+
+    async def run() -> tuple[int, str]:
+        ex = executor_mod.DockerCommandLineCodeExecutor(image=loaded, work_dir=work, timeout=60)
+        await ex.start()
+        try:
+            r = await ex.execute_code_blocks(
+                [CodeBlock(code="echo hello from autogen; echo $((6*7))", language="sh")], CancellationToken()
+            )
+            return r.exit_code, r.output
+        finally:
+            await ex.stop()
+
+    code, output = asyncio.run(run())
+    assert (code, output.strip()) == (0, "hello from autogen\n42")

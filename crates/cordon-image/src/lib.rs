@@ -39,6 +39,7 @@ pub mod push;
 pub mod reference;
 pub mod store;
 pub mod unpack;
+pub mod user;
 
 pub use add::{Event, Progress, Quiet};
 pub use digest::Digest;

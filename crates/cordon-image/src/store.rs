@@ -167,6 +167,7 @@ impl ImageRoot {
             cmd: c.cmd.clone().unwrap_or_default(),
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             user: c.user.clone().filter(|u| !u.is_empty()),
+            run_as: None,
             upper: None,
             read_only: false,
         }

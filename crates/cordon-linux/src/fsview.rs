@@ -513,6 +513,42 @@ impl SandboxFs {
         }
     }
 
+    /// Creates a symlink at `path` whose text is `target`; an entry already there that is not
+    /// a directory is replaced (as tar extraction does). The link belongs to the sandbox
+    /// owner. Its target is only text: every operation here resolves it inside the root, so
+    /// an absolute or climbing target names the sandbox's own files, never the host's.
+    pub fn symlink(&self, path: &str, target: &str) -> Result<(), FsError> {
+        let p = SPath::parse(path)?;
+        let name = p.final_name()?;
+        if target.is_empty() || target.contains('\0') {
+            return Err(FsError::InvalidPath {
+                path: p.shown,
+                reason: "a symlink's target must be non-empty text without NUL",
+            });
+        }
+        let parent = self.open_parent(&p)?;
+        check_fs(parent.as_fd(), &p.shown)?;
+        match fstatat(parent.as_fd(), &name, libc::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                return Err(FsError::IsADirectory { path: p.shown })
+            }
+            Ok(_) => unlinkat(parent.as_fd(), &name, 0).map_err(|e| p.err(e))?,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(p.err(e)),
+        }
+        rustix::fs::symlinkat(target, parent.as_fd(), name.as_c_str())
+            .map_err(|e| p.err(e.into()))?;
+        let (uid, gid) = self.owner;
+        rustix::fs::chownat(
+            parent.as_fd(),
+            name.as_c_str(),
+            Some(Uid::from_raw(uid)),
+            Some(Gid::from_raw(gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| p.err(e.into()))
+    }
+
     /// Moves `from` to `to` with `rename(2)` semantics: an existing file at `to` is replaced,
     /// an empty directory can be replaced by a directory, a symlink is moved or replaced
     /// itself. Across file systems (say `/tmp` to `/workspace`) a regular file is copied and

@@ -364,8 +364,7 @@ fn handshake_to_go(
     let io = |what: &'static str| move |e: std::io::Error| EngineError::io(what, e);
     // 1. The maps (none without a user namespace: the init runs as its host ids).
     if !prepared.plan.no_namespaces {
-        write_id_maps(init, prepared.plan.host_uid, prepared.plan.host_gid)
-            .map_err(io("writing the sandbox's uid/gid maps"))?;
+        write_id_maps(init, &prepared.plan).map_err(io("writing the sandbox's uid/gid maps"))?;
     }
     // 2. The init may take on its sandbox identity and build its root.
     chan.send(&ToSandbox::Mapped)
@@ -663,19 +662,21 @@ fn reported_failure(chan: &Channel) -> Option<EngineError> {
     }
 }
 
-/// Maps the sandbox's one user and group (`INNER_ID`) to `uid`/`gid` on the host, for the
-/// freshly cloned `pid`. setgroups is denied first (CVE-2014-8989; required of an
-/// unprivileged writer, kept for root too so the sandbox can never change its groups).
-fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> std::io::Result<()> {
+/// Maps the sandbox's one user and group (the plan's inner ids: `INNER_ID`, or an image
+/// run's `--user`) to the plan's host ids, for the freshly cloned `pid`: one id each, so
+/// whatever the id inside, outside it is the one unprivileged host id. setgroups is denied
+/// first (CVE-2014-8989; required of an unprivileged writer, kept for root too so the
+/// sandbox can never change its groups).
+fn write_id_maps(pid: libc::pid_t, plan: &plan::Plan) -> std::io::Result<()> {
     let proc_file = |name: &str| PathBuf::from(format!("/proc/{pid}/{name}"));
     sys::write_file(&proc_file("setgroups"), "deny")?;
     sys::write_file(
         &proc_file("uid_map"),
-        &format!("{} {uid} 1\n", plan::INNER_ID),
+        &format!("{} {} 1\n", plan.inner_uid, plan.host_uid),
     )?;
     sys::write_file(
         &proc_file("gid_map"),
-        &format!("{} {gid} 1\n", plan::INNER_ID),
+        &format!("{} {} 1\n", plan.inner_gid, plan.host_gid),
     )
 }
 

@@ -132,9 +132,13 @@ pub struct Plan {
     pub limits: Limits,
     pub landlock: FsRules,
     pub kernel_landlock_abi: u32,
-    /// Host ids the sandbox runs as (what its inner uid 1000 maps to).
+    /// Host ids the sandbox runs as (what its inner ids map to).
     pub host_uid: u32,
     pub host_gid: u32,
+    /// The sandbox's one uid and gid inside its user namespace: [`INNER_ID`], or an image
+    /// run's `run_as` (Docker's `--user`). The only ids mapped; both map to the host ids.
+    pub inner_uid: u32,
+    pub inner_gid: u32,
     /// True when cordon runs as host root and must drop to `host_uid` before anything else.
     pub drop_root: bool,
     /// The sandbox gets the egress proxy (its listener, its variables, Landlock's one port).
@@ -517,6 +521,11 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         tcp_connect: None,
         exec_only: None,
     };
+    let run_as = p
+        .root_image
+        .as_ref()
+        .and_then(|img| img.run_as)
+        .unwrap_or((INNER_ID, INNER_ID));
     let image = p.root_image.as_ref().map(|img| ImagePlan {
         layers: img.layers.clone(),
         layer_trees: Vec::new(),
@@ -681,6 +690,8 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         kernel_landlock_abi: input.kernel_landlock_abi,
         host_uid: input.host_uid,
         host_gid: input.host_gid,
+        inner_uid: run_as.0,
+        inner_gid: run_as.1,
         drop_root: input.drop_root,
         network,
         network_report_only: false,

@@ -351,6 +351,12 @@ pub struct RootImage {
     pub working_dir: Option<String>,
     /// The image's `User`: recorded, and run as the sandbox user (never host root).
     pub user: Option<String>,
+    /// The uid and gid the sandbox's one user has inside its user namespace (Docker's
+    /// `--user`, resolved in the image's own `/etc/passwd` and `/etc/group`); `None`: 1000.
+    /// Only the name inside changes: outside it is the same unprivileged host id either way,
+    /// and every capability is dropped whatever the id (uid 0 included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<(u32, u32)>,
     /// A host directory (holding `upper/` and `work/`) to be the root's writable layer
     /// instead of a tmpfs, so that what the run changed outlives it: `cordon image build`
     /// takes a RUN step's new layer from there. `None` (every sandbox but a build's): a

@@ -6,9 +6,10 @@
 //! to plant a symlink or hard link pointing out and then write through it. Names are folded
 //! lexically under the destination (never above the sandbox's `/`), every write goes through
 //! the sandbox's own root (`openat2` with `RESOLVE_IN_ROOT`, as the sandbox's user, see
-//! `files`), and link, device and fifo entries are refused before anything is written: the
-//! host is never reached, and a refused archive changes nothing. Sizes are capped by the
-//! server's `--max-upload` / `--max-download`.
+//! `files`), so a symlink the archive made is followed inside that root only. Symlinks whose
+//! target climbs above `/` or leads into /proc, /sys or /dev, hard links, devices and fifos
+//! are refused before anything is written: the host is never reached, and a refused archive
+//! changes nothing. Sizes are capped by the server's `--max-upload` / `--max-download`.
 
 use std::io::Read;
 
@@ -30,6 +31,45 @@ enum Item {
         mode: u32,
         data: Vec<u8>,
     },
+    Symlink {
+        path: String,
+        target: String,
+    },
+}
+
+/// Where a symlink's target may not lead: the kernel's interfaces, where magic links live
+/// and the server never acts.
+const KERNEL_DIRS: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Why a symlink at `path` (a folded sandbox path) with text `target` would lead out of the
+/// container's root, if it would: its `..` climb above `/` from the link's directory, or it
+/// ends in a kernel interface. Absolute targets are the container's own paths (every
+/// operation resolves links inside its root), and so are relative ones that stay below `/`.
+fn link_escapes(path: &str, target: &str) -> Option<&'static str> {
+    if target.is_empty() || target.contains('\0') {
+        return Some("its target is empty or holds a NUL byte");
+    }
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut depth: usize = if target.starts_with('/') {
+        0
+    } else {
+        dir.split('/').filter(|c| !c.is_empty()).count()
+    };
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return Some("its target climbs above the container's root"),
+            },
+            _ => depth += 1,
+        }
+    }
+    let resolved = cordon_policy::lexical::resolve(if dir.is_empty() { "/" } else { dir }, target);
+    let into_kernel = KERNEL_DIRS
+        .iter()
+        .any(|k| resolved == *k || resolved.starts_with(&format!("{k}/")));
+    into_kernel.then_some("its target is in /proc, /sys or /dev")
 }
 
 /// Reads the whole archive first: a refused entry anywhere means nothing is written.
@@ -73,12 +113,23 @@ fn parse(dest: &str, data: &[u8], max: u64) -> Result<Vec<Item>, ServiceError> {
                     data: buf,
                 });
             }
+            tar::EntryType::Symlink => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| String::from_utf8_lossy(&t).to_string())
+                    .unwrap_or_default();
+                if let Some(why) = link_escapes(&path, &target) {
+                    let t: String = target.chars().take(200).collect();
+                    return Err(bad(format!("symlink '{shown}' -> '{t}' is refused: {why}")));
+                }
+                items.push(Item::Symlink { path, target });
+            }
             // pax and GNU long-name headers are folded into the next entry by the reader.
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => {}
             other => {
                 return Err(bad(format!(
                     "entry '{shown}' is a {other:?}: only files and directories are extracted \
-                     (links, devices and fifos are refused)"
+                     with symlinks that stay inside (hard links, devices and fifos are refused)"
                 )))
             }
         }
@@ -128,6 +179,7 @@ pub async fn put_archive(
                     fs.write(&path, &mut data.as_slice(), max, true)?;
                     let _ = fs.set_mode(&path, mode);
                 }
+                Item::Symlink { path, target } => fs.symlink(&path, &target)?,
             }
         }
         Ok(())
@@ -222,4 +274,55 @@ fn append(
 ) -> Result<(), FsError> {
     out.append_data(h, name, data)
         .map_err(|err| FsError::from_io(err, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_that_stay_in_the_root_are_kept_and_those_that_climb_out_are_refused() {
+        for (path, target) in [
+            ("/tmp/a/sh", "busybox"),
+            ("/tmp/a/lib", "../lib"),
+            ("/usr/bin/python3", "/usr/bin/python3.11"),
+            ("/tmp/x", "/"),
+        ] {
+            assert_eq!(link_escapes(path, target), None, "{path} -> {target}");
+        }
+        for (path, target) in [
+            ("/tmp/out", "../../etc"),
+            ("/tmp/out", "../../../../../../../../host/etc"),
+            ("/out", ".."),
+            ("/tmp/p", "/proc/1/root"),
+            ("/tmp/p", "../proc/self/cwd"),
+            ("/tmp/d", "/dev/sda"),
+            ("/tmp/e", ""),
+        ] {
+            assert!(link_escapes(path, target).is_some(), "{path} -> {target}");
+        }
+    }
+
+    #[test]
+    fn an_archive_with_a_climbing_link_is_refused_whole() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        b.append_link(&mut h, "out", "../../../../etc").unwrap();
+        let data = b.into_inner().unwrap();
+        let Err(e) = parse("/tmp", &data, 1 << 20) else {
+            panic!("a climbing link was accepted");
+        };
+        assert!(e.message.contains("climbs above"), "{}", e.message);
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        b.append_link(&mut h, "sh", "busybox").unwrap();
+        let items = parse("/tmp", &b.into_inner().unwrap(), 1 << 20).unwrap();
+        assert!(
+            matches!(&items[..], [Item::Symlink { path, target }] if path == "/tmp/sh" && target == "busybox")
+        );
+    }
 }

@@ -5,7 +5,9 @@
 //! symlink under an allowed root that points out of it; the source is resolved (symlinks
 //! followed) before it is compared with the roots, so what gets bound is the resolved
 //! directory, and nothing outside the roots is ever bound. The destination must be a plain
-//! absolute path outside the system directories (the same rule as volumes).
+//! absolute path outside the system directories (the same rule as volumes); a writable bind
+//! at `/workspace` is the sandbox's workspace (as root, a sandbox then runs as the directory's
+//! owner, or idmapped when root owns it: never as host root).
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,9 @@ pub struct HostBind {
     pub dest: String,
     pub writable: bool,
 }
+
+/// A bind there is the sandbox's workspace, not a mount of its own.
+const WORKSPACE: &str = "/workspace";
 
 /// Host paths never bound, whatever the roots: the host's system.
 const NEVER: &[&str] = &[
@@ -76,6 +81,23 @@ pub(crate) fn add(
         }
         let dest = crate::volumes::valid_mount_path(&b.dest)
             .map_err(|e| ServiceError::bad_request(format!("{field}: {}", e.message)))?;
+        if dest == Path::new(WORKSPACE) {
+            // Docker code binds its work dir there (AutoGen's executor does): it becomes the
+            // sandbox's workspace, as `cordon run --workspace` makes one.
+            if !b.writable {
+                return Err(ServiceError::bad_request(format!(
+                    "{field}: a read-only bind at {WORKSPACE} is not supported (bind it \
+                     writable, or read-only elsewhere)"
+                )));
+            }
+            if profile.workspace.is_some() {
+                return Err(ServiceError::bad_request(format!(
+                    "{field}: only one bind can be {WORKSPACE}"
+                )));
+            }
+            profile.workspace = Some(real);
+            continue;
+        }
         profile.binds.push(cordon_policy::profile::Bind {
             source: real,
             dest,

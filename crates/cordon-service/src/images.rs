@@ -467,6 +467,97 @@ impl Service {
         })
     }
 
+    /// A fresh path in the image store's scratch directory for an archive to
+    /// [`Service::load_image`] (the caller writes it, and removes it after).
+    pub fn load_staging(&self) -> Result<std::path::PathBuf, ServiceError> {
+        let dir = self.cfg.data_dir.join("images").join("tmp");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ServiceError::internal(format!("the image store's scratch: {e}")))?;
+        Ok(dir.join(format!("load-{}.tar", crate::keys::random_hex(8))))
+    }
+
+    /// Whether this server takes images from archives (`docker load`): not when its operator
+    /// named the registries it pulls from (`--pull-from`), since an archive comes from none.
+    pub fn may_load(&self, _caller: &Caller) -> Result<(), ServiceError> {
+        match &self.cfg.images.registries {
+            Some(allowed) => Err(ServiceError::new(
+                ErrorKind::Forbidden,
+                "forbidden",
+                format!(
+                    "load: this server takes images only from {} (`cordon serve --pull-from`); \
+                     an archive comes from none of them",
+                    allowed.join(", ")
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Imports a `docker save` / `podman save` / oci-archive file into the node's store (the
+    /// archive is hostile: `cordon_image::import` unpacks it within the store's limits);
+    /// the images it held, with their names.
+    pub async fn load_image(
+        &self,
+        caller: &Caller,
+        archive: &std::path::Path,
+    ) -> Result<Vec<ImageView>, ServiceError> {
+        self.may_load(caller)?;
+        let store = self.image_store()?;
+        let path = archive.to_path_buf();
+        let imported = tokio::task::spawn_blocking(move || {
+            cordon_image::import(
+                &store,
+                &path,
+                &cordon_image::ImportOptions::default(),
+                &cordon_image::Quiet,
+            )
+        })
+        .await
+        .map_err(|e| ServiceError::internal(format!("loading an archive: {e}")))?
+        .map_err(|e| ServiceError::bad_request(format!("load: {e}")));
+        self.audit.record(
+            "image.load",
+            &caller.key_id,
+            None,
+            match &imported {
+                Ok(list) => serde_json::json!({"digests": list.iter().map(|i| i.record.digest.to_string()).collect::<Vec<_>>()}),
+                Err(e) => serde_json::json!({"error": e.code}),
+            },
+        );
+        Ok(imported?
+            .iter()
+            .map(|i| view(i.names.clone(), &i.record))
+            .collect())
+    }
+
+    /// Docker's `User` for an image of the store: the `(uid, gid)` a sandbox made from it runs
+    /// as inside, names looked up in the image's own `/etc/passwd` and `/etc/group` (never the
+    /// host's); 400 naming `user` when the image does not list them.
+    pub async fn image_user(
+        &self,
+        _caller: &Caller,
+        image: &str,
+        user: &str,
+    ) -> Result<(u32, u32), ServiceError> {
+        if cordon_image::store::names_directory(image) {
+            return Err(ServiceError::not_found(format!("no such image: {image}")));
+        }
+        let store = self.image_store()?;
+        let (n, u) = (image.to_string(), user.to_string());
+        tokio::task::spawn_blocking(move || {
+            let root = store.resolve(&n).map_err(|e| match e {
+                ImageError::NotFound { .. } => {
+                    ServiceError::not_found(format!("no such image: {n}"))
+                }
+                other => image_error(other),
+            })?;
+            cordon_image::user::resolve_user(&root.lower_dirs, &u)
+                .map_err(|e| ServiceError::bad_request(format!("user: {e}")))
+        })
+        .await
+        .map_err(|e| ServiceError::internal(format!("resolving user {user}: {e}")))?
+    }
+
     /// Removes a reference from the store (or, given a digest, the image); 404 when absent.
     pub async fn remove_image(
         &self,

@@ -279,6 +279,16 @@ impl Service {
                 }
             }
         }
+        if let Some(ids) = req.run_as {
+            match profile.root_image.as_mut() {
+                Some(r) => r.run_as = Some(ids),
+                None => {
+                    return Err(ServiceError::bad_request(
+                        "user: only a sandbox made from an image runs as a user of its own",
+                    ))
+                }
+            }
+        }
         add_pip_defaults(&mut profile);
         // The values are read here, outside the sandbox: stored ones from the caller's key; a
         // front end's own (trusted) profile may also name env:/file: sources, as `cordon run`.

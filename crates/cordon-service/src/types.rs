@@ -295,6 +295,11 @@ pub struct CreateSandbox {
     /// The Docker door's, not part of the HTTP API.
     #[serde(skip)]
     pub read_only_root: bool,
+    /// The uid and gid the sandbox's one user has inside (Docker's `User`, resolved by
+    /// [`crate::Service::image_user`]); only with an image. Outside it is the same
+    /// unprivileged host id whatever is asked. The Docker door's, not part of the HTTP API.
+    #[serde(skip)]
+    pub run_as: Option<(u32, u32)>,
     /// Stored secrets of the caller's key (see `/v1/secrets`) the sandbox is given as
     /// placeholders: the proxy puts each value into requests to its `hosts` only (which the
     /// network allowlist must also allow).

@@ -81,6 +81,7 @@ impl StepRunner for Engine {
             cmd: Vec::new(),
             working_dir: step.working_dir.clone(),
             user: step.user.clone(),
+            run_as: None,
             upper: Some(abs(&step.upper)?),
             read_only: false,
         });

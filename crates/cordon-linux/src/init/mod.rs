@@ -17,7 +17,7 @@ use std::path::Path;
 use crate::channel::{Channel, ToSandbox, ToSupervisor, Watched};
 use crate::error::StepFailure;
 use crate::landlock_rules::FsRules;
-use crate::plan::{Plan, INNER_ID, PROXY_PORT};
+use crate::plan::{Plan, PROXY_PORT};
 use crate::{caps_drop, landlock_rules, mounts, seccomp, sys};
 
 /// Exit code of the init when setup fails (the supervisor reads messages, this is a fallback).
@@ -90,7 +90,8 @@ pub fn init_entry(plan: &Plan, ch: Channel, stdio: Stdio) -> ! {
             fail(&ch, "taking on the sandbox identity", e);
         }
     } else if plan.drop_root {
-        if let Err(e) = sys::setresgid(INNER_ID).and_then(|_| sys::setresuid(INNER_ID)) {
+        if let Err(e) = sys::setresgid(plan.inner_gid).and_then(|_| sys::setresuid(plan.inner_uid))
+        {
             fail(&ch, "taking on the sandbox identity", e);
         }
     }

@@ -6,8 +6,10 @@
 //! do is refused with 403 naming it (privileged, capabilities, devices, the host's network,
 //! PID, IPC, UTS, user or cgroup namespace, security options other than
 //! `no-new-privileges`, sysctls, an OOM killer turned off, a cgroup parent) before anything
-//! is created; host binds go to the service, which allows only the operator's roots. The
-//! output a container writes is hostile too: kept up to the sandbox's output limit
+//! is created; host binds go to the service, which allows only the operator's roots. A
+//! `User` is resolved in the image's own user database and only names the sandbox's one id
+//! inside (never another host id). The input an attached client sends is passed to the main
+//! process's stdin as bytes, only with `OpenStdin`. The output a container writes is hostile too: kept up to the sandbox's output limit
 //! (`--output-limit`), then dropped, so a flood cannot fill the server's memory.
 
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +67,15 @@ pub(crate) struct Container {
     pub argv: Vec<String>,
     pub cwd: Option<String>,
     pub tty: bool,
+    /// `OpenStdin`: the main process's stdin stays open for `attach` (else it is closed).
+    pub open_stdin: bool,
+    /// `StdinOnce`: closed when the first attached client's input ends.
+    pub stdin_once: bool,
     pub auto_remove: bool,
+    /// The uid and gid its processes have inside (`User`, else the sandbox user's).
+    pub run_as: (u32, u32),
+    /// Its host binds as inspect shows them (`Mounts`: source as asked, destination, RW).
+    pub mounts: Vec<Value>,
     pub labels: BTreeMap<String, String>,
     pub config: Value,
     pub host_config: Value,
@@ -107,6 +117,37 @@ impl Container {
             *r = run;
         }
         self.bump();
+    }
+
+    /// The last `n` lines of the streams asked for (Docker's `tail`), framed; and the index
+    /// following from there.
+    fn tail_lines(&self, n: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+        let Ok(l) = self.log.lock() else {
+            return (Vec::new(), 0);
+        };
+        let mut lines: Vec<(u8, Vec<u8>)> = Vec::new();
+        for (s, d) in l
+            .chunks
+            .iter()
+            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
+        {
+            for piece in d.split_inclusive(|b| *b == b'\n') {
+                match lines.last_mut() {
+                    // A line a chunk left unfinished goes on in the next of its stream.
+                    Some((ls, ld)) if *ls == *s && ld.last() != Some(&b'\n') => {
+                        ld.extend_from_slice(piece)
+                    }
+                    _ => lines.push((*s, piece.to_vec())),
+                }
+            }
+        }
+        let skip = lines.len().saturating_sub(n);
+        let out = lines
+            .iter()
+            .skip(skip)
+            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .collect();
+        (out, l.chunks.len())
     }
 
     /// Output chunks from index `from` on, of the streams asked for.
@@ -271,6 +312,9 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
     }
     Ok(())
 }
+
+/// The sandbox user's uid and gid inside, when a create names no `User` (the engine's).
+pub(crate) const SANDBOX_ID: u32 = 1000;
 
 /// Where a container's scratch is a tmpfs already.
 const TMPFS_PATHS: &[&str] = &["/tmp", "/workspace", "/home/sandbox"];
@@ -450,7 +494,20 @@ pub(crate) async fn create(
     }
     // The image as found: a name re-resolved at start could have been re-tagged since.
     spec.create.image = Some(img.image.digest.clone());
+    if let Some(user) = body["User"].as_str().filter(|u| !u.is_empty()) {
+        spec.create.run_as = Some(user_ids(&d, &caller, &img.image.digest, user).await?);
+    }
+    let run_as = spec.create.run_as.unwrap_or((SANDBOX_ID, SANDBOX_ID));
     spec.create.ttl = Some(Amount::Number(svc.config().max_ttl.as_secs() as f64));
+    let mounts: Vec<Value> = spec
+        .create
+        .host_binds
+        .iter()
+        .map(|b| {
+            json!({"Type": "bind", "Source": b.source, "Destination": b.dest, "Mode": "",
+                "RW": b.writable, "Propagation": "rprivate"})
+        })
+        .collect();
     let info = svc.create(&caller, spec.create).await?;
     let id = info.id.clone();
     let name = if name.is_empty() {
@@ -476,7 +533,11 @@ pub(crate) async fn create(
         argv,
         cwd: spec.cwd,
         tty: spec.tty,
+        open_stdin: body["OpenStdin"].as_bool() == Some(true),
+        stdin_once: body["StdinOnce"].as_bool() == Some(true),
         auto_remove: spec.auto_remove,
+        run_as,
+        mounts,
         labels: info.metadata.clone(),
         config,
         host_config: {
@@ -508,6 +569,25 @@ pub(crate) async fn create(
         .into_response())
 }
 
+/// Docker's `User` (`name`, `uid`, `uid:gid`, `name:group`) as ids inside a sandbox of
+/// `image`, resolved in the image's own user database; an error names the field.
+pub(crate) async fn user_ids(
+    d: &St,
+    caller: &Caller,
+    image: &str,
+    user: &str,
+) -> DResult<(u32, u32)> {
+    d.st.service
+        .image_user(caller, image, user)
+        .await
+        .map_err(|e| {
+            DockerError::new(
+                crate::error::status_of(e.kind),
+                format!("User: {}", e.message.trim_start_matches("user: ")),
+            )
+        })
+}
+
 /// Docker's exit code and OOM flag for how a command ended.
 pub(crate) fn exit_of(o: &cordon_policy::outcome::Outcome) -> (i64, bool) {
     use cordon_policy::outcome::Status;
@@ -534,10 +614,12 @@ pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Respo
             svc.config().max_exec_timeout.as_secs().max(1) as f64,
         )),
         background: true,
-        pty: None,
+        pty: c.tty.then_some(TERMINAL),
         tag: Some("docker".into()),
     };
-    let (cmd, mut rx) = svc.exec_attached(&c.caller, &c.id, req, false).await?;
+    let (cmd, mut rx) = svc
+        .exec_attached(&c.caller, &c.id, req, c.open_stdin)
+        .await?;
     let started = now_rfc3339();
     c.set(Run::Running {
         cid: cmd.id.clone(),
@@ -687,6 +769,7 @@ fn follow_output(
     stdout: bool,
     stderr: bool,
     follow: bool,
+    mut tail: Option<usize>,
 ) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -695,7 +778,10 @@ fn follow_output(
         loop {
             changed.borrow_and_update();
             let exited = matches!(c.state(), Run::Exited { .. });
-            let (chunks, next) = c.chunks_from(at, stdout, stderr);
+            let (chunks, next) = match tail.take() {
+                Some(n) => c.tail_lines(n, stdout, stderr),
+                None => c.chunks_from(at, stdout, stderr),
+            };
             at = next;
             for ch in chunks {
                 if tx.send(ch).await.is_err() {
@@ -724,13 +810,71 @@ pub(crate) async fn logs(
         ));
     }
     let tty = c.tty;
-    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"));
+    // `tail=N`: the last N lines only (`all`, or none given: everything).
+    let tail = match q.get("tail").map(String::as_str) {
+        None | Some("") | Some("all") => None,
+        Some(t) => Some(t.parse::<usize>().map_err(|_| {
+            DockerError::bad(format!("tail: '{t}' is not a number of lines or 'all'"))
+        })?),
+    };
+    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"), tail);
     Ok(stream::respond(None, rx, tty))
 }
 
+/// Feeds what an attached client sends to the stdin of command `cid` of sandbox `sid`;
+/// at the client's end of input, closes it when `close` (`StdinOnce`, an exec's stdin).
+pub(crate) fn feed_stdin(
+    d: &St,
+    caller: Caller,
+    sid: String,
+    cid: impl std::future::Future<Output = Option<String>> + Send + 'static,
+    close: bool,
+) -> stream::Input {
+    let (tx, mut rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+    let svc = d.st.service.clone();
+    tokio::spawn(async move {
+        let Some(cid) = cid.await else { return };
+        while let Some(chunk) = rx.recv().await {
+            match chunk {
+                Some(data) => {
+                    if svc
+                        .command_input(&caller, &sid, &cid, &data, false)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                None => {
+                    if close {
+                        let _ = svc.command_input(&caller, &sid, &cid, &[], true).await;
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// The id of the container's main command once it has started (`None` if it ended first).
+async fn started_cid(c: Arc<Container>) -> Option<String> {
+    let mut changed = c.changed.subscribe();
+    loop {
+        match c.state() {
+            Run::Running { cid, .. } => return Some(cid),
+            Run::Exited { .. } => return None,
+            Run::Created => {}
+        }
+        changed.changed().await.ok()?;
+    }
+}
+
 /// `attach` (the CLI's `docker run` without `-d`): the hijacked connection gets the
-/// container's output once it starts, until it exits. Its stdin is not attached.
+/// container's output once it starts, until it exits; with `stdin=1` on a container created
+/// with `OpenStdin`, what the client writes is the main process's stdin.
 pub(crate) async fn attach(
+    State(d): State<St>,
     Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
     mut req: Request,
@@ -738,6 +882,15 @@ pub(crate) async fn attach(
     let upgrade = stream::take_upgrade(&mut req);
     let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
     let tty = c.tty;
+    let input = (truthy(&q, "stdin") && c.open_stdin && upgrade.is_some()).then(|| {
+        feed_stdin(
+            &d,
+            c.caller.clone(),
+            c.id.clone(),
+            started_cid(c.clone()),
+            c.stdin_once,
+        )
+    });
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut changed = c.changed.subscribe();
@@ -746,14 +899,50 @@ pub(crate) async fn attach(
                 return;
             }
         }
-        let mut inner = follow_output(c, stdout, stderr, true);
+        let mut inner = follow_output(c, stdout, stderr, true, None);
         while let Some(ch) = inner.recv().await {
             if tx.send(ch).await.is_err() {
                 return;
             }
         }
     });
-    Ok(stream::respond(upgrade, rx, tty))
+    Ok(stream::respond_duplex(upgrade, rx, tty, input))
+}
+
+/// A terminal's size when a client has not said (Docker's default too).
+pub(crate) const TERMINAL: cordon_service::types::PtySize =
+    cordon_service::types::PtySize { rows: 24, cols: 80 };
+
+/// The terminal size of `h` and `w` in a resize request's query.
+pub(crate) fn size_of(q: &HashMap<String, String>) -> DResult<cordon_service::types::PtySize> {
+    let n = |k: &str| {
+        q.get(k)
+            .and_then(|v| v.parse::<u16>().ok())
+            .ok_or_else(|| DockerError::bad(format!("{k}: give the terminal's size (1 to 1000)")))
+    };
+    Ok(cordon_service::types::PtySize {
+        rows: n("h")?,
+        cols: n("w")?,
+    })
+}
+
+/// `POST /containers/{id}/resize?h=…&w=…`: the main process's terminal (with `Tty`).
+pub(crate) async fn resize(
+    State(d): State<St>,
+    Found(c): Found,
+    Query(q): Query<HashMap<String, String>>,
+) -> DResult<Response> {
+    let size = size_of(&q)?;
+    let Some(cid) = main_cid(&c) else {
+        return Err(DockerError::new(
+            StatusCode::CONFLICT,
+            format!("Container {} is not running", c.id),
+        ));
+    };
+    if c.tty {
+        d.st.service.command_resize(&c.caller, &c.id, &cid, size)?;
+    }
+    Ok(StatusCode::OK.into_response())
 }
 
 fn main_cid(c: &Container) -> Option<String> {
@@ -903,7 +1092,7 @@ pub(crate) async fn list(
                 "Status": status,
                 "Labels": c.labels,
                 "Ports": [],
-                "Mounts": [],
+                "Mounts": c.mounts,
                 "HostConfig": {"NetworkMode": "none"},
                 "NetworkSettings": {"Networks": {}},
             })
@@ -945,7 +1134,7 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
         "Platform": "linux",
         "Config": c.config,
         "HostConfig": c.host_config,
-        "Mounts": [],
+        "Mounts": c.mounts,
         "NetworkSettings": {"Networks": {}, "Ports": {}},
         "LogOutputTruncated": c.log.lock().map(|l| l.dropped).unwrap_or(false),
     })))

@@ -1,15 +1,17 @@
 //! Exec instances: `POST /containers/{id}/exec` records what to run, `POST /exec/{id}/start`
-//! runs it in the container's sandbox (its output on the hijacked connection, multiplexed,
-//! or detached), `GET /exec/{id}/json` says how it ended.
+//! runs it in the container's sandbox (its output on the hijacked connection, multiplexed
+//! or, with `Tty`, from a terminal; its stdin from that connection with `AttachStdin`; or
+//! detached), `GET /exec/{id}/json` says how it ended, `resize` sizes its terminal.
 //!
 //! Threat model: the command runs inside the sandbox, confined like every command there;
-//! `Privileged` is refused, and a user other than the sandbox's is never granted.
+//! `Privileged` is refused, and a `User` other than the container's one user is refused
+//! naming the field (a sandbox maps a single id; it is never host root).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::to_bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,6 +31,8 @@ pub(crate) struct ExecInstance {
     env: BTreeMap<String, String>,
     cwd: Option<String>,
     tty: bool,
+    /// `AttachStdin`: the client's input on the hijacked connection is the command's stdin.
+    stdin: bool,
     state: Mutex<ExecState>,
 }
 
@@ -62,6 +66,17 @@ pub(crate) async fn create(
             format!("Container {} is not running", c.id),
         ));
     }
+    if let Some(user) = body["User"].as_str().filter(|u| !u.is_empty()) {
+        let ids = super::containers::user_ids(&d, &c.caller, &c.image_id, user).await?;
+        if ids != c.run_as {
+            return Err(DockerError::bad(format!(
+                "User: '{user}' is {}:{} in this container's image, but the container runs as \
+                 {}:{}; cordon maps one user into each sandbox, so an exec runs as the \
+                 container's (create the container with this user instead)",
+                ids.0, ids.1, c.run_as.0, c.run_as.1
+            )));
+        }
+    }
     let argv: Vec<String> = match &body["Cmd"] {
         Value::Array(a) => a
             .iter()
@@ -87,11 +102,14 @@ pub(crate) async fn create(
         container: c.id.clone(),
         argv,
         env,
+        // Docker's default: the container's working directory.
         cwd: body["WorkingDir"]
             .as_str()
             .filter(|w| !w.is_empty())
-            .map(String::from),
+            .map(String::from)
+            .or_else(|| c.cwd.clone()),
         tty: body["Tty"].as_bool() == Some(true),
+        stdin: body["AttachStdin"].as_bool() == Some(true),
         state: Mutex::new(ExecState::default()),
     });
     if let Ok(mut m) = d.execs.lock() {
@@ -152,10 +170,11 @@ pub(crate) async fn start(
             svc.config().max_exec_timeout.as_secs().max(1) as f64,
         )),
         background: true,
-        pty: None,
+        pty: inst.tty.then_some(super::containers::TERMINAL),
         tag: Some("docker-exec".into()),
     };
-    let started = svc.exec_attached(&c.caller, &c.id, req, false).await;
+    let stdin = inst.stdin && !detach && upgrade.is_some();
+    let started = svc.exec_attached(&c.caller, &c.id, req, stdin).await;
     let (cmd, mut rx) = match started {
         Ok(x) => x,
         Err(e) => {
@@ -169,8 +188,20 @@ pub(crate) async fn start(
     if let Ok(mut s) = inst.state.lock() {
         s.cid = Some(cmd.id.clone());
     }
+    let input = stdin.then(|| {
+        let cid = cmd.id.clone();
+        super::containers::feed_stdin(
+            &d,
+            c.caller.clone(),
+            c.id.clone(),
+            async move { Some(cid) },
+            true,
+        )
+    });
     let (tx, out) = mpsc::channel::<Vec<u8>>(16);
-    let tty = inst.tty;
+    // The framing follows the start request's `Tty`, as Docker's daemon does (docker-py's
+    // `exec_start` sends `Tty: false` unless told): a terminal's output, multiplexed as stdout.
+    let tty = body["Tty"].as_bool() == Some(true);
     let inst2 = inst.clone();
     let caller = c.caller.clone();
     let sid = c.id.clone();
@@ -213,7 +244,25 @@ pub(crate) async fn start(
     if detach {
         return Ok(StatusCode::OK.into_response());
     }
-    Ok(stream::respond(upgrade, out, tty))
+    Ok(stream::respond_duplex(upgrade, out, tty, input))
+}
+
+/// `POST /exec/{id}/resize?h=…&w=…`: the terminal of an exec started with `Tty`.
+pub(crate) async fn resize(
+    State(d): State<St>,
+    Path(id): Path<String>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> DResult<Response> {
+    d.caller(&headers)?;
+    let inst = find(&d, &id)?;
+    let size = super::containers::size_of(&q)?;
+    let cid = inst.state.lock().ok().and_then(|s| s.cid.clone());
+    if let (Some(cid), true) = (cid, inst.tty) {
+        let c = d.find(&inst.container)?;
+        d.st.service.command_resize(&c.caller, &c.id, &cid, size)?;
+    }
+    Ok(StatusCode::OK.into_response())
 }
 
 pub(crate) async fn inspect(
@@ -229,7 +278,7 @@ pub(crate) async fn inspect(
         "ContainerID": inst.container,
         "Running": s.running,
         "ExitCode": s.exit_code,
-        "OpenStdin": false,
+        "OpenStdin": inst.stdin,
         "OpenStderr": true,
         "OpenStdout": true,
         "CanRemove": false,

@@ -1,10 +1,13 @@
 //! Images: `GET /images/json`, `POST /images/create` (pull, its progress streamed as
-//! Docker's JSON lines), `GET /images/{name}/json`, `DELETE /images/{name}` — over the node's
-//! image store through the service. An image's id is its manifest digest (what the store
+//! Docker's JSON lines), `GET /images/{name}/json`, `DELETE /images/{name}`, `POST
+//! /images/load` (a `docker save` archive imported; `save` itself is answered 501) — over the
+//! node's image store through the service. An image's id is its manifest digest (what the store
 //! finds it by, as a whole or as a prefix).
 //!
 //! Threat model: names and queries are hostile; the service validates references and the
-//! registries the server may pull from (`--pull-from`, `--insecure-registry`).
+//! registries the server may pull from (`--pull-from`, `--insecure-registry`). A loaded
+//! archive is hostile: capped in size, unpacked by the store within its limits, and refused
+//! altogether on a server that names its registries.
 
 use std::collections::HashMap;
 
@@ -89,6 +92,9 @@ pub(crate) async fn inspect(
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
     let caller = d.caller(&headers)?;
+    if rest.ends_with("/get") {
+        return Err(save_unsupported());
+    }
     let Some(name) = rest.strip_suffix("/json") else {
         return Err(DockerError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -127,6 +133,79 @@ pub(crate) async fn inspect(
         "Metadata": {"LastTagTime": ""},
     })))
 }
+
+/// `docker save` (`GET /images/{name}/get`, `GET /images/get`): the store keeps each layer
+/// unpacked, not the layer blobs an archive is made of, so there is nothing to save from.
+fn save_unsupported() -> DockerError {
+    DockerError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "save: not supported by cordon's Docker API: the image store keeps layers unpacked, \
+         not the blobs an archive holds (push the image to a registry instead)",
+    )
+}
+
+pub(crate) async fn save_many(State(d): State<St>, headers: HeaderMap) -> DResult<Response> {
+    d.caller(&headers)?;
+    Err(save_unsupported())
+}
+
+/// `POST /images/load`: a `docker save` archive (or an oci-archive) in the body, streamed
+/// to the store's scratch (at most [`MAX_LOAD`] bytes) and imported; Docker's answer, a
+/// `{"stream": "Loaded image: NAME\n"}` line per name (by id when it has none).
+pub(crate) async fn load(State(d): State<St>, req: axum::extract::Request) -> DResult<Response> {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let caller = d.caller(req.headers())?;
+    let svc = &d.st.service;
+    svc.may_load(&caller)?;
+    let path = svc.load_staging()?;
+    let written = async {
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut body = req.into_body().into_data_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            total += chunk.len() as u64;
+            if total > MAX_LOAD {
+                return Err(format!("the archive is larger than {} GiB", MAX_LOAD >> 30));
+            }
+            file.write_all(&chunk).await.map_err(|e| e.to_string())?;
+        }
+        file.flush().await.map_err(|e| e.to_string())
+    }
+    .await;
+    let loaded = match written {
+        Ok(()) => svc
+            .load_image(&caller, &path)
+            .await
+            .map_err(DockerError::from),
+        Err(e) => Err(DockerError::bad(format!("load: {e}"))),
+    };
+    let _ = tokio::fs::remove_file(&path).await;
+    let mut out = Vec::new();
+    for v in loaded? {
+        let (tags, _) = tags_and_digests(&v);
+        if tags.is_empty() {
+            out.extend(line(
+                json!({"stream": format!("Loaded image ID: {}\n", v.digest)}),
+            ));
+        }
+        for t in tags {
+            out.extend(line(json!({"stream": format!("Loaded image: {t}\n")})));
+        }
+    }
+    let mut r = Response::new(Body::from(out));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(r)
+}
+
+/// The largest archive `load` takes.
+const MAX_LOAD: u64 = 8 << 30;
 
 pub(crate) async fn remove(
     State(d): State<St>,

@@ -208,6 +208,11 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         .route("/images/json", get(images::list))
         .route("/images/create", post(images::pull))
         .route(
+            "/images/load",
+            post(images::load).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route("/images/get", get(images::save_many))
+        .route(
             "/images/{*rest}",
             get(images::inspect).delete(images::remove),
         )
@@ -218,6 +223,7 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         .route("/containers/{id}/wait", post(containers::wait))
         .route("/containers/{id}/logs", get(containers::logs))
         .route("/containers/{id}/attach", post(containers::attach))
+        .route("/containers/{id}/resize", post(containers::resize))
         .route("/containers/{id}/stop", post(containers::stop))
         .route("/containers/{id}/kill", post(containers::kill))
         .route("/containers/{id}/top", get(containers::top))
@@ -226,6 +232,7 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         .route("/containers/{id}/exec", post(exec::create))
         .route("/exec/{id}/start", post(exec::start))
         .route("/exec/{id}/json", get(exec::inspect))
+        .route("/exec/{id}/resize", post(exec::resize))
         .route(
             "/containers/{id}/archive",
             put(archive::put_archive)

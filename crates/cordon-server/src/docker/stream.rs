@@ -1,9 +1,11 @@
 //! Docker's stream framing and connection hijacking: the 8-byte header of the multiplexed
 //! stream (`[stream, 0, 0, 0, len BE u32]`, stream 1 stdout, 2 stderr) and the `101 UPGRADED`
-//! answer by which `attach` and `exec start` hand the raw connection to the output.
+//! answer by which `attach` and `exec start` hand the raw connection to the output (and,
+//! with stdin attached, take the client's input from it).
 //!
 //! Threat model: the bytes framed are the sandbox's output, hostile: only framed (their
-//! length counted), never interpreted.
+//! length counted), never interpreted. The client's input is passed on as bytes, through a
+//! bounded channel.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -56,14 +58,50 @@ pub(crate) fn take_upgrade(req: &mut Request) -> Option<hyper::upgrade::OnUpgrad
 /// client asked to upgrade, else as a streamed `200` body. The connection ends with the stream.
 pub(crate) fn respond(
     upgrade: Option<hyper::upgrade::OnUpgrade>,
+    rx: mpsc::Receiver<Vec<u8>>,
+    tty: bool,
+) -> Response {
+    respond_duplex(upgrade, rx, tty, None)
+}
+
+/// What a client sends on a hijacked connection: a chunk of its stdin, or `None` at its end
+/// (it closed its writing half, or the connection).
+pub(crate) type Input = mpsc::Sender<Option<Vec<u8>>>;
+
+/// [`respond`], and with `input` what the client writes on the hijacked connection goes
+/// there, chunk by chunk, then `None` at its end (`attach` and `exec start` with stdin). The
+/// bytes are the client's, only passed on; reading pauses while `input` is full, so a client
+/// cannot queue more than its 16 chunks in the server.
+pub(crate) fn respond_duplex(
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut rx: mpsc::Receiver<Vec<u8>>,
     tty: bool,
+    input: Option<Input>,
 ) -> Response {
     match upgrade {
         Some(on) => {
             tokio::spawn(async move {
                 let Ok(upgraded) = on.await else { return };
-                let mut io = hyper_util::rt::TokioIo::new(upgraded);
+                let (mut rd, mut io) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+                if let Some(input) = input {
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncReadExt;
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            match rd.read(&mut buf).await {
+                                Ok(0) | Err(_) => {
+                                    let _ = input.send(None).await;
+                                    return;
+                                }
+                                Ok(n) => {
+                                    if input.send(Some(buf[..n].to_vec())).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
                 // docker-py reads the answer's head through a buffered reader, then the
                 // stream from the raw socket underneath: bytes that arrive with the head are
                 // lost in that buffer. Docker's daemon starts the process after the head is
