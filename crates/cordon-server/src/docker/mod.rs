@@ -268,7 +268,7 @@ pub async fn serve(
         ready(&format!("unix://{}", path.display()));
         let app = router(st.clone(), false);
         tasks.push(tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            crate::http_serve::serve(listener, app, std::future::pending::<()>()).await;
         }));
     }
     if let Some(addr) = opts.listen {
@@ -279,7 +279,7 @@ pub async fn serve(
         ready(&format!("tcp://{local}"));
         let app = router(st, true);
         tasks.push(tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            crate::http_serve::serve(listener, app, std::future::pending::<()>()).await;
         }));
     }
     Ok(tasks)
