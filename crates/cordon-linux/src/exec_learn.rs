@@ -154,18 +154,30 @@ pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
     })
 }
 
-/// As [`serve`], for a sandbox that stays up (persistent): the programs' record is shared,
-/// readable while it grows (each exec is in it before the kernel runs the call). File needs
-/// are answered but not kept: a persistent sandbox learns programs, destinations and limits.
-pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<BTreeSet<PathBuf>>> {
+/// What a persistent sandbox's commands were seen to do so far, each file need once (the
+/// first program to have it).
+#[derive(Debug, Default)]
+pub struct Learned {
+    pub executed: BTreeSet<PathBuf>,
+    pub files: BTreeMap<(PathBuf, FileUse), FileAccess>,
+}
+
+/// As [`serve`], for a sandbox that stays up (persistent): the record of programs and file
+/// needs is shared, readable while it grows (each call is in it before the kernel runs it).
+pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<Learned>> {
     let sync = wake_synchronously(&listener);
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let seen = Arc::new(Mutex::new(Learned::default()));
     let record = seen.clone();
     std::thread::spawn(move || {
         answer(&listener, sync, |found| {
             if let Ok(mut seen) = record.lock() {
-                if seen.len() < MAX_RECORDED {
-                    seen.extend(found.executed);
+                if seen.executed.len() < MAX_RECORDED {
+                    seen.executed.extend(found.executed);
+                }
+                for f in found.files {
+                    if seen.files.len() < MAX_RECORDED {
+                        seen.files.entry((f.path.clone(), f.how)).or_insert(f);
+                    }
                 }
             }
         })

@@ -1,6 +1,7 @@
 //! Learn mode for persistent sandboxes (`POST /v1/sandboxes` with `learn: true`): what the
 //! sandbox used across all its commands — the destinations its egress proxy decided on, the
-//! programs executed (recorded by its helper, see `cordon_linux::persistent`), each command's
+//! programs executed and the host files asked for beyond the sandbox (recorded by its helper,
+//! see `cordon_linux::persistent` and `cordon_linux::exec_learn`), each command's
 //! peaks (from its cgroup) and output — made into a learned profile by
 //! [`cordon_policy::learn`], on request while it lives, and once more as it ends: that last one
 //! is kept (in memory, the last [`KEPT_ENDED`] of them, until the server restarts) to be
@@ -11,10 +12,12 @@
 //! sandboxes' profiles (another key's answers 404, as for every sandbox route). Learning never
 //! changes what the sandbox may do: the exec filter only notifies, the proxy only logs.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use cordon_linux::persistent::LearnedSoFar;
+use cordon_policy::outcome::{FileAccess, FileUse};
 use cordon_policy::{LimitHit, Outcome, Profile, Usage};
 
 use super::{Caller, Live, Service};
@@ -42,7 +45,12 @@ struct Seen {
     /// The programs its helper said were executed, over every answer: what a helper that died
     /// since had recorded is not lost.
     executed: BTreeSet<PathBuf>,
+    /// The file needs its helper said it saw, likewise (the first program to have each).
+    files: BTreeMap<(PathBuf, FileUse), FileAccess>,
 }
+
+/// Most file needs kept for one sandbox (as its helper keeps).
+const MAX_FILES: usize = 4096;
 
 impl Learning {
     pub(crate) fn new(profile: &Profile) -> Learning {
@@ -84,11 +92,11 @@ impl Learning {
     }
 }
 
-/// The learned profile of `live` now: `executed` is what its helper recorded.
+/// The learned profile of `live` now: `recorded` is what its helper recorded.
 fn render(
     live: &Live,
     learning: &Learning,
-    executed: Vec<PathBuf>,
+    recorded: LearnedSoFar,
     ended: bool,
 ) -> Result<LearnedProfile, ServiceError> {
     let mut o = Outcome::error(String::new(), live.sandbox.enforcement.clone());
@@ -102,8 +110,14 @@ fn render(
         o.limits_hit = s.limits_hit.clone();
         // Only the size counts (see `cordon_policy::learn`), bounded by the output limit.
         o.stdout = " ".repeat(s.output.min(live.profile.limits.output_limit) as usize);
-        s.executed.extend(executed);
+        s.executed.extend(recorded.executed);
         o.executed = s.executed.iter().cloned().collect();
+        for f in recorded.files {
+            if s.files.len() < MAX_FILES {
+                s.files.entry((f.path.clone(), f.how)).or_insert(f);
+            }
+        }
+        o.files = s.files.values().cloned().collect();
         s.commands
     };
     o.network = super::network::egress_events(live);
@@ -171,7 +185,7 @@ impl Service {
             )));
         }
         let sb = live.sandbox.clone();
-        let executed = tokio::task::spawn_blocking(move || sb.executed())
+        let recorded = tokio::task::spawn_blocking(move || sb.learned())
             .await
             .map_err(|e| ServiceError::internal(e.to_string()))?
             .unwrap_or_default();
@@ -179,7 +193,7 @@ impl Service {
             .learning
             .as_ref()
             .ok_or_else(|| ServiceError::internal("learning"))?;
-        render(live, learning, executed, ended)
+        render(live, learning, recorded, ended)
     }
 
     /// As a learning sandbox ends (before its helper goes): its learned profile, kept.
