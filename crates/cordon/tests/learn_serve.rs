@@ -274,3 +274,51 @@ fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hos
     assert_eq!(o["exit_code"], 0, "{o}");
     assert_eq!(o["stdout"], "INPUT FROM THE HOST\n", "{o}");
 }
+
+/// The learned profile of an ended sandbox survives a restart of `cordon serve` on the same
+/// data directory: the same profile for its key (kept in a 0600 file), 404 for another key.
+#[test]
+fn an_ended_sandboxs_learned_profile_survives_a_server_restart_for_its_key_only() {
+    use std::os::unix::fs::MetadataExt;
+    let data = HostDir::new("learn-serve-restart-data");
+    data.file("input.txt", "kept\n", 0o644);
+    let input = data.join("input.txt");
+    let input = input.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-learn-restart-{}-{}",
+        std::process::id(),
+        serve::unique()
+    ));
+    let s = Server::start_in(dir.clone(), &[]);
+    let (st, info) = s.call("POST", "/v1/sandboxes", Some(json!({ "learn": true })));
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap().to_string();
+    exec(&s, &id, &["/bin/cat", input]);
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    let route = format!("/v1/sandboxes/{id}/learned-profile");
+    let (st, before) = s.call("GET", &route, None);
+    assert_eq!(st, 200, "{before}");
+    assert!(before["toml"].as_str().unwrap().contains(input), "{before}");
+    let other = second_key(&s);
+    let key = s.key.clone();
+    drop(s);
+
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.key = key;
+    s.scratch = true;
+    let (st, after) = s.call("GET", &route, None);
+    assert_eq!(st, 200, "{after}");
+    assert_eq!(after, before);
+    assert_eq!(after["ended"], true, "{after}");
+    assert_eq!(status_as(&s, &other, &route), 404);
+    // On disk: private to the server's user.
+    let mut files = Vec::new();
+    for k in std::fs::read_dir(dir.join("learned")).unwrap().flatten() {
+        assert_eq!(k.metadata().unwrap().mode() & 0o777, 0o700);
+        for f in std::fs::read_dir(k.path()).unwrap().flatten() {
+            files.push(f.metadata().unwrap().mode() & 0o777);
+        }
+    }
+    assert_eq!(files, vec![0o600]);
+}
