@@ -219,8 +219,9 @@ fn exec_allow_on_create_is_enforced_across_commands() {
 /// A learning sandbox learns the host files its commands ask for, as `cordon run --learn`
 /// does: a command reading a host file outside the sandbox's view (it fails there) shows up in
 /// the learned profile as a read-only bind naming the program, and the profile replays it; a
-/// host path whose name would write TOML of its own (a newline and a table header) is left
-/// out, with a note.
+/// host path whose name would write TOML of its own (a newline and a table header), and one
+/// that is not UTF-8 (which the helper's message cannot carry as it is), are left out, with a
+/// note, and do not cost the rest of what was learned.
 #[test]
 fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hostile_names() {
     let data = HostDir::new("learn-serve-data");
@@ -239,6 +240,14 @@ fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hos
     let evil_path = hostile.join(evil);
     let o = exec(&s, &id, &["/bin/cat", evil_path.to_str().unwrap()]);
     assert_ne!(o["exit_code"], 0, "{o}");
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = hostile.path.join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+        std::fs::write(bad, "x\n").unwrap();
+    }
+    let cat_bad = format!("/bin/cat \"{}/$(printf 'bad\\377')\"", hostile.str());
+    let o = exec(&s, &id, &["/bin/sh", "-c", &cat_bad]);
+    assert_ne!(o["exit_code"], 0, "{o}");
 
     let (st, learned) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
     assert_eq!(st, 200, "{learned}");
@@ -248,7 +257,7 @@ fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hos
         "{text}"
     );
     assert!(
-        text.contains("path(s) the run asked for were not learned"),
+        text.contains("2 path(s) the run asked for were not learned"),
         "{text}"
     );
     assert!(!text.contains("evil"), "{text}");
@@ -256,7 +265,7 @@ fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hos
     assert_eq!(ro, &vec![json!(input)], "{learned}");
     assert_eq!(
         learned["profile"]["exec"]["allow"],
-        json!(["/bin/cat"]),
+        json!(["/bin/cat", "/bin/sh"]),
         "{learned}"
     );
 

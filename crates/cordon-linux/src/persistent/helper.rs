@@ -2,7 +2,7 @@
 //! launches the sandbox, then routes requests from the server down to the init and events
 //! (with their fds) back up, and keeps each command's kill and accounting domain. In learn
 //! mode one thread of its own (started once the sandbox is up: nothing is forked after)
-//! records the programs executed (see `exec_learn`).
+//! records the programs executed and the host files asked for (see `exec_learn`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
