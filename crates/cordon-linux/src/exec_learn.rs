@@ -18,7 +18,7 @@
 //! the supervisor is gone, the kernel answers the call `ENOSYS`: learning fails closed, never
 //! open.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -135,11 +135,11 @@ pub fn install_listener() -> io::Result<OwnedFd> {
 /// Answers the listener's notifications until no task uses the filter any more; returns what
 /// the run was seen to do.
 pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
-    wake_synchronously(&listener);
+    let sync = wake_synchronously(&listener);
     std::thread::spawn(move || {
         let mut seen = Observed::default();
         let mut files: BTreeMap<(PathBuf, FileUse), FileAccess> = BTreeMap::new();
-        answer(&listener, |found| {
+        answer(&listener, sync, |found| {
             if seen.executed.len() < MAX_RECORDED {
                 seen.executed.extend(found.executed);
             }
@@ -154,18 +154,30 @@ pub fn serve(listener: OwnedFd) -> std::thread::JoinHandle<Observed> {
     })
 }
 
-/// As [`serve`], for a sandbox that stays up (persistent): the programs' record is shared,
-/// readable while it grows (each exec is in it before the kernel runs the call). File needs
-/// are answered but not kept: a persistent sandbox learns programs, destinations and limits.
-pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<BTreeSet<PathBuf>>> {
-    wake_synchronously(&listener);
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+/// What a persistent sandbox's commands were seen to do so far, each file need once (the
+/// first program to have it).
+#[derive(Debug, Default)]
+pub struct Learned {
+    pub executed: BTreeSet<PathBuf>,
+    pub files: BTreeMap<(PathBuf, FileUse), FileAccess>,
+}
+
+/// As [`serve`], for a sandbox that stays up (persistent): the record of programs and file
+/// needs is shared, readable while it grows (each call is in it before the kernel runs it).
+pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<Learned>> {
+    let sync = wake_synchronously(&listener);
+    let seen = Arc::new(Mutex::new(Learned::default()));
     let record = seen.clone();
     std::thread::spawn(move || {
-        answer(&listener, |found| {
+        answer(&listener, sync, |found| {
             if let Ok(mut seen) = record.lock() {
-                if seen.len() < MAX_RECORDED {
-                    seen.extend(found.executed);
+                if seen.executed.len() < MAX_RECORDED {
+                    seen.executed.extend(found.executed);
+                }
+                for f in found.files {
+                    if seen.files.len() < MAX_RECORDED {
+                        seen.files.entry((f.path.clone(), f.how)).or_insert(f);
+                    }
                 }
             }
         })
@@ -175,17 +187,39 @@ pub fn serve_shared(listener: OwnedFd) -> Arc<Mutex<BTreeSet<PathBuf>>> {
 
 /// Kernel 6.6+: the caller's wake-up switches straight to the answering thread (and back), the
 /// round trip of a notification without a trip through the scheduler; older kernels refuse
-/// the flag and keep the ordinary wake-up.
-fn wake_synchronously(listener: &OwnedFd) {
+/// the flag and keep the ordinary wake-up (`false`).
+fn wake_synchronously(listener: &OwnedFd) -> bool {
     let flags: u64 = SYNC_WAKE_UP;
     // SAFETY: SET_FLAGS reads one u64 by value.
-    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SET_FLAGS as _, flags) };
+    unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SET_FLAGS as _, flags) == 0 }
 }
 
 /// Answers every notification with "continue", handing what each showed to `record`, until no
 /// task uses the filter any more.
-fn answer(listener: &OwnedFd, mut record: impl FnMut(Observed)) {
-    let mut decided = HashSet::new();
+///
+/// `blocking` (a kernel that took [`SYNC_WAKE_UP`], 6.6+): the thread waits in `NOTIF_RECV`
+/// itself, which those kernels end (`ENOENT`) once the filter has no task left, the same
+/// moment `poll` would see `POLLHUP`; one system call less per notification than a `poll`
+/// first. Older kernels can leave a waiting `NOTIF_RECV` asleep after the last task is gone:
+/// they are polled.
+fn answer(listener: &OwnedFd, blocking: bool, mut record: impl FnMut(Observed)) {
+    let mut decided = HashMap::new();
+    if blocking {
+        loop {
+            match receive_and_continue(listener, &mut decided) {
+                Ok(found) => record(found),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // No notification: the filter has no task left, or the caller was killed
+                // between its wake-up and ours (then there are tasks, and we wait again).
+                Err(_) => {
+                    if orphaned(listener) {
+                        break;
+                    }
+                }
+            }
+        }
+        return;
+    }
     loop {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -201,7 +235,7 @@ fn answer(listener: &OwnedFd, mut record: impl FnMut(Observed)) {
             break;
         }
         if pfd.revents & libc::POLLIN != 0 {
-            if let Some(found) = receive_and_continue(listener, &mut decided) {
+            if let Ok(found) = receive_and_continue(listener, &mut decided) {
                 record(found);
             }
             continue;
@@ -212,17 +246,27 @@ fn answer(listener: &OwnedFd, mut record: impl FnMut(Observed)) {
     }
 }
 
+/// Whether no task uses the listener's filter any more (`POLLHUP`), without waiting.
+fn orphaned(listener: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
+        || pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
 /// One notification: what it shows, then the answer that lets the kernel go on with the call.
 /// What is looked at before answering is the state before the call.
-fn receive_and_continue(
-    listener: &OwnedFd,
-    decided: &mut HashSet<(PathBuf, Asks)>,
-) -> Option<Observed> {
+fn receive_and_continue(listener: &OwnedFd, decided: &mut Decided) -> io::Result<Observed> {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: NOTIF_RECV fills exactly a seccomp_notif.
     if unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut req) } < 0 {
-        return None;
+        return Err(io::Error::last_os_error());
     }
     let found = lookup(&req, decided);
     let mut resp = libc::seccomp_notif_resp {
@@ -234,7 +278,7 @@ fn receive_and_continue(
     // SAFETY: NOTIF_SEND reads exactly a seccomp_notif_resp. A failure (the caller died) needs
     // no answer.
     let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut resp) };
-    Some(found)
+    Ok(found)
 }
 
 /// What a call asks of one path.
@@ -247,6 +291,15 @@ enum Asks {
     Read,
     Write,
 }
+
+impl Asks {
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The paths already looked at, each with the [`Asks::bit`]s it was looked at for.
+type Decided = HashMap<PathBuf, u8>;
 
 /// The paths a call names: (directory fd or `AT_FDCWD`, address of the path, what it asks).
 fn named(req: &libc::seccomp_notif) -> Vec<(i32, u64, Asks)> {
@@ -310,7 +363,7 @@ fn named(req: &libc::seccomp_notif) -> Vec<(i32, u64, Asks)> {
 /// Most (path, what was asked) pairs remembered as looked at; then the memory starts over.
 const MAX_DECIDED: usize = 65536;
 
-fn lookup(req: &libc::seccomp_notif, decided: &mut HashSet<(PathBuf, Asks)>) -> Observed {
+fn lookup(req: &libc::seccomp_notif, decided: &mut Decided) -> Observed {
     let mut out = Observed::default();
     for (dirfd, addr, asks) in named(req) {
         let Some(path) = resolve(req.pid, dirfd, addr) else {
@@ -320,11 +373,16 @@ fn lookup(req: &libc::seccomp_notif, decided: &mut HashSet<(PathBuf, Asks)>) -> 
         // looked at once (what it showed is recorded already), which keeps the round trip
         // short. A path that appears or goes later is not looked at again: learning may miss
         // it, never change what the call does.
-        if decided.len() >= MAX_DECIDED {
-            decided.clear();
-        }
-        if !decided.insert((path.clone(), asks)) {
-            continue;
+        // (Looked up before inserting: the path is cloned for the map only when new.)
+        match decided.get_mut(&path) {
+            Some(bits) if *bits & asks.bit() != 0 => continue,
+            Some(bits) => *bits |= asks.bit(),
+            None => {
+                if decided.len() >= MAX_DECIDED {
+                    decided.clear();
+                }
+                decided.insert(path.clone(), asks.bit());
+            }
         }
         let root = PathBuf::from(format!("/proc/{}/root", req.pid));
         let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
@@ -475,10 +533,13 @@ fn read_path(pid: u32, addr: u64) -> Option<PathBuf> {
     let mut out = Vec::new();
     let mut at = addr;
     let mut buf = [0u8; 4096];
+    // Most paths are short: a first read of up to 256 bytes copies less of the caller's page.
+    let mut chunk = 256;
     while out.len() < libc::PATH_MAX as usize {
         // Up to the page's end: the next page may not be mapped.
         let room = (4096 - (at % 4096)) as usize;
-        let want = room.min(libc::PATH_MAX as usize - out.len());
+        let want = room.min(chunk).min(libc::PATH_MAX as usize - out.len());
+        chunk = 4096;
         let n = read_mem(pid, at, &mut buf[..want])?;
         if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
             out.extend_from_slice(&buf[..end]);

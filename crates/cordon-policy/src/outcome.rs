@@ -123,7 +123,7 @@ pub struct Outcome {
 }
 
 /// How a learning run used a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum FileUse {
     Read,
     Write,
@@ -134,7 +134,7 @@ pub enum FileUse {
 /// path missing in the sandbox but present on the host (`path`: that file or directory), or a
 /// write where the sandbox had no such directory or only a read-only one (`path`: the nearest
 /// directory the host has). The sandbox's path and the host's are the same name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FileAccess {
     pub path: std::path::PathBuf,
     pub is_dir: bool,

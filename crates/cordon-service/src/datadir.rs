@@ -14,9 +14,10 @@ pub const FILE_MODE: u32 = 0o600;
 
 /// Files cordon keeps in a data directory; a directory holding one of them is cordon's to
 /// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox; `runs` the
-/// workspaces of programs running one-shot.)
-const OURS: [&str; 8] = [
+/// workspaces of programs running one-shot; `learned` ended sandboxes' learned profiles.)
+const OURS: [&str; 9] = [
     "cordon.db",
+    "learned",
     "secrets.key",
     "audit.jsonl",
     "lock",

@@ -1,20 +1,26 @@
 //! Learn mode for persistent sandboxes (`POST /v1/sandboxes` with `learn: true`): what the
 //! sandbox used across all its commands — the destinations its egress proxy decided on, the
-//! programs executed (recorded by its helper, see `cordon_linux::persistent`), each command's
+//! programs executed and the host files asked for beyond the sandbox (recorded by its helper,
+//! see `cordon_linux::persistent` and `cordon_linux::exec_learn`), each command's
 //! peaks (from its cgroup) and output — made into a learned profile by
 //! [`cordon_policy::learn`], on request while it lives, and once more as it ends: that last one
-//! is kept (in memory, the last [`KEPT_ENDED`] of them, until the server restarts) to be
-//! fetched after a delete or an expiry.
+//! is kept (the last [`KEPT_ENDED`] of them, in memory and in the data directory's `learned/`,
+//! one 0600 file per key and sandbox, so that a server restart keeps them) to be fetched after
+//! a delete or an expiry.
 //!
 //! Threat model: everything recorded is the sandboxed program's doing, so hostile; the profile
 //! writer escapes and checks every value it writes. A caller gets only its own key's
-//! sandboxes' profiles (another key's answers 404, as for every sandbox route). Learning never
+//! sandboxes' profiles (another key's answers 404, as for every sandbox route); on disk each
+//! key has a directory of its own, named by the key's id, and only ids and sandbox ids made of
+//! `[A-Za-z0-9_-]` name a file (a name from a request is never a path). Learning never
 //! changes what the sandbox may do: the exec filter only notifies, the proxy only logs.
 
-use std::collections::{BTreeSet, VecDeque};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use cordon_linux::persistent::LearnedSoFar;
+use cordon_policy::outcome::{FileAccess, FileUse};
 use cordon_policy::{LimitHit, Outcome, Profile, Usage};
 
 use super::{Caller, Live, Service};
@@ -42,7 +48,12 @@ struct Seen {
     /// The programs its helper said were executed, over every answer: what a helper that died
     /// since had recorded is not lost.
     executed: BTreeSet<PathBuf>,
+    /// The file needs its helper said it saw, likewise (the first program to have each).
+    files: BTreeMap<(PathBuf, FileUse), FileAccess>,
 }
+
+/// Most file needs kept for one sandbox (as its helper keeps).
+const MAX_FILES: usize = 4096;
 
 impl Learning {
     pub(crate) fn new(profile: &Profile) -> Learning {
@@ -84,11 +95,11 @@ impl Learning {
     }
 }
 
-/// The learned profile of `live` now: `executed` is what its helper recorded.
+/// The learned profile of `live` now: `recorded` is what its helper recorded.
 fn render(
     live: &Live,
     learning: &Learning,
-    executed: Vec<PathBuf>,
+    recorded: LearnedSoFar,
     ended: bool,
 ) -> Result<LearnedProfile, ServiceError> {
     let mut o = Outcome::error(String::new(), live.sandbox.enforcement.clone());
@@ -102,8 +113,14 @@ fn render(
         o.limits_hit = s.limits_hit.clone();
         // Only the size counts (see `cordon_policy::learn`), bounded by the output limit.
         o.stdout = " ".repeat(s.output.min(live.profile.limits.output_limit) as usize);
-        s.executed.extend(executed);
+        s.executed.extend(recorded.executed);
         o.executed = s.executed.iter().cloned().collect();
+        for f in recorded.files {
+            if s.files.len() < MAX_FILES {
+                s.files.entry((f.path.clone(), f.how)).or_insert(f);
+            }
+        }
+        o.files = s.files.values().cloned().collect();
         s.commands
     };
     o.network = super::network::egress_events(live);
@@ -153,7 +170,9 @@ impl Service {
                         .find(|(key, p)| *key == caller.key_id && p.sandbox_id == id)
                         .map(|(_, p)| p.clone())
                 });
-                return kept.ok_or(e);
+                return kept
+                    .or_else(|| stored(&self.cfg.data_dir, &caller.key_id, id))
+                    .ok_or(e);
             }
         };
         self.learn_now(&live, false).await
@@ -171,7 +190,7 @@ impl Service {
             )));
         }
         let sb = live.sandbox.clone();
-        let executed = tokio::task::spawn_blocking(move || sb.executed())
+        let recorded = tokio::task::spawn_blocking(move || sb.learned())
             .await
             .map_err(|e| ServiceError::internal(e.to_string()))?
             .unwrap_or_default();
@@ -179,7 +198,7 @@ impl Service {
             .learning
             .as_ref()
             .ok_or_else(|| ServiceError::internal("learning"))?;
-        render(live, learning, executed, ended)
+        render(live, learning, recorded, ended)
     }
 
     /// As a learning sandbox ends (before its helper goes): its learned profile, kept.
@@ -192,8 +211,78 @@ impl Service {
                 if k.len() >= KEPT_ENDED {
                     k.pop_front();
                 }
-                k.push_back((live.key_id.clone(), p));
+                k.push_back((live.key_id.clone(), p.clone()));
             }
+            let dir = self.cfg.data_dir.clone();
+            let key = live.key_id.clone();
+            let _ = tokio::task::spawn_blocking(move || store(&dir, &key, &p)).await;
         }
     }
+}
+
+/// A name that may be a file name under `learned/`: a key id or a sandbox id as cordon makes
+/// them. Anything else names no file.
+fn plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `<data_dir>/learned/<key>/<sandbox>.json`, if both are plain names.
+fn stored_path(data_dir: &Path, key: &str, sandbox: &str) -> Option<PathBuf> {
+    (plain_name(key) && plain_name(sandbox)).then(|| {
+        data_dir
+            .join("learned")
+            .join(key)
+            .join(format!("{sandbox}.json"))
+    })
+}
+
+/// The learned profile an earlier run of the server (or this one) kept for `key`.
+fn stored(data_dir: &Path, key: &str, sandbox: &str) -> Option<LearnedProfile> {
+    let text = std::fs::read(stored_path(data_dir, key, sandbox)?).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Keeps `p` on disk (0600 in 0700 directories, written whole then renamed), then forgets the
+/// oldest beyond [`KEPT_ENDED`] over all keys. A failure loses only what a restart would lose.
+fn store(data_dir: &Path, key: &str, p: &LearnedProfile) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(file) = stored_path(data_dir, key, &p.sandbox_id) else {
+        return Ok(());
+    };
+    let root = data_dir.join("learned");
+    let mut dirs = std::fs::DirBuilder::new();
+    dirs.recursive(true).mode(crate::datadir::DIR_MODE);
+    if let Some(dir) = file.parent() {
+        dirs.create(dir)?;
+    }
+    let partial = file.with_extension("partial");
+    {
+        let mut f = crate::datadir::open_private(
+            &partial,
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true),
+        )?;
+        f.write_all(&serde_json::to_vec(p).map_err(std::io::Error::other)?)?;
+    }
+    std::fs::rename(&partial, &file)?;
+    let mut all = Vec::new();
+    for k in std::fs::read_dir(&root)?.flatten() {
+        for f in std::fs::read_dir(k.path()).into_iter().flatten().flatten() {
+            let modified = f.metadata().and_then(|m| m.modified()).ok();
+            all.push((modified, f.path()));
+        }
+    }
+    if all.len() > KEPT_ENDED {
+        all.sort();
+        for (_, old) in &all[..all.len() - KEPT_ENDED] {
+            let _ = std::fs::remove_file(old);
+        }
+    }
+    Ok(())
 }

@@ -318,7 +318,7 @@ pub struct CreateSandbox {
 }
 
 /// A learning sandbox's learned profile (`GET /v1/sandboxes/{id}/learned-profile`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LearnedProfile {
     pub sandbox_id: String,
     /// The sandbox has ended: this is what it used in all (else what it used so far).

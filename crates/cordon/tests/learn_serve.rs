@@ -215,3 +215,119 @@ fn exec_allow_on_create_is_enforced_across_commands() {
     );
     assert_eq!(st, 400, "{e}");
 }
+
+/// A learning sandbox learns the host files its commands ask for, as `cordon run --learn`
+/// does: a command reading a host file outside the sandbox's view (it fails there) shows up in
+/// the learned profile as a read-only bind naming the program, and the profile replays it; a
+/// host path whose name would write TOML of its own (a newline and a table header), and one
+/// that is not UTF-8 (which the helper's message cannot carry as it is), are left out, with a
+/// note, and do not cost the rest of what was learned.
+#[test]
+fn a_learning_sandbox_learns_the_host_files_its_commands_read_and_leaves_out_hostile_names() {
+    let data = HostDir::new("learn-serve-data");
+    data.file("input.txt", "INPUT FROM THE HOST\n", 0o644);
+    let hostile = HostDir::new("learn-serve-hostile");
+    let evil = "evil\n[exec]\nallow = [\"sh\"]";
+    hostile.file(evil, "x\n", 0o644);
+    let s = Server::start();
+    let (st, info) = s.call("POST", "/v1/sandboxes", Some(json!({ "learn": true })));
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap().to_string();
+    let input = data.join("input.txt");
+    let input = input.to_str().unwrap();
+    let o = exec(&s, &id, &["/bin/cat", input]);
+    assert_ne!(o["exit_code"], 0, "the sandbox has no such file: {o}");
+    let evil_path = hostile.join(evil);
+    let o = exec(&s, &id, &["/bin/cat", evil_path.to_str().unwrap()]);
+    assert_ne!(o["exit_code"], 0, "{o}");
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = hostile.path.join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+        std::fs::write(bad, "x\n").unwrap();
+    }
+    let cat_bad = format!("/bin/cat \"{}/$(printf 'bad\\377')\"", hostile.str());
+    let o = exec(&s, &id, &["/bin/sh", "-c", &cat_bad]);
+    assert_ne!(o["exit_code"], 0, "{o}");
+
+    let (st, learned) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
+    assert_eq!(st, 200, "{learned}");
+    let text = learned["toml"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("\"{input}\",  # read during learning by cat")),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 path(s) the run asked for were not learned"),
+        "{text}"
+    );
+    assert!(!text.contains("evil"), "{text}");
+    let ro = learned["profile"]["filesystem"]["ro"].as_array().unwrap();
+    assert_eq!(ro, &vec![json!(input)], "{learned}");
+    assert_eq!(
+        learned["profile"]["exec"]["allow"],
+        json!(["/bin/cat", "/bin/sh"]),
+        "{learned}"
+    );
+
+    // Kept after its delete, and the learned profile replays the command.
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    let (st, learned) = s.call("GET", &format!("/v1/sandboxes/{id}/learned-profile"), None);
+    assert_eq!(st, 200, "{learned}");
+    let text = learned["toml"].as_str().unwrap();
+    assert!(text.contains(&format!("\"{input}\"")), "{text}");
+    let dir = HostDir::new("learn-serve-files");
+    let file = dir.join("learned.toml");
+    std::fs::write(&file, text).unwrap();
+    let o = replay(&file, &["/bin/cat", input]);
+    assert_eq!(o["exit_code"], 0, "{o}");
+    assert_eq!(o["stdout"], "INPUT FROM THE HOST\n", "{o}");
+}
+
+/// The learned profile of an ended sandbox survives a restart of `cordon serve` on the same
+/// data directory: the same profile for its key (kept in a 0600 file), 404 for another key.
+#[test]
+fn an_ended_sandboxs_learned_profile_survives_a_server_restart_for_its_key_only() {
+    use std::os::unix::fs::MetadataExt;
+    let data = HostDir::new("learn-serve-restart-data");
+    data.file("input.txt", "kept\n", 0o644);
+    let input = data.join("input.txt");
+    let input = input.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-learn-restart-{}-{}",
+        std::process::id(),
+        serve::unique()
+    ));
+    let s = Server::start_in(dir.clone(), &[]);
+    let (st, info) = s.call("POST", "/v1/sandboxes", Some(json!({ "learn": true })));
+    assert_eq!(st, 201, "{info}");
+    let id = info["id"].as_str().unwrap().to_string();
+    exec(&s, &id, &["/bin/cat", input]);
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(st, 204);
+    let route = format!("/v1/sandboxes/{id}/learned-profile");
+    let (st, before) = s.call("GET", &route, None);
+    assert_eq!(st, 200, "{before}");
+    assert!(before["toml"].as_str().unwrap().contains(input), "{before}");
+    let other = second_key(&s);
+    let key = s.key.clone();
+    drop(s);
+
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.key = key;
+    s.scratch = true;
+    let (st, after) = s.call("GET", &route, None);
+    assert_eq!(st, 200, "{after}");
+    assert_eq!(after, before);
+    assert_eq!(after["ended"], true, "{after}");
+    assert_eq!(status_as(&s, &other, &route), 404);
+    // On disk: private to the server's user.
+    let mut files = Vec::new();
+    for k in std::fs::read_dir(dir.join("learned")).unwrap().flatten() {
+        assert_eq!(k.metadata().unwrap().mode() & 0o777, 0o700);
+        for f in std::fs::read_dir(k.path()).unwrap().flatten() {
+            files.push(f.metadata().unwrap().mode() & 0o777);
+        }
+    }
+    assert_eq!(files, vec![0o600]);
+}

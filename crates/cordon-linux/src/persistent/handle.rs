@@ -103,14 +103,23 @@ struct Pending {
 /// Called with the listening socket inside the sandbox when its profile allows egress.
 pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
 
+/// What a learning sandbox's helper recorded so far.
+#[derive(Debug, Clone, Default)]
+pub struct LearnedSoFar {
+    /// Programs executed (sandbox paths, a script's interpreter included).
+    pub executed: Vec<PathBuf>,
+    /// File needs beyond the sandbox (host paths), the first program to have each.
+    pub files: Vec<cordon_policy::outcome::FileAccess>,
+}
+
 /// Callers waiting for a command's usage, by command id.
 type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
 
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     usage: Mutex<UsageWaiters>,
-    /// Callers waiting for the programs executed (learn mode).
-    executed: Mutex<Vec<mpsc::Sender<Vec<PathBuf>>>>,
+    /// Callers waiting for the programs executed and the files needed (learn mode).
+    executed: Mutex<Vec<mpsc::Sender<LearnedSoFar>>>,
     alive: AtomicBool,
     ended: Mutex<Option<String>>,
 }
@@ -341,6 +350,12 @@ impl Sandbox {
     /// far, each with a `#!` script's interpreter (sandbox paths); `None` if the sandbox does
     /// not answer within a second (it ended).
     pub fn executed(&self) -> Option<Vec<PathBuf>> {
+        self.learned().map(|l| l.executed)
+    }
+
+    /// Learn mode: the programs executed (as [`Sandbox::executed`]) and the host files and
+    /// directories the commands asked for beyond the sandbox (see `exec_learn`).
+    pub fn learned(&self) -> Option<LearnedSoFar> {
         let (tx, rx) = mpsc::channel();
         if let Ok(mut w) = self.shared.executed.lock() {
             w.push(tx);
@@ -448,14 +463,17 @@ fn read_events(control: &Channel, shared: &Shared) {
                     let _ = tx.send(usage.clone());
                 }
             }
-            Ok(Some((FromHelper::Executed { paths }, _))) => {
+            Ok(Some((FromHelper::Executed { paths, files }, _))) => {
                 let waiting = shared
                     .executed
                     .lock()
                     .map(|mut w| std::mem::take(&mut *w))
                     .unwrap_or_default();
                 for tx in waiting {
-                    let _ = tx.send(paths.clone());
+                    let _ = tx.send(LearnedSoFar {
+                        executed: paths.clone(),
+                        files: files.clone(),
+                    });
                 }
             }
             Ok(Some((FromHelper::Ended { reason }, _))) => break reason,

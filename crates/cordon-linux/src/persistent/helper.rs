@@ -2,7 +2,7 @@
 //! launches the sandbox, then routes requests from the server down to the init and events
 //! (with their fds) back up, and keeps each command's kill and accounting domain. In learn
 //! mode one thread of its own (started once the sandbox is up: nothing is forked after)
-//! records the programs executed (see `exec_learn`).
+//! records the programs executed and the host files asked for (see `exec_learn`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -379,8 +379,9 @@ fn route(
     }
 }
 
-/// Learn mode's record of the programs executed, filled by its own thread.
-type Executed = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>>>;
+/// Learn mode's record of the programs executed and the files needed, filled by its own
+/// thread.
+type Executed = std::sync::Arc<std::sync::Mutex<crate::exec_learn::Learned>>;
 
 /// The helper's side of the sandbox's kill and accounting domains: the sandbox's cgroup, and
 /// one child cgroup per running command where there is a cgroup.
@@ -554,14 +555,16 @@ impl Domains {
         }
     }
 
-    /// The programs executed so far, as many as fit one message (a sandbox's own long paths
-    /// must not make the answer too large to send).
+    /// The programs executed and the files needed so far, as many as fit one message (a
+    /// sandbox's own long paths and names must not make the answer too large to send): the
+    /// programs in the first half of it, the files in a quarter.
     fn executed(&self) -> FromHelper {
         let mut paths = Vec::new();
-        let mut size = 0usize;
+        let mut files = Vec::new();
         if let Some(seen) = self.executed.as_ref().and_then(|s| s.lock().ok()) {
+            let mut size = 0usize;
             // A name that is not UTF-8 cannot be encoded (nor be an `[exec] allow` entry).
-            for p in seen.iter().filter(|p| p.to_str().is_some()) {
+            for p in seen.executed.iter().filter(|p| p.to_str().is_some()) {
                 // Its JSON: the bytes, escapes at most x6, quotes and a comma.
                 size += p.as_os_str().len() * 6 + 3;
                 if size > crate::channel::MAX_MESSAGE / 2 {
@@ -569,8 +572,22 @@ impl Domains {
                 }
                 paths.push(p.clone());
             }
+            let mut size = 0usize;
+            for f in seen.files.values() {
+                size += f.path.as_os_str().len() * 6 + f.program.len() * 6 + 64;
+                if size > crate::channel::MAX_MESSAGE / 4 {
+                    break;
+                }
+                let mut f = f.clone();
+                // A path that is not UTF-8 cannot be encoded: sent as `?` (no absolute path),
+                // which the learned profile counts as left out in its note.
+                if f.path.to_str().is_none() {
+                    f.path = "?".into();
+                }
+                files.push(f);
+            }
         }
-        FromHelper::Executed { paths }
+        FromHelper::Executed { paths, files }
     }
 
     /// The answer to a usage question now, or `None` when it must wait for the init's sample

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{CommandEnd, ToSupervisor};
 
 pub use crate::channel::{ExecSpec, PtySize};
-pub use handle::{ExitInfo, OnProxyListener, Sandbox, Started};
+pub use handle::{ExitInfo, LearnedSoFar, OnProxyListener, Sandbox, Started};
 pub use helper::helper_main;
 
 /// The fd number on which the helper finds its control socket.
@@ -92,10 +92,12 @@ enum FromHelper {
         id: u64,
         usage: Option<CommandUsage>,
     },
-    /// The answer to `ToHelper::Executed`: the programs executed so far (sandbox paths, as
-    /// many as fit one message), empty without learn mode.
+    /// The answer to `ToHelper::Executed`: the programs executed so far (sandbox paths) and
+    /// the file needs (host paths), as many as fit one message, empty without learn mode.
     Executed {
         paths: Vec<std::path::PathBuf>,
+        #[serde(default)]
+        files: Vec<cordon_policy::outcome::FileAccess>,
     },
     Ended {
         reason: String,
