@@ -402,10 +402,13 @@ fn a_shell_fork_bomb_that_runs_into_its_timeout_says_why() {
             }
             _ => panic!("unexpected status:\n{o}"),
         }
-        if o.has_cgroup() && o.usage("peak_pids") >= 32 {
+        // A refused fork (bash says `fork: …`) must be reported. Reaching the limit alone is
+        // not a refusal: a run can end the moment the 32nd process starts, before any fork
+        // fails (seen once on a loaded CI machine: peak 32, 25 ms, nothing refused).
+        if o.has_cgroup() && o.usage("peak_pids") >= 32 && o.stderr().contains("fork:") {
             assert!(
                 o.hit("pids"),
-                "the bomb reached the limit but pids is not reported:\n{o}"
+                "a fork was refused at the limit but pids is not reported:\n{o}"
             );
         }
         assert_no_process_with(&marker, Duration::from_secs(3));
