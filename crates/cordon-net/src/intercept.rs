@@ -454,7 +454,15 @@ impl Acct<'_> {
         if granted < data.len() {
             return Err(Stop::Note("cut: byte limit reached".into()));
         }
-        match tokio::time::timeout(self.idle, w.write_all(data)).await {
+        // Flushed too: `write_all` on a TLS stream returns once rustls holds the bytes, and
+        // what the socket could not take then stays in rustls until the next write. After a
+        // body's last write there is none: its tail waited for the idle timeout (a 100 MB
+        // download through a slower client took 60 s).
+        let sent = async {
+            w.write_all(data).await?;
+            w.flush().await
+        };
+        match tokio::time::timeout(self.idle, sent).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Stop::Note(format!("closed: {e}"))),
             Err(_) => Err(Stop::Note("closed: idle timeout".into())),
