@@ -23,53 +23,16 @@ use std::time::{Duration, Instant};
 
 use cordon_net::{EgressProxy, Interception, ProxyConfig, SecretBinding};
 use cordon_policy::network::NetworkPolicy;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 mod common;
 use common::{connect_tunnel, cpu_time};
+#[path = "../tests/common/tls.rs"]
+mod tls;
+use tls::{client_config, server_config};
 
 const HOST: &str = "bench.test";
 const ROUNDS: usize = 5;
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A CA and a leaf for [`HOST`] signed by it: (CA PEM, leaf chain, leaf key).
-fn identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
-    let ca_key = rcgen::KeyPair::generate().expect("ca key");
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "intercept bench CA");
-    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
-    let ca_pem = ca_cert.pem();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().expect("leaf key");
-    let leaf = rcgen::CertificateParams::new(vec![HOST.to_string()])
-        .expect("leaf params")
-        .signed_by(&key, &issuer)
-        .expect("leaf cert");
-    (
-        ca_pem,
-        leaf.der().clone(),
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-    )
-}
-
-fn server_config(
-    cert: CertificateDer<'static>,
-    key: PrivateKeyDer<'static>,
-) -> Arc<rustls::ServerConfig> {
-    Arc::new(
-        rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert], key)
-            .expect("server config"),
-    )
-}
 
 /// A TLS server on 127.0.0.2 answering any request with `big` bytes, one request per
 /// connection.
@@ -106,20 +69,6 @@ fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>, big: usi
         }
     });
     addr
-}
-
-fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::pem::PemObject::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.expect("pem")).expect("root");
-    }
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }
 
 /// The floor: a terminator for [`HOST`] that does the cryptography and nothing else. It takes
@@ -258,9 +207,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let big = mb << 20;
-    let (ca_pem, cert, key) = identity();
+    let (ca_pem, cert, key) = tls::identity(HOST);
     let up = upstream(cert, key, big);
-    let (floor_ca, floor_cert, floor_key) = identity();
+    let (floor_ca, floor_cert, floor_key) = tls::identity(HOST);
     let floor_one = bare_terminator(
         floor_cert.clone(),
         floor_key.clone_key(),

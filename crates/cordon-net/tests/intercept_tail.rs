@@ -13,46 +13,18 @@ use std::time::{Duration, Instant};
 
 use cordon_net::{EgressProxy, Interception, ProxyConfig, SecretBinding};
 use cordon_policy::network::NetworkPolicy;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+#[path = "common/tls.rs"]
+mod tls;
 
 const HOST: &str = "tail.test";
 const BODY: usize = 8 << 20;
 const IDLE: Duration = Duration::from_secs(8);
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A CA and a leaf for [`HOST`]: (CA PEM, leaf, key).
-fn identity() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
-    let ca_key = rcgen::KeyPair::generate().expect("ca key");
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
-    let ca_pem = ca_cert.pem();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().expect("leaf key");
-    let leaf = rcgen::CertificateParams::new(vec![HOST.to_string()])
-        .expect("leaf params")
-        .signed_by(&key, &issuer)
-        .expect("leaf");
-    (
-        ca_pem,
-        leaf.der().clone(),
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-    )
-}
-
 /// A TLS upstream answering one GET per connection with [`BODY`] bytes (Content-Length).
 fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> SocketAddr {
-    let config = Arc::new(
-        rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert], key)
-            .expect("server config"),
-    );
+    let config = tls::server_config(cert, key);
     let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
     let addr = listener.local_addr().expect("addr");
     thread::spawn(move || {
@@ -91,7 +63,7 @@ fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> Socke
 
 #[test]
 fn a_slow_clients_download_through_the_termination_ends_with_its_body_not_the_idle_timeout() {
-    let (up_ca, cert, key) = identity();
+    let (up_ca, cert, key) = tls::identity(HOST);
     let up = upstream(cert, key);
     let icpt = Interception::new(vec![SecretBinding {
         name: "TOKEN".into(),
@@ -132,17 +104,7 @@ fn a_slow_clients_download_through_the_termination_ends_with_its_body_not_the_id
         "{}",
         String::from_utf8_lossy(&head)
     );
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::pem::PemObject::pem_slice_iter(client_ca.as_bytes()) {
-        roots.add(c.expect("pem")).expect("root");
-    }
-    let client = Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
+    let client = tls::client_config(&client_ca);
     let conn = rustls::ClientConnection::new(client, ServerName::try_from(HOST).expect("name"))
         .expect("client conn");
     let mut tls = rustls::StreamOwned::new(conn, sock);
