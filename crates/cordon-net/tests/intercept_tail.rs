@@ -20,7 +20,8 @@ mod tls;
 
 const HOST: &str = "tail.test";
 const BODY: usize = 8 << 20;
-const IDLE: Duration = Duration::from_secs(8);
+// Long enough that a loaded machine reading slowly stays far under half of it.
+const IDLE: Duration = Duration::from_secs(20);
 
 /// A TLS upstream answering one GET per connection with [`BODY`] bytes (Content-Length).
 fn upstream(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> SocketAddr {
