@@ -784,6 +784,10 @@ impl Service {
             cordon_linux::freeze::end_leftovers(&scope, &[]);
         })
         .await;
+        // The last records reach the disk before the process exits.
+        if let Err(e) = self.audit.sync() {
+            eprintln!("cordon: audit log: syncing to disk: {e}");
+        }
     }
 }
 

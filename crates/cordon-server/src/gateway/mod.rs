@@ -157,10 +157,21 @@ impl AuditLog {
         if let Value::Object(f) = fields {
             m.extend(f);
         }
-        if let Ok(mut w) = self.w.lock() {
+        if let Ok(w) = self.w.lock() {
             if let Err(e) = w.append(m) {
                 eprintln!("cordon gateway: audit log: {e}");
             }
+        }
+    }
+
+    /// The last records to disk now (the gateway stopping).
+    fn sync(&self) {
+        let done = match self.w.lock() {
+            Ok(w) => w.sync(),
+            Err(_) => return,
+        };
+        if let Err(e) = done {
+            eprintln!("cordon gateway: audit log: syncing to disk: {e}");
         }
     }
 }
@@ -328,6 +339,7 @@ impl Gateway {
         for id in boxes {
             let _ = self.service.delete(&self.caller, &id).await;
         }
+        self.audit.sync();
     }
 
     fn refusal_error(&self, r: &Refusal) -> McpError {
