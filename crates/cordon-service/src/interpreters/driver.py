@@ -48,7 +48,8 @@ Languages.
               100,000 cells), as E2B's interpreter does. display(*objs) (a builtin; raw=True
               takes MIME bundles as they are) emits non-main results; `from IPython.display
               import display, HTML, Markdown, Image…` works, with a small stand-in when IPython
-              is not installed. PIL's Image.show() displays the image. matplotlib
+              is not installed. PIL's Image.show(), and Image.save() to a file name, display the
+              image (as E2B's interpreter does). matplotlib
               (MPLBACKEND=Agg) is switched to a small inline backend: plt.show() and the end of
               each cell emit every open figure as image/png, then close them all.
               A cell that is not Python as written may use IPython's line forms: `!cmd` (a
@@ -548,11 +549,24 @@ def _patch_matplotlib(module):
 
 
 def _patch_pil_image(module):
+    def in_cell():
+        return KERNEL is not None and getattr(KERNEL, "cell", None) is not None
+
     def show(self, title=None, **kwargs):
-        if KERNEL is not None and getattr(KERNEL, "cell", None) is not None:
+        if in_cell():
             KERNEL.display(self)
 
+    saved = module.Image.save
+
+    def save(self, fp, format=None, **params):
+        # E2B's interpreter shows an image saved under a file name (not one written to an
+        # open file or buffer): code written for it expects the saved image among the results.
+        if isinstance(fp, str) and in_cell():
+            KERNEL.display(self)
+        return saved(self, fp, format, **params)
+
     module.Image.show = show
+    module.Image.save = save
 
 
 def _patch_ipython(module):

@@ -860,3 +860,22 @@ def test_a_pil_image_shown_or_last_is_a_png(py):
     assert c.stdout == "shown\n"
     assert [r["is_main_result"] for r in c.results] == [False, True]
     assert all(png_size(r["data"]["image/png"]) == (8, 4) for r in c.results)
+
+
+@needs_pil
+def test_a_pil_image_saved_to_a_file_name_is_displayed_and_saved(py, tmp_path):
+    target = tmp_path / "saved.png"
+    c = py.execute(
+        "import io\n"
+        "from PIL import Image\n"
+        "im = Image.new('RGBA', (6, 3))\n"
+        f"im.save({str(target)!r})\n"
+        "im.save(io.BytesIO(), 'PNG')\n"
+        "print('saved')\n"
+    )
+    assert c.status == "ok", c.error
+    assert c.stdout == "saved\n"
+    # Shown once: the file name, not the buffer; and the file written as asked.
+    assert [r["is_main_result"] for r in c.results] == [False]
+    assert png_size(c.results[0]["data"]["image/png"]) == (6, 3)
+    assert png_size(base64.b64encode(target.read_bytes())) == (6, 3)
