@@ -205,3 +205,34 @@ def test_the_audit_trail_is_searchable_and_a_tampered_record_is_flagged(server, 
     lines[middle] = lines[middle].replace('"event":"x', '"event":"', 1)
     log.write_text("\n".join(lines) + "\n")
     api(server, "DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_images_and_state_list_the_keys_snapshots_volumes_and_secret_names_never_values(server, page):
+    sid = new_sandbox(server)
+    r = api(server, "POST", "/v1/volumes", {"name": "console-vol", "size": "64M"})
+    assert r.status_code == 201, r.text
+    r = api(server, "POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "console-snap"})
+    assert r.status_code == 201, r.text
+    value = "console-secret-value-7f3a"
+    r = api(server, "POST", "/v1/secrets", {"name": "console-secret", "value": value})
+    assert r.status_code == 201, r.text
+    # Another key's volume is not listed.
+    other = server.new_key()
+    r = api(server, "POST", "/v1/volumes", {"name": "other-vol"}, other)
+    assert r.status_code == 201, r.text
+
+    sign_in(page, server)
+    page.goto(server.url + "/console#/resources")
+    expect(page.locator('#volumes tr[data-name="console-vol"]')).to_contain_text("64", timeout=10_000)
+    snap = page.locator('#snapshots tr[data-name="console-snap"]')
+    expect(snap).to_contain_text(sid)
+    expect(page.locator('#secrets tr[data-name="console-secret"]')).to_contain_text("1")
+    expect(page.locator("#images")).to_be_visible()
+    html = page.content()
+    assert "other-vol" not in html
+    assert value not in html
+
+    for path in ("/v1/volumes/console-vol", "/v1/snapshots/console-snap", "/v1/secrets/console-secret"):
+        api(server, "DELETE", path)
+    api(server, "DELETE", "/v1/volumes/other-vol", key=other)
+    api(server, "DELETE", f"/v1/sandboxes/{sid}")

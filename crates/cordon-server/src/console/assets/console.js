@@ -306,6 +306,59 @@ async function showAudit() {
   await load();
 }
 
+// ---- images and state: what the key keeps beyond its sandboxes ----
+
+async function showResources() {
+  stopTimers();
+  const table = (id, heads, rows, empty) => rows.length
+    ? el('table', { id }, el('thead', {}, el('tr', {}, heads.map((h) => el('th', {}, h)))), el('tbody', {}, rows))
+    : el('p', { class: 'muted', id }, empty);
+  const when = (secs) => new Date(secs * 1000).toLocaleString();
+  const section = (title, body) => el('section', { class: 'card' }, el('h2', {}, title), body);
+  const box = el('div', { class: 'grid' });
+  $main().replaceChildren(el('h1', {}, 'Images and state'), box);
+  // Each list on its own: one that fails (a node without an image store) leaves the others.
+  async function part(title, load) {
+    const s = section(title, el('p', { class: 'muted' }, 'Loading…'));
+    box.append(s);
+    try { s.replaceChildren(el('h2', {}, title), await load()); } catch (e) { s.replaceChildren(el('h2', {}, title), el('p', { class: 'error' }, e.message)); }
+  }
+  await Promise.all([
+    part('Images', async () => {
+      const l = await api('GET', '/v1/images');
+      return table('images', ['Names', 'Digest', 'Platform', 'Layers', 'Size', 'Unpacked', 'Added', 'Source'], l.images.map((i) => el('tr', { 'data-digest': i.digest },
+        el('td', {}, (i.names || []).join(', ') || '(digest only)'), el('td', {}, el('code', {}, i.digest.slice(0, 19))), el('td', {}, i.platform),
+        el('td', { class: 'num' }, i.layers), el('td', { class: 'num' }, bytes(i.size_bytes)), el('td', { class: 'num' }, bytes(i.unpacked_bytes)),
+        el('td', {}, when(i.added)), el('td', { class: 'muted' }, i.source))), 'No images in this node\'s store (pull one: cordon image pull REF, or POST /v1/images/pull).');
+    }),
+    part('Snapshots', async () => {
+      const l = await api('GET', '/v1/snapshots');
+      return table('snapshots', ['Name', 'Of sandbox', 'Taken', 'Size', 'Files', 'Left out'], l.snapshots.map((x) => el('tr', { 'data-name': x.name },
+        el('td', {}, x.name), el('td', {}, el('a', { href: '#/sandbox/' + encodeURIComponent(x.sandbox) }, x.sandbox)), el('td', {}, when(x.created_at)),
+        el('td', { class: 'num' }, bytes(x.bytes)), el('td', { class: 'num' }, x.files + ' files, ' + x.dirs + ' dirs'),
+        el('td', { class: 'num' }, x.skipped_count))), 'No snapshots (POST /v1/sandboxes/{id}/snapshots).');
+    }),
+    part('Volumes', async () => {
+      const l = await api('GET', '/v1/volumes');
+      return table('volumes', ['Name', 'Used', 'Cap', 'Created', 'Mounted by'], l.volumes.map((v) => el('tr', { 'data-name': v.name },
+        el('td', {}, v.name), el('td', { class: 'num' }, v.used_bytes === undefined ? 'too large to count' : bytes(v.used_bytes)),
+        el('td', { class: 'num' }, bytes(v.size_bytes)), el('td', {}, when(v.created_at)), el('td', {}, (v.mounted_by || []).join(', ')))), 'No volumes (POST /v1/volumes).');
+    }),
+    part('Secrets (names only: values never leave the server)', async () => {
+      let all = [];
+      let after = null;
+      do {
+        const l = await api('GET', '/v1/secrets?limit=100' + (after ? '&after=' + encodeURIComponent(after) : ''));
+        all = all.concat(l.secrets);
+        after = l.next;
+      } while (after && all.length < 1000);
+      return table('secrets', ['Name', 'Version', 'Updated', 'Metadata'], all.map((x) => el('tr', { 'data-name': x.name },
+        el('td', {}, x.name), el('td', { class: 'num' }, x.version), el('td', {}, new Date(x.updated_at).toLocaleString()),
+        el('td', { class: 'meta' }, Object.entries(x.metadata || {}).map(([k, v]) => k + '=' + v).join(', ')))), 'No secrets (POST /v1/secrets).');
+    }),
+  ]);
+}
+
 // ---- routing ----
 
 function route() {
@@ -313,6 +366,7 @@ function route() {
   const m = h.match(/^#\/sandbox\/(.+)$/);
   if (m) showSandbox(decodeURIComponent(m[1]));
   else if (h === '#/audit') showAudit();
+  else if (h === '#/resources') showResources();
   else showList();
 }
 
