@@ -236,3 +236,33 @@ def test_images_and_state_list_the_keys_snapshots_volumes_and_secret_names_never
         api(server, "DELETE", path)
     api(server, "DELETE", "/v1/volumes/other-vol", key=other)
     api(server, "DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_a_sandboxs_processes_are_listed_with_their_command_lines_as_text(server, page):
+    sid = new_sandbox(server)
+    marker = "<img src=x onerror=alert(1)>"
+    r = api(server, "POST", f"/v1/sandboxes/{sid}/exec",
+            {"cmd": ["sh", "-c", "exec python3 -c 'import time; time.sleep(300)' \"$0\"", marker], "background": True})
+    assert r.status_code == 202, r.text
+    # The API: pids inside the sandbox (its init is 1), the command line as the sandbox wrote it.
+    deadline = time.monotonic() + 20
+    rows = []
+    while time.monotonic() < deadline:
+        rows = api(server, "GET", f"/v1/sandboxes/{sid}/processes").json()["processes"]
+        if any(marker in p["command"] for p in rows):
+            break
+        time.sleep(0.3)
+    mine = [p for p in rows if marker in p["command"]]
+    assert mine and mine[0]["command"].startswith("python3 -c"), rows
+    assert any(p["pid"] == 1 for p in rows), rows
+    assert all(p["pid"] < 100000 for p in rows)
+    # Another key cannot list them.
+    other = server.new_key()
+    assert api(server, "GET", f"/v1/sandboxes/{sid}/processes", key=other).status_code == 404
+
+    sign_in(page, server)
+    page.goto(server.url + f"/console#/sandbox/{sid}")
+    row = page.locator(f'#processes tr[data-pid="{mine[0]["pid"]}"]')
+    expect(row).to_contain_text(marker, timeout=10_000)
+    assert page.locator("#processes img").count() == 0
+    api(server, "DELETE", f"/v1/sandboxes/{sid}")

@@ -100,6 +100,90 @@ pub fn processes(init_pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// One process of a sandbox, as a person listing them wants to see it. Everything here is
+/// written by the sandbox (its command line, even its name): callers show it as text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProcessRow {
+    /// Its pid inside the sandbox (the last of `NSpid`), not the host's.
+    pub pid: i32,
+    /// Its parent's pid inside the sandbox; 0 for the sandbox's init.
+    pub ppid: i32,
+    /// The kernel's one-letter state (`R` running, `S` sleeping, `Z` zombie, …).
+    pub state: String,
+    /// The command line, arguments joined by spaces (its first [`COMMAND_MAX`] bytes, what is
+    /// not UTF-8 replaced); `[name]` when it has none (a zombie).
+    pub command: String,
+    pub cpu_ns: u64,
+    pub rss_bytes: u64,
+}
+
+/// The longest command line a [`ProcessRow`] carries: a process can make its own as long as
+/// its stack (megabytes), which a list of hundreds must not copy whole.
+pub const COMMAND_MAX: usize = 1024;
+
+/// The rows of `pids` (host pids, as [`processes`] gives them), those that still run.
+pub fn process_rows(pids: &[i32]) -> Vec<ProcessRow> {
+    use std::io::Read;
+    let mut rows = Vec::new();
+    for pid in pids {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or("")
+        };
+        // NSpid lists the pid in each namespace from the host's down: the last is the
+        // sandbox's own. The parent's is found among the rows (its host pid is in PPid).
+        let inner = |list: &str| {
+            list.split_whitespace()
+                .last()
+                .and_then(|v| v.parse::<i32>().ok())
+        };
+        let Some(own) = inner(field("NSpid:")) else {
+            continue;
+        };
+        let host_ppid = field("PPid:").parse::<i32>().unwrap_or(0);
+        let state = field("State:").chars().next().unwrap_or('?').to_string();
+        let mut raw = Vec::new();
+        if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+            let _ = f.take(COMMAND_MAX as u64).read_to_end(&mut raw);
+        }
+        while raw.last() == Some(&0) {
+            raw.pop();
+        }
+        let command = if raw.is_empty() {
+            format!("[{}]", field("Name:"))
+        } else {
+            String::from_utf8_lossy(&raw).replace('\0', " ")
+        };
+        let u = usage(&[*pid], false);
+        rows.push((
+            *pid,
+            host_ppid,
+            ProcessRow {
+                pid: own,
+                ppid: 0,
+                state,
+                command,
+                cpu_ns: u.cpu_ns,
+                rss_bytes: u.rss_bytes,
+            },
+        ));
+    }
+    let inner_of: std::collections::HashMap<i32, i32> =
+        rows.iter().map(|(host, _, r)| (*host, r.pid)).collect();
+    rows.into_iter()
+        .map(|(_, host_ppid, mut r)| {
+            r.ppid = inner_of.get(&host_ppid).copied().unwrap_or(0);
+            r
+        })
+        .collect()
+}
+
 /// What a known set of processes used so far: cheap enough to read around every call (a few
 /// `/proc` files per process, no scan of `/proc`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,6 +243,51 @@ pub fn usage(pids: &[i32], peak: bool) -> ProcessUsage {
 #[cfg(test)]
 mod usage_tests {
     use super::*;
+
+    /// A process tree as a person sees it: each command line, its parent, long lines cut.
+    #[test]
+    fn rows_name_each_process_its_parent_and_cut_a_huge_command_line() {
+        let long = "x".repeat(COMMAND_MAX * 4);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 31; wait", &long])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let rows = loop {
+            let rows = process_rows(&processes(pid));
+            if rows.len() >= 3 || std::time::Instant::now() > deadline {
+                break rows;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &pid.to_string()])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        let sh = rows.iter().find(|r| r.pid == pid).unwrap();
+        assert!(sh.command.starts_with("sh -c sleep 30"), "{sh:?}");
+        assert!(sh.command.len() <= COMMAND_MAX, "{}", sh.command.len());
+        let sleeps: Vec<_> = rows
+            .iter()
+            .filter(|r| r.command.starts_with("sleep 3"))
+            .collect();
+        assert_eq!(
+            sleeps.len(),
+            2,
+            "{:?}",
+            rows.iter()
+                .map(|r| (
+                    r.pid,
+                    r.ppid,
+                    r.command.chars().take(40).collect::<String>()
+                ))
+                .collect::<Vec<_>>()
+        );
+        assert!(sleeps.iter().all(|r| r.ppid == pid), "{rows:?}");
+        assert!(sleeps.iter().all(|r| r.state == "S"), "{rows:?}");
+    }
 
     /// A child that burns CPU and holds memory shows both, read from outside.
     #[test]

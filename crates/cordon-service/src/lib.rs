@@ -47,7 +47,7 @@ pub use images::{
     image_error, validate as validate_pull, ImageDetail, ImageList, ImageRemoved, ImageView,
     ImagesConfig, PullEvent, PullRequest, PullResult,
 };
-pub use lifecycle::SandboxMetrics;
+pub use lifecycle::{ProcessList, SandboxMetrics};
 pub use requests::{profile_from, signal_number};
 
 use std::collections::{BTreeMap, HashMap};

@@ -15,6 +15,12 @@ use crate::error::{ErrorKind, ServiceError};
 use crate::registry::now;
 use crate::types::*;
 
+/// A sandbox's processes (see [`Service::process_list`]).
+#[derive(Debug, serde::Serialize)]
+pub struct ProcessList {
+    pub processes: Vec<cordon_linux::snapshot::ProcessRow>,
+}
+
 /// A sandbox's resource use at one moment (see [`Service::sandbox_metrics`]).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SandboxMetrics {
@@ -640,6 +646,24 @@ impl Service {
         tokio::task::spawn_blocking(move || cordon_linux::snapshot::processes(init))
             .await
             .map_err(|e| ServiceError::internal(e.to_string()))
+    }
+
+    /// A sandbox's processes as a person listing them sees them: pids inside the sandbox,
+    /// command lines (the sandbox's own words: show them as text), CPU and memory.
+    pub async fn process_list(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<ProcessList, ServiceError> {
+        let live = self.get_live(caller, id)?;
+        let init = live.sandbox.init_pid;
+        let mut processes = tokio::task::spawn_blocking(move || {
+            cordon_linux::snapshot::process_rows(&cordon_linux::snapshot::processes(init))
+        })
+        .await
+        .map_err(|e| ServiceError::internal(e.to_string()))?;
+        processes.sort_by_key(|p| p.pid);
+        Ok(ProcessList { processes })
     }
 
     /// What the processes [`Service::sandbox_processes`] named have used so far: a few small

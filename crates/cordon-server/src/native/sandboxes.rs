@@ -66,6 +66,17 @@ pub(super) async fn metrics(
     Ok(Json(st.service.sandbox_metrics(&c, &id).await?))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes", params(IdPath),
+    description = "A running sandbox's processes now, by their pid inside it (its init included), with their command lines, CPU and memory.",
+    responses((status = 200, body = super::schema::ProcessList)))]
+pub(super) async fn processes(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<cordon_service::ProcessList>, ApiError> {
+    Ok(Json(st.service.process_list(&c, &id).await?))
+}
+
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(IdPath),
     responses((status = 204, description = "Deleted: every process of the sandbox is gone")))]
 pub(super) async fn delete(

@@ -444,6 +444,31 @@ pub struct SandboxMetrics {
     pub processes_max: u64,
 }
 
+/// A sandbox's processes, by their pid inside it.
+#[derive(ToSchema, Serialize)]
+pub struct ProcessList {
+    pub processes: Vec<ProcessRow>,
+}
+
+/// One process. Its command line is the sandbox's own text: show it as text, never markup.
+#[derive(ToSchema, Serialize)]
+pub struct ProcessRow {
+    /// Its pid inside the sandbox (the init is 1).
+    pub pid: i32,
+    /// Its parent's pid inside the sandbox; 0 for the init.
+    pub ppid: i32,
+    /// The kernel's one-letter state: `R` running, `S` sleeping, `D` waiting on I/O, `T`
+    /// stopped, `Z` ended and not yet reaped.
+    pub state: String,
+    /// The command line, arguments joined by spaces: its first 1024 bytes, what is not UTF-8
+    /// replaced; `[name]` when it has none (a zombie).
+    pub command: String,
+    /// CPU it has used (user and system, its reaped children's too), in nanoseconds.
+    pub cpu_ns: u64,
+    /// Its resident memory, in bytes.
+    pub rss_bytes: u64,
+}
+
 #[derive(ToSchema, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,

@@ -182,6 +182,7 @@ async function showSandbox(id) {
   const useText = el('p', { class: 'muted', id: 'use-text' });
   const log = el('div', { id: 'log' });
   const egress = el('div', { id: 'egress' });
+  const procs = el('div', { id: 'processes' });
   const files = el('div', { id: 'files' });
   const termBox = el('div', { id: 'terminal' });
   const termButton = el('button', { type: 'button', id: 'open-terminal', onclick: () => openTerminal(id, termBox) }, 'Open a terminal');
@@ -192,6 +193,7 @@ async function showSandbox(id) {
       el('section', { class: 'card' }, el('h2', {}, 'Use (CPU blue, memory red, % of limits)'), use, useText),
       el('section', { class: 'card' }, el('h2', {}, 'Terminal'), termButton, termBox),
       el('section', { class: 'card' }, el('h2', {}, 'Files'), files),
+      el('section', { class: 'card' }, el('h2', {}, 'Processes'), procs),
       el('section', { class: 'card' }, el('h2', {}, 'Commands'), log),
       el('section', { class: 'card' }, el('h2', {}, 'Egress'), egress)));
   showFiles(id, files, '/workspace');
@@ -204,6 +206,13 @@ async function showSandbox(id) {
         state.samples.push({ cpu: m.cpu_used_pct, mem: m.mem_total ? (100 * m.mem_used) / m.mem_total : 0 });
         if (state.samples.length > 150) state.samples.shift();
         use.replaceChildren(graph(state.samples));
+        const p = await api('GET', base + '/processes');
+        procs.replaceChildren(el('table', {},
+          el('thead', {}, el('tr', {}, ['PID', 'Parent', 'State', 'CPU', 'Memory', 'Command'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, p.processes.map((r) => el('tr', { 'data-pid': r.pid },
+            el('td', { class: 'num' }, r.pid), el('td', { class: 'num' }, r.ppid), el('td', {}, r.state),
+            el('td', { class: 'num' }, (r.cpu_ns / 1e9).toFixed(2) + 's'), el('td', { class: 'num' }, bytes(r.rss_bytes)),
+            el('td', {}, el('code', {}, r.command)))))));
         useText.textContent = 'CPU ' + m.cpu_used_pct.toFixed(1) + '% · memory ' + bytes(m.mem_used) + ' of ' + bytes(m.mem_total) +
           ' · processes ' + m.processes + ' of ' + m.processes_max + ' · disk ' + bytes(m.disk_used) + ' of ' + bytes(m.disk_total);
       }
