@@ -37,7 +37,8 @@ base_images() {
   printf 'root:x:0:\nuser:x:1000:\n' >"$ctx/rootfs/etc/group"
   echo rootfs >"$ctx/.dockerignore"
   echo 'FROM ./rootfs' >"$ctx/Dockerfile"
-  "$CORDON" image build -t e2bdev/base:latest -t ubuntu:22.04 --data-dir "$data" "$ctx" >/dev/null
+  "$CORDON" image build -t e2bdev/base:latest -t ubuntu:22.04 --data-dir "$data" "$ctx" >/dev/null 2>"$data.base-images.log" \
+    || { cat "$data.base-images.log" >&2; exit 1; }
   rm -rf "$ctx"
 }
 

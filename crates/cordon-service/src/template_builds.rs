@@ -977,8 +977,12 @@ impl Service {
             );
         }
         // The base: in the store, or (only when the server pulls missing images) pulled.
-        let base_user = match store.inspect(&plan.image) {
-            Ok(i) => i.config.config.and_then(|c| c.user),
+        let base = match store.inspect(&plan.image) {
+            Ok(i) => i
+                .config
+                .config
+                .map(|c| (c.user, c.working_dir))
+                .unwrap_or_default(),
             Err(cordon_image::ImageError::NotFound { .. })
                 if self.cfg.image_pull == crate::ImagePull::Never =>
             {
@@ -987,7 +991,7 @@ impl Service {
                     plan.image
                 ));
             }
-            Err(cordon_image::ImageError::NotFound { .. }) => None,
+            Err(cordon_image::ImageError::NotFound { .. }) => (None, None),
             Err(e) => return Err(format!("base image '{}': {e}", plan.image)),
         };
         let dir = self
@@ -998,7 +1002,7 @@ impl Service {
         let ctx = dir.join("context");
         std::fs::create_dir_all(&ctx).map_err(|e| format!("{}: {e}", ctx.display()))?;
         let res = (|| {
-            let dockerfile = write_context(plan, &ctx, base_user, &log)?;
+            let dockerfile = write_context(plan, &ctx, base, &log)?;
             let names = vec![cordon_image::Reference::parse(image).map_err(|e| e.to_string())?];
             let mut profile =
                 cordon_policy::Profile::resolve("default").map_err(|e| e.to_string())?;
@@ -1078,10 +1082,18 @@ fn quoted(s: &str) -> String {
 fn write_context(
     plan: &Plan,
     ctx: &Path,
-    base_user: Option<String>,
+    (base_user, base_workdir): (Option<String>, Option<String>),
     log: &dyn Fn(&'static str, &str),
 ) -> Result<String, String> {
     let mut df = format!("FROM {}\n", plan.image);
+    // Steps run as root (as in Docker and E2B) unless the template or its base says
+    // otherwise, and in root's home unless the base has a working directory: a RUN step can
+    // write inside the image's directories but create nothing at its top (the sandbox's `/`
+    // is not writable), and E2B's `/home/user` is the sandbox's scratch home here, which no
+    // build layer holds.
+    if base_workdir.as_deref().is_none_or(|w| w.is_empty() || w == "/") {
+        df.push_str("WORKDIR /root\n");
+    }
     let mut user = base_user;
     let json = |v: &[&str]| serde_json::to_string(v).unwrap_or_default();
     for (n, s) in plan.steps.iter().enumerate() {
@@ -1343,11 +1355,13 @@ impl cordon_image::build::StepRunner for StepRunner {
             .get(2)
             .cloned()
             .unwrap_or_else(|| step.argv.join(" "));
+        // Root of the step's own user namespace (every capability dropped) unless a user is
+        // named: what Docker and E2B run build steps as.
         let run_as = match step.user.as_deref() {
-            None | Some("") => None,
-            Some(u) => Some(cordon_image::user::resolve_user(&step.layers, u).map_err(|_| {
+            None | Some("") => (0, 0),
+            Some(u) => cordon_image::user::resolve_user(&step.layers, u).map_err(|_| {
                 format!("failed to run command '{cmd}': command failed: unauthenticated: invalid username: '{u}'")
-            })?),
+            })?,
         };
         let mut profile = self.profile.clone();
         profile.image = Some("cordon-template-build".into());
@@ -1360,7 +1374,7 @@ impl cordon_image::build::StepRunner for StepRunner {
             cmd: Vec::new(),
             working_dir: Some(step.working_dir.clone().unwrap_or_else(|| "/".into())),
             user: step.user.clone(),
-            run_as,
+            run_as: Some(run_as),
             upper: Some(step.upper.clone()),
             read_only: false,
         });

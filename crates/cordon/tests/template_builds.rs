@@ -67,6 +67,7 @@ fn build_base(bb: &Path, dir: &Path, data: &Path) {
     std::fs::copy(bb, root.join("bin/busybox")).unwrap();
     for tool in [
         "sh", "cat", "echo", "ls", "env", "test", "whoami", "ln", "readlink", "sleep", "mkdir",
+        "chown",
     ] {
         symlink("busybox", root.join("bin").join(tool)).unwrap();
     }
@@ -229,7 +230,13 @@ fn a_template_built_with_copy_env_and_run_is_what_a_sandbox_from_its_alias_sees(
                 {"type": "COPY", "args": ["files/*", "/opt/files/", "", ""], "filesHash": HASH_A, "force": false},
                 {"type": "ENV", "args": ["GREETING", "hello \"world\" $HOME"], "force": false},
                 {"type": "RUN", "args": ["echo \"$GREETING\" > /opt/out.txt && cat /opt/files/link.txt >> /opt/out.txt"], "force": false},
-                {"type": "RUN", "args": ["whoami > /opt/who.txt", "user"], "force": false},
+                // Two steps making the same layer (E2B's `make_symlink(..., force=True)` after
+                // `make_symlink`): the store has it once, the next step's root stacks it twice.
+                {"type": "RUN", "args": ["ln -s hello.txt /opt/files/again"], "force": false},
+                {"type": "RUN", "args": ["ln -sf hello.txt /opt/files/again"], "force": false},
+                {"type": "RUN", "args": ["mkdir /opt/u && chown user /opt/u"], "force": false},
+                {"type": "RUN", "args": ["whoami > /opt/u/who.txt", "user"], "force": false},
+                {"type": "RUN", "args": ["whoami > /opt/root.txt"], "force": false},
                 {"type": "WORKDIR", "args": ["/opt"], "force": false},
             ],
             "startCmd": "echo started > /tmp/started",
@@ -258,12 +265,12 @@ fn a_template_built_with_copy_env_and_run_is_what_a_sandbox_from_its_alias_sees(
     let (st, out) = s.call(
         "POST",
         &format!("/v1/sandboxes/{id}/exec"),
-        Some(json!({"cmd": "cat /opt/out.txt /opt/who.txt /tmp/started; echo \"$GREETING\""})),
+        Some(json!({"cmd": "cat /opt/out.txt /opt/u/who.txt /opt/root.txt /tmp/started; echo \"$GREETING\""})),
     );
     assert_eq!(st, 200, "{out}");
     assert_eq!(
         out["stdout"],
-        "hello \"world\" $HOME\nfrom the context\nuser\nstarted\nhello \"world\" $HOME\n",
+        "hello \"world\" $HOME\nfrom the context\nuser\nroot\nstarted\nhello \"world\" $HOME\n",
         "{out}"
     );
 
