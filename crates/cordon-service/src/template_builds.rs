@@ -1064,14 +1064,20 @@ enum PlanStep {
     },
 }
 
-/// A Dockerfile word in double quotes (backslash, quote and `$` escaped: no expansion).
+/// A Dockerfile word in double quotes that comes out of the build engine's unquoting and then
+/// its `$` expansion as the very text given (E2B's env values are literal).
 fn quoted(s: &str) -> String {
     let mut o = String::from("\"");
     for c in s.chars() {
-        if matches!(c, '\\' | '"' | '$') {
-            o.push('\\');
+        match c {
+            // Unquoting makes `\$` of this, which expansion makes `$`.
+            '$' => o.push_str("\\\\\\$"),
+            '\\' | '"' => {
+                o.push('\\');
+                o.push(c);
+            }
+            c => o.push(c),
         }
-        o.push(c);
     }
     o.push('"');
     o
@@ -1091,7 +1097,10 @@ fn write_context(
     // write inside the image's directories but create nothing at its top (the sandbox's `/`
     // is not writable), and E2B's `/home/user` is the sandbox's scratch home here, which no
     // build layer holds.
-    if base_workdir.as_deref().is_none_or(|w| w.is_empty() || w == "/") {
+    if base_workdir
+        .as_deref()
+        .is_none_or(|w| w.is_empty() || w == "/")
+    {
         df.push_str("WORKDIR /root\n");
     }
     let mut user = base_user;
@@ -1107,7 +1116,7 @@ fn write_context(
                             "USER {}\n",
                             user.clone()
                                 .filter(|x| !x.is_empty())
-                                .unwrap_or_else(|| "1000".into())
+                                .unwrap_or_else(|| "root".into())
                         ));
                     }
                     None => df.push_str(&format!("RUN {argv}\n")),
@@ -1496,6 +1505,24 @@ mod tests {
             assert!(split_name(bad).is_err(), "{bad}");
         }
         assert!(!valid_tag(":invalid"));
+    }
+
+    #[test]
+    fn an_env_value_comes_out_of_the_engine_as_given() {
+        for v in [
+            "plain",
+            "a \"q\" b",
+            "$HOME ${X:-y} \\$Z",
+            "back\\slash\\",
+            "tail$",
+        ] {
+            let pairs =
+                cordon_image::dockerfile::pairs(&format!("K={}", quoted(v)), true).expect("pairs");
+            let got = pairs[0].1.clone().expect("value");
+            let got = cordon_image::dockerfile::expand(&got, &|_| Some("EXPANDED".into()))
+                .expect("expands");
+            assert_eq!(got, v);
+        }
     }
 
     #[test]
