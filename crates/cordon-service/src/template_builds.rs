@@ -490,12 +490,11 @@ impl Service {
             r.ready_cmd = spec.ready_cmd.clone();
         }
         let svc = self.clone();
-        let key = caller.key_id.clone();
         let image = image_name(template_id, build_id);
         std::thread::Builder::new()
             .name("template-build".into())
             .spawn(move || {
-                let out = svc.run_build(&key, &plan, &image, cpus, memory_mb, &rec);
+                let out = svc.run_build(&plan, &image, cpus, memory_mb, &rec);
                 if let Ok(mut r) = rec.lock() {
                     match out {
                         Ok(()) => {
@@ -957,7 +956,6 @@ impl Service {
     /// written, the build engine run with RUN steps in sandboxes.
     fn run_build(
         &self,
-        key_id: &str,
         plan: &Plan,
         image: &str,
         cpus: Option<f64>,
@@ -998,7 +996,7 @@ impl Service {
             .cfg
             .data_dir
             .join("template-builds")
-            .join(format!("{}", random_hex(8).map_err(|e| e.message)?));
+            .join(random_hex(8).map_err(|e| e.message)?);
         let ctx = dir.join("context");
         std::fs::create_dir_all(&ctx).map_err(|e| format!("{}: {e}", ctx.display()))?;
         let res = (|| {
@@ -1034,7 +1032,6 @@ impl Service {
                 .map_err(|e| e.to_string())
         })();
         let _ = std::fs::remove_dir_all(&dir);
-        let _ = key_id;
         res
     }
 }
@@ -1540,10 +1537,11 @@ mod tests {
             registry_auth: false,
         };
         let dir = std::env::temp_dir().join(format!("tb-{}", random_hex(6).expect("rand")));
-        let df = write_context(&plan, &dir, None, &|_, _| {}).expect("df");
+        let df = write_context(&plan, &dir, (None, None), &|_, _| {}).expect("df");
         let ins = cordon_image::dockerfile::parse(&df).expect("parses");
-        assert_eq!(ins.len(), 3, "{df}");
-        assert_eq!(ins[1].json().expect("json")[2], "echo hi\nRUN rm -rf /");
+        // FROM, the WORKDIR of a base without one, the RUN, the ENV: nothing more.
+        assert_eq!(ins.len(), 4, "{df}");
+        assert_eq!(ins[2].json().expect("json")[2], "echo hi\nRUN rm -rf /");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
