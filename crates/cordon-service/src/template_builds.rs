@@ -177,10 +177,16 @@ pub struct Step {
     pub force_upload: Option<bool>,
 }
 
+/// Builds that run at once on a server; more wait their turn (reported as building).
+const MAX_RUNNING: usize = 4;
+
 /// Every door-built template of this server.
 #[derive(Debug, Default)]
 pub struct Builds {
     by_id: Mutex<HashMap<String, Tmpl>>,
+    /// Builds running now (at most [`MAX_RUNNING`]), and the wake-up of those waiting.
+    running: Mutex<usize>,
+    turn: std::sync::Condvar,
     /// Upload tokens: token -> (key id, files hash, expiry unix ms).
     uploads: Mutex<HashMap<String, (String, String, u64)>>,
 }
@@ -259,7 +265,33 @@ fn image_name(template_id: &str, build_id: &str) -> String {
     format!("e2b-template-{template_id}:{build_id}")
 }
 
+/// A running build's place, given back on drop.
+struct Slot<'a>(&'a Builds);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.0.running.lock() {
+            *n = n.saturating_sub(1);
+        }
+        self.0.turn.notify_one();
+    }
+}
+
 impl Builds {
+    /// Waits for a place among the running builds.
+    fn slot(&self) -> Slot<'_> {
+        if let Ok(mut n) = self.running.lock() {
+            while *n >= MAX_RUNNING {
+                match self.turn.wait(n) {
+                    Ok(g) => n = g,
+                    Err(_) => return Slot(self),
+                }
+            }
+            *n += 1;
+        }
+        Slot(self)
+    }
+
     fn find<'a>(
         map: &'a HashMap<String, Tmpl>,
         owner: &str,
@@ -306,6 +338,9 @@ impl Service {
             if !(c.is_finite() && c > 0.0 && c <= 64.0) {
                 return Err(ServiceError::bad_request("cpuCount: 1 to 64"));
             }
+        }
+        if memory_mb.is_some_and(|m| !(64..=(1 << 20)).contains(&m)) {
+            return Err(ServiceError::bad_request("memoryMB: 64 to 1048576"));
         }
         let build_id = uuid4()?;
         let mut map = self
@@ -494,7 +529,10 @@ impl Service {
         std::thread::Builder::new()
             .name("template-build".into())
             .spawn(move || {
-                let out = svc.run_build(&plan, &image, cpus, memory_mb, &rec);
+                let out = {
+                    let _slot = svc.template_builds.slot();
+                    svc.run_build(&plan, &image, cpus, memory_mb, &rec)
+                };
                 if let Ok(mut r) = rec.lock() {
                     match out {
                         Ok(()) => {
