@@ -1049,6 +1049,8 @@ impl Service {
             profile.limits.timeout = std::time::Duration::from_secs(30 * 60);
             profile.limits.disk = 8 << 30;
             profile.network.allow = self.cfg.template_build_allow_net.clone();
+            // A build step is a sandbox like any other: the server's required layers hold.
+            self.add_required(&mut profile);
             let opts = cordon_image::build::BuildOptions {
                 dockerfile,
                 context: ctx.clone(),
