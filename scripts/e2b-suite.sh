@@ -18,12 +18,37 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
+# The images E2B's Template SDK and the suite's template tests start from: `e2bdev/base`
+# (`from_base_image()`, and the `base` template, which is the host's system directories here)
+# and `ubuntu:22.04`. Neither can be pulled offline, so both are one busybox root made here
+# (busybox from scripts/test.sh's apt list): the commands those tests run, a /bin/bash that
+# hands over to busybox's sh, and a user database with root and user.
+base_images() {
+  local data=$1 ctx t
+  ctx=$(mktemp -d)
+  mkdir -p "$ctx/rootfs/bin" "$ctx/rootfs/etc" "$ctx/rootfs/root"
+  cp "$(command -v busybox)" "$ctx/rootfs/bin/busybox"
+  for t in $("$ctx/rootfs/bin/busybox" --list); do
+    [ -e "$ctx/rootfs/bin/$t" ] || ln -s busybox "$ctx/rootfs/bin/$t"
+  done
+  [ -e "$ctx/rootfs/bin/bash" ] || printf '#!/bin/sh\nexec /bin/sh "$@"\n' >"$ctx/rootfs/bin/bash"
+  chmod 755 "$ctx/rootfs/bin/bash"
+  printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n' >"$ctx/rootfs/etc/passwd"
+  printf 'root:x:0:\nuser:x:1000:\n' >"$ctx/rootfs/etc/group"
+  echo rootfs >"$ctx/.dockerignore"
+  echo 'FROM ./rootfs' >"$ctx/Dockerfile"
+  "$CORDON" image build -t e2bdev/base:latest -t ubuntu:22.04 --data-dir "$data" "$ctx" >/dev/null 2>"$data.base-images.log" \
+    || { cat "$data.base-images.log" >&2; exit 1; }
+  rm -rf "$ctx"
+}
+
 if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   # Inside the namespace: loopback up, one server, one pytest run.
   suite=$1 copy=$2 out=$3
   ip link set lo up
   data=$out/$suite.data
   key=$("$CORDON" keys create --name e2b-suite --rps 100000 --max-sandboxes 200 --data-dir "$data" | tail -1)
+  base_images "$data"
   "$CORDON" serve --listen 127.0.0.1:0 --data-dir "$data" >"$out/$suite.serve.out" 2>"$out/$suite.serve.err" &
   server=$!
   trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT

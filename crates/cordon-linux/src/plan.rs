@@ -278,6 +278,20 @@ pub struct ImagePlan {
     pub read_only: bool,
 }
 
+/// An image's layers (top first) with each directory kept only where it is topmost. overlayfs
+/// refuses a layer stacked twice (ELOOP), and an image has one whenever two steps made the same
+/// content (`RUN ln -s a b` then `RUN ln -sf a b`: one layer in the store, by its digest). The
+/// lower copy never decides a path: whatever it holds (a file, a whiteout, an opaque directory)
+/// the upper copy holds too, above it — so the merged root is the same without it.
+fn distinct_layers(layers: &[PathBuf]) -> Vec<PathBuf> {
+    let mut seen = std::collections::HashSet::new();
+    layers
+        .iter()
+        .filter(|l| seen.insert(l.as_path()))
+        .cloned()
+        .collect()
+}
+
 /// Top-level entries of an image root that get their own rules: the union of the layers'
 /// top-level directories and files (a whiteout hides one in the merged root; a rule whose
 /// path is gone is skipped). `/dev` and `/proc` are cordon's own mounts, with their rules.
@@ -527,7 +541,7 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
         .and_then(|img| img.run_as)
         .unwrap_or((INNER_ID, INNER_ID));
     let image = p.root_image.as_ref().map(|img| ImagePlan {
-        layers: img.layers.clone(),
+        layers: distinct_layers(&img.layers),
         layer_trees: Vec::new(),
         upper: img.upper.clone(),
         upper_tree: None,
@@ -708,6 +722,15 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
 mod tests {
     use super::*;
     use cordon_policy::profile::Bind;
+
+    #[test]
+    fn a_layer_stacked_twice_is_mounted_once_where_it_is_topmost() {
+        let l = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            distinct_layers(&[l("/a"), l("/b"), l("/a"), l("/c"), l("/b")]),
+            vec![l("/a"), l("/b"), l("/c")]
+        );
+    }
 
     /// A bind with a hidden subtree and a hidden file: its Landlock grant is the tree minus
     /// them (on the sandbox's paths and, for a sandbox without namespaces, the host's), and

@@ -34,6 +34,7 @@ mod network;
 mod requests;
 pub mod snapshots;
 pub mod stored_secrets;
+pub mod template_builds;
 pub mod templates;
 pub mod volumes;
 mod wasm;
@@ -122,6 +123,9 @@ pub struct Config {
     /// Host directories under which a create may bind host paths (`cordon serve
     /// --docker-bind-root`); empty: no host binds at all.
     pub bind_roots: Vec<PathBuf>,
+    /// What RUN steps of a template built through a door may reach (`cordon serve
+    /// --template-allow-net`); empty: no network.
+    pub template_build_allow_net: Vec<String>,
 }
 
 /// What `cordon serve` does with a request for an image its store does not have.
@@ -231,6 +235,8 @@ pub struct Service {
     volume_uses: Mutex<HashMap<(String, String), usize>>,
     /// The learned profiles of ended learning sandboxes (see `learning`).
     learned: learning::Ended,
+    /// Templates built through a door (see `template_builds`).
+    template_builds: template_builds::Builds,
 }
 
 /// Takes an exclusive lock on the data directory: a second server on the same registry would
@@ -296,6 +302,7 @@ impl Service {
             pending: Mutex::new(HashMap::new()),
             volume_uses: Mutex::new(HashMap::new()),
             learned: Default::default(),
+            template_builds: Default::default(),
         });
         svc.reap_previous_run()?;
         svc.remove_partial_state();

@@ -221,7 +221,10 @@ impl Service {
         let req = match &req.template {
             Some(name) => match self.cfg.templates.get(name) {
                 Some(t) => t.apply(req),
-                None => return Err(self.cfg.templates.not_found(name)),
+                None => match self.built_template(&caller.key_id, name) {
+                    Some((t, _, _)) => t.apply(req),
+                    None => return Err(self.cfg.templates.not_found(name)),
+                },
             },
             None => req,
         };
@@ -453,7 +456,24 @@ impl Service {
         caller: &Caller,
         req: CreateSandbox,
     ) -> Result<SandboxInfo, ServiceError> {
-        self.create_seeded(caller, req, None, Seed::default()).await
+        // A template built through a door: its start command started, its ready command
+        // waited for, before the sandbox is handed out.
+        let built = req
+            .template
+            .as_ref()
+            .filter(|n| self.cfg.templates.get(n).is_none())
+            .and_then(|n| self.built_template(&caller.key_id, n))
+            .filter(|(_, start, ready)| start.is_some() || ready.is_some());
+        let info = self
+            .create_seeded(caller, req, None, Seed::default())
+            .await?;
+        if let Some((_, start, ready)) = built {
+            if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
+                let _ = self.delete(caller, &info.id).await;
+                return Err(e);
+            }
+        }
+        Ok(info)
     }
 
     /// A sandbox of a profile the front end built itself from its own trusted configuration

@@ -90,6 +90,14 @@ pub struct ServeArgs {
     /// allowlist: without this flag such sandboxes get no network, and their info says so.
     #[arg(long = "e2b-allow-net", value_name = "ENTRY,…", value_delimiter = ',')]
     e2b_allow_net: Vec<String>,
+    /// Where the RUN steps of templates built through the API (E2B's Template SDK) may
+    /// connect, as `--allow-net` entries; repeat or separate with commas. Default: nowhere.
+    #[arg(
+        long = "template-allow-net",
+        value_name = "ENTRY,…",
+        value_delimiter = ','
+    )]
+    template_allow_net: Vec<String>,
     /// Named templates a create selects (the native API's `template`, E2B's `templateID`):
     /// a TOML file of `[templates.NAME]` tables, checked at start (see below).
     #[arg(long, value_name = "FILE")]
@@ -404,6 +412,15 @@ fn serve(a: ServeArgs) -> Result<(), String> {
                 ..Default::default()
             };
             p.validate().map_err(|e| format!("--e2b-allow-net: {e}"))?;
+            p.allow
+        },
+        template_build_allow_net: {
+            let p = cordon_policy::network::NetworkPolicy {
+                allow: a.template_allow_net.clone(),
+                ..Default::default()
+            };
+            p.validate()
+                .map_err(|e| format!("--template-allow-net: {e}"))?;
             p.allow
         },
         bind_roots: a.docker_bind_root.clone(),

@@ -451,3 +451,24 @@ fn a_built_image_pushed_to_a_registry_is_pulled_elsewhere_and_runs_the_same() {
     let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(v["skipped_blobs"], 5, "{v}");
 }
+
+/// Two steps that make the same layer (one layer in the store, by its digest) stack it twice in
+/// the next step's root and in the image's: overlayfs refused that root (ELOOP) until the
+/// engine mounted each layer once, where it is topmost.
+#[test]
+fn two_steps_making_the_same_layer_leave_a_root_that_mounts() {
+    let Some((_t, ctx, data)) = setup("same-layer") else {
+        return;
+    };
+    let out = build(
+        &data,
+        &ctx,
+        "FROM ./rootfs\nRUN echo same > /etc/same\nRUN echo same > /etc/same\nRUN cat /etc/same\n",
+        &[],
+    );
+    ok(&out);
+    assert_eq!(
+        run_image(&data, &["cat", "/etc/same", "/etc/greeting"]),
+        "same\nhi\n"
+    );
+}

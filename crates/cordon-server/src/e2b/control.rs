@@ -240,6 +240,10 @@ pub(super) async fn create(
     // creates from a snapshot by naming it as the template): the sandbox starts with its files.
     let (chosen, from) = match choose(templates, &template) {
         Some(c) => (c, None),
+        // One the caller built with the Template SDK.
+        None if e2b.st.service.template_alias(&caller, &template).is_some() => {
+            (Chosen::Template(template.clone()), None)
+        }
         None if super::state::is_snapshot(&e2b, &caller, &template).await? => {
             (Chosen::Profile("default".into()), Some(template.clone()))
         }

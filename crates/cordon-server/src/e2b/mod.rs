@@ -21,6 +21,7 @@ pub(crate) mod openapi;
 mod process;
 mod secrets;
 mod state;
+mod templates;
 mod volume_content;
 mod watch;
 
@@ -158,6 +159,25 @@ pub fn router(st: Arc<AppState>) -> Router {
                 .delete(secrets::destroy),
         )
         .route("/templates/{id}", delete(state::delete_template))
+        // Template builds (E2B's Template SDK).
+        .route("/v3/templates", post(templates::request))
+        .route("/templates/{id}/files/{hash}", get(templates::upload_link))
+        .route("/v2/templates/{id}/builds/{build}", post(templates::start))
+        .route(
+            "/templates/{id}/builds/{build}/status",
+            get(templates::status),
+        )
+        .route("/templates/aliases/{alias}", get(templates::alias))
+        .route(
+            "/templates/tags",
+            post(templates::assign_tags).delete(templates::remove_tags),
+        )
+        .route("/templates/{id}/tags", get(templates::tags))
+        // The presigned upload URL (its token is the credential, no API key).
+        .route(
+            "/e2b-template-files/{token}",
+            put(templates::upload).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .route(
             "/volumes",
             post(state::create_volume).get(state::list_volumes),

@@ -50,7 +50,16 @@ const OPS: &[Op] = &[
     Op { method: "get", path: "/sandboxes/{id}/metrics", summary: "CPU, memory and disk use now", auth: Auth::Key, body: None, ok: &[(200, "One sample", JSON)] },
     Op { method: "post", path: "/sandboxes/{id}/snapshots", summary: "Snapshot a sandbox's files (`create_snapshot`; files only: `memory: true` is refused, `notCarried` says what is not kept)", auth: Auth::Key, body: JSON, ok: &[(201, "The snapshot; its `snapshotID` is a template to create from", JSON)] },
     Op { method: "get", path: "/snapshots", summary: "List snapshots (`list_snapshots`; `sandboxID`, `name` filter)", auth: Auth::Key, body: None, ok: &[(200, "The snapshots", JSON)] },
-    Op { method: "delete", path: "/templates/{id}", summary: "Delete a snapshot (`delete_snapshot`)", auth: Auth::Key, body: None, ok: &[(204, "Deleted", None)] },
+    Op { method: "delete", path: "/templates/{id}", summary: "Delete a template built with the Template SDK, or a snapshot (`delete_snapshot`)", auth: Auth::Key, body: None, ok: &[(204, "Deleted", None)] },
+    Op { method: "post", path: "/v3/templates", summary: "Request a template build (`Template.build`, `build_in_background`): `name` is `alias[:tag]`", auth: Auth::Key, body: JSON, ok: &[(202, "The template's and the build's ids, names and tags", JSON)] },
+    Op { method: "get", path: "/templates/{id}/files/{hash}", summary: "Whether a COPY step's files are here, and a one-use URL on this server to upload their archive to", auth: Auth::Key, body: None, ok: &[(201, "`present`, and the upload `url`", JSON)] },
+    Op { method: "put", path: "/e2b-template-files/{token}", summary: "Upload a COPY step's archive (the one-use URL's token is the credential: no API key)", auth: Auth::None, body: Some("application/octet-stream"), ok: &[(200, "Stored", None)] },
+    Op { method: "post", path: "/v2/templates/{id}/builds/{build}", summary: "Start a build: the base (`fromImage`, `fromTemplate`), steps (COPY, ENV, RUN, WORKDIR, USER), `startCmd` and `readyCmd`", auth: Auth::Key, body: JSON, ok: &[(202, "Started", None)] },
+    Op { method: "get", path: "/templates/{id}/builds/{build}/status", summary: "A build's status and log (`logsOffset`, `limit`)", auth: Auth::Key, body: None, ok: &[(200, "The status, the log from the offset, and why it failed", JSON)] },
+    Op { method: "get", path: "/templates/aliases/{alias}", summary: "Whether a template name exists (`Template.exists`)", auth: Auth::Key, body: None, ok: &[(200, "The template's id", JSON)] },
+    Op { method: "post", path: "/templates/tags", summary: "Tag a build (`Template.assign_tags`): `target` is `alias:tag`", auth: Auth::Key, body: JSON, ok: &[(201, "The build and its new tags", JSON)] },
+    Op { method: "delete", path: "/templates/tags", summary: "Remove tags (`Template.remove_tags`)", auth: Auth::Key, body: JSON, ok: &[(204, "Removed", None)] },
+    Op { method: "get", path: "/templates/{id}/tags", summary: "A template's tags (`Template.get_tags`)", auth: Auth::Key, body: None, ok: &[(200, "The tags", JSON)] },
     Op { method: "post", path: "/sandboxes/{id}/fork", summary: "Fork a sandbox (`fork`): `count` new sandboxes with its files; memory and processes are not carried (`notCarried`)", auth: Auth::Key, body: JSON, ok: &[(201, "One entry per fork", JSON)] },
     Op { method: "post", path: "/volumes", summary: "Create a volume (`Volume.create`)", auth: Auth::Key, body: JSON, ok: &[(201, "The volume; its `volumeID` is its name", JSON)] },
     Op { method: "get", path: "/volumes", summary: "List volumes (`Volume.list`)", auth: Auth::Key, body: None, ok: &[(200, "The volumes", JSON)] },
@@ -142,8 +151,8 @@ fn body_schema(content_type: &str, request: bool) -> Value {
 
 fn operation(op: &Op) -> Value {
     let mut params = Vec::new();
-    for (name, p) in [("id", "/{id}"), ("method", "/{method}")] {
-        if op.path.contains(p) || op.path.contains(&format!("{{{name}}}")) {
+    for name in ["id", "method", "hash", "token", "build", "alias"] {
+        if op.path.contains(&format!("{{{name}}}")) {
             params.push(
                 json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}),
             );

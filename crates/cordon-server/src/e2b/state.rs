@@ -135,6 +135,10 @@ pub(super) async fn delete_template(
     Control(e2b, caller): Control,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
+    // A template built through the Template SDK, else a snapshot (E2B's are templates too).
+    if e2b.st.service.template_delete(&caller, &id)? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     e2b.st.service.delete_snapshot(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

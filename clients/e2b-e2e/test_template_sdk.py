@@ -1,0 +1,94 @@
+"""E2B's Template SDK through the published SDK, unmodified: `Template.build` of COPY, ENV,
+RUN, WORKDIR and a start command with its ready command on a base image in the server's store
+(a busybox root built here as `e2bdev/base`, what `from_base_image()` names), its build logs,
+`Template.exists`, then `Sandbox.create(alias)` sees the files and env, and the start command
+has run before the create returns. A base the store lacks fails the build with the SDK's
+`BuildException` naming it.
+
+Its own server, pointed at by the SDK's variables for this test only. busybox comes from
+scripts/test.sh's apt list; without it the test skips.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from e2b import Sandbox, Template
+from e2b.exceptions import BuildException
+
+from conftest import start_server
+
+
+def build_base(cordon: Path, work: Path, data: Path) -> None:
+    """`e2bdev/base` in the store: busybox with every applet, a /bin/bash (E2B's SDK runs every
+    command as `/bin/bash -l -c`) that hands over to busybox's sh, root and user."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("busybox is not installed (scripts/test.sh installs it)")
+        pytest.skip("busybox is not installed")
+    root = work / "base" / "rootfs"
+    for d in ("bin", "etc", "root"):
+        (root / d).mkdir(parents=True)
+    shutil.copy(busybox, root / "bin" / "busybox")
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for a in applets:
+        if a != "busybox" and not (root / "bin" / a).exists():
+            (root / "bin" / a).symlink_to("busybox")
+    bash = root / "bin" / "bash"
+    if not bash.exists():
+        bash.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
+        bash.chmod(0o755)
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\nuser:x:1000:\n")
+    (work / "base" / ".dockerignore").write_text("rootfs\n")
+    (work / "base" / "Dockerfile").write_text("FROM ./rootfs\n")
+    out = subprocess.run(
+        [str(cordon), "image", "build", "-t", "e2bdev/base:latest", str(work / "base"), "--data-dir", str(data)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_template_built_with_the_sdk_is_what_sandbox_create_of_its_alias_runs(server, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    build_base(server.binary, tmp_path, data)
+    ctx = tmp_path / "ctx"
+    (ctx / "app").mkdir(parents=True)
+    (ctx / "app" / "main.py").write_text("print('hi')\n")
+    srv = start_server(data, [])
+    try:
+        for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"):
+            monkeypatch.setenv(k, srv.url)
+        monkeypatch.setenv("E2B_API_KEY", srv.api_key)
+        t = (
+            Template(file_context_path=str(ctx))
+            .from_base_image()
+            .copy("app/", "/srv/app/")
+            .set_envs({"MODE": "prod $NOT_EXPANDED"})
+            .run_cmd("echo built > /srv/app/built.txt")
+            .set_workdir("/srv/app")
+            .set_start_cmd("sleep 1; echo up > /tmp/up", "test -f /tmp/up")
+        )
+        logs: list[str] = []
+        Template.build(t, "sdk-app:v1", on_build_logs=lambda e: logs.append(e.message))
+        assert any("RUN" in m for m in logs), logs
+        assert Template.exists("sdk-app")
+        assert not Template.exists("sdk-app-none")
+        s = Sandbox.create("sdk-app:v1", timeout=120)
+        try:
+            out = s.commands.run("cat /srv/app/main.py /srv/app/built.txt /tmp/up; echo $MODE")
+            assert out.stdout == "print('hi')\nbuilt\nup\nprod $NOT_EXPANDED\n"
+        finally:
+            s.kill()
+        with pytest.raises(BuildException) as e:
+            Template.build(Template().from_image("no-such/image:1").run_cmd("true"), "sdk-missing")
+        assert "'no-such/image:1' is not in this server's image store" in str(e.value)
+    finally:
+        srv.stop()
