@@ -412,7 +412,13 @@ fn bench_commit(
     );
     let runs = (iterations as usize).clamp(3, 5);
     let mut child = Command::new(me)
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-auth", "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--data-dir",
+        ])
         .arg(data)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -453,7 +459,9 @@ fn bench_commit(
             json!({"cmd": ["/bin/sh", "-c", write], "timeout": "300s"}),
         )?;
         if ran["exit_code"] != 0 {
-            return Err(format!("writing {COMMIT_BYTES_MB} MB in the sandbox: {ran}"));
+            return Err(format!(
+                "writing {COMMIT_BYTES_MB} MB in the sandbox: {ran}"
+            ));
         }
         let mut n = 0;
         let t = timed(runs, || {

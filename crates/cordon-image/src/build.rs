@@ -349,7 +349,9 @@ pub fn build(
                     runner.run(&step).map_err(|e| step_err(ins, e))?;
                     let upper = fsutil::open_dir(&dir.join("upper"))
                         .ctx(|| "opening the step's writable layer".into())?;
-                    layer_from_tar(&w, &opts.limits, Some(&key), |tb| tb.tree(upper.as_fd(), "", true))
+                    layer_from_tar(&w, &opts.limits, Some(&key), |tb| {
+                        tb.tree(upper.as_fd(), "", true)
+                    })
                 })();
                 remove_step_dir(&dir);
                 let (layer, _) = made?;
@@ -547,7 +549,8 @@ fn from(
         // A plain directory is the image's one base layer.
         let dir = fsutil::open_dir(&path).ctx(|| format!("FROM {}", path.display()))?;
         let mut st = empty();
-        let (layer, _) = layer_from_tar(w, &opts.limits, None, |tb| tb.tree(dir.as_fd(), "", false))?;
+        let (layer, _) =
+            layer_from_tar(w, &opts.limits, None, |tb| tb.tree(dir.as_fd(), "", false))?;
         st.chain = sha(&["FROM", &layer.diff_id.to_string()]);
         st.layers.push(layer);
         return Ok(st);

@@ -85,9 +85,7 @@ impl Service {
                 "reference: NAME[:TAG]; the digest is the new image's own",
             ));
         }
-        if req.changes.len() > MAX_CHANGES
-            || req.changes.iter().any(|c| c.len() > MAX_CHANGE_LEN)
-        {
+        if req.changes.len() > MAX_CHANGES || req.changes.iter().any(|c| c.len() > MAX_CHANGE_LEN) {
             return Err(ServiceError::bad_request(format!(
                 "changes: at most {MAX_CHANGES} lines of {MAX_CHANGE_LEN} bytes"
             )));

@@ -299,7 +299,9 @@ fn run(a: ImageArgs) -> Result<()> {
             cordon_linux::pin_name_service();
             crate::build::run(b, &open()?)?;
         }
-        ImageCommand::Commit { .. } => bail!("`cordon image commit` talks to a server: see `cordon image commit --help`"),
+        ImageCommand::Commit { .. } => {
+            bail!("`cordon image commit` talks to a server: see `cordon image commit --help`")
+        }
         ImageCommand::Push {
             source,
             dest,

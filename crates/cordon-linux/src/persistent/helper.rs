@@ -171,8 +171,7 @@ pub fn helper_main() -> i32 {
     };
     let mut fds = vec![root_fd.as_raw_fd()];
     fds.extend(writable.as_ref().map(|w| w.as_raw_fd()));
-    if control.send_with_fds(&ready, &fds).is_err()
-    {
+    if control.send_with_fds(&ready, &fds).is_err() {
         domains.kill();
         return 1;
     }
