@@ -188,6 +188,17 @@ fn a_committed_sandbox_runs_with_its_writes_and_without_the_files_it_deleted() {
         "hi\nold\n"
     );
     assert_eq!(s.sh(&id, "echo alive").1, "alive\n");
+    // A paused sandbox is read as it is and stays paused.
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = s.commit(&id, json!({"reference": "app:paused"}));
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["frozen_ms"], 0, "{v}");
+    let (_, v) = s.call("GET", &format!("/v1/sandboxes/{id}"), None);
+    assert_eq!(v["state"], "paused", "{v}");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{id}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(run_image(&data, "app:paused", "cat /etc/made"), "made\n");
 
     // A name the store has is not replaced.
     let (st, v) = s.commit(&id, json!({"reference": "base:1"}));
