@@ -1314,8 +1314,17 @@ impl TarBuilder {
             let mtime = st.st_mtime.max(0) as u64;
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
-                    let child = fsutil::open_dir_beneath(dir, &name)
-                        .map_err(|e| ImageError::io(path.clone(), e))?;
+                    let child = fsutil::open_dir_beneath(dir, &name).map_err(|e| {
+                        if e.kind() == io::ErrorKind::PermissionDenied {
+                            // Rootless, a directory its owner (the sandbox's user, which is
+                            // ours) made unreadable: said, not a fault of the server's.
+                            ImageError::Unsupported(format!(
+                                "/{path}: a directory cordon cannot read (its mode denies its                                  owner): make it readable (chmod u+rx) and try again"
+                            ))
+                        } else {
+                            ImageError::io(path.clone(), e)
+                        }
+                    })?;
                     self.dirs_written.remove(&path);
                     let (uid, gid) = self.owner(&st);
                     self.dir(&path, st.st_mode, uid, gid, mtime)?;

@@ -85,7 +85,7 @@ fn base_image(t: &Tmp) -> Option<PathBuf> {
     std::fs::copy(&bb, root.join("bin/busybox")).unwrap();
     for tool in [
         "sh", "cat", "echo", "mkdir", "rm", "ls", "touch", "test", "ln", "readlink", "mknod",
-        "mkfifo", "wc", "find", "dd", "stat", "seq", "xargs", "grep", "pwd",
+        "mkfifo", "wc", "find", "dd", "stat", "seq", "xargs", "grep", "pwd", "chmod",
     ] {
         symlink("busybox", root.join("bin").join(tool)).unwrap();
     }
@@ -437,4 +437,34 @@ fn registry(t: &Tmp) -> Option<Registry> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     Some(Registry { child, port })
+}
+
+#[test]
+fn a_directory_the_sandbox_made_unreadable_is_carried_as_root_and_refused_rootless_with_what_to_do()
+{
+    let t = Tmp::new("locked");
+    let Some(data) = base_image(&t) else { return };
+    let s = Server::start_in(data.clone(), &[]);
+    let id = s.new_sandbox(json!({"image": "base:1"}));
+    let (code, _, err) = s.sh(
+        &id,
+        "mkdir /app/locked && echo x > /app/locked/f && chmod 000 /app/locked",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (st, v) = s.commit(&id, json!({"reference": "locked:1"}));
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(st, 201, "{v}");
+        assert_eq!(
+            run_image(&data, "locked:1", "stat -c %a /app/locked"),
+            "0\n"
+        );
+    } else {
+        assert_eq!(st, 422, "{v}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("/app/locked") && m.contains("chmod"), "{m}");
+        // Made readable, it commits.
+        assert_eq!(s.sh(&id, "chmod 700 /app/locked").0, 0);
+        let (st, v) = s.commit(&id, json!({"reference": "locked:1"}));
+        assert_eq!(st, 201, "{v}");
+    }
 }
