@@ -1,7 +1,8 @@
 //! `cordon-bench`'s image part: the same multi-layer busybox image, built here with umoci and
 //! served by Debian's docker-registry on loopback, (1) pulled and unpacked cold by cordon and by
 //! `skopeo copy` + `umoci unpack`, and (2) cold-started with `cordon run --image` next to a
-//! host-root `cordon run` and `podman run --rm` (when podman is installed).
+//! host-root `cordon run` and `podman run --rm` (when podman is installed), and (3) `cordon image
+//! commit` of a sandbox that wrote 200 MB against `podman commit` of a container that did.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -157,25 +158,28 @@ fn build_image(dir: &Path, rootless: bool) -> Result<PathBuf, String> {
 /// default as root (RLIMIT_NOFILE 1048576, RLIMIT_NPROC 4194304) need CAP_SYS_RESOURCE to
 /// raise, which a containerised host often lacks; a lower value needs nothing, and neither
 /// changes what a start of /bin/true costs.
+/// `podman` with its storage under `root` and the OCI runtime `runtime`.
+fn podman_base(root: &Path, runtime: &str) -> Vec<String> {
+    let mut v: Vec<String> = vec!["podman".into(), "--root".into()];
+    v.push(root.join("root").display().to_string());
+    v.push("--runroot".into());
+    v.push(root.join("run").display().to_string());
+    // Or podman bind-mounts its overlay directory onto itself and leaves that mount
+    // behind in the scratch dir.
+    v.extend(
+        [
+            "--storage-opt",
+            "overlay.skip_mount_home=true",
+            "--runtime",
+            runtime,
+        ]
+        .map(String::from),
+    );
+    v
+}
+
 fn podman_variant(root: &Path, reference: &str) -> Result<(Vec<String>, &'static str), String> {
-    let base = |runtime: &str| -> Vec<String> {
-        let mut v: Vec<String> = vec!["podman".into(), "--root".into()];
-        v.push(root.join("root").display().to_string());
-        v.push("--runroot".into());
-        v.push(root.join("run").display().to_string());
-        // Or podman bind-mounts its overlay directory onto itself and leaves that mount
-        // behind in the scratch dir.
-        v.extend(
-            [
-                "--storage-opt",
-                "overlay.skip_mount_home=true",
-                "--runtime",
-                runtime,
-            ]
-            .map(String::from),
-        );
-        v
-    };
+    let base = |runtime: &str| podman_base(root, runtime);
     let mut pull = base("crun");
     pull.extend(["pull", "-q", "--tls-verify=false", reference].map(String::from));
     sh(Command::new(&pull[0]).args(&pull[1..]))
@@ -353,7 +357,21 @@ fn run(me: &str, iterations: u32) -> Result<Value, String> {
     let image = medians[0];
     let host = medians[1];
     let podman_ms = medians.get(2).copied();
+    let podman_runtime = podman
+        .as_deref()
+        .and_then(|p| p.strip_prefix("runtime "))
+        .map(str::to_string);
+    let commit = bench_commit(
+        me,
+        &dir.0,
+        &data,
+        &reference,
+        podman_runtime.as_deref(),
+        iterations,
+    )
+    .unwrap_or_else(|e| json!({"error": e}));
     Ok(json!({
+        "commit": commit,
         "command": "image",
         "layers": EXTRA_LAYERS + 1,
         "image_bytes": EXTRA_LAYERS * LAYER_BYTES,
@@ -370,6 +388,145 @@ fn run(me: &str, iterations: u32) -> Result<Value, String> {
         "image_vs_podman": podman_ms.map(|p| ratio(image, p)),
         // The runtime podman used, or why there is no podman row.
         "podman": podman,
+    }))
+}
+
+/// Bytes the sandbox (and the podman container) writes before each commit.
+const COMMIT_BYTES_MB: u32 = 200;
+
+/// `cordon image commit` of a sandbox holding `COMMIT_BYTES_MB` of new files (a persistent
+/// sandbox of the image in the store at `data`, through a private `cordon serve`) against
+/// `podman commit` of a container that wrote the same, each timed alone: the commit only, not
+/// the writes.
+fn bench_commit(
+    me: &str,
+    scratch: &Path,
+    data: &Path,
+    reference: &str,
+    podman_runtime: Option<&str>,
+    iterations: u32,
+) -> Result<Value, String> {
+    use std::io::{BufRead, BufReader};
+    let write = format!(
+        "/bin/busybox dd if=/dev/urandom of=/data/big bs=1M count={COMMIT_BYTES_MB} 2>/dev/null"
+    );
+    let runs = (iterations as usize).clamp(3, 5);
+    let mut child = Command::new(me)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--data-dir",
+        ])
+        .arg(data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting cordon serve: {e}"))?;
+    let cordon = (|| -> Result<Duration, String> {
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(out).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(u) = l.strip_prefix("cordon serving on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => return Err("cordon serve did not start".to_string()),
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(300))
+            .build();
+        let post = |path: &str, body: Value| -> Result<Value, String> {
+            agent
+                .post(&format!("{url}{path}"))
+                .send_json(body)
+                .map_err(|e| format!("POST {path}: {e}"))?
+                .into_json()
+                .map_err(|e| e.to_string())
+        };
+        let sb = post(
+            "/v1/sandboxes",
+            json!({"image": reference, "disk": "1G", "memory": "1G"}),
+        )?;
+        let id = sb["id"].as_str().ok_or("no sandbox id")?.to_string();
+        let ran = post(
+            &format!("/v1/sandboxes/{id}/exec"),
+            json!({"cmd": ["/bin/sh", "-c", write], "timeout": "300s"}),
+        )?;
+        if ran["exit_code"] != 0 {
+            return Err(format!(
+                "writing {COMMIT_BYTES_MB} MB in the sandbox: {ran}"
+            ));
+        }
+        let mut n = 0;
+        let t = timed(runs, || {
+            n += 1;
+            post(
+                &format!("/v1/sandboxes/{id}/commit"),
+                json!({"reference": format!("bench-commit:{n}")}),
+            )
+            .map(|_| ())
+        });
+        let _ = agent.delete(&format!("{url}/v1/sandboxes/{id}")).call();
+        t
+    })();
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    );
+    let _ = child.wait();
+    let cordon = cordon?;
+    let podman = match podman_runtime {
+        None => Err("podman could not run the image".to_string()),
+        Some(runtime) => (|| {
+            let root = scratch.join("podman");
+            let base = podman_base(&root, runtime);
+            let mut run = base.clone();
+            run.extend(
+                [
+                    "run",
+                    "--name",
+                    "bench-commit",
+                    "--network=none",
+                    "--ulimit",
+                    "nofile=1024:1024",
+                    "--ulimit",
+                    "nproc=1024:1024",
+                    reference,
+                    "/bin/sh",
+                    "-c",
+                    &write,
+                ]
+                .map(String::from),
+            );
+            sh(Command::new(&run[0]).args(&run[1..]))?;
+            let mut n = 0;
+            let t = timed(runs, || {
+                n += 1;
+                let mut c = base.clone();
+                c.extend(
+                    ["commit", "-q", "bench-commit", &format!("bench-commit:{n}")]
+                        .map(String::from),
+                );
+                sh(Command::new(&c[0]).args(&c[1..]))
+            });
+            let mut rm = base.clone();
+            rm.extend(["rm", "-f", "bench-commit"].map(String::from));
+            let _ = sh(Command::new(&rm[0]).args(&rm[1..]));
+            t
+        })(),
+    };
+    Ok(json!({
+        "mb": COMMIT_BYTES_MB,
+        "runs": runs,
+        "median_ms": {"cordon image commit": ms(cordon), "podman commit": podman.as_ref().ok().map(|p| ms(*p))},
+        "commit_vs_podman": podman.as_ref().ok().map(|p| ratio(cordon, *p)),
+        "podman": podman.err(),
     }))
 }
 
@@ -402,6 +559,20 @@ pub fn print(v: &Value) {
         f("start_median_ms", "cordon host root"),
         v["image_vs_host_root"].as_f64().unwrap_or(0.0)
     );
+    let c = &v["commit"];
+    match (c["median_ms"]["cordon image commit"].as_f64(), c["error"].as_str()) {
+        (Some(cordon), _) => println!(
+            "  commit of a sandbox holding {} MB ({} runs, medians): cordon image commit {:8.2} ms   podman commit {}",
+            c["mb"],
+            c["runs"],
+            cordon,
+            match (c["median_ms"]["podman commit"].as_f64(), c["commit_vs_podman"].as_f64()) {
+                (Some(p), Some(r)) => format!("{p:8.2} ms   = {r:.2}x"),
+                _ => format!("not measured ({})", c["podman"].as_str().unwrap_or("?")),
+            }
+        ),
+        (None, e) => println!("  commit: failed: {}", e.unwrap_or("?")),
+    }
     match v["image_vs_podman"].as_f64() {
         Some(r) => println!(
             "  podman run --rm ({}) {:8.2} ms   --image / podman = {:.3}x (target <= 0.05x)",

@@ -43,7 +43,7 @@ use crate::store::{ImageRecord, LayerRecord, Store, Writer};
 use crate::unpack::{Budget, Limits};
 
 /// Most layers an image may have (overlayfs' own limit).
-const MAX_LAYERS: usize = 500;
+pub(crate) const MAX_LAYERS: usize = 500;
 /// Symlinks followed while resolving one destination inside the image.
 const MAX_HOPS: usize = 40;
 
@@ -277,7 +277,7 @@ pub fn build(
                     // Docker creates the directory: a layer of just its missing part.
                     let key = sha(&[&st.chain, "WORKDIR", &abs]);
                     steps += 1;
-                    let (layer, hit) = layer_from_tar(&w, opts, Some(&key), |tb| {
+                    let (layer, hit) = layer_from_tar(&w, &opts.limits, Some(&key), |tb| {
                         for d in &resolved {
                             tb.dir(&d.path, d.mode, d.uid, d.gid, 0)?;
                         }
@@ -349,7 +349,9 @@ pub fn build(
                     runner.run(&step).map_err(|e| step_err(ins, e))?;
                     let upper = fsutil::open_dir(&dir.join("upper"))
                         .ctx(|| "opening the step's writable layer".into())?;
-                    layer_from_tar(&w, opts, Some(&key), |tb| tb.tree(upper.as_fd(), "", true))
+                    layer_from_tar(&w, &opts.limits, Some(&key), |tb| {
+                        tb.tree(upper.as_fd(), "", true)
+                    })
                 })();
                 remove_step_dir(&dir);
                 let (layer, _) = made?;
@@ -369,7 +371,18 @@ pub fn build(
     let Some(st) = state else {
         return Err(ImageError::format("the Dockerfile", "no FROM instruction"));
     };
-    let record = assemble(&w, st, opts)?;
+    let source = format!("build {}", opts.context.display());
+    let record = assemble(
+        &w,
+        Assembly {
+            layers: st.layers,
+            config: st.config,
+            platform: st.platform,
+        },
+        &opts.names,
+        source,
+        false,
+    )?;
     Ok(Built {
         names: opts.names.iter().map(|n| n.to_string()).collect(),
         record,
@@ -429,9 +442,9 @@ fn cache_put(w: &Writer<'_>, key: &str, l: &LayerRecord) {
 
 /// Writes a layer with `fill`, stores it (unpacked by the hostile-layer unpacker) and caches
 /// it under `key`. Says whether the store already had it.
-fn layer_from_tar(
+pub(crate) fn layer_from_tar(
     w: &Writer<'_>,
-    opts: &BuildOptions,
+    limits: &Limits,
     key: Option<&str>,
     fill: impl FnOnce(&mut TarBuilder) -> Result<(), ImageError>,
 ) -> Result<(LayerRecord, bool), ImageError> {
@@ -440,7 +453,7 @@ fn layer_from_tar(
         .tmp_path(&format!("build-layer-{}.tar", fsutil::unique()));
     let file = fsutil::create_new_private(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
     let result = (|| {
-        let mut tb = TarBuilder::new(file, opts.limits);
+        let mut tb = TarBuilder::new(file, *limits);
         fill(&mut tb)?;
         let (digest, size) = tb.finish()?;
         let had = w.existing_layer(&digest).is_some();
@@ -451,14 +464,14 @@ fn layer_from_tar(
             platform: None,
             annotations: None,
         };
-        let budget = Budget::new(opts.limits.max_bytes, 0);
+        let budget = Budget::new(limits.max_bytes, 0);
         let mut fetch = |partial: &Path| {
             std::fs::rename(&tmp, partial).ctx(|| format!("storing {}", partial.display()))
         };
         w.ensure_layer(
             &desc,
             &digest,
-            &opts.limits,
+            limits,
             &budget,
             &mut fetch,
             &crate::add::Quiet,
@@ -536,7 +549,8 @@ fn from(
         // A plain directory is the image's one base layer.
         let dir = fsutil::open_dir(&path).ctx(|| format!("FROM {}", path.display()))?;
         let mut st = empty();
-        let (layer, _) = layer_from_tar(w, opts, None, |tb| tb.tree(dir.as_fd(), "", false))?;
+        let (layer, _) =
+            layer_from_tar(w, &opts.limits, None, |tb| tb.tree(dir.as_fd(), "", false))?;
         st.chain = sha(&["FROM", &layer.diff_id.to_string()]);
         st.layers.push(layer);
         return Ok(st);
@@ -580,8 +594,23 @@ fn from_record(
     })
 }
 
-/// Writes the config and manifest and records the image under its names.
-fn assemble(w: &Writer<'_>, st: State, opts: &BuildOptions) -> Result<ImageRecord, ImageError> {
+/// What [`assemble`] makes an image of.
+pub(crate) struct Assembly {
+    /// Bottom layer first.
+    pub(crate) layers: Vec<LayerRecord>,
+    pub(crate) config: ImageConfig,
+    pub(crate) platform: Platform,
+}
+
+/// Writes the config and manifest and records the image under its names (`new_names`: each
+/// must be a name the store does not have yet).
+pub(crate) fn assemble(
+    w: &Writer<'_>,
+    st: Assembly,
+    names: &[Reference],
+    source: String,
+    new_names: bool,
+) -> Result<ImageRecord, ImageError> {
     let config = ConfigFile {
         architecture: st.platform.architecture.clone(),
         os: st.platform.os.clone(),
@@ -622,10 +651,14 @@ fn assemble(w: &Writer<'_>, st: State, opts: &BuildOptions) -> Result<ImageRecor
         layers: st.layers,
         created: None,
         added: 0,
-        source: format!("build {}", opts.context.display()),
+        source,
         unpacked_bytes: unpacked,
     };
-    w.record(record.clone(), &opts.names)?;
+    if new_names {
+        w.record_new(record.clone(), names)?;
+    } else {
+        w.record(record.clone(), names)?;
+    }
     Ok(record)
 }
 
@@ -705,7 +738,7 @@ fn copy(
     });
     let dirs = layer_dirs(w, st);
     let mut tar_digest = String::new();
-    let (layer, hit) = layer_from_tar(w, opts, None, |tb| {
+    let (layer, hit) = layer_from_tar(w, &opts.limits, None, |tb| {
         for src in &sources {
             let st_src = rustix::fs::fstat(&src.fd).ctx(|| format!("stat {}", src.rel))?;
             let is_dir = FileType::from_raw_mode(st_src.st_mode) == FileType::Directory;
@@ -1281,8 +1314,17 @@ impl TarBuilder {
             let mtime = st.st_mtime.max(0) as u64;
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
-                    let child = fsutil::open_dir_beneath(dir, &name)
-                        .map_err(|e| ImageError::io(path.clone(), e))?;
+                    let child = fsutil::open_dir_beneath(dir, &name).map_err(|e| {
+                        if e.kind() == io::ErrorKind::PermissionDenied {
+                            // Rootless, a directory its owner (the sandbox's user, which is
+                            // ours) made unreadable: said, not a fault of the server's.
+                            ImageError::Unsupported(format!(
+                                "/{path}: a directory cordon cannot read (its mode denies its                                  owner): make it readable (chmod u+rx) and try again"
+                            ))
+                        } else {
+                            ImageError::io(path.clone(), e)
+                        }
+                    })?;
                     self.dirs_written.remove(&path);
                     let (uid, gid) = self.owner(&st);
                     self.dir(&path, st.st_mode, uid, gid, mtime)?;
@@ -1355,8 +1397,10 @@ impl TarBuilder {
 
     pub(crate) fn finish(self) -> Result<(Digest, u64), ImageError> {
         let mut w = self.tar.into_inner().map_err(tar_err)?;
+        // Not fsynced: the tar is a scratch file, unpacked into the store and removed at once
+        // (a crash leaves it in the store's tmp, which is never read back); syncing 200 MB of
+        // a commit's layer here cost more than the rest of the commit.
         w.flush().map_err(tar_err)?;
-        w.inner.sync_all().map_err(tar_err)?;
         Ok((Digest::from_hasher(w.hasher), w.count))
     }
 }

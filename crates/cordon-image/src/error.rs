@@ -22,6 +22,9 @@ pub enum ImageError {
     /// No image in the store answers to this reference.
     #[error("no image {reference} in the store (pull or import it first: `cordon image ls` lists what is there)")]
     NotFound { reference: String },
+    /// A name that must be new (a commit's) names an image already.
+    #[error("the store has an image named {reference} already: pick another name, or remove it first (`cordon image rm {reference}`)")]
+    Exists { reference: String },
     /// A digest prefix that names more than one image.
     #[error("{prefix} names more than one image: {candidates}")]
     Ambiguous { prefix: String, candidates: String },

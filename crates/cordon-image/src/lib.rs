@@ -3,7 +3,8 @@
 //! Images come in by [`pull`](crate::pull) from a registry (v2 API) or by
 //! [`import`](crate::import) of a `docker save` / `podman save` archive, an oci-archive or an
 //! OCI layout directory, and live in a content-addressed [`Store`](crate::store::Store) under
-//! `<data-dir>/images`.
+//! `<data-dir>/images`; [`build`](crate::build) makes images from Dockerfiles and
+//! [`commit`](crate::commit) from what a sandbox changed.
 //!
 //! ## Layers are unpacked one directory each, and stacked by overlayfs
 //!
@@ -28,6 +29,7 @@
 mod add;
 pub mod auth;
 pub mod build;
+pub mod commit;
 pub mod digest;
 pub mod dockerfile;
 pub mod error;

@@ -764,6 +764,28 @@ impl Writer<'_> {
         result
     }
 
+    /// Records an image under `names`, none of which may name an image yet (checked under the
+    /// index's lock, so two commits racing for one name cannot both take it).
+    pub(crate) fn record_new(
+        &self,
+        mut record: ImageRecord,
+        names: &[Reference],
+    ) -> Result<(), ImageError> {
+        record.added = now();
+        self.store.update_index(|idx| {
+            if let Some(n) = names.iter().find(|n| idx.refs.contains_key(&n.to_string())) {
+                return Err(ImageError::Exists {
+                    reference: n.familiar(),
+                });
+            }
+            for n in names {
+                idx.refs.insert(n.to_string(), record.digest.clone());
+            }
+            idx.images.insert(record.digest.clone(), record);
+            Ok(())
+        })
+    }
+
     /// Records an image and points `names` at it (moving them off whatever they named).
     pub(crate) fn record(
         &self,

@@ -17,7 +17,7 @@
 //! │  ── Go {cgroup, count_at_end} + the cgroup's files ─────────────────────────▶ │ hostname, loopback
 //! │                                                                               │ joins the cgroup,
 //! │                                                                               │ cgroup ns
-//! │ ◀── RootFd + an O_PATH fd of the root            (persistent sandboxes only) ─│
+//! │ ◀── RootFd + O_PATH fds of the root (and an image's writable layer) (persistent) ─│
 //! │ ◀── ProxyListener + a listening socket  (when the plan has the egress proxy) ─│
 //! │                                                       init::confine: rlimits → close fds → caps
 //! │                                                        → no_new_privs → Landlock → seccomp
@@ -64,7 +64,9 @@ pub enum ToSupervisor {
     /// A listening socket inside the sandbox's network namespace, attached as an fd.
     ProxyListener,
     /// Persistent sandbox: an O_PATH fd of the sandbox's root directory, attached, so the
-    /// supervisor can resolve file paths inside it without going through /proc.
+    /// supervisor can resolve file paths inside it without going through /proc; with an
+    /// image, a second: the directory holding its writable layer (`upper/`, `work/`), which
+    /// nothing inside the sandbox can name (what `cordon image commit` reads).
     RootFd,
     /// The payload (or, in a persistent sandbox, command `id`) could not be executed.
     ExecFailed {

@@ -514,8 +514,11 @@ fn image_root(image: &ImagePlan, plan: &Plan) -> Result<(), MountError> {
     })
 }
 
-/// Runs in the sandbox init, inside fresh user and mount namespaces.
-pub fn build_root(plan: &Plan) -> Result<(), MountError> {
+/// Runs in the sandbox init, inside fresh user and mount namespaces. With an image, returns
+/// an `O_PATH` fd of the directory holding its writable layer (`upper/` and `work/`): once
+/// the staging tree is detached nothing names it, and a persistent sandbox's supervisor needs
+/// it to commit the sandbox (see `ToSupervisor::RootFd`).
+pub fn build_root(plan: &Plan) -> Result<Option<OwnedFd>, MountError> {
     sys::mount(
         None,
         Path::new("/"),
@@ -554,8 +557,21 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
     }
     sys::pivot_root(stage, &stage.join("oldroot")).step(|| "pivot_root into staging".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
+    let mut writable = None;
     if let Some(image) = &plan.image {
         image_root(image, plan)?;
+        writable = Some(
+            rustix::fs::open(
+                UPPER,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(io::Error::from)
+            .step(|| format!("open {UPPER}"))?,
+        );
     }
     // From here on, every path inside the new root is resolved inside it.
     let root = InRoot::open(Path::new(NEW)).step(|| "open the new root".into())?;
@@ -775,7 +791,7 @@ pub fn build_root(plan: &Plan) -> Result<(), MountError> {
         .step(|| "pivot_root into the new root".into())?;
     sys::umount_detach(Path::new(".")).step(|| "detach the old root".into())?;
     std::env::set_current_dir("/").step(|| "chdir /".into())?;
-    Ok(())
+    Ok(writable)
 }
 
 /// Inodes /dev's own tmpfs needs: its root, six device binds, five symlinks, `shm` and `pts`.

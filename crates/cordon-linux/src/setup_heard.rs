@@ -53,6 +53,8 @@ pub(crate) struct SetupHeard {
     pub listener: Option<OwnedFd>,
     /// A persistent sandbox's root (`RootFd`), until the caller takes it.
     pub root: Option<OwnedFd>,
+    /// With an image, the directory of its writable layer (`RootFd`'s second fd).
+    pub writable: Option<OwnedFd>,
     /// The confinement report came and was applied: the payload may run.
     pub confined: bool,
     /// The scratch filesystems the init handed over with `Confined`, until the caller takes
@@ -69,6 +71,7 @@ impl SetupHeard {
             listener_heard: false,
             listener: None,
             root: None,
+            writable: None,
             confined: false,
             watched: None,
             failure: None,
@@ -89,7 +92,9 @@ impl SetupHeard {
     ) -> Heard {
         match msg {
             ToSupervisor::RootFd if !self.confined && self.root.is_none() => {
-                self.root = fds.into_iter().next();
+                let mut fds = fds.into_iter();
+                self.root = fds.next();
+                self.writable = fds.next();
             }
             ToSupervisor::ProxyListener
                 if !self.confined && self.expect_listener && !self.listener_heard =>

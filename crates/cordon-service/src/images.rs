@@ -140,6 +140,10 @@ pub fn image_error(e: ImageError) -> ServiceError {
         }
         ImageError::NotFound { .. } => ServiceError::not_found(message),
         ImageError::Ambiguous { .. } => ServiceError::bad_request(message),
+        ImageError::Exists { .. } => ServiceError {
+            code: "already_exists",
+            ..ServiceError::conflict(message)
+        },
         ImageError::Insecure { .. } => {
             ServiceError::new(ErrorKind::Forbidden, "forbidden", message)
         }
@@ -250,7 +254,7 @@ impl cordon_image::Progress for Forward {
 }
 
 impl Service {
-    fn image_store(&self) -> Result<Store, ServiceError> {
+    pub(crate) fn image_store(&self) -> Result<Store, ServiceError> {
         Store::open(&self.cfg.data_dir).map_err(image_error)
     }
 

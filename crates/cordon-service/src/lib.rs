@@ -26,6 +26,7 @@ pub mod runner;
 pub mod types;
 
 mod code;
+pub mod commit;
 mod exec;
 mod images;
 mod learning;
@@ -167,7 +168,7 @@ pub struct Live {
     pub(crate) network: Mutex<cordon_policy::network::NetworkPolicy>,
     /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
     /// as the sandbox lives.
-    #[allow(dead_code)] // held, never read: its drop releases the layers
+    /// Also what a commit starts from (its manifest digest).
     pub(crate) image: Option<cordon_image::ImageRoot>,
     /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
     pub(crate) cpu_seen: Mutex<(std::time::Instant, u64)>,

@@ -18,7 +18,7 @@ created, setuid/setgid bits are stripped, and an image unpacks to at most --max-
 
 #[derive(Args, Debug)]
 #[command(
-    about = "Manage OCI images: build, pull, push, import, list, inspect, remove",
+    about = "Manage OCI images: build, commit, pull, push, import, list, inspect, remove",
     long_about = "Manage the OCI images sandboxes can run from, without a daemon.\n\n".to_string() + STORE_HELP,
     after_help = "Examples:\n  cordon image pull python:3.12-slim\n  cordon image pull --insecure-registry 10.0.0.5:5000 10.0.0.5:5000/team/app:1\n  \
 cordon image import ./app.tar                 # docker save / podman save, oci-archive\n  cordon image import ./oci-layout --tag app:dev\n  \
@@ -81,6 +81,29 @@ bytes a COPY copies). Progress goes to stderr, one line per step.\n\nExample:\n 
 cordon image build -t my-agent:1 -f Dockerfile ."
     )]
     Build(crate::build::BuildArgs),
+    /// Make an image of a running `cordon serve`'s sandbox: its image plus what it changed.
+    #[command(
+        after_help = "Talks to a running `cordon serve` over HTTP (--server, default http://127.0.0.1:8080; the key from --key or CORDON_API_KEY) and writes the image into that server's store (--data-dir of `cordon serve`; `cordon image ls --data-dir DIR` lists it there). The image is the sandbox's image's layers plus one layer of what the sandbox changed in its root (deletions as whiteouts), with the image's config (Env, Cmd, Entrypoint, WorkingDir, User) and --change lines on top; the sandbox is frozen while its layer is read. Not carried: /workspace, the home and /tmp (cordon mounts its own there in every sandbox: take a snapshot), volumes, memory and processes. A sandbox not made from an image is refused, and so is a name the store has already.
+
+Examples:
+  cordon image commit SANDBOX_ID my-agent:2
+  cordon image commit SANDBOX_ID my-agent:3 --change 'ENV MODE=prod' --change 'CMD [\"python3\", \"app.py\"]'
+  cordon image push my-agent:2 127.0.0.1:5000/team/my-agent:2 --data-dir SERVER_DATA_DIR"
+    )]
+    Commit {
+        /// The sandbox's id.
+        sandbox: String,
+        /// The new image's name, NAME[:TAG].
+        reference: String,
+        /// A Dockerfile line applied to the image's config: ENV, CMD, ENTRYPOINT, WORKDIR,
+        /// USER or LABEL. Repeatable.
+        #[arg(long = "change", short = 'c', value_name = "INSTRUCTION")]
+        changes: Vec<String>,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+        #[command(flatten)]
+        out: Output,
+    },
     /// Pull an image from a registry (Docker Hub, ghcr.io, any OCI registry).
     #[command(
         after_help = "REF is NAME[:TAG][@DIGEST] as Docker takes it: `python` is \
@@ -197,6 +220,16 @@ for on the terminal (not echoed). It is never printed or logged."
 }
 
 pub fn main(a: ImageArgs) -> i32 {
+    if let ImageCommand::Commit {
+        sandbox,
+        reference,
+        changes,
+        server,
+        out,
+    } = a.command
+    {
+        return commit(&sandbox, &reference, changes, &server, out.json);
+    }
     match run(a) {
         Ok(()) => 0,
         Err(e) => {
@@ -204,6 +237,36 @@ pub fn main(a: ImageArgs) -> i32 {
             125
         }
     }
+}
+
+/// `cordon image commit`: a client of the server that runs the sandbox (the image lands in
+/// that server's store). Exit 1 when the server refuses, as the other client commands.
+fn commit(
+    sandbox: &str,
+    reference: &str,
+    changes: Vec<String>,
+    server: &crate::client::ServerArgs,
+    json: bool,
+) -> i32 {
+    let body = serde_json::json!({ "reference": reference, "changes": changes });
+    let path = format!("/v1/sandboxes/{}/commit", crate::client::enc(sandbox));
+    let r = server
+        .resolve()
+        .and_then(|srv| srv.call("POST", &path, Some(body)));
+    crate::client::finish(r, |v| {
+        if json {
+            crate::client::pretty(v);
+            return;
+        }
+        println!(
+            "committed {} {} ({} layers; new layer {} bytes; sandbox frozen {} ms)",
+            familiar(v["reference"].as_str().unwrap_or(reference)),
+            v["digest"].as_str().unwrap_or(""),
+            v["layers"],
+            v["layer_size"],
+            v["frozen_ms"]
+        );
+    })
 }
 
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
@@ -235,6 +298,9 @@ fn run(a: ImageArgs) -> Result<()> {
         ImageCommand::Build(b) => {
             cordon_linux::pin_name_service();
             crate::build::run(b, &open()?)?;
+        }
+        ImageCommand::Commit { .. } => {
+            bail!("`cordon image commit` talks to a server: see `cordon image commit --help`")
         }
         ImageCommand::Push {
             source,

@@ -202,9 +202,10 @@ fn init_main_degraded(mut plan: Plan, ch: Channel) -> ! {
 
 /// PID 1 of the sandbox: builds the root, confines itself, spawns the payload, reaps.
 fn init_main(plan: &Plan, ch: Channel) -> ! {
-    if let Err(e) = mounts::build_root(plan) {
-        fail(&ch, &e.step, e.error);
-    }
+    let writable = match mounts::build_root(plan) {
+        Ok(w) => w,
+        Err(e) => fail(&ch, &e.step, e.error),
+    };
     if let Err(e) = sys::sethostname(&plan.hostname) {
         fail(&ch, "sethostname", e);
     }
@@ -226,13 +227,18 @@ fn init_main(plan: &Plan, ch: Channel) -> ! {
             .open("/")
         {
             Ok(root) => {
-                if let Err(e) = ch.send_with_fds(&ToSupervisor::RootFd, &[root.as_raw_fd()]) {
+                // The image's writable layer goes with it (what a commit reads); both are
+                // closed here once sent, before anything of the sandbox's runs.
+                let mut fds = vec![root.as_raw_fd()];
+                fds.extend(writable.as_ref().map(|w| w.as_raw_fd()));
+                if let Err(e) = ch.send_with_fds(&ToSupervisor::RootFd, &fds) {
                     fail(&ch, "handing the root to the supervisor", e);
                 }
             }
             Err(e) => fail(&ch, "opening the new root", e),
         }
     }
+    drop(writable);
     if plan.network {
         hand_over_proxy_listener(&ch, PROXY_PORT);
     }

@@ -137,6 +137,8 @@ pub struct Sandbox {
     pub host_gid: u32,
     /// O_PATH fd of the sandbox's root directory (in its own mount namespace).
     root: OwnedFd,
+    /// With an image: O_PATH fd of the directory holding its writable layer (`upper/`).
+    writable: Option<OwnedFd>,
     /// Set while the sandbox is paused.
     frozen: Mutex<Option<crate::freeze::Frozen>>,
 }
@@ -186,7 +188,7 @@ impl Sandbox {
             ));
         }
         let mut on_proxy = on_proxy;
-        let (enforcement, init_pid, host_uid, host_gid, root) = loop {
+        let (enforcement, init_pid, host_uid, host_gid, root, writable) = loop {
             match control.recv::<FromHelper>() {
                 Ok(Some((
                     FromHelper::Ready {
@@ -197,7 +199,8 @@ impl Sandbox {
                     },
                     fds,
                 ))) => {
-                    let Some(root) = fds.into_iter().next() else {
+                    let mut fds = fds.into_iter();
+                    let Some(root) = fds.next() else {
                         return Err(fail(
                             &mut child,
                             EngineError::Setup {
@@ -207,7 +210,7 @@ impl Sandbox {
                             },
                         ));
                     };
-                    break (*enforcement, init_pid, host_uid, host_gid, root);
+                    break (*enforcement, init_pid, host_uid, host_gid, root, fds.next());
                 }
                 Ok(Some((FromHelper::Sandbox(ToSupervisor::ProxyListener), fds))) => {
                     if let (Some(cb), Some(fd)) = (on_proxy.take(), fds.into_iter().next()) {
@@ -261,6 +264,7 @@ impl Sandbox {
             host_uid,
             host_gid,
             root,
+            writable,
             frozen: Mutex::new(None),
         })
     }
@@ -268,6 +272,31 @@ impl Sandbox {
     /// A new fd for the sandbox's root directory (for [`crate::fsview::SandboxFs::from_root_fd`]).
     pub fn root_dir(&self) -> std::io::Result<OwnedFd> {
         self.root.try_clone()
+    }
+
+    /// The overlayfs upper directory of a sandbox made from an image — what it changed in the
+    /// image's root (whiteouts as overlayfs writes them: 0/0 character devices and
+    /// `user.overlay.opaque`) — opened for reading; `None` for a sandbox without an image.
+    /// Opened beneath the directory the init handed over, following no symlink and staying
+    /// on its filesystem; what it holds is the sandbox's and hostile (see
+    /// `cordon_image::commit`). Read it with the sandbox paused for a consistent view.
+    pub fn writable_layer(&self) -> Option<std::io::Result<OwnedFd>> {
+        let dir = self.writable.as_ref()?;
+        Some(
+            rustix::fs::openat2(
+                dir,
+                "upper",
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+                rustix::fs::ResolveFlags::BENEATH
+                    | rustix::fs::ResolveFlags::NO_SYMLINKS
+                    | rustix::fs::ResolveFlags::NO_XDEV,
+            )
+            .map_err(std::io::Error::from),
+        )
     }
 
     pub fn is_alive(&self) -> bool {

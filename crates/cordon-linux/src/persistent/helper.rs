@@ -126,7 +126,7 @@ pub fn helper_main() -> i32 {
     let degraded = prepared.degraded().then_some(prepared.plan.network);
     let require_landlock = profile.require.contains(&cordon_policy::Layer::Landlock);
 
-    let mut root_fd = match await_setup(
+    let (mut root_fd, writable) = match await_setup(
         &chan,
         &control,
         &mut domains,
@@ -169,10 +169,9 @@ pub fn helper_main() -> i32 {
         host_uid,
         host_gid,
     };
-    if control
-        .send_with_fds(&ready, &[root_fd.as_raw_fd()])
-        .is_err()
-    {
+    let mut fds = vec![root_fd.as_raw_fd()];
+    fds.extend(writable.as_ref().map(|w| w.as_raw_fd()));
+    if control.send_with_fds(&ready, &fds).is_err() {
         domains.kill();
         return 1;
     }
@@ -226,7 +225,8 @@ enum SetupEnd {
 /// The setup step: waits for the init's setup messages (see `SetupHeard`), bounded by
 /// `SETUP_TIMEOUT` and watching the server, whose hang-up ends the wait (a helper whose server
 /// is gone must not wait on). The proxy's listener goes up to the server as it comes; the
-/// result is the root the init handed over (`None` without a mount namespace).
+/// result is the root the init handed over (`None` without a mount namespace) and, with an
+/// image, the directory of its writable layer.
 fn await_setup(
     chan: &Channel,
     control: &Channel,
@@ -234,7 +234,7 @@ fn await_setup(
     enforcement: &mut cordon_policy::Enforcement,
     degraded: Option<bool>,
     require_landlock: bool,
-) -> Result<Option<OwnedFd>, SetupEnd> {
+) -> Result<(Option<OwnedFd>, Option<OwnedFd>), SetupEnd> {
     let mut heard = SetupHeard::new(true);
     let deadline = Instant::now() + SETUP_TIMEOUT;
     while !heard.confined {
@@ -303,7 +303,7 @@ fn await_setup(
         }
         domains.scratch = scratch_fds(&kinds, fds);
     }
-    Ok(heard.root.take())
+    Ok((heard.root.take(), heard.writable.take()))
 }
 
 /// The routing step: requests down, events (with their fds) up, until either side goes away.

@@ -1,5 +1,5 @@
-//! The native API's images: the node's store, and pulls (answered whole or as server-sent
-//! events of progress).
+//! The native API's images: the node's store, pulls (answered whole or as server-sent
+//! events of progress), and commits of a sandbox into a new image.
 //!
 //! Threat model: the reference is client input; the service validates it and the registries
 //! it may reach before any network use.
@@ -7,17 +7,18 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{wants_stream, JsonBody};
+use super::{wants_stream, IdPath, JsonBody};
 use crate::app::AppState;
 use crate::error::ApiError;
+use cordon_service::commit::CommitRequest;
 use cordon_service::{Caller, ImageList, PullEvent, PullRequest, PullResult};
 
 #[utoipa::path(get, path = "/v1/images",
@@ -76,4 +77,18 @@ pub(super) async fn pull_image(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/commit", params(IdPath), request_body = super::schema::CommitRequest,
+    responses((status = 201, body = super::schema::CommitResult, description = "A new image in the node's store: the sandbox's image's layers plus one layer of what the sandbox changed in its root (deletions as whiteouts), its config carried over (`changes` on top), taken with the sandbox frozen. 409 `no_image` for a sandbox not made from an image, 409 `already_exists` for a name the store has; `/workspace`, the home and `/tmp` are not carried (`not_carried`)")))]
+pub(super) async fn commit_sandbox(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+    JsonBody(req): JsonBody<CommitRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(st.service.commit_sandbox(&c, &id, req).await?),
+    ))
 }

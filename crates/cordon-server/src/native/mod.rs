@@ -92,6 +92,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
+        .routes(routes!(images::commit_sandbox))
         .routes(routes!(secrets::create_secret, secrets::list_secrets))
         .routes(routes!(
             secrets::get_secret,
@@ -211,6 +212,7 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
         || path == "/v1/sandboxes"
         || path.starts_with("/v1/secrets")
         || path == "/v1/images/pull"
+        || path.ends_with("/commit")
     {
         v.push(507);
     }
@@ -225,6 +227,10 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     }
     if path == "/v1/images/pull" {
         v.extend([403, 404, 422, 502]);
+    }
+    // A layer past the store's caps.
+    if path.ends_with("/commit") {
+        v.push(422);
     }
     v.sort_unstable();
     v.dedup();

@@ -948,6 +948,41 @@ pub struct SnapshotList {
     pub snapshots: Vec<SnapshotInfo>,
 }
 
+/// `POST /v1/sandboxes/{id}/commit`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitRequest {
+    /// The new image's name, `NAME[:TAG]` (`my-agent:2`); no image of the store may have it
+    /// yet (409 `already_exists`).
+    #[schema(example = "my-agent:2")]
+    pub reference: String,
+    /// Dockerfile lines applied to the image's config, as `docker commit --change`: `ENV`,
+    /// `CMD`, `ENTRYPOINT`, `WORKDIR`, `USER`, `LABEL` (no variable expansion); at most 64.
+    #[serde(default)]
+    pub changes: Vec<String>,
+}
+
+/// The image a commit made.
+#[derive(ToSchema, Serialize, Deserialize)]
+pub struct CommitResult {
+    /// The name it was given, in full (`docker.io/library/my-agent:2`).
+    pub reference: String,
+    /// The new image's manifest digest.
+    pub digest: String,
+    /// The image the sandbox was made from (manifest digest).
+    pub base: String,
+    /// Its layers: the base image's, then the new one.
+    pub layers: usize,
+    /// The new layer (a tar of what the sandbox changed in its root, deletions as whiteouts).
+    pub layer_digest: String,
+    pub layer_size: u64,
+    /// How long the sandbox's processes were frozen, in milliseconds (0 if it was paused
+    /// already: it stays paused).
+    pub frozen_ms: u64,
+    /// What the image does not hold (`/workspace`, the home, `/tmp`, volumes, …).
+    pub not_carried: Vec<String>,
+}
+
 /// `POST /v1/sandboxes/{id}/fork`.
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1109,6 +1144,14 @@ mod tests {
         assert_eq!(
             fields_of::<super::CreateSnapshot>(),
             fields_of::<cordon_service::snapshots::CreateSnapshot>()
+        );
+        assert_eq!(
+            fields_of::<super::CommitRequest>(),
+            fields_of::<cordon_service::commit::CommitRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::CommitResult>(),
+            fields_of::<cordon_service::commit::CommitResult>()
         );
         assert_eq!(
             fields_of::<super::ForkRequest>(),

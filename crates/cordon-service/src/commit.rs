@@ -1,0 +1,183 @@
+//! Committing a sandbox: what a sandbox made from an image changed in that image's root
+//! becomes a new image of the node's store (`cordon_image::commit`), taken with the
+//! sandbox's processes frozen (as a snapshot is) and thawed after.
+//!
+//! Threat model: the caller names a sandbox (scoped to its key: another key's is a 404, as
+//! for any sandbox call) and a name. What is read is the sandbox's own writable layer, written
+//! by hostile code: `cordon_image::commit` reads it without following anything and unpacks
+//! it with the hostile-layer unpacker. The image is the node's (as a pulled one is), so a
+//! commit may only take names no image has yet — a key cannot replace an image that other
+//! keys' templates or sandboxes run. A sandbox without an image is refused: its root is the
+//! host's system directories, which never go into an image.
+
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorKind, ServiceError};
+use crate::images::image_error;
+use crate::{Caller, Service};
+
+/// `POST /v1/sandboxes/{id}/commit`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitRequest {
+    /// The new image's name, `NAME[:TAG]` (`my-agent:2`); no image of the store may have it.
+    pub reference: String,
+    /// Dockerfile lines applied to the image's config: `ENV`, `CMD`, `ENTRYPOINT`, `WORKDIR`,
+    /// `USER`, `LABEL` (as `docker commit --change`; no variable expansion).
+    #[serde(default)]
+    pub changes: Vec<String>,
+}
+
+/// What a commit made.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitResult {
+    /// The name it was given, in full (`docker.io/library/my-agent:2`).
+    pub reference: String,
+    /// The new image's manifest digest.
+    pub digest: String,
+    /// The image it was made from (manifest digest).
+    pub base: String,
+    /// Its layers: the base image's, then the new one.
+    pub layers: usize,
+    /// The new layer: its digest and size (a tar of what the sandbox changed).
+    pub layer_digest: String,
+    pub layer_size: u64,
+    /// How long the sandbox's processes were frozen, in milliseconds (0 if it was paused
+    /// already: it stays paused).
+    pub frozen_ms: u64,
+    /// What the image does not hold.
+    pub not_carried: Vec<String>,
+}
+
+/// What a commit never carries.
+const NOT_CARRIED: [&str; 5] = [
+    "/workspace, the home directory and /tmp (cordon's own mounts in every sandbox: a snapshot keeps them)",
+    "/dev, /proc and the files cordon binds into /etc",
+    "volumes",
+    "memory and processes",
+    "device nodes and sockets",
+];
+
+/// Longest `changes` list, and longest line in it.
+const MAX_CHANGES: usize = 64;
+const MAX_CHANGE_LEN: usize = 4096;
+
+impl Service {
+    /// Makes an image of the sandbox `id`'s image plus what the sandbox changed in its root.
+    pub async fn commit_sandbox(
+        &self,
+        caller: &Caller,
+        id: &str,
+        req: CommitRequest,
+    ) -> Result<CommitResult, ServiceError> {
+        if req.reference.is_empty() || req.reference.len() > 512 {
+            return Err(ServiceError::bad_request(
+                "reference: 1 to 512 characters, NAME[:TAG]",
+            ));
+        }
+        let name = cordon_image::Reference::parse(&req.reference)
+            .map_err(|e| ServiceError::bad_request(format!("reference: {e}")))?;
+        if name.digest.is_some() {
+            return Err(ServiceError::bad_request(
+                "reference: NAME[:TAG]; the digest is the new image's own",
+            ));
+        }
+        if req.changes.len() > MAX_CHANGES || req.changes.iter().any(|c| c.len() > MAX_CHANGE_LEN) {
+            return Err(ServiceError::bad_request(format!(
+                "changes: at most {MAX_CHANGES} lines of {MAX_CHANGE_LEN} bytes"
+            )));
+        }
+        let live = self.get_live(caller, id)?;
+        if !live.sandbox.is_alive() {
+            return Err(ServiceError {
+                code: "sandbox_ended",
+                ..ServiceError::conflict(format!("sandbox '{id}' has ended"))
+            });
+        }
+        let base = live
+            .image
+            .as_ref()
+            .and_then(|i| i.digest.as_ref().map(|d| d.to_string()));
+        let (Some(base), Some(_)) = (base, live.sandbox.writable_layer()) else {
+            return Err(ServiceError::new(
+                ErrorKind::Conflict,
+                "no_image",
+                format!(
+                    "sandbox '{id}' was not made from an image of the store: its root is the \
+                     host's system directories (or a directory), which never go into an image. \
+                     Create the sandbox with `image` (an image of the store: `cordon image pull` \
+                     or `cordon image build` one) and commit that; to keep this sandbox's \
+                     /workspace, home and /tmp, take a snapshot"
+                ),
+            ));
+        };
+        let store = self.image_store()?;
+        let sb = live.sandbox.clone();
+        let was_paused = sb.paused().is_some();
+        let started = Instant::now();
+        if !was_paused {
+            let sb = sb.clone();
+            let scope = format!("{}-{}", self.pause_scope(), live.id);
+            tokio::task::spawn_blocking(move || sb.pause(&scope))
+                .await
+                .map_err(|e| ServiceError::internal(e.to_string()))?
+                .map_err(|e| {
+                    ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
+                })?;
+        }
+        let opts = cordon_image::commit::CommitOptions {
+            names: vec![name.clone()],
+            limits: cordon_image::unpack::Limits::default(),
+            source: format!("commit {id}"),
+            changes: req.changes.clone(),
+        };
+        let reader = sb.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let upper = match reader.writable_layer() {
+                Some(Ok(fd)) => fd,
+                Some(Err(e)) => {
+                    return Err(ServiceError::internal(format!(
+                        "opening the sandbox's writable layer: {e}"
+                    )))
+                }
+                None => return Err(ServiceError::internal("the sandbox has no writable layer")),
+            };
+            cordon_image::commit::commit(&store, &base, upper.as_fd(), &opts).map_err(image_error)
+        })
+        .await;
+        // Thawed whatever the commit did; a sandbox the user paused stays paused.
+        if !was_paused {
+            let sb = sb.clone();
+            let _ = tokio::task::spawn_blocking(move || sb.resume()).await;
+        }
+        let frozen_ms = if was_paused {
+            0
+        } else {
+            started.elapsed().as_millis() as u64
+        };
+        let made = made.map_err(|e| ServiceError::internal(e.to_string()))?;
+        self.audit.record(
+            "image.commit",
+            &caller.key_id,
+            Some(id),
+            match &made {
+                Ok(c) => serde_json::json!({"reference": name.to_string(), "digest": c.record.digest.to_string(), "base": c.base}),
+                Err(e) => serde_json::json!({"reference": name.to_string(), "error": e.code}),
+            },
+        );
+        let c = made?;
+        Ok(CommitResult {
+            reference: name.to_string(),
+            digest: c.record.digest.to_string(),
+            base: c.base,
+            layers: c.record.layers.len(),
+            layer_digest: c.layer.diff_id.to_string(),
+            layer_size: c.layer.size,
+            frozen_ms,
+            not_carried: NOT_CARRIED.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+}
