@@ -58,7 +58,8 @@ pub(crate) struct Log {
 pub(crate) struct Container {
     /// The sandbox's id.
     pub id: String,
-    pub name: String,
+    /// Its name, without Docker's leading `/` (changed by `rename`).
+    pub name: Mutex<String>,
     pub caller: Caller,
     pub image: String,
     pub image_id: String,
@@ -72,7 +73,7 @@ pub(crate) struct Container {
     /// `StdinOnce`: closed when the first attached client's input ends.
     pub stdin_once: bool,
     pub auto_remove: bool,
-    /// The uid and gid its processes have inside (`User`, else the sandbox user's).
+    /// The uid and gid its processes have inside (`User`, else the image's, else its root).
     pub run_as: (u32, u32),
     /// Its host binds as inspect shows them (`Mounts`: source as asked, destination, RW).
     pub mounts: Vec<Value>,
@@ -87,6 +88,10 @@ pub(crate) struct Container {
 }
 
 impl Container {
+    pub(crate) fn name(&self) -> String {
+        self.name.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
     pub(crate) fn running(&self) -> bool {
         matches!(self.run.lock().map(|r| r.clone()), Ok(Run::Running { .. }))
     }
@@ -95,7 +100,7 @@ impl Container {
         self.run.lock().map(|r| r.clone()).unwrap_or(Run::Created)
     }
 
-    fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -313,8 +318,9 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
     Ok(())
 }
 
-/// The sandbox user's uid and gid inside, when a create names no `User` (the engine's).
-pub(crate) const SANDBOX_ID: u32 = 1000;
+/// The ids a container runs as inside when neither the create nor the image's config names a
+/// `User`: the image's root, as Docker runs it (only inside: see the module's threat model).
+pub(crate) const IMAGE_ROOT: (u32, u32) = (0, 0);
 
 /// Where a container's scratch is a tmpfs already.
 const TMPFS_PATHS: &[&str] = &["/tmp", "/workspace", "/home/sandbox"];
@@ -453,17 +459,16 @@ pub(crate) async fn create(
     let mut spec = spec_of(&body, &image)?;
     let name = q.get("name").cloned().unwrap_or_default();
     let name = name.trim_start_matches('/').to_string();
-    if !name.is_empty()
-        && (name.len() > 128
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)))
-    {
-        return Err(DockerError::bad(format!(
-            "name: '{name}' must be [a-zA-Z0-9][a-zA-Z0-9_.-]*"
-        )));
+    if !name.is_empty() {
+        check_name(&name)?;
     }
-    if !name.is_empty() && d.find(&name).is_ok_and(|c| c.name == name) {
+    // Names are one namespace for every caller, as on one Docker daemon.
+    let taken = |n: &str| {
+        d.containers
+            .lock()
+            .is_ok_and(|m| m.values().any(|c| c.name() == n))
+    };
+    if !name.is_empty() && taken(&name) {
         return Err(DockerError::new(
             StatusCode::CONFLICT,
             format!("Conflict. The container name \"/{name}\" is already in use"),
@@ -494,10 +499,21 @@ pub(crate) async fn create(
     }
     // The image as found: a name re-resolved at start could have been re-tagged since.
     spec.create.image = Some(img.image.digest.clone());
-    if let Some(user) = body["User"].as_str().filter(|u| !u.is_empty()) {
-        spec.create.run_as = Some(user_ids(&d, &caller, &img.image.digest, user).await?);
-    }
-    let run_as = spec.create.run_as.unwrap_or((SANDBOX_ID, SANDBOX_ID));
+    // Docker's daemon fills an unset `User` from the image's config (and inspect shows it
+    // so); an image that names none runs as its root — here uid 0 of the sandbox's own
+    // namespace, mapped to the usual unprivileged host id, with no capability.
+    let asked = body["User"].as_str().filter(|u| !u.is_empty());
+    let user = asked.or(img.user.as_deref()).map(str::to_string);
+    let run_as = match &user {
+        Some(u) => user_ids(&d, &caller, &img.image.digest, u)
+            .await
+            .map_err(|e| match asked {
+                Some(_) => e,
+                None => DockerError(e.0, format!("{} (the image's config names this User)", e.1)),
+            })?,
+        None => IMAGE_ROOT,
+    };
+    spec.create.run_as = Some(run_as);
     spec.create.ttl = Some(Amount::Number(svc.config().max_ttl.as_secs() as f64));
     let mounts: Vec<Value> = spec
         .create
@@ -518,13 +534,14 @@ pub(crate) async fn create(
     let created = now_rfc3339();
     let mut config = body.clone();
     config["Image"] = json!(image);
+    config["User"] = json!(user.unwrap_or_default());
     if let Some(o) = config.as_object_mut() {
         o.remove("HostConfig");
         o.remove("NetworkingConfig");
     }
     let c = Arc::new(Container {
         id: id.clone(),
-        name,
+        name: Mutex::new(name),
         caller,
         image,
         image_id: img.image.digest.clone(),
@@ -567,6 +584,21 @@ pub(crate) async fn create(
         Json(json!({"Id": id, "Warnings": warnings})),
     )
         .into_response())
+}
+
+/// A container name as Docker allows it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, here at most 128).
+pub(crate) fn check_name(name: &str) -> DResult<()> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if !first_ok
+        || name.len() > 128
+        || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        return Err(DockerError::bad(format!(
+            "name: '{name}' must be [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+        )));
+    }
+    Ok(())
 }
 
 /// Docker's `User` (`name`, `uid`, `uid:gid`, `name:group`) as ids inside a sandbox of
@@ -693,7 +725,7 @@ pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Respo
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
+pub(crate) async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
     let _ = d.st.service.delete(&c.caller, &c.id).await;
     if let Ok(mut m) = d.containers.lock() {
         m.remove(&c.id);
@@ -957,22 +989,38 @@ pub(crate) async fn stop(
     Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
 ) -> DResult<Response> {
-    let Some(cid) = main_cid(&c) else {
+    if !stop_main(&d, &c, grace_of(&q)).await {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
-    };
-    let grace = q
-        .get("t")
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(10)
-        .min(300);
-    let svc = &d.st.service;
-    let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGTERM);
-    let ended = tokio::time::timeout(Duration::from_secs(grace), until_exited(&c, false)).await;
-    if ended.is_err() {
-        let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGKILL);
-        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(&c, false)).await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A stop's grace period (`t`, seconds; Docker's 10 when not given), at most 5 minutes.
+pub(crate) fn grace_of(q: &HashMap<String, String>) -> u64 {
+    q.get("t")
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(10)
+        .min(300)
+}
+
+/// Stops the main process as Docker does: SIGTERM, then SIGKILL after `grace` seconds;
+/// false when it was not running.
+pub(crate) async fn stop_main(d: &St, c: &Container, grace: u64) -> bool {
+    let Some(cid) = main_cid(c) else {
+        return false;
+    };
+    let svc = &d.st.service;
+    // A frozen process takes no signal until it is thawed (Docker thaws it too).
+    if paused(d, c) {
+        let _ = svc.resume(&c.caller, &c.id).await;
+    }
+    let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGTERM);
+    let ended = tokio::time::timeout(Duration::from_secs(grace), until_exited(c, false)).await;
+    if ended.is_err() {
+        let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(c, false)).await;
+    }
+    true
 }
 
 pub(crate) async fn kill(
@@ -1017,9 +1065,17 @@ pub(crate) async fn remove(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn status_word(c: &Container) -> (&'static str, String) {
+/// Whether the container's sandbox is frozen (`pause`), as the service says.
+pub(crate) fn paused(d: &St, c: &Container) -> bool {
+    d.st.service
+        .get(&c.caller, &c.id)
+        .is_ok_and(|i| i.state == cordon_service::types::SandboxState::Paused)
+}
+
+fn status_word(d: &St, c: &Container) -> (&'static str, String) {
     match c.state() {
         Run::Created => ("created", "Created".into()),
+        Run::Running { .. } if paused(d, c) => ("paused", "Up (Paused)".into()),
         Run::Running { .. } => ("running", "Up".into()),
         Run::Exited { ended, .. } => ("exited", format!("Exited ({})", ended.code)),
     }
@@ -1034,7 +1090,7 @@ pub(crate) async fn list(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
+    let caller = d.caller(&headers)?;
     let all = truthy(&q, "all");
     let filters: HashMap<String, Value> = q
         .get("filters")
@@ -1064,13 +1120,14 @@ pub(crate) async fn list(
     list.sort_by(|a, b| b.created.cmp(&a.created));
     let out: Vec<Value> = list
         .iter()
+        .filter(|c| c.caller.key_id == caller.key_id)
         .filter(|c| all || c.running() || !statuses.is_empty())
-        .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(c).0))
+        .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(&d, c).0))
         .filter(|c| {
             names.is_empty()
                 || names
                     .iter()
-                    .any(|n| c.name.contains(n.trim_start_matches('/')))
+                    .any(|n| c.name().contains(n.trim_start_matches('/')))
         })
         .filter(|c| ids.is_empty() || ids.iter().any(|i| c.id.starts_with(i.as_str())))
         .filter(|c| {
@@ -1080,10 +1137,10 @@ pub(crate) async fn list(
             })
         })
         .map(|c| {
-            let (state, status) = status_word(c);
+            let (state, status) = status_word(&d, c);
             json!({
                 "Id": c.id,
-                "Names": [format!("/{}", c.name)],
+                "Names": [format!("/{}", c.name())],
                 "Image": c.image,
                 "ImageID": c.image_id,
                 "Command": command_line(c),
@@ -1101,8 +1158,8 @@ pub(crate) async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
-    let (status, _) = status_word(&c);
+pub(crate) async fn inspect(State(d): State<St>, Found(c): Found) -> DResult<Json<Value>> {
+    let (status, _) = status_word(&d, &c);
     let (started, ended) = match c.state() {
         Run::Created => (String::new(), None),
         Run::Running { started, .. } => (started, None),
@@ -1116,8 +1173,8 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
         "Args": c.argv.iter().skip(1).collect::<Vec<_>>(),
         "State": {
             "Status": status,
-            "Running": status == "running",
-            "Paused": false,
+            "Running": matches!(status, "running" | "paused"),
+            "Paused": status == "paused",
             "Restarting": false,
             "OOMKilled": ended.as_ref().is_some_and(|e| e.oom),
             "Dead": false,
@@ -1128,7 +1185,7 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
             "FinishedAt": ended.as_ref().map_or(zero, |e| e.finished.clone()),
         },
         "Image": c.image_id,
-        "Name": format!("/{}", c.name),
+        "Name": format!("/{}", c.name()),
         "RestartCount": 0,
         "Driver": "cordon",
         "Platform": "linux",
@@ -1157,8 +1214,8 @@ pub(crate) async fn stats(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+    let caller = d.caller(&headers)?;
+    let c = d.find(&caller, &id)?;
     let pids =
         d.st.service
             .sandbox_processes(&c.caller, &c.id)
@@ -1168,11 +1225,16 @@ pub(crate) async fn stats(
     let limit = c.host_config["Memory"].as_i64().unwrap_or(0);
     Ok(Json(json!({
         "id": c.id,
-        "name": format!("/{}", c.name),
+        "name": format!("/{}", c.name()),
         "read": now_rfc3339(),
         "pids_stats": {"current": pids.len()},
         "memory_stats": {"usage": usage.rss_bytes, "limit": limit},
         "cpu_stats": {"cpu_usage": {"total_usage": usage.cpu_ns}},
+        // One reading: no earlier one to compare with (Docker's first reading has none
+        // either); a container has no network and cordon does not count block I/O.
+        "precpu_stats": {"cpu_usage": {"total_usage": 0}},
+        "blkio_stats": {},
+        "networks": {},
     })))
 }
 

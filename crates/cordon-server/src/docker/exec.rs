@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cordon_service::types::{Cmd, ExecRequest};
-use cordon_service::ExecEvent;
+use cordon_service::{Caller, ExecEvent};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -50,8 +50,8 @@ pub(crate) async fn create(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+    let caller = d.caller(&headers)?;
+    let c = d.find(&caller, &id)?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| DockerError::bad(format!("the exec body is not JSON: {e}")))?;
     if body["Privileged"].as_bool() == Some(true) {
@@ -122,11 +122,13 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(json!({"Id": exec_id}))).into_response())
 }
 
-fn find(d: &St, id: &str) -> DResult<Arc<ExecInstance>> {
+/// An exec instance of one of the caller's containers (another caller's is not found).
+fn find(d: &St, caller: &Caller, id: &str) -> DResult<Arc<ExecInstance>> {
     d.execs
         .lock()
         .ok()
         .and_then(|m| m.get(id).cloned())
+        .filter(|e| d.find(caller, &e.container).is_ok())
         .ok_or_else(|| {
             DockerError::new(
                 StatusCode::NOT_FOUND,
@@ -140,15 +142,15 @@ pub(crate) async fn start(
     Path(id): Path<String>,
     mut req: Request,
 ) -> DResult<Response> {
-    d.caller(req.headers())?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(req.headers())?;
+    let inst = find(&d, &caller, &id)?;
     let upgrade = stream::take_upgrade(&mut req);
     let body = to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| DockerError::bad(e.to_string()))?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let detach = body["Detach"].as_bool() == Some(true);
-    let c = d.find(&inst.container)?;
+    let c = d.find(&caller, &inst.container)?;
     {
         let mut s = inst.state.lock().map_err(|_| DockerError::bad("lock"))?;
         if s.started {
@@ -254,12 +256,12 @@ pub(crate) async fn resize(
     Query(q): Query<std::collections::HashMap<String, String>>,
     headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(&headers)?;
+    let inst = find(&d, &caller, &id)?;
     let size = super::containers::size_of(&q)?;
     let cid = inst.state.lock().ok().and_then(|s| s.cid.clone());
     if let (Some(cid), true) = (cid, inst.tty) {
-        let c = d.find(&inst.container)?;
+        let c = d.find(&caller, &inst.container)?;
         d.st.service.command_resize(&c.caller, &c.id, &cid, size)?;
     }
     Ok(StatusCode::OK.into_response())
@@ -270,8 +272,8 @@ pub(crate) async fn inspect(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(&headers)?;
+    let inst = find(&d, &caller, &id)?;
     let s = inst.state.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(Json(json!({
         "ID": inst.id,
