@@ -443,18 +443,21 @@ def test_the_docker_cli_pipes_stdin_with_run_i(dserver, image):
 
 
 def _docker_archive(
-    tag: str, applets: tuple[str, ...] = ("sh", "timeout", "id", "cat", "echo", "grep"), user: str | None = None
+    tag: str,
+    applets: tuple[str, ...] = ("sh", "timeout", "id", "cat", "echo", "grep"),
+    user: str | None = None,
+    dirs: tuple[str, ...] = (),
 ) -> bytes:
     """A `docker save` archive made here: one layer with busybox, links to it for `applets`,
     and an /etc/passwd and /etc/group that name a user `app` (4321:4322) and a group `staff`
-    (50); its config names `user` as the image's `User` when given."""
+    (50); its config names `user` as the image's `User` when given; `dirs` are made too."""
     import hashlib
     import json
     import platform
 
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as t:
-        for d in ("bin", "etc"):
+        for d in ("bin", "etc", *dirs):
             m = tarfile.TarInfo(d)
             m.type, m.mode = tarfile.DIRTYPE, 0o755
             t.addfile(m)

@@ -35,7 +35,9 @@ import subprocess, sys
 sys.path.insert(0, "$repo/clients/docker-e2e")
 import docker, test_docker
 applets = tuple(a for a in subprocess.run(["busybox", "--list"], capture_output=True, text=True).stdout.split() if a != "busybox")
-docker.from_env().images.load(test_docker._docker_archive("alpine:3.10", applets))
+# alpine's directories that the tests use (an exec's WorkingDir /var/opt)
+dirs = ("home", "mnt", "opt", "root", "srv", "var", "var/opt", "var/tmp")
+docker.from_env().images.load(test_docker._docker_archive("alpine:3.10", applets, dirs=dirs))
 PY
 cd "$work/up"
 UPSTREAM_RESULTS=$work/results.json PYTHONPATH=$here "$py" -m pytest -q -p no:cacheprovider -p upstream_plugin \

@@ -46,10 +46,11 @@ pub(crate) struct Ended {
     pub finished: String,
 }
 
-/// A container's output in the order it came: (stream, bytes); 1 stdout, 2 stderr.
+/// A container's output in the order it came: (stream, bytes, when in Unix nanoseconds);
+/// stream 1 stdout, 2 stderr.
 #[derive(Default)]
 pub(crate) struct Log {
-    chunks: Vec<(u8, Vec<u8>)>,
+    chunks: Vec<(u8, Vec<u8>, i64)>,
     bytes: u64,
     dropped: bool,
 }
@@ -77,6 +78,8 @@ pub(crate) struct Container {
     pub run_as: (u32, u32),
     /// Its host binds as inspect shows them (`Mounts`: source as asked, destination, RW).
     pub mounts: Vec<Value>,
+    /// The service volumes made for its anonymous `Volumes`, deleted with it.
+    pub anon_volumes: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub config: Value,
     pub host_config: Value,
@@ -112,7 +115,7 @@ impl Container {
                 return;
             }
             l.bytes += data.len() as u64;
-            l.chunks.push((stream, data));
+            l.chunks.push((stream, data, unix_nanos()));
         }
         self.bump();
     }
@@ -124,25 +127,21 @@ impl Container {
         self.bump();
     }
 
-    /// The last `n` lines of the streams asked for (Docker's `tail`), framed; and the index
+    /// The last `n` lines of what `pick` selects (Docker's `tail`), framed; and the index
     /// following from there.
-    fn tail_lines(&self, n: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+    fn tail_lines(&self, n: usize, pick: &Pick) -> (Vec<Vec<u8>>, usize) {
         let Ok(l) = self.log.lock() else {
             return (Vec::new(), 0);
         };
-        let mut lines: Vec<(u8, Vec<u8>)> = Vec::new();
-        for (s, d) in l
-            .chunks
-            .iter()
-            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
-        {
+        let mut lines: Vec<(u8, Vec<u8>, i64)> = Vec::new();
+        for (s, d, t) in l.chunks.iter().filter(|(s, _, t)| pick.takes(*s, *t)) {
             for piece in d.split_inclusive(|b| *b == b'\n') {
                 match lines.last_mut() {
                     // A line a chunk left unfinished goes on in the next of its stream.
-                    Some((ls, ld)) if *ls == *s && ld.last() != Some(&b'\n') => {
+                    Some((ls, ld, _)) if *ls == *s && ld.last() != Some(&b'\n') => {
                         ld.extend_from_slice(piece)
                     }
-                    _ => lines.push((*s, piece.to_vec())),
+                    _ => lines.push((*s, piece.to_vec(), *t)),
                 }
             }
         }
@@ -150,13 +149,13 @@ impl Container {
         let out = lines
             .iter()
             .skip(skip)
-            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .map(|(s, d, t)| pick.frame(*s, d, *t, self.tty))
             .collect();
         (out, l.chunks.len())
     }
 
-    /// Output chunks from index `from` on, of the streams asked for.
-    fn chunks_from(&self, from: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+    /// Output chunks from index `from` on, of what `pick` selects.
+    fn chunks_from(&self, from: usize, pick: &Pick) -> (Vec<Vec<u8>>, usize) {
         let Ok(l) = self.log.lock() else {
             return (Vec::new(), from);
         };
@@ -164,12 +163,83 @@ impl Container {
             .chunks
             .iter()
             .skip(from)
-            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
-            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .filter(|(s, _, t)| pick.takes(*s, *t))
+            .map(|(s, d, t)| pick.frame(*s, d, *t, self.tty))
             .collect();
         (out, l.chunks.len())
     }
 }
+
+/// Which of a container's output a `logs` or `attach` asks for: the streams, a time window
+/// (`since`/`until`, Unix nanoseconds), and whether each line starts with its time.
+#[derive(Clone)]
+pub(crate) struct Pick {
+    stdout: bool,
+    stderr: bool,
+    since: Option<i64>,
+    until: Option<i64>,
+    timestamps: bool,
+}
+
+impl Pick {
+    fn streams(stdout: bool, stderr: bool) -> Self {
+        Pick {
+            stdout,
+            stderr,
+            since: None,
+            until: None,
+            timestamps: false,
+        }
+    }
+
+    fn takes(&self, stream: u8, at: i64) -> bool {
+        ((stream == 1 && self.stdout) || (stream == 2 && self.stderr))
+            && self.since.is_none_or(|s| at >= s)
+            && self.until.is_none_or(|u| at <= u)
+    }
+
+    /// One chunk framed; with `timestamps`, each of its lines after its time (RFC 3339 with
+    /// nanoseconds, and a space), as Docker writes them.
+    fn frame(&self, stream: u8, data: &[u8], at: i64, tty: bool) -> Vec<u8> {
+        if !self.timestamps {
+            return stream::frame(stream, data, tty);
+        }
+        let when = chrono::DateTime::from_timestamp(
+            at.div_euclid(1_000_000_000),
+            at.rem_euclid(1_000_000_000) as u32,
+        )
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        .unwrap_or_default();
+        let mut out = Vec::with_capacity(data.len() + 32);
+        for line in data.split_inclusive(|b| *b == b'\n') {
+            out.extend_from_slice(when.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(line);
+        }
+        stream::frame(stream, &out, tty)
+    }
+}
+
+fn unix_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// A `since`/`until` of `logs`: Unix seconds, with a fraction or not (0 or none: no bound).
+fn time_bound(q: &HashMap<String, String>, key: &str) -> DResult<Option<i64>> {
+    let Some(v) = q.get(key).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let secs: f64 = v
+        .parse()
+        .ok()
+        .filter(|f: &f64| f.is_finite() && *f >= 0.0)
+        .ok_or_else(|| DockerError::bad(format!("{key}: '{v}' is not a Unix time in seconds")))?;
+    Ok((secs > 0.0).then(|| (secs * 1e9).min(i64::MAX as f64) as i64))
+}
+
+impl Container {}
 
 pub(crate) fn now_rfc3339() -> String {
     let d = std::time::SystemTime::now()
@@ -307,6 +377,25 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
         return Err(DockerError::bad(
             "HostConfig.PortBindings: containers have no network, so no port can be published",
         ));
+    }
+    match hc["RestartPolicy"]["Name"].as_str().unwrap_or("") {
+        "" | "no" => {}
+        other => {
+            return Err(DockerError::bad(format!(
+                "HostConfig.RestartPolicy: '{other}' is not supported by cordon: a container's \
+                 command runs once per start (POST /containers/{{id}}/restart runs it again)"
+            )))
+        }
+    }
+    match hc["LogConfig"]["Type"].as_str().unwrap_or("") {
+        "" | "json-file" | "local" | "none" => {}
+        other => {
+            // Docker's own words (docker-py's callers match them); cordon keeps a
+            // container's output itself, so json-file, local and none are all served alike.
+            return Err(DockerError::bad(format!(
+                "logger: no log driver named '{other}' is registered"
+            )));
+        }
     }
     if let Some(rt) = hc["Runtime"].as_str() {
         if !matches!(rt, "" | "runc" | "cordon") {
@@ -524,7 +613,16 @@ pub(crate) async fn create(
                 "RW": b.writable, "Propagation": "rprivate"})
         })
         .collect();
-    let info = svc.create(&caller, spec.create).await?;
+    // `Volumes` (docker-py's `volumes=["/data"]`) not bound from the host: each an anonymous
+    // volume of the service's, made for this container and deleted with it.
+    let anon_volumes = anonymous_volumes(&d, &caller, &body, &mut spec.create).await?;
+    let info = match svc.create(&caller, spec.create).await {
+        Ok(info) => info,
+        Err(e) => {
+            delete_volumes(&d, &caller, &anon_volumes).await;
+            return Err(e.into());
+        }
+    };
     let id = info.id.clone();
     let name = if name.is_empty() {
         format!("cordon_{}", id.rsplit('-').next().unwrap_or(&id))
@@ -555,6 +653,7 @@ pub(crate) async fn create(
         auto_remove: spec.auto_remove,
         run_as,
         mounts,
+        anon_volumes,
         labels: info.metadata.clone(),
         config,
         host_config: {
@@ -562,9 +661,21 @@ pub(crate) async fn create(
                 Value::Object(o) => Value::Object(o.clone()),
                 _ => json!({}),
             };
-            // What docker-py reads back: where the logs are (the door keeps them itself).
-            hc["LogConfig"] = json!({"Type": "json-file", "Config": {}});
+            // What docker-py reads back: where the logs are (the door keeps them itself, so
+            // any driver named is only a name), the runtime.
+            let log_type = match hc["LogConfig"]["Type"].as_str() {
+                Some(t) if !t.is_empty() => t.to_string(),
+                _ => "json-file".to_string(),
+            };
+            let log_config = match &hc["LogConfig"]["Config"] {
+                Value::Object(o) => Value::Object(o.clone()),
+                _ => json!({}),
+            };
+            hc["LogConfig"] = json!({"Type": log_type, "Config": log_config});
             hc["NetworkMode"] = json!("none");
+            if hc["Runtime"].as_str().is_none_or(str::is_empty) {
+                hc["Runtime"] = json!("runc");
+            }
             hc
         },
         output_limit: info
@@ -584,6 +695,64 @@ pub(crate) async fn create(
         Json(json!({"Id": id, "Warnings": warnings})),
     )
         .into_response())
+}
+
+/// At most this many anonymous volumes per container (each capped as a volume is).
+const MAX_ANON_VOLUMES: usize = 16;
+
+/// Makes a volume for each path of the create's `Volumes` that no bind covers, and adds it to
+/// the sandbox's mounts; their names (to delete with the container).
+async fn anonymous_volumes(
+    d: &St,
+    caller: &Caller,
+    body: &Value,
+    create: &mut CreateSandbox,
+) -> DResult<Vec<String>> {
+    let Some(paths) = body["Volumes"].as_object() else {
+        return Ok(Vec::new());
+    };
+    let paths: Vec<&String> = paths
+        .keys()
+        .filter(|p| {
+            !create
+                .host_binds
+                .iter()
+                .any(|b| b.dest.trim_end_matches('/') == p.trim_end_matches('/'))
+        })
+        .collect();
+    if paths.len() > MAX_ANON_VOLUMES {
+        return Err(DockerError::bad(format!(
+            "Volumes: at most {MAX_ANON_VOLUMES} anonymous volumes per container"
+        )));
+    }
+    let mut made = Vec::new();
+    for path in paths {
+        let name = format!("anon-{}", cordon_service::keys::random_hex(8));
+        let req = cordon_service::volumes::CreateVolume {
+            name: name.clone(),
+            size: None,
+        };
+        if let Err(e) = d.st.service.create_volume(caller, req).await {
+            delete_volumes(d, caller, &made).await;
+            return Err(DockerError::new(
+                crate::error::status_of(e.kind),
+                format!("Volumes: {path}: {}", e.message),
+            ));
+        }
+        made.push(name.clone());
+        create.volumes.push(cordon_service::volumes::VolumeMount {
+            name,
+            path: path.clone(),
+            readonly: false,
+        });
+    }
+    Ok(made)
+}
+
+async fn delete_volumes(d: &St, caller: &Caller, names: &[String]) {
+    for n in names {
+        let _ = d.st.service.delete_volume(caller, n).await;
+    }
 }
 
 /// A container name as Docker allows it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, here at most 128).
@@ -727,6 +896,7 @@ pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Respo
 
 pub(crate) async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
     let _ = d.st.service.delete(&c.caller, &c.id).await;
+    delete_volumes(d, &c.caller, &c.anon_volumes).await;
     if let Ok(mut m) = d.containers.lock() {
         m.remove(&c.id);
     }
@@ -798,8 +968,7 @@ pub(crate) async fn wait(
 /// it writes until it exits.
 fn follow_output(
     c: Arc<Container>,
-    stdout: bool,
-    stderr: bool,
+    pick: Pick,
     follow: bool,
     mut tail: Option<usize>,
 ) -> mpsc::Receiver<Vec<u8>> {
@@ -811,8 +980,8 @@ fn follow_output(
             changed.borrow_and_update();
             let exited = matches!(c.state(), Run::Exited { .. });
             let (chunks, next) = match tail.take() {
-                Some(n) => c.tail_lines(n, stdout, stderr),
-                None => c.chunks_from(at, stdout, stderr),
+                Some(n) => c.tail_lines(n, &pick),
+                None => c.chunks_from(at, &pick),
             };
             at = next;
             for ch in chunks {
@@ -820,7 +989,7 @@ fn follow_output(
                     return;
                 }
             }
-            if !follow || exited {
+            if !follow || exited || pick.until.is_some_and(|u| unix_nanos() > u) {
                 return;
             }
             if changed.changed().await.is_err() {
@@ -849,7 +1018,13 @@ pub(crate) async fn logs(
             DockerError::bad(format!("tail: '{t}' is not a number of lines or 'all'"))
         })?),
     };
-    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"), tail);
+    let pick = Pick {
+        since: time_bound(&q, "since")?,
+        until: time_bound(&q, "until")?,
+        timestamps: truthy(&q, "timestamps"),
+        ..Pick::streams(stdout, stderr)
+    };
+    let rx = follow_output(c, pick, truthy(&q, "follow"), tail);
     Ok(stream::respond(None, rx, tty))
 }
 
@@ -914,6 +1089,8 @@ pub(crate) async fn attach(
     let upgrade = stream::take_upgrade(&mut req);
     let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
     let tty = c.tty;
+    let detach =
+        stream::detach_keys(q.get("detachKeys").map(String::as_str)).map_err(DockerError::bad)?;
     let input = (truthy(&q, "stdin") && c.open_stdin && upgrade.is_some()).then(|| {
         feed_stdin(
             &d,
@@ -931,14 +1108,14 @@ pub(crate) async fn attach(
                 return;
             }
         }
-        let mut inner = follow_output(c, stdout, stderr, true, None);
+        let mut inner = follow_output(c, Pick::streams(stdout, stderr), true, None);
         while let Some(ch) = inner.recv().await {
             if tx.send(ch).await.is_err() {
                 return;
             }
         }
     });
-    Ok(stream::respond_duplex(upgrade, rx, tty, input))
+    Ok(stream::respond_duplex(upgrade, rx, tty, input, detach))
 }
 
 /// A terminal's size when a client has not said (Docker's default too).
@@ -1044,6 +1221,11 @@ pub(crate) async fn kill(
     };
     d.st.service
         .command_signal(&c.caller, &c.id, &cid, signal)?;
+    if signal == libc::SIGKILL {
+        // Docker's daemon answers a SIGKILL once the container has exited: an inspect right
+        // after sees its exit code.
+        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(&c, false)).await;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

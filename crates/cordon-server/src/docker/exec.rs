@@ -33,6 +33,8 @@ pub(crate) struct ExecInstance {
     tty: bool,
     /// `AttachStdin`: the client's input on the hijacked connection is the command's stdin.
     stdin: bool,
+    /// `DetachKeys`: typed on that input, they end the attachment (the command runs on).
+    detach_keys: Vec<u8>,
     state: Mutex<ExecState>,
 }
 
@@ -96,6 +98,9 @@ pub(crate) async fn create(
             }
         }
     }
+    // docker-py writes `detachKeys`; Docker's daemon reads JSON keys case-blind.
+    let keys = body["DetachKeys"].as_str().or(body["detachKeys"].as_str());
+    let detach_keys = stream::detach_keys(keys).map_err(DockerError::bad)?;
     let exec_id = cordon_service::keys::random_hex(32);
     let inst = Arc::new(ExecInstance {
         id: exec_id.clone(),
@@ -110,6 +115,7 @@ pub(crate) async fn create(
             .or_else(|| c.cwd.clone()),
         tty: body["Tty"].as_bool() == Some(true),
         stdin: body["AttachStdin"].as_bool() == Some(true),
+        detach_keys,
         state: Mutex::new(ExecState::default()),
     });
     if let Ok(mut m) = d.execs.lock() {
@@ -246,7 +252,13 @@ pub(crate) async fn start(
     if detach {
         return Ok(StatusCode::OK.into_response());
     }
-    Ok(stream::respond_duplex(upgrade, out, tty, input))
+    Ok(stream::respond_duplex(
+        upgrade,
+        out,
+        tty,
+        input,
+        inst.detach_keys.clone(),
+    ))
 }
 
 /// `POST /exec/{id}/resize?h=…&w=…`: the terminal of an exec started with `Tty`.
