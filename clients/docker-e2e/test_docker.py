@@ -7,6 +7,7 @@ outside), hostile archives (the host checked from outside), a fork bomb and an O
 from __future__ import annotations
 
 import io
+import math
 import os
 import shutil
 import stat
@@ -723,4 +724,93 @@ def test_another_api_keys_client_sees_none_of_a_callers_containers_or_execs(clie
     c.reload()
     assert c.status == "running"
     assert client.api.exec_inspect(eid)["Running"] is False
+    c.remove(force=True)
+
+
+def test_kill_answers_once_the_container_has_exited(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    c.kill()
+    # No wait: as from Docker's daemon, an inspect right after the answer sees the exit.
+    c.reload()
+    assert (c.status, c.attrs["State"]["ExitCode"]) == ("exited", 137)
+
+
+def test_logs_since_until_and_timestamps_select_by_when_each_line_came(client, image):
+    import datetime
+    import re
+
+    c = client.containers.run(image, SH + ["echo early; busybox sleep 2; echo late"], detach=True)
+    _until(lambda: c.logs() == b"early\n", "the first line")
+    # Whole seconds (docker-py 5 sends no fraction): "late" comes 2 s after "early", so at
+    # least a second after this.
+    between = math.ceil(time.time())
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    assert c.logs(until=between) == b"early\n"
+    assert c.logs(since=between) == b"late\n"
+    assert c.logs(since=datetime.datetime.now() + datetime.timedelta(seconds=60)) == b""
+    stamped = c.logs(timestamps=True).decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["early", "late"]
+    for line in stamped:
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", line), line
+    c.remove()
+
+
+def test_log_config_and_runtime_read_back_as_given_and_an_unknown_driver_is_refused(client, dserver, image):
+    from docker.types import LogConfig
+
+    log = LogConfig(type="json-file", config={"max-file": "3"})
+    c = client.containers.create(image, ["true"], log_config=log)
+    assert c.attrs["HostConfig"]["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "3"}}
+    assert c.attrs["HostConfig"]["Runtime"] == "runc"
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.create(image, ["true"], log_config=LogConfig(type="syslog"))
+    assert e.value.response.status_code == 400 and "syslog" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+
+
+def test_a_restart_policy_is_refused_naming_the_field_not_silently_ignored(client, dserver, image):
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.run(image, ["true"], restart_policy={"Name": "always"}, detach=True)
+    assert e.value.response.status_code == 400 and "RestartPolicy" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+    # "no" is what every container does.
+    client.containers.create(image, ["true"], restart_policy={"Name": "no"})
+
+
+def test_anonymous_volumes_are_writable_and_deleted_with_the_container(client, dserver, image):
+    volumes = dserver.server.data_dir / "volumes"
+
+    def anon() -> list[Path]:
+        return [p for p in volumes.rglob("anon-*") if p.is_dir()] if volumes.exists() else []
+
+    before = len(anon())
+    c = client.containers.create(image, SH + ["echo kept > /vol1/f; busybox cat /vol1/f"], volumes=["/vol1"])
+    assert len(anon()) == before + 1
+    c.start()
+    assert c.wait(timeout=60)["StatusCode"] == 0 and c.logs() == b"kept\n"
+    # put_archive and get_archive reach it too.
+    assert c.put_archive("/vol1", _tar(tarfile.TarInfo("g"), data=b"in\n"))
+    strm, st = c.get_archive("/vol1/g")
+    assert st["name"] == "g"
+    c.remove()
+    assert len(anon()) == before
+
+
+def test_detach_keys_end_an_attachment_and_leave_the_container_running(client, image):
+    c = client.containers.run(image, ["busybox", "cat"], stdin_open=True, tty=True, detach=True)
+    sock = c.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
+    sock._sock.sendall(b"\x10\x11")  # ctrl-p ctrl-q, Docker's default
+    sock._sock.settimeout(10)
+    assert sock._sock.recv(128) == b""
+    c.reload()
+    assert c.status == "running"
+    sock = c.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1, "detachKeys": "ctrl-x"})
+    sock._sock.sendall(b"\x18")
+    sock._sock.settimeout(10)
+    assert sock._sock.recv(128) == b""
+    with pytest.raises(APIError) as e:
+        c.attach_socket(params={"stdin": 1, "stream": 1, "detachKeys": "meta-x"})
+    assert e.value.response.status_code == 400
     c.remove(force=True)

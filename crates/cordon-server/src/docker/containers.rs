@@ -422,14 +422,22 @@ struct Spec {
     cwd: Option<String>,
     tty: bool,
     auto_remove: bool,
+    /// Anonymous volumes named in `Binds` (a bare path); `Volumes` names them too.
+    anon_paths: Vec<String>,
 }
 
 fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
     let hc = &body["HostConfig"];
     refuse_powers(hc)?;
     let mut binds = Vec::new();
+    let mut anon_paths = Vec::new();
     if let Some(list) = strings(&hc["Binds"]) {
         for b in list {
+            // A bare path is Docker's anonymous volume (docker-py's `volumes=["/data"]`).
+            if b.starts_with('/') && !b.contains(':') {
+                anon_paths.push(b);
+                continue;
+            }
             let mut parts = b.splitn(3, ':');
             let (Some(src), Some(dst)) = (parts.next(), parts.next()) else {
                 return Err(DockerError::bad(format!(
@@ -528,6 +536,7 @@ fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
         cwd,
         tty: body["Tty"].as_bool() == Some(true),
         auto_remove: hc["AutoRemove"].as_bool() == Some(true),
+        anon_paths,
     })
 }
 
@@ -615,7 +624,8 @@ pub(crate) async fn create(
         .collect();
     // `Volumes` (docker-py's `volumes=["/data"]`) not bound from the host: each an anonymous
     // volume of the service's, made for this container and deleted with it.
-    let anon_volumes = anonymous_volumes(&d, &caller, &body, &mut spec.create).await?;
+    let anon_volumes =
+        anonymous_volumes(&d, &caller, &body, &spec.anon_paths, &mut spec.create).await?;
     let info = match svc.create(&caller, spec.create).await {
         Ok(info) => info,
         Err(e) => {
@@ -700,19 +710,27 @@ pub(crate) async fn create(
 /// At most this many anonymous volumes per container (each capped as a volume is).
 const MAX_ANON_VOLUMES: usize = 16;
 
-/// Makes a volume for each path of the create's `Volumes` that no bind covers, and adds it to
-/// the sandbox's mounts; their names (to delete with the container).
+/// Makes a volume for each path of the create's `Volumes` (and bare paths of its `Binds`) that
+/// no bind covers, and adds it to the sandbox's mounts; their names (to delete with the
+/// container).
 async fn anonymous_volumes(
     d: &St,
     caller: &Caller,
     body: &Value,
+    bare: &[String],
     create: &mut CreateSandbox,
 ) -> DResult<Vec<String>> {
-    let Some(paths) = body["Volumes"].as_object() else {
-        return Ok(Vec::new());
-    };
+    let mut paths: Vec<&String> = body["Volumes"]
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    paths.extend(bare.iter().filter(|b| {
+        !body["Volumes"]
+            .as_object()
+            .is_some_and(|o| o.contains_key(b.as_str()))
+    }));
     let paths: Vec<&String> = paths
-        .keys()
+        .into_iter()
         .filter(|p| {
             !create
                 .host_binds
