@@ -378,6 +378,12 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
             "HostConfig.PortBindings: containers have no network, so no port can be published",
         ));
     }
+    if nonempty(&hc["GroupAdd"]) {
+        return Err(DockerError::bad(
+            "HostConfig.GroupAdd: a sandbox maps one user and one group inside; supplementary \
+             groups cannot be added (set the group with User: uid:gid)",
+        ));
+    }
     match hc["RestartPolicy"]["Name"].as_str().unwrap_or("") {
         "" | "no" => {}
         other => {
@@ -1480,5 +1486,25 @@ mod tests {
         assert!(spec.create.read_only_root);
         let bad_tmpfs = json!({"HostConfig": {"Tmpfs": {"/etc": ""}}});
         assert!(spec_of(&bad_tmpfs, "img").is_err());
+    }
+
+    #[test]
+    fn what_cordon_cannot_honour_is_refused_naming_the_field_never_ignored() {
+        for (hc, field) in [
+            (json!({"GroupAdd": ["1000"]}), "GroupAdd"),
+            (
+                json!({"RestartPolicy": {"Name": "always"}}),
+                "RestartPolicy",
+            ),
+            (json!({"LogConfig": {"Type": "syslog"}}), "log driver"),
+        ] {
+            let Err(DockerError(status, msg)) = refuse_powers(&hc) else {
+                panic!("{hc} was not refused");
+            };
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{hc}");
+            assert!(msg.contains(field), "{msg}");
+        }
+        let ok = json!({"RestartPolicy": {"Name": "no"}, "LogConfig": {"Type": "json-file"}});
+        assert!(refuse_powers(&ok).is_ok());
     }
 }
