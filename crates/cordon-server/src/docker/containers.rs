@@ -919,11 +919,13 @@ pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Respo
 }
 
 pub(crate) async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
-    let _ = d.st.service.delete(&c.caller, &c.id).await;
-    delete_volumes(d, &c.caller, &c.anon_volumes).await;
+    // Out of the list first: a client listing while the sandbox is being deleted (an
+    // auto-remove under way) must not find a container that is about to vanish.
     if let Ok(mut m) = d.containers.lock() {
         m.remove(&c.id);
     }
+    let _ = d.st.service.delete(&c.caller, &c.id).await;
+    delete_volumes(d, &c.caller, &c.anon_volumes).await;
     if let Ok(mut m) = d.execs.lock() {
         m.retain(|_, e| e.container != c.id);
     }
