@@ -707,6 +707,7 @@ def test_another_api_keys_client_sees_none_of_a_callers_containers_or_execs(clie
     other = docker.DockerClient(base_url=f"tcp://{dserver.tcp}", version="1.41")
     other.api.headers["Authorization"] = f"Bearer {dserver.server.api_key}"
     assert other.containers.list(all=True) == []
+    assert other.info()["Containers"] == 0 and client.info()["Containers"] == 1
     for ref in (c.id, c.id[:12], "not-yours"):
         with pytest.raises(NotFound):
             other.containers.get(ref)
