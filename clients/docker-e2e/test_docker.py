@@ -7,6 +7,7 @@ outside), hostile archives (the host checked from outside), a fork bomb and an O
 from __future__ import annotations
 
 import io
+import math
 import os
 import shutil
 import stat
@@ -442,17 +443,22 @@ def test_the_docker_cli_pipes_stdin_with_run_i(dserver, image):
     assert (r.returncode, r.stdout.strip()) == (0, "3"), r
 
 
-def _docker_archive(tag: str, applets: tuple[str, ...] = ("sh", "timeout", "id", "cat", "echo", "grep")) -> bytes:
+def _docker_archive(
+    tag: str,
+    applets: tuple[str, ...] = ("sh", "timeout", "id", "cat", "echo", "grep"),
+    user: str | None = None,
+    dirs: tuple[str, ...] = (),
+) -> bytes:
     """A `docker save` archive made here: one layer with busybox, links to it for `applets`,
     and an /etc/passwd and /etc/group that name a user `app` (4321:4322) and a group `staff`
-    (50)."""
+    (50); its config names `user` as the image's `User` when given; `dirs` are made too."""
     import hashlib
     import json
     import platform
 
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as t:
-        for d in ("bin", "etc"):
+        for d in ("bin", "etc", *dirs):
             m = tarfile.TarInfo(d)
             m.type, m.mode = tarfile.DIRTYPE, 0o755
             t.addfile(m)
@@ -476,7 +482,7 @@ def _docker_archive(tag: str, applets: tuple[str, ...] = ("sh", "timeout", "id",
         {
             "architecture": arch,
             "os": "linux",
-            "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]},
+            "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"], **({"User": user} if user else {})},
             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()]},
         }
     ).encode()
@@ -519,6 +525,36 @@ def test_user_names_resolve_in_the_images_own_passwd_and_group(client, loaded):
     assert out.split() == [b"CapEff:", b"0000000000000000"]
 
 
+def test_without_a_user_a_container_runs_as_the_user_its_images_config_names(client, dserver):
+    tag = "cordon-test/app-user:1"
+    client.images.load(_docker_archive(tag, user="app"))
+    probe = ["sh", "-c", "id -u; id -g"]
+    c = client.containers.run(tag, probe, detach=True)
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    assert c.logs() == b"4321\n4322\n"
+    # As Docker's daemon does, inspect shows the image's User filled in.
+    assert c.attrs["Config"]["User"] == "app"
+    c.remove()
+    # The create's own User still wins over the image's.
+    assert client.containers.run(tag, probe, user="root", remove=True) == b"0\n0\n"
+    # A User the image's config names but its /etc/passwd does not list: refused, nothing made.
+    bad = "cordon-test/ghost-user:1"
+    client.images.load(_docker_archive(bad, user="ghost"))
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.run(bad, probe, remove=True)
+    assert "User" in str(e.value.explanation) and "ghost" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+
+
+def test_an_image_that_names_no_user_runs_as_its_root_inside_with_no_capability(client, loaded):
+    c = client.containers.run(loaded, ["sh", "-c", "id -u; id -g; grep CapEff /proc/self/status"], detach=True)
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    assert c.logs().split() == [b"0", b"0", b"CapEff:", b"0000000000000000"]
+    assert c.attrs["Config"]["User"] == ""
+    c.remove()
+
+
 def test_autogens_docker_code_executor_runs_a_code_block_through_the_socket(dserver, loaded, monkeypatch):
     """AutoGen's published Docker executor (autogen-ext[docker]), unchanged: it creates a
     container with a tty and the work dir bound at /workspace, then runs each code block with
@@ -550,3 +586,232 @@ def test_autogens_docker_code_executor_runs_a_code_block_through_the_socket(dser
 
     code, output = asyncio.run(run())
     assert (code, output.strip()) == (0, "hello from autogen\n42")
+
+
+def _until(check, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_restart_runs_the_command_again_in_the_same_container(client, image):
+    c = client.containers.run(image, SH + ["echo run >> /tmp/runs; busybox cat /tmp/runs; exec busybox sleep 60"], detach=True)
+    _until(lambda: c.logs() == b"run\n", "the first run's output")
+    c.reload()
+    first_start = c.attrs["State"]["StartedAt"]
+    c.restart(timeout=1)
+    c.reload()
+    assert c.status == "running" and c.attrs["State"]["StartedAt"] != first_start
+    # Its files are kept (the second run finds the first's line) and so is its log.
+    _until(lambda: c.logs() == b"run\nrun\nrun\n", "the second run's output")
+    c.remove(force=True)
+
+
+def test_pause_freezes_every_process_and_unpause_thaws_them(client, image):
+    c = client.containers.run(image, SH + ["while :; do echo tick; busybox sleep 0.1; done"], detach=True)
+    _until(lambda: c.logs().count(b"tick") >= 2, "ticks")
+    c.pause()
+    c.reload()
+    assert (c.status, c.attrs["State"]["Paused"], c.attrs["State"]["Running"]) == ("paused", True, True)
+    assert [x.id for x in client.containers.list(filters={"status": "paused"})] == [c.id]
+    time.sleep(0.5)
+    frozen = c.logs()
+    time.sleep(1)
+    assert c.logs() == frozen
+    with pytest.raises(APIError) as e:
+        c.pause()
+    assert e.value.response.status_code == 409
+    c.unpause()
+    c.reload()
+    assert (c.status, c.attrs["State"]["Paused"]) == ("running", False)
+    _until(lambda: len(c.logs()) > len(frozen), "ticks after unpause")
+    with pytest.raises(APIError) as e:
+        c.unpause()
+    assert e.value.response.status_code == 409
+    c.remove(force=True)
+
+
+def test_rename_changes_the_name_every_lookup_uses_and_a_taken_name_is_a_conflict(client, image):
+    a = client.containers.create(image, ["true"], name="before-rename")
+    client.containers.create(image, ["true"], name="taken-name")
+    a.rename("after-rename")
+    assert client.containers.get("after-rename").id == a.id
+    assert client.containers.get(a.id).name == "after-rename"
+    with pytest.raises(NotFound):
+        client.containers.get("before-rename")
+    with pytest.raises(APIError) as e:
+        a.rename("taken-name")
+    assert e.value.response.status_code == 409
+    with pytest.raises(APIError) as e:
+        a.rename("../escape")
+    assert e.value.response.status_code == 400
+    assert client.containers.get(a.id).name == "after-rename"
+
+
+def test_containers_prune_removes_the_stopped_ones_and_keeps_the_running(client, image):
+    done = client.containers.run(image, SH + ["echo data > /tmp/f"], detach=True)
+    assert done.wait(timeout=60)["StatusCode"] == 0
+    created = client.containers.create(image, ["true"], labels={"keep": "yes"})
+    live = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    # A filter it does not understand is refused: a prune never removes more than asked.
+    with pytest.raises(APIError) as e:
+        client.containers.prune(filters={"until": "10m"})
+    assert e.value.response.status_code == 400
+    r = client.containers.prune(filters={"label!": "keep=yes"})
+    assert r["ContainersDeleted"] == [done.id]
+    r = client.containers.prune()
+    assert r["ContainersDeleted"] == [created.id]
+    assert [c.id for c in client.containers.list(all=True)] == [live.id]
+
+
+def test_images_prune_removes_images_that_no_name_and_no_container_use(client):
+    tag = "cordon-test/prune:1"
+    first = client.images.load(_docker_archive(tag, applets=("sh",)))[0].id
+    second = client.images.load(_docker_archive(tag, applets=("sh", "echo")))[0].id
+    assert first != second
+    r = client.images.prune()
+    deleted = [d.get("Deleted") for d in r["ImagesDeleted"] or []]
+    assert first in deleted and second not in deleted, r
+    with pytest.raises(ImageNotFound):
+        client.images.get(first)
+    assert client.images.get(tag).id == second
+    with pytest.raises(APIError) as e:
+        client.images.prune(filters={"label": "x"})
+    assert e.value.response.status_code == 400
+
+
+def test_update_is_a_clear_501_and_the_limits_stay(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], mem_limit="64m", detach=True)
+    with pytest.raises(APIError) as e:
+        c.update(mem_limit="32m")
+    assert e.value.response.status_code == 501 and "update" in str(e.value.explanation)
+    c.reload()
+    assert c.attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    c.remove(force=True)
+
+
+def test_stats_has_the_sections_docker_pys_callers_read(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    s = c.stats(stream=False)
+    for key in ("read", "networks", "precpu_stats", "cpu_stats", "memory_stats", "blkio_stats", "pids_stats"):
+        assert key in s, s
+    c.remove(force=True)
+
+
+def test_another_api_keys_client_sees_none_of_a_callers_containers_or_execs(client, dserver, image):
+    """Attack: a client with another key (here the TCP listener's, against the socket's local
+    caller) names a container or exec it does not own, by id, id prefix and name."""
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True, name="not-yours")
+    eid = client.api.exec_create(c.id, ["busybox", "true"])["Id"]
+    other = docker.DockerClient(base_url=f"tcp://{dserver.tcp}", version="1.41")
+    other.api.headers["Authorization"] = f"Bearer {dserver.server.api_key}"
+    assert other.containers.list(all=True) == []
+    assert other.info()["Containers"] == 0 and client.info()["Containers"] == 1
+    for ref in (c.id, c.id[:12], "not-yours"):
+        with pytest.raises(NotFound):
+            other.containers.get(ref)
+        with pytest.raises(NotFound):
+            other.api.kill(ref)
+        with pytest.raises(NotFound):
+            other.api.remove_container(ref, force=True)
+        with pytest.raises(NotFound):
+            other.api.exec_create(ref, ["busybox", "true"])
+    with pytest.raises(NotFound):
+        other.api.exec_inspect(eid)
+    with pytest.raises(NotFound):
+        other.api.exec_start(eid)
+    assert not other.containers.prune()["ContainersDeleted"]
+    c.reload()
+    assert c.status == "running"
+    assert client.api.exec_inspect(eid)["Running"] is False
+    c.remove(force=True)
+
+
+def test_kill_answers_once_the_container_has_exited(client, image):
+    c = client.containers.run(image, ["busybox", "sleep", "60"], detach=True)
+    c.kill()
+    # No wait: as from Docker's daemon, an inspect right after the answer sees the exit.
+    c.reload()
+    assert (c.status, c.attrs["State"]["ExitCode"]) == ("exited", 137)
+
+
+def test_logs_since_until_and_timestamps_select_by_when_each_line_came(client, image):
+    import datetime
+    import re
+
+    c = client.containers.run(image, SH + ["echo early; busybox sleep 2; echo late"], detach=True)
+    _until(lambda: c.logs() == b"early\n", "the first line")
+    # Whole seconds (docker-py 5 sends no fraction): "late" comes 2 s after "early", so at
+    # least a second after this.
+    between = math.ceil(time.time())
+    assert c.wait(timeout=60)["StatusCode"] == 0
+    assert c.logs(until=between) == b"early\n"
+    assert c.logs(since=between) == b"late\n"
+    assert c.logs(since=datetime.datetime.now() + datetime.timedelta(seconds=60)) == b""
+    stamped = c.logs(timestamps=True).decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["early", "late"]
+    for line in stamped:
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", line), line
+    c.remove()
+
+
+def test_log_config_and_runtime_read_back_as_given_and_an_unknown_driver_is_refused(client, dserver, image):
+    from docker.types import LogConfig
+
+    log = LogConfig(type="json-file", config={"max-file": "3"})
+    c = client.containers.create(image, ["true"], log_config=log)
+    assert c.attrs["HostConfig"]["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "3"}}
+    assert c.attrs["HostConfig"]["Runtime"] == "runc"
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.create(image, ["true"], log_config=LogConfig(type="syslog"))
+    assert e.value.response.status_code == 400 and "syslog" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+
+
+def test_a_restart_policy_is_refused_naming_the_field_not_silently_ignored(client, dserver, image):
+    created = dserver.sandboxes_created()
+    with pytest.raises(APIError) as e:
+        client.containers.run(image, ["true"], restart_policy={"Name": "always"}, detach=True)
+    assert e.value.response.status_code == 400 and "RestartPolicy" in str(e.value.explanation)
+    assert dserver.sandboxes_created() == created
+    # "no" is what every container does.
+    client.containers.create(image, ["true"], restart_policy={"Name": "no"})
+
+
+def test_anonymous_volumes_are_writable_and_deleted_with_the_container(client, dserver, image):
+    volumes = dserver.server.data_dir / "volumes"
+
+    def anon() -> list[Path]:
+        return [p for p in volumes.rglob("anon-*") if p.is_dir()] if volumes.exists() else []
+
+    before = len(anon())
+    c = client.containers.create(image, SH + ["echo kept > /vol1/f; busybox cat /vol1/f"], volumes=["/vol1"])
+    assert len(anon()) == before + 1
+    c.start()
+    assert c.wait(timeout=60)["StatusCode"] == 0 and c.logs() == b"kept\n"
+    # put_archive and get_archive reach it too.
+    assert c.put_archive("/vol1", _tar(tarfile.TarInfo("g"), data=b"in\n"))
+    strm, st = c.get_archive("/vol1/g")
+    assert st["name"] == "g"
+    c.remove()
+    assert len(anon()) == before
+
+
+def test_detach_keys_end_an_attachment_and_leave_the_container_running(client, image):
+    c = client.containers.run(image, ["busybox", "cat"], stdin_open=True, tty=True, detach=True)
+    sock = c.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
+    sock._sock.sendall(b"\x10\x11")  # ctrl-p ctrl-q, Docker's default
+    sock._sock.settimeout(10)
+    assert sock._sock.recv(128) == b""
+    c.reload()
+    assert c.status == "running"
+    sock = c.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1, "detachKeys": "ctrl-x"})
+    sock._sock.sendall(b"\x18")
+    sock._sock.settimeout(10)
+    assert sock._sock.recv(128) == b""
+    with pytest.raises(APIError) as e:
+        c.attach_socket(params={"stdin": 1, "stream": 1, "detachKeys": "meta-x"})
+    assert e.value.response.status_code == 400
+    c.remove(force=True)

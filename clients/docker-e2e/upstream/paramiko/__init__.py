@@ -8,3 +8,7 @@ class SSHClient:
 
 class WarningPolicy:
     pass
+
+
+class Channel:
+    """tests/helpers.py's detach check asks whether a socket is one (here never)."""

@@ -46,10 +46,11 @@ pub(crate) struct Ended {
     pub finished: String,
 }
 
-/// A container's output in the order it came: (stream, bytes); 1 stdout, 2 stderr.
+/// A container's output in the order it came: (stream, bytes, when in Unix nanoseconds);
+/// stream 1 stdout, 2 stderr.
 #[derive(Default)]
 pub(crate) struct Log {
-    chunks: Vec<(u8, Vec<u8>)>,
+    chunks: Vec<(u8, Vec<u8>, i64)>,
     bytes: u64,
     dropped: bool,
 }
@@ -58,7 +59,8 @@ pub(crate) struct Log {
 pub(crate) struct Container {
     /// The sandbox's id.
     pub id: String,
-    pub name: String,
+    /// Its name, without Docker's leading `/` (changed by `rename`).
+    pub name: Mutex<String>,
     pub caller: Caller,
     pub image: String,
     pub image_id: String,
@@ -72,10 +74,12 @@ pub(crate) struct Container {
     /// `StdinOnce`: closed when the first attached client's input ends.
     pub stdin_once: bool,
     pub auto_remove: bool,
-    /// The uid and gid its processes have inside (`User`, else the sandbox user's).
+    /// The uid and gid its processes have inside (`User`, else the image's, else its root).
     pub run_as: (u32, u32),
     /// Its host binds as inspect shows them (`Mounts`: source as asked, destination, RW).
     pub mounts: Vec<Value>,
+    /// The service volumes made for its anonymous `Volumes`, deleted with it.
+    pub anon_volumes: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub config: Value,
     pub host_config: Value,
@@ -87,6 +91,10 @@ pub(crate) struct Container {
 }
 
 impl Container {
+    pub(crate) fn name(&self) -> String {
+        self.name.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
     pub(crate) fn running(&self) -> bool {
         matches!(self.run.lock().map(|r| r.clone()), Ok(Run::Running { .. }))
     }
@@ -95,7 +103,7 @@ impl Container {
         self.run.lock().map(|r| r.clone()).unwrap_or(Run::Created)
     }
 
-    fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -107,7 +115,7 @@ impl Container {
                 return;
             }
             l.bytes += data.len() as u64;
-            l.chunks.push((stream, data));
+            l.chunks.push((stream, data, unix_nanos()));
         }
         self.bump();
     }
@@ -119,25 +127,21 @@ impl Container {
         self.bump();
     }
 
-    /// The last `n` lines of the streams asked for (Docker's `tail`), framed; and the index
+    /// The last `n` lines of what `pick` selects (Docker's `tail`), framed; and the index
     /// following from there.
-    fn tail_lines(&self, n: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+    fn tail_lines(&self, n: usize, pick: &Pick) -> (Vec<Vec<u8>>, usize) {
         let Ok(l) = self.log.lock() else {
             return (Vec::new(), 0);
         };
-        let mut lines: Vec<(u8, Vec<u8>)> = Vec::new();
-        for (s, d) in l
-            .chunks
-            .iter()
-            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
-        {
+        let mut lines: Vec<(u8, Vec<u8>, i64)> = Vec::new();
+        for (s, d, t) in l.chunks.iter().filter(|(s, _, t)| pick.takes(*s, *t)) {
             for piece in d.split_inclusive(|b| *b == b'\n') {
                 match lines.last_mut() {
                     // A line a chunk left unfinished goes on in the next of its stream.
-                    Some((ls, ld)) if *ls == *s && ld.last() != Some(&b'\n') => {
+                    Some((ls, ld, _)) if *ls == *s && ld.last() != Some(&b'\n') => {
                         ld.extend_from_slice(piece)
                     }
-                    _ => lines.push((*s, piece.to_vec())),
+                    _ => lines.push((*s, piece.to_vec(), *t)),
                 }
             }
         }
@@ -145,13 +149,13 @@ impl Container {
         let out = lines
             .iter()
             .skip(skip)
-            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .map(|(s, d, t)| pick.frame(*s, d, *t, self.tty))
             .collect();
         (out, l.chunks.len())
     }
 
-    /// Output chunks from index `from` on, of the streams asked for.
-    fn chunks_from(&self, from: usize, stdout: bool, stderr: bool) -> (Vec<Vec<u8>>, usize) {
+    /// Output chunks from index `from` on, of what `pick` selects.
+    fn chunks_from(&self, from: usize, pick: &Pick) -> (Vec<Vec<u8>>, usize) {
         let Ok(l) = self.log.lock() else {
             return (Vec::new(), from);
         };
@@ -159,12 +163,83 @@ impl Container {
             .chunks
             .iter()
             .skip(from)
-            .filter(|(s, _)| (*s == 1 && stdout) || (*s == 2 && stderr))
-            .map(|(s, d)| stream::frame(*s, d, self.tty))
+            .filter(|(s, _, t)| pick.takes(*s, *t))
+            .map(|(s, d, t)| pick.frame(*s, d, *t, self.tty))
             .collect();
         (out, l.chunks.len())
     }
 }
+
+/// Which of a container's output a `logs` or `attach` asks for: the streams, a time window
+/// (`since`/`until`, Unix nanoseconds), and whether each line starts with its time.
+#[derive(Clone)]
+pub(crate) struct Pick {
+    stdout: bool,
+    stderr: bool,
+    since: Option<i64>,
+    until: Option<i64>,
+    timestamps: bool,
+}
+
+impl Pick {
+    fn streams(stdout: bool, stderr: bool) -> Self {
+        Pick {
+            stdout,
+            stderr,
+            since: None,
+            until: None,
+            timestamps: false,
+        }
+    }
+
+    fn takes(&self, stream: u8, at: i64) -> bool {
+        ((stream == 1 && self.stdout) || (stream == 2 && self.stderr))
+            && self.since.is_none_or(|s| at >= s)
+            && self.until.is_none_or(|u| at <= u)
+    }
+
+    /// One chunk framed; with `timestamps`, each of its lines after its time (RFC 3339 with
+    /// nanoseconds, and a space), as Docker writes them.
+    fn frame(&self, stream: u8, data: &[u8], at: i64, tty: bool) -> Vec<u8> {
+        if !self.timestamps {
+            return stream::frame(stream, data, tty);
+        }
+        let when = chrono::DateTime::from_timestamp(
+            at.div_euclid(1_000_000_000),
+            at.rem_euclid(1_000_000_000) as u32,
+        )
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        .unwrap_or_default();
+        let mut out = Vec::with_capacity(data.len() + 32);
+        for line in data.split_inclusive(|b| *b == b'\n') {
+            out.extend_from_slice(when.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(line);
+        }
+        stream::frame(stream, &out, tty)
+    }
+}
+
+fn unix_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// A `since`/`until` of `logs`: Unix seconds, with a fraction or not (0 or none: no bound).
+fn time_bound(q: &HashMap<String, String>, key: &str) -> DResult<Option<i64>> {
+    let Some(v) = q.get(key).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let secs: f64 = v
+        .parse()
+        .ok()
+        .filter(|f: &f64| f.is_finite() && *f >= 0.0)
+        .ok_or_else(|| DockerError::bad(format!("{key}: '{v}' is not a Unix time in seconds")))?;
+    Ok((secs > 0.0).then(|| (secs * 1e9).min(i64::MAX as f64) as i64))
+}
+
+impl Container {}
 
 pub(crate) fn now_rfc3339() -> String {
     let d = std::time::SystemTime::now()
@@ -303,6 +378,31 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
             "HostConfig.PortBindings: containers have no network, so no port can be published",
         ));
     }
+    if nonempty(&hc["GroupAdd"]) {
+        return Err(DockerError::bad(
+            "HostConfig.GroupAdd: a sandbox maps one user and one group inside; supplementary \
+             groups cannot be added (set the group with User: uid:gid)",
+        ));
+    }
+    match hc["RestartPolicy"]["Name"].as_str().unwrap_or("") {
+        "" | "no" => {}
+        other => {
+            return Err(DockerError::bad(format!(
+                "HostConfig.RestartPolicy: '{other}' is not supported by cordon: a container's \
+                 command runs once per start (POST /containers/{{id}}/restart runs it again)"
+            )))
+        }
+    }
+    match hc["LogConfig"]["Type"].as_str().unwrap_or("") {
+        "" | "json-file" | "local" | "none" => {}
+        other => {
+            // Docker's own words (docker-py's callers match them); cordon keeps a
+            // container's output itself, so json-file, local and none are all served alike.
+            return Err(DockerError::bad(format!(
+                "logger: no log driver named '{other}' is registered"
+            )));
+        }
+    }
     if let Some(rt) = hc["Runtime"].as_str() {
         if !matches!(rt, "" | "runc" | "cordon") {
             return Err(DockerError::bad(format!(
@@ -313,8 +413,9 @@ pub(crate) fn refuse_powers(hc: &Value) -> DResult<()> {
     Ok(())
 }
 
-/// The sandbox user's uid and gid inside, when a create names no `User` (the engine's).
-pub(crate) const SANDBOX_ID: u32 = 1000;
+/// The ids a container runs as inside when neither the create nor the image's config names a
+/// `User`: the image's root, as Docker runs it (only inside: see the module's threat model).
+pub(crate) const IMAGE_ROOT: (u32, u32) = (0, 0);
 
 /// Where a container's scratch is a tmpfs already.
 const TMPFS_PATHS: &[&str] = &["/tmp", "/workspace", "/home/sandbox"];
@@ -327,14 +428,22 @@ struct Spec {
     cwd: Option<String>,
     tty: bool,
     auto_remove: bool,
+    /// Anonymous volumes named in `Binds` (a bare path); `Volumes` names them too.
+    anon_paths: Vec<String>,
 }
 
 fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
     let hc = &body["HostConfig"];
     refuse_powers(hc)?;
     let mut binds = Vec::new();
+    let mut anon_paths = Vec::new();
     if let Some(list) = strings(&hc["Binds"]) {
         for b in list {
+            // A bare path is Docker's anonymous volume (docker-py's `volumes=["/data"]`).
+            if b.starts_with('/') && !b.contains(':') {
+                anon_paths.push(b);
+                continue;
+            }
             let mut parts = b.splitn(3, ':');
             let (Some(src), Some(dst)) = (parts.next(), parts.next()) else {
                 return Err(DockerError::bad(format!(
@@ -433,6 +542,7 @@ fn spec_of(body: &Value, image: &str) -> DResult<Spec> {
         cwd,
         tty: body["Tty"].as_bool() == Some(true),
         auto_remove: hc["AutoRemove"].as_bool() == Some(true),
+        anon_paths,
     })
 }
 
@@ -453,17 +563,16 @@ pub(crate) async fn create(
     let mut spec = spec_of(&body, &image)?;
     let name = q.get("name").cloned().unwrap_or_default();
     let name = name.trim_start_matches('/').to_string();
-    if !name.is_empty()
-        && (name.len() > 128
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)))
-    {
-        return Err(DockerError::bad(format!(
-            "name: '{name}' must be [a-zA-Z0-9][a-zA-Z0-9_.-]*"
-        )));
+    if !name.is_empty() {
+        check_name(&name)?;
     }
-    if !name.is_empty() && d.find(&name).is_ok_and(|c| c.name == name) {
+    // Names are one namespace for every caller, as on one Docker daemon.
+    let taken = |n: &str| {
+        d.containers
+            .lock()
+            .is_ok_and(|m| m.values().any(|c| c.name() == n))
+    };
+    if !name.is_empty() && taken(&name) {
         return Err(DockerError::new(
             StatusCode::CONFLICT,
             format!("Conflict. The container name \"/{name}\" is already in use"),
@@ -494,10 +603,21 @@ pub(crate) async fn create(
     }
     // The image as found: a name re-resolved at start could have been re-tagged since.
     spec.create.image = Some(img.image.digest.clone());
-    if let Some(user) = body["User"].as_str().filter(|u| !u.is_empty()) {
-        spec.create.run_as = Some(user_ids(&d, &caller, &img.image.digest, user).await?);
-    }
-    let run_as = spec.create.run_as.unwrap_or((SANDBOX_ID, SANDBOX_ID));
+    // Docker's daemon fills an unset `User` from the image's config (and inspect shows it
+    // so); an image that names none runs as its root — here uid 0 of the sandbox's own
+    // namespace, mapped to the usual unprivileged host id, with no capability.
+    let asked = body["User"].as_str().filter(|u| !u.is_empty());
+    let user = asked.or(img.user.as_deref()).map(str::to_string);
+    let run_as = match &user {
+        Some(u) => user_ids(&d, &caller, &img.image.digest, u)
+            .await
+            .map_err(|e| match asked {
+                Some(_) => e,
+                None => DockerError(e.0, format!("{} (the image's config names this User)", e.1)),
+            })?,
+        None => IMAGE_ROOT,
+    };
+    spec.create.run_as = Some(run_as);
     spec.create.ttl = Some(Amount::Number(svc.config().max_ttl.as_secs() as f64));
     let mounts: Vec<Value> = spec
         .create
@@ -508,7 +628,17 @@ pub(crate) async fn create(
                 "RW": b.writable, "Propagation": "rprivate"})
         })
         .collect();
-    let info = svc.create(&caller, spec.create).await?;
+    // `Volumes` (docker-py's `volumes=["/data"]`) not bound from the host: each an anonymous
+    // volume of the service's, made for this container and deleted with it.
+    let anon_volumes =
+        anonymous_volumes(&d, &caller, &body, &spec.anon_paths, &mut spec.create).await?;
+    let info = match svc.create(&caller, spec.create).await {
+        Ok(info) => info,
+        Err(e) => {
+            delete_volumes(&d, &caller, &anon_volumes).await;
+            return Err(e.into());
+        }
+    };
     let id = info.id.clone();
     let name = if name.is_empty() {
         format!("cordon_{}", id.rsplit('-').next().unwrap_or(&id))
@@ -518,13 +648,14 @@ pub(crate) async fn create(
     let created = now_rfc3339();
     let mut config = body.clone();
     config["Image"] = json!(image);
+    config["User"] = json!(user.unwrap_or_default());
     if let Some(o) = config.as_object_mut() {
         o.remove("HostConfig");
         o.remove("NetworkingConfig");
     }
     let c = Arc::new(Container {
         id: id.clone(),
-        name,
+        name: Mutex::new(name),
         caller,
         image,
         image_id: img.image.digest.clone(),
@@ -538,6 +669,7 @@ pub(crate) async fn create(
         auto_remove: spec.auto_remove,
         run_as,
         mounts,
+        anon_volumes,
         labels: info.metadata.clone(),
         config,
         host_config: {
@@ -545,9 +677,21 @@ pub(crate) async fn create(
                 Value::Object(o) => Value::Object(o.clone()),
                 _ => json!({}),
             };
-            // What docker-py reads back: where the logs are (the door keeps them itself).
-            hc["LogConfig"] = json!({"Type": "json-file", "Config": {}});
+            // What docker-py reads back: where the logs are (the door keeps them itself, so
+            // any driver named is only a name), the runtime.
+            let log_type = match hc["LogConfig"]["Type"].as_str() {
+                Some(t) if !t.is_empty() => t.to_string(),
+                _ => "json-file".to_string(),
+            };
+            let log_config = match &hc["LogConfig"]["Config"] {
+                Value::Object(o) => Value::Object(o.clone()),
+                _ => json!({}),
+            };
+            hc["LogConfig"] = json!({"Type": log_type, "Config": log_config});
             hc["NetworkMode"] = json!("none");
+            if hc["Runtime"].as_str().is_none_or(str::is_empty) {
+                hc["Runtime"] = json!("runc");
+            }
             hc
         },
         output_limit: info
@@ -567,6 +711,87 @@ pub(crate) async fn create(
         Json(json!({"Id": id, "Warnings": warnings})),
     )
         .into_response())
+}
+
+/// At most this many anonymous volumes per container (each capped as a volume is).
+const MAX_ANON_VOLUMES: usize = 16;
+
+/// Makes a volume for each path of the create's `Volumes` (and bare paths of its `Binds`) that
+/// no bind covers, and adds it to the sandbox's mounts; their names (to delete with the
+/// container).
+async fn anonymous_volumes(
+    d: &St,
+    caller: &Caller,
+    body: &Value,
+    bare: &[String],
+    create: &mut CreateSandbox,
+) -> DResult<Vec<String>> {
+    let mut paths: Vec<&String> = body["Volumes"]
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    paths.extend(bare.iter().filter(|b| {
+        !body["Volumes"]
+            .as_object()
+            .is_some_and(|o| o.contains_key(b.as_str()))
+    }));
+    let paths: Vec<&String> = paths
+        .into_iter()
+        .filter(|p| {
+            !create
+                .host_binds
+                .iter()
+                .any(|b| b.dest.trim_end_matches('/') == p.trim_end_matches('/'))
+        })
+        .collect();
+    if paths.len() > MAX_ANON_VOLUMES {
+        return Err(DockerError::bad(format!(
+            "Volumes: at most {MAX_ANON_VOLUMES} anonymous volumes per container"
+        )));
+    }
+    let mut made = Vec::new();
+    for path in paths {
+        let name = format!("anon-{}", cordon_service::keys::random_hex(8));
+        let req = cordon_service::volumes::CreateVolume {
+            name: name.clone(),
+            size: None,
+        };
+        if let Err(e) = d.st.service.create_volume(caller, req).await {
+            delete_volumes(d, caller, &made).await;
+            return Err(DockerError::new(
+                crate::error::status_of(e.kind),
+                format!("Volumes: {path}: {}", e.message),
+            ));
+        }
+        made.push(name.clone());
+        create.volumes.push(cordon_service::volumes::VolumeMount {
+            name,
+            path: path.clone(),
+            readonly: false,
+        });
+    }
+    Ok(made)
+}
+
+async fn delete_volumes(d: &St, caller: &Caller, names: &[String]) {
+    for n in names {
+        let _ = d.st.service.delete_volume(caller, n).await;
+    }
+}
+
+/// A container name as Docker allows it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, here at most 128).
+pub(crate) fn check_name(name: &str) -> DResult<()> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if !first_ok
+        || name.len() > 128
+        || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        return Err(DockerError::bad(format!(
+            "name: '{name}' must be [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+        )));
+    }
+    Ok(())
 }
 
 /// Docker's `User` (`name`, `uid`, `uid:gid`, `name:group`) as ids inside a sandbox of
@@ -693,11 +918,14 @@ pub(crate) async fn start(State(d): State<St>, Found(c): Found) -> DResult<Respo
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
-    let _ = d.st.service.delete(&c.caller, &c.id).await;
+pub(crate) async fn remove_container(d: &St, c: &Arc<super::containers::Container>) {
+    // Out of the list first: a client listing while the sandbox is being deleted (an
+    // auto-remove under way) must not find a container that is about to vanish.
     if let Ok(mut m) = d.containers.lock() {
         m.remove(&c.id);
     }
+    let _ = d.st.service.delete(&c.caller, &c.id).await;
+    delete_volumes(d, &c.caller, &c.anon_volumes).await;
     if let Ok(mut m) = d.execs.lock() {
         m.retain(|_, e| e.container != c.id);
     }
@@ -766,8 +994,7 @@ pub(crate) async fn wait(
 /// it writes until it exits.
 fn follow_output(
     c: Arc<Container>,
-    stdout: bool,
-    stderr: bool,
+    pick: Pick,
     follow: bool,
     mut tail: Option<usize>,
 ) -> mpsc::Receiver<Vec<u8>> {
@@ -779,8 +1006,8 @@ fn follow_output(
             changed.borrow_and_update();
             let exited = matches!(c.state(), Run::Exited { .. });
             let (chunks, next) = match tail.take() {
-                Some(n) => c.tail_lines(n, stdout, stderr),
-                None => c.chunks_from(at, stdout, stderr),
+                Some(n) => c.tail_lines(n, &pick),
+                None => c.chunks_from(at, &pick),
             };
             at = next;
             for ch in chunks {
@@ -788,7 +1015,7 @@ fn follow_output(
                     return;
                 }
             }
-            if !follow || exited {
+            if !follow || exited || pick.until.is_some_and(|u| unix_nanos() > u) {
                 return;
             }
             if changed.changed().await.is_err() {
@@ -817,7 +1044,13 @@ pub(crate) async fn logs(
             DockerError::bad(format!("tail: '{t}' is not a number of lines or 'all'"))
         })?),
     };
-    let rx = follow_output(c, stdout, stderr, truthy(&q, "follow"), tail);
+    let pick = Pick {
+        since: time_bound(&q, "since")?,
+        until: time_bound(&q, "until")?,
+        timestamps: truthy(&q, "timestamps"),
+        ..Pick::streams(stdout, stderr)
+    };
+    let rx = follow_output(c, pick, truthy(&q, "follow"), tail);
     Ok(stream::respond(None, rx, tty))
 }
 
@@ -882,6 +1115,8 @@ pub(crate) async fn attach(
     let upgrade = stream::take_upgrade(&mut req);
     let (stdout, stderr) = (truthy(&q, "stdout"), truthy(&q, "stderr"));
     let tty = c.tty;
+    let detach =
+        stream::detach_keys(q.get("detachKeys").map(String::as_str)).map_err(DockerError::bad)?;
     let input = (truthy(&q, "stdin") && c.open_stdin && upgrade.is_some()).then(|| {
         feed_stdin(
             &d,
@@ -899,14 +1134,14 @@ pub(crate) async fn attach(
                 return;
             }
         }
-        let mut inner = follow_output(c, stdout, stderr, true, None);
+        let mut inner = follow_output(c, Pick::streams(stdout, stderr), true, None);
         while let Some(ch) = inner.recv().await {
             if tx.send(ch).await.is_err() {
                 return;
             }
         }
     });
-    Ok(stream::respond_duplex(upgrade, rx, tty, input))
+    Ok(stream::respond_duplex(upgrade, rx, tty, input, detach))
 }
 
 /// A terminal's size when a client has not said (Docker's default too).
@@ -957,22 +1192,38 @@ pub(crate) async fn stop(
     Found(c): Found,
     Query(q): Query<HashMap<String, String>>,
 ) -> DResult<Response> {
-    let Some(cid) = main_cid(&c) else {
+    if !stop_main(&d, &c, grace_of(&q)).await {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
-    };
-    let grace = q
-        .get("t")
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(10)
-        .min(300);
-    let svc = &d.st.service;
-    let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGTERM);
-    let ended = tokio::time::timeout(Duration::from_secs(grace), until_exited(&c, false)).await;
-    if ended.is_err() {
-        let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGKILL);
-        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(&c, false)).await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A stop's grace period (`t`, seconds; Docker's 10 when not given), at most 5 minutes.
+pub(crate) fn grace_of(q: &HashMap<String, String>) -> u64 {
+    q.get("t")
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(10)
+        .min(300)
+}
+
+/// Stops the main process as Docker does: SIGTERM, then SIGKILL after `grace` seconds;
+/// false when it was not running.
+pub(crate) async fn stop_main(d: &St, c: &Container, grace: u64) -> bool {
+    let Some(cid) = main_cid(c) else {
+        return false;
+    };
+    let svc = &d.st.service;
+    // A frozen process takes no signal until it is thawed (Docker thaws it too).
+    if paused(d, c) {
+        let _ = svc.resume(&c.caller, &c.id).await;
+    }
+    let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGTERM);
+    let ended = tokio::time::timeout(Duration::from_secs(grace), until_exited(c, false)).await;
+    if ended.is_err() {
+        let _ = svc.command_signal(&c.caller, &c.id, &cid, libc::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(c, false)).await;
+    }
+    true
 }
 
 pub(crate) async fn kill(
@@ -996,6 +1247,11 @@ pub(crate) async fn kill(
     };
     d.st.service
         .command_signal(&c.caller, &c.id, &cid, signal)?;
+    if signal == libc::SIGKILL {
+        // Docker's daemon answers a SIGKILL once the container has exited: an inspect right
+        // after sees its exit code.
+        let _ = tokio::time::timeout(Duration::from_secs(10), until_exited(&c, false)).await;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -1017,9 +1273,17 @@ pub(crate) async fn remove(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn status_word(c: &Container) -> (&'static str, String) {
+/// Whether the container's sandbox is frozen (`pause`), as the service says.
+pub(crate) fn paused(d: &St, c: &Container) -> bool {
+    d.st.service
+        .get(&c.caller, &c.id)
+        .is_ok_and(|i| i.state == cordon_service::types::SandboxState::Paused)
+}
+
+fn status_word(d: &St, c: &Container) -> (&'static str, String) {
     match c.state() {
         Run::Created => ("created", "Created".into()),
+        Run::Running { .. } if paused(d, c) => ("paused", "Up (Paused)".into()),
         Run::Running { .. } => ("running", "Up".into()),
         Run::Exited { ended, .. } => ("exited", format!("Exited ({})", ended.code)),
     }
@@ -1034,7 +1298,7 @@ pub(crate) async fn list(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
+    let caller = d.caller(&headers)?;
     let all = truthy(&q, "all");
     let filters: HashMap<String, Value> = q
         .get("filters")
@@ -1064,13 +1328,14 @@ pub(crate) async fn list(
     list.sort_by(|a, b| b.created.cmp(&a.created));
     let out: Vec<Value> = list
         .iter()
+        .filter(|c| c.caller.key_id == caller.key_id)
         .filter(|c| all || c.running() || !statuses.is_empty())
-        .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(c).0))
+        .filter(|c| statuses.is_empty() || statuses.iter().any(|s| s == status_word(&d, c).0))
         .filter(|c| {
             names.is_empty()
                 || names
                     .iter()
-                    .any(|n| c.name.contains(n.trim_start_matches('/')))
+                    .any(|n| c.name().contains(n.trim_start_matches('/')))
         })
         .filter(|c| ids.is_empty() || ids.iter().any(|i| c.id.starts_with(i.as_str())))
         .filter(|c| {
@@ -1080,10 +1345,10 @@ pub(crate) async fn list(
             })
         })
         .map(|c| {
-            let (state, status) = status_word(c);
+            let (state, status) = status_word(&d, c);
             json!({
                 "Id": c.id,
-                "Names": [format!("/{}", c.name)],
+                "Names": [format!("/{}", c.name())],
                 "Image": c.image,
                 "ImageID": c.image_id,
                 "Command": command_line(c),
@@ -1101,8 +1366,8 @@ pub(crate) async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
-    let (status, _) = status_word(&c);
+pub(crate) async fn inspect(State(d): State<St>, Found(c): Found) -> DResult<Json<Value>> {
+    let (status, _) = status_word(&d, &c);
     let (started, ended) = match c.state() {
         Run::Created => (String::new(), None),
         Run::Running { started, .. } => (started, None),
@@ -1116,8 +1381,8 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
         "Args": c.argv.iter().skip(1).collect::<Vec<_>>(),
         "State": {
             "Status": status,
-            "Running": status == "running",
-            "Paused": false,
+            "Running": matches!(status, "running" | "paused"),
+            "Paused": status == "paused",
             "Restarting": false,
             "OOMKilled": ended.as_ref().is_some_and(|e| e.oom),
             "Dead": false,
@@ -1128,7 +1393,7 @@ pub(crate) async fn inspect(Found(c): Found) -> DResult<Json<Value>> {
             "FinishedAt": ended.as_ref().map_or(zero, |e| e.finished.clone()),
         },
         "Image": c.image_id,
-        "Name": format!("/{}", c.name),
+        "Name": format!("/{}", c.name()),
         "RestartCount": 0,
         "Driver": "cordon",
         "Platform": "linux",
@@ -1157,8 +1422,8 @@ pub(crate) async fn stats(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+    let caller = d.caller(&headers)?;
+    let c = d.find(&caller, &id)?;
     let pids =
         d.st.service
             .sandbox_processes(&c.caller, &c.id)
@@ -1168,11 +1433,16 @@ pub(crate) async fn stats(
     let limit = c.host_config["Memory"].as_i64().unwrap_or(0);
     Ok(Json(json!({
         "id": c.id,
-        "name": format!("/{}", c.name),
+        "name": format!("/{}", c.name()),
         "read": now_rfc3339(),
         "pids_stats": {"current": pids.len()},
         "memory_stats": {"usage": usage.rss_bytes, "limit": limit},
         "cpu_stats": {"cpu_usage": {"total_usage": usage.cpu_ns}},
+        // One reading: no earlier one to compare with (Docker's first reading has none
+        // either); a container has no network and cordon does not count block I/O.
+        "precpu_stats": {"cpu_usage": {"total_usage": 0}},
+        "blkio_stats": {},
+        "networks": {},
     })))
 }
 
@@ -1218,5 +1488,25 @@ mod tests {
         assert!(spec.create.read_only_root);
         let bad_tmpfs = json!({"HostConfig": {"Tmpfs": {"/etc": ""}}});
         assert!(spec_of(&bad_tmpfs, "img").is_err());
+    }
+
+    #[test]
+    fn what_cordon_cannot_honour_is_refused_naming_the_field_never_ignored() {
+        for (hc, field) in [
+            (json!({"GroupAdd": ["1000"]}), "GroupAdd"),
+            (
+                json!({"RestartPolicy": {"Name": "always"}}),
+                "RestartPolicy",
+            ),
+            (json!({"LogConfig": {"Type": "syslog"}}), "log driver"),
+        ] {
+            let Err(DockerError(status, msg)) = refuse_powers(&hc) else {
+                panic!("{hc} was not refused");
+            };
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{hc}");
+            assert!(msg.contains(field), "{msg}");
+        }
+        let ok = json!({"RestartPolicy": {"Name": "no"}, "LogConfig": {"Type": "json-file"}});
+        assert!(refuse_powers(&ok).is_ok());
     }
 }

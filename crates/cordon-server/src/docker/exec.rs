@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cordon_service::types::{Cmd, ExecRequest};
-use cordon_service::ExecEvent;
+use cordon_service::{Caller, ExecEvent};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -33,6 +33,8 @@ pub(crate) struct ExecInstance {
     tty: bool,
     /// `AttachStdin`: the client's input on the hijacked connection is the command's stdin.
     stdin: bool,
+    /// `DetachKeys`: typed on that input, they end the attachment (the command runs on).
+    detach_keys: Vec<u8>,
     state: Mutex<ExecState>,
 }
 
@@ -50,8 +52,8 @@ pub(crate) async fn create(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let c = d.find(&id)?;
+    let caller = d.caller(&headers)?;
+    let c = d.find(&caller, &id)?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| DockerError::bad(format!("the exec body is not JSON: {e}")))?;
     if body["Privileged"].as_bool() == Some(true) {
@@ -96,6 +98,9 @@ pub(crate) async fn create(
             }
         }
     }
+    // docker-py writes `detachKeys`; Docker's daemon reads JSON keys case-blind.
+    let keys = body["DetachKeys"].as_str().or(body["detachKeys"].as_str());
+    let detach_keys = stream::detach_keys(keys).map_err(DockerError::bad)?;
     let exec_id = cordon_service::keys::random_hex(32);
     let inst = Arc::new(ExecInstance {
         id: exec_id.clone(),
@@ -110,6 +115,7 @@ pub(crate) async fn create(
             .or_else(|| c.cwd.clone()),
         tty: body["Tty"].as_bool() == Some(true),
         stdin: body["AttachStdin"].as_bool() == Some(true),
+        detach_keys,
         state: Mutex::new(ExecState::default()),
     });
     if let Ok(mut m) = d.execs.lock() {
@@ -122,11 +128,13 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(json!({"Id": exec_id}))).into_response())
 }
 
-fn find(d: &St, id: &str) -> DResult<Arc<ExecInstance>> {
+/// An exec instance of one of the caller's containers (another caller's is not found).
+fn find(d: &St, caller: &Caller, id: &str) -> DResult<Arc<ExecInstance>> {
     d.execs
         .lock()
         .ok()
         .and_then(|m| m.get(id).cloned())
+        .filter(|e| d.find(caller, &e.container).is_ok())
         .ok_or_else(|| {
             DockerError::new(
                 StatusCode::NOT_FOUND,
@@ -140,15 +148,15 @@ pub(crate) async fn start(
     Path(id): Path<String>,
     mut req: Request,
 ) -> DResult<Response> {
-    d.caller(req.headers())?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(req.headers())?;
+    let inst = find(&d, &caller, &id)?;
     let upgrade = stream::take_upgrade(&mut req);
     let body = to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| DockerError::bad(e.to_string()))?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let detach = body["Detach"].as_bool() == Some(true);
-    let c = d.find(&inst.container)?;
+    let c = d.find(&caller, &inst.container)?;
     {
         let mut s = inst.state.lock().map_err(|_| DockerError::bad("lock"))?;
         if s.started {
@@ -244,7 +252,13 @@ pub(crate) async fn start(
     if detach {
         return Ok(StatusCode::OK.into_response());
     }
-    Ok(stream::respond_duplex(upgrade, out, tty, input))
+    Ok(stream::respond_duplex(
+        upgrade,
+        out,
+        tty,
+        input,
+        inst.detach_keys.clone(),
+    ))
 }
 
 /// `POST /exec/{id}/resize?h=…&w=…`: the terminal of an exec started with `Tty`.
@@ -254,12 +268,12 @@ pub(crate) async fn resize(
     Query(q): Query<std::collections::HashMap<String, String>>,
     headers: HeaderMap,
 ) -> DResult<Response> {
-    d.caller(&headers)?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(&headers)?;
+    let inst = find(&d, &caller, &id)?;
     let size = super::containers::size_of(&q)?;
     let cid = inst.state.lock().ok().and_then(|s| s.cid.clone());
     if let (Some(cid), true) = (cid, inst.tty) {
-        let c = d.find(&inst.container)?;
+        let c = d.find(&caller, &inst.container)?;
         d.st.service.command_resize(&c.caller, &c.id, &cid, size)?;
     }
     Ok(StatusCode::OK.into_response())
@@ -270,8 +284,8 @@ pub(crate) async fn inspect(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> DResult<Json<Value>> {
-    d.caller(&headers)?;
-    let inst = find(&d, &id)?;
+    let caller = d.caller(&headers)?;
+    let inst = find(&d, &caller, &id)?;
     let s = inst.state.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(Json(json!({
         "ID": inst.id,

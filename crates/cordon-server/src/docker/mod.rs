@@ -3,20 +3,23 @@
 //! served on a Unix socket (`cordon serve --docker-socket`) or a TCP port that needs an API
 //! key (`--docker-listen`). Each container is a cordon sandbox made through
 //! [`cordon_service`]; this door only translates. Handlers are grouped per resource:
-//! [`system`], [`images`], [`containers`], [`exec`], [`archive`]; [`stream`] holds Docker's
-//! multiplexed stream framing and connection hijacking.
+//! [`system`], [`images`], [`containers`] (and [`lifecycle`]: restart, pause, rename, prune),
+//! [`exec`], [`archive`]; [`stream`] holds Docker's multiplexed stream framing and connection
+//! hijacking.
 //!
 //! Threat model: whoever reaches the socket is a hostile client. What it asks for can only
 //! narrow what the server grants: powers cordon does not give (privileged, capabilities,
 //! devices, the host's network/PID/IPC namespaces, loosening security options, binds outside
 //! `--docker-bind-root`) are refused with an error naming the field, before anything starts.
 //! The socket is mode 0660 (group chosen by the operator); a TCP listener authenticates every
-//! request with an API key, as the native API does.
+//! request with an API key, as the native API does, and each key sees only its own containers
+//! and their execs (another key's are "No such container").
 
 mod archive;
 mod containers;
 mod exec;
 mod images;
+mod lifecycle;
 mod stream;
 mod system;
 
@@ -128,21 +131,24 @@ impl Docker {
         .map_err(|e| DockerError::from(e.0))
     }
 
-    /// A container by id, unique id prefix or name.
-    pub(crate) fn find(&self, name: &str) -> DResult<Arc<containers::Container>> {
+    /// One of the caller's containers by id, unique id prefix or name: another caller's
+    /// (another API key's, on the TCP listener) is not found, as if it did not exist.
+    pub(crate) fn find(&self, caller: &Caller, name: &str) -> DResult<Arc<containers::Container>> {
         let map = self
             .containers
             .lock()
             .map_err(|_| DockerError::new(StatusCode::INTERNAL_SERVER_ERROR, "lock"))?;
-        if let Some(c) = map.get(name) {
+        let mine = |c: &&Arc<containers::Container>| c.caller.key_id == caller.key_id;
+        if let Some(c) = map.get(name).filter(mine) {
             return Ok(c.clone());
         }
         let bare = name.trim_start_matches('/');
-        if let Some(c) = map.values().find(|c| c.name == bare) {
+        if let Some(c) = map.values().filter(mine).find(|c| c.name() == bare) {
             return Ok(c.clone());
         }
         let mut by_prefix = map
             .values()
+            .filter(mine)
             .filter(|c| !name.is_empty() && c.id.starts_with(name));
         match (by_prefix.next(), by_prefix.next()) {
             (Some(c), None) => Ok(c.clone()),
@@ -165,11 +171,11 @@ impl axum::extract::FromRequestParts<St> for Found {
         parts: &mut axum::http::request::Parts,
         d: &St,
     ) -> Result<Self, Self::Rejection> {
-        d.caller(&parts.headers)?;
+        let caller = d.caller(&parts.headers)?;
         let axum::extract::Path(id) = axum::extract::Path::<String>::from_request_parts(parts, d)
             .await
             .map_err(|e| DockerError::bad(e.body_text()))?;
-        Ok(Found(d.find(&id)?))
+        Ok(Found(d.find(&caller, &id)?))
     }
 }
 
@@ -212,12 +218,14 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
             post(images::load).layer(axum::extract::DefaultBodyLimit::disable()),
         )
         .route("/images/get", get(images::save_many))
+        .route("/images/prune", post(lifecycle::prune_images))
         .route(
             "/images/{*rest}",
             get(images::inspect).delete(images::remove),
         )
         .route("/containers/json", get(containers::list))
         .route("/containers/create", post(containers::create))
+        .route("/containers/prune", post(lifecycle::prune_containers))
         .route("/containers/{id}/json", get(containers::inspect))
         .route("/containers/{id}/start", post(containers::start))
         .route("/containers/{id}/wait", post(containers::wait))
@@ -225,6 +233,11 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         .route("/containers/{id}/attach", post(containers::attach))
         .route("/containers/{id}/resize", post(containers::resize))
         .route("/containers/{id}/stop", post(containers::stop))
+        .route("/containers/{id}/restart", post(lifecycle::restart))
+        .route("/containers/{id}/pause", post(lifecycle::pause))
+        .route("/containers/{id}/unpause", post(lifecycle::unpause))
+        .route("/containers/{id}/rename", post(lifecycle::rename))
+        .route("/containers/{id}/update", post(lifecycle::update))
         .route("/containers/{id}/kill", post(containers::kill))
         .route("/containers/{id}/top", get(containers::top))
         .route("/containers/{id}/stats", get(containers::stats))

@@ -61,7 +61,69 @@ pub(crate) fn respond(
     rx: mpsc::Receiver<Vec<u8>>,
     tty: bool,
 ) -> Response {
-    respond_duplex(upgrade, rx, tty, None)
+    respond_duplex(upgrade, rx, tty, None, Vec::new())
+}
+
+/// Docker's detach keys (`ctrl-p,ctrl-q` unless `spec` names others: `ctrl-<a-z@[\\]^_>` or
+/// one character each, comma-separated): typed on an attached stdin, they end the attachment
+/// and leave the process running.
+pub(crate) fn detach_keys(spec: Option<&str>) -> Result<Vec<u8>, String> {
+    let spec = spec.filter(|s| !s.is_empty()).unwrap_or("ctrl-p,ctrl-q");
+    spec.split(',')
+        .map(|k| {
+            let bad = || format!("detachKeys: '{k}' is not ctrl-<key> or one character");
+            match k.strip_prefix("ctrl-") {
+                Some(c) => match c.as_bytes() {
+                    [b @ b'a'..=b'z'] => Ok(b - b'a' + 1),
+                    [b @ (b'@' | b'[' | b'\\' | b']' | b'^' | b'_')] => Ok(b & 0x1f),
+                    _ => Err(bad()),
+                },
+                None => match k.as_bytes() {
+                    [b] if b.is_ascii() => Ok(*b),
+                    _ => Err(bad()),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Passes a client's input on, holding back what may be the start of the detach sequence:
+/// `Some(pass)` with the bytes to pass on now, `None` once the whole sequence was typed.
+struct Detacher {
+    keys: Vec<u8>,
+    held: usize,
+}
+
+impl Detacher {
+    fn feed(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        let mut pass = Vec::with_capacity(data.len());
+        for &b in data {
+            if self.keys.is_empty() {
+                pass.push(b);
+                continue;
+            }
+            if b == self.keys[self.held] {
+                self.held += 1;
+                if self.held == self.keys.len() {
+                    return None;
+                }
+                continue;
+            }
+            // Not the sequence after all: what was held goes on, then this byte, which may
+            // start the sequence again.
+            pass.extend_from_slice(&self.keys[..self.held]);
+            self.held = 0;
+            if b == self.keys[0] {
+                self.held = 1;
+                if self.keys.len() == 1 {
+                    return None;
+                }
+            } else {
+                pass.push(b);
+            }
+        }
+        Some(pass)
+    }
 }
 
 /// What a client sends on a hijacked connection: a chunk of its stdin, or `None` at its end
@@ -72,32 +134,49 @@ pub(crate) type Input = mpsc::Sender<Option<Vec<u8>>>;
 /// there, chunk by chunk, then `None` at its end (`attach` and `exec start` with stdin). The
 /// bytes are the client's, only passed on; reading pauses while `input` is full, so a client
 /// cannot queue more than its 16 chunks in the server.
+/// With `detach` (see [`detach_keys`]; empty: none), the client typing that sequence ends the
+/// connection, the process left running.
 pub(crate) fn respond_duplex(
     upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut rx: mpsc::Receiver<Vec<u8>>,
     tty: bool,
     input: Option<Input>,
+    detach: Vec<u8>,
 ) -> Response {
     match upgrade {
         Some(on) => {
             tokio::spawn(async move {
                 let Ok(upgraded) = on.await else { return };
                 let (mut rd, mut io) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+                let detached = std::sync::Arc::new(tokio::sync::Notify::new());
+                let detach_seen = detached.clone();
                 if let Some(input) = input {
                     tokio::spawn(async move {
                         use tokio::io::AsyncReadExt;
                         let mut buf = vec![0u8; 64 * 1024];
+                        let mut keys = Detacher {
+                            keys: detach,
+                            held: 0,
+                        };
                         loop {
                             match rd.read(&mut buf).await {
                                 Ok(0) | Err(_) => {
                                     let _ = input.send(None).await;
                                     return;
                                 }
-                                Ok(n) => {
-                                    if input.send(Some(buf[..n].to_vec())).await.is_err() {
+                                Ok(n) => match keys.feed(&buf[..n]) {
+                                    Some(pass) if pass.is_empty() => {}
+                                    Some(pass) => {
+                                        if input.send(Some(pass)).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                    None => {
+                                        // A permit is kept if the writer is not waiting yet.
+                                        detach_seen.notify_one();
                                         return;
                                     }
-                                }
+                                },
                             }
                         }
                     });
@@ -107,7 +186,12 @@ pub(crate) fn respond_duplex(
                 // lost in that buffer. Docker's daemon starts the process after the head is
                 // out; this pause gives the client the same time to read it.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                while let Some(chunk) = rx.recv().await {
+                loop {
+                    let chunk = tokio::select! {
+                        c = rx.recv() => c,
+                        () = detached.notified() => None,
+                    };
+                    let Some(chunk) = chunk else { break };
                     if io.write_all(&chunk).await.is_err() {
                         return;
                     }
@@ -138,6 +222,35 @@ pub(crate) fn respond_duplex(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn detach_keys_parse_as_docker_writes_them() {
+        assert_eq!(detach_keys(None), Ok(vec![0x10, 0x11]));
+        assert_eq!(detach_keys(Some("ctrl-x")), Ok(vec![0x18]));
+        assert_eq!(
+            detach_keys(Some("ctrl-@,a,ctrl-_")),
+            Ok(vec![0, b'a', 0x1f])
+        );
+        assert!(detach_keys(Some("ctrl-")).is_err());
+        assert!(detach_keys(Some("meta-x")).is_err());
+    }
+
+    #[test]
+    fn the_detach_sequence_is_held_back_and_a_partial_one_passes_on() {
+        let mut d = Detacher {
+            keys: vec![0x10, 0x11],
+            held: 0,
+        };
+        assert_eq!(d.feed(b"ab\x10"), Some(b"ab".to_vec()));
+        assert_eq!(d.feed(b"c"), Some(b"\x10c".to_vec()));
+        assert_eq!(d.feed(b"\x10\x10"), Some(b"\x10".to_vec()));
+        assert_eq!(d.feed(b"\x11rest"), None);
+        let mut none = Detacher {
+            keys: Vec::new(),
+            held: 0,
+        };
+        assert_eq!(none.feed(b"\x10\x11"), Some(b"\x10\x11".to_vec()));
+    }
 
     #[test]
     fn a_frame_is_the_stream_three_zeros_and_the_length_big_endian() {

@@ -66,8 +66,13 @@ pub(crate) async fn info(State(d): State<St>, headers: HeaderMap) -> DResult<Jso
             .containers
             .lock()
             .map_err(|_| super::DockerError::bad("lock"))?;
-        let running = map.values().filter(|c| c.running()).count();
-        (map.len(), running)
+        // The caller's own, as list shows them.
+        let mine: Vec<_> = map
+            .values()
+            .filter(|c| c.caller.key_id == caller.key_id)
+            .collect();
+        let running = mine.iter().filter(|c| c.running()).count();
+        (mine.len(), running)
     };
     let images =
         d.st.service
