@@ -57,6 +57,7 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     ),
     "ExtendTtl": (lambda: _core.ttl_body("5m"), lambda: _core.ttl_body(60)),
     "CreateSnapshot": (lambda: _core.snapshot_body("after-setup"), lambda: _core.snapshot_body("s")),
+    "CommitRequest": (lambda: _core.commit_body("my-agent:2", ["ENV A=1"]), lambda: _core.commit_body("a", None)),
     "ForkRequest": (lambda: _core.fork_body(2, "10m", {"k": "v"}), lambda: _core.fork_body(1, None, None)),
     "CreateVolume": (lambda: _core.volume_body("datasets", "10G"), lambda: _core.volume_body("v", None)),
     "CreateSecret": (lambda: _core.secret_body("v", {"k": "v"}, name="gh"), lambda: _core.secret_body("v", None, name="gh")),

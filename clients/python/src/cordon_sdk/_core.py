@@ -385,6 +385,16 @@ def snapshot_body(name: str) -> Dict[str, Any]:
     return {"name": str(name)}
 
 
+def commit_body(reference: str, changes: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/commit``."""
+    body: Dict[str, Any] = {"reference": str(reference)}
+    if changes is not None:
+        if isinstance(changes, str):
+            raise TypeError("changes: a list of Dockerfile lines, not one string")
+        body["changes"] = [str(c) for c in changes]
+    return body
+
+
 def fork_body(count: int, ttl: Optional[Duration], metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     """``POST /v1/sandboxes/{id}/fork``."""
     body: Dict[str, Any] = {"count": int(count)}

@@ -36,6 +36,9 @@ __all__ = [
     "ImageInfo",
     "PullResult",
     "SnapshotInfo",
+    "ProcessRow",
+    "ProcessList",
+    "CommitResult",
     "ForkResult",
     "VolumeInfo",
     "BatchError",
@@ -968,6 +971,87 @@ class SandboxMetrics:
             disk_total=_int(d.get("disk_total")),
             processes=_int(d.get("processes")),
             processes_max=_int(d.get("processes_max")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ProcessRow:
+    """One process of a sandbox (:meth:`Sandbox.processes`): its pid and parent's pid inside
+    the sandbox (the init is 1), the kernel's one-letter ``state``, its ``command`` line (the
+    sandbox's own text, its first 1 KiB), CPU used and resident memory."""
+
+    __schema__: ClassVar[Optional[str]] = "ProcessRow"
+
+    pid: int
+    ppid: int
+    state: str
+    command: str
+    cpu_ns: int
+    rss_bytes: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProcessRow":
+        return cls(
+            pid=_int(d.get("pid")),
+            ppid=_int(d.get("ppid")),
+            state=_str(d.get("state")),
+            command=_str(d.get("command")),
+            cpu_ns=_int(d.get("cpu_ns")),
+            rss_bytes=_int(d.get("rss_bytes")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ProcessList:
+    """A sandbox's processes now, by pid inside it."""
+
+    __schema__: ClassVar[Optional[str]] = "ProcessList"
+
+    processes: List[ProcessRow]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProcessList":
+        rows = d.get("processes")
+        return cls(
+            processes=[ProcessRow.from_dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else [],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class CommitResult:
+    """The image a commit made (:meth:`Sandbox.commit`): its full ``reference`` and manifest
+    ``digest``, the ``base`` image it was made from, its ``layers`` (the base's plus one of what
+    the sandbox changed: ``layer_digest``, ``layer_size``), how long the sandbox was frozen, and
+    what an image never holds (``not_carried``: ``/workspace``, the home, ``/tmp``, …)."""
+
+    __schema__: ClassVar[Optional[str]] = "CommitResult"
+
+    reference: str
+    digest: str
+    base: str
+    layers: int
+    layer_digest: str
+    layer_size: int
+    frozen_ms: int
+    not_carried: List[str]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CommitResult":
+        return cls(
+            reference=_str(d.get("reference")),
+            digest=_str(d.get("digest")),
+            base=_str(d.get("base")),
+            layers=_int(d.get("layers")),
+            layer_digest=_str(d.get("layer_digest")),
+            layer_size=_int(d.get("layer_size")),
+            frozen_ms=_int(d.get("frozen_ms")),
+            not_carried=_strs(d.get("not_carried")),
             raw=dict(d),
         )
 

@@ -33,6 +33,7 @@ from .models import (
     CodeError,
     CodeResult,
     CommandInfo,
+    CommitResult,
     ContextInfo,
     Entry,
     ForkResult,
@@ -42,9 +43,10 @@ from .models import (
     NetworkInfo,
     NetworkPolicy,
     Outcome,
-    SandboxMetrics,
+    ProcessList,
     PullResult,
     SandboxInfo,
+    SandboxMetrics,
     SecretInfo,
     SecretList,
     SnapshotInfo,
@@ -874,6 +876,17 @@ class Sandbox:
             self._http.post_json(self._path + "/snapshots", _core.snapshot_body(name), "snapshot")
         )
 
+    def commit(self, reference: str, *, changes: Optional[Sequence[str]] = None) -> CommitResult:
+        """Makes an image of this sandbox, named ``reference`` (a name no image of the store has
+        yet): its image's layers plus one of what it changed in its root (not ``/workspace``,
+        the home or ``/tmp``, which every sandbox gets fresh), with its processes frozen for the
+        read. ``changes``: Dockerfile lines for the config (``ENV``, ``CMD``, ``ENTRYPOINT``,
+        ``WORKDIR``, ``USER``, ``LABEL``). A sandbox made without an image raises
+        :class:`~cordon_sdk.ConflictError` (``no_image``)."""
+        return CommitResult.from_dict(
+            self._http.post_json(self._path + "/commit", _core.commit_body(reference, changes), "commit")
+        )
+
     def fork(
         self, count: int = 1, *, ttl: Optional[Duration] = None, metadata: Optional[Mapping[str, str]] = None
     ) -> ForkResult:
@@ -1069,6 +1082,11 @@ class Sandbox:
         """What the sandbox uses now: CPU (since the previous call), memory, disk and
         processes, each beside its limit."""
         return SandboxMetrics.from_dict(self._http.get_json(self._path + "/metrics", "metrics"))
+
+    def processes(self) -> ProcessList:
+        """The sandbox's processes now: pid and parent inside the sandbox (its init is 1),
+        state, command line (the sandbox's own text), CPU and memory."""
+        return ProcessList.from_dict(self._http.get_json(self._path + "/processes", "processes"))
 
     def learned_profile(self) -> LearnedProfile:
         """The learned profile of a sandbox created with ``learn=True``: what its commands used
