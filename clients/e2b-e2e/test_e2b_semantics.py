@@ -130,8 +130,11 @@ def test_an_unknown_route_answers_e2b_errors_to_e2b_clients(server):
 
     # The SDK reads the 404 as "no such template" rather than crashing on the body.
     assert Template.exists(f"nonexistent-{uuid.uuid4()}") is False
-    # Other clients keep the native API's shape.
+    # E2B's alias lookup is served now: its 404 is E2B's shape.
     r = httpx.get(f"{server.url}/templates/aliases/x", headers={"X-API-KEY": server.api_key})
+    assert r.status_code == 404 and r.json()["code"] == 404
+    # A route no door serves keeps the native API's shape for other clients.
+    r = httpx.get(f"{server.url}/templates/aliases/x/nothing-here", headers={"X-API-KEY": server.api_key})
     assert r.status_code == 404 and "error" in r.json()
 
 
