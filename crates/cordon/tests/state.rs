@@ -295,8 +295,9 @@ fn a_full_volume_is_refused_for_read_write_mounts_but_mounts_read_only() {
         Some(json!({"volumes": [{"name": "small", "path": "/data", "readonly": true}]})),
     );
     assert_eq!(st, 201, "{v}");
+    // Past its cap: how far past depends on when the watcher caught the writer.
     let (_, v) = s.call("GET", "/v1/volumes/small", None);
-    assert!(v["used_bytes"].as_u64().unwrap_or(0) >= 2 << 20, "{v}");
+    assert!(v["used_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{v}");
 }
 
 #[test]
