@@ -173,11 +173,7 @@ def test_rate_limit_covers_control_plane_and_envd(server):
 
 
 def test_lifecycle_says_what_a_timeout_does(server):
-    """A timeout kills the sandbox unless pause-on-timeout was asked for; the info says which,
-    and a files-only auto-pause (which would cold-boot on resume) is refused up front."""
-    with pytest.raises(SandboxException) as e:
-        Sandbox.create(timeout=30, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
-    assert "autoPauseMemory" in str(e.value)
+    """A timeout kills the sandbox unless pause-on-timeout was asked for; the info says which."""
     for lifecycle, on_timeout in ((None, "kill"), ({"on_timeout": "pause"}, "pause")):
         s = Sandbox.create(timeout=30, lifecycle=lifecycle) if lifecycle else Sandbox.create(timeout=30)
         try:

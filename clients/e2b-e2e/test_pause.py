@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from e2b import SandboxQuery
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done"
 
@@ -121,12 +122,49 @@ def test_a_timeout_pauses_a_sandbox_that_asked_and_connect_resumes_it_with_its_m
         sbx.kill()
 
 
-def test_a_files_only_auto_pause_is_refused_not_pretended():
-    from e2b import Sandbox
-    from e2b.exceptions import SandboxException
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
-    with pytest.raises(SandboxException, match="keep_memory|autoPauseMemory"):
-        Sandbox.create(timeout=30, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+
+def test_a_files_only_auto_pause_keeps_the_files_and_resumes_as_a_new_boot():
+    """`keep_memory=False`: the timeout pauses it to disk — files kept, processes and memory
+    given up — and `connect` starts it again under the same id, handle and token."""
+    from e2b import Sandbox, SandboxState
+
+    sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    try:
+        sbx.files.write("/home/user/keep.txt", "kept")
+        sbx.commands.run("sleep 1000", background=True)
+        boot = sbx.files.read(BOOT_ID)
+        deadline = time.time() + 20
+        while time.time() < deadline and sbx.get_info().state != SandboxState.PAUSED:
+            time.sleep(0.3)
+        assert sbx.get_info().state == SandboxState.PAUSED
+        assert not sbx.is_running()
+        # Paused to disk, it is listed as paused (and no longer holds a slot of the key).
+        assert sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()]
+        sbx.connect(timeout=60)
+        assert sbx.is_running()
+        assert sbx.files.read("/home/user/keep.txt") == "kept"
+        assert sbx.files.read(BOOT_ID) != boot, "a resume from disk is a new boot"
+        assert "sleep 1000" not in [" ".join([p.cmd, *p.args]) for p in sbx.commands.list()]
+        left = sbx.get_info().end_at.timestamp() - time.time()
+        assert 30 < left <= 61, "its new time to live is the connect's"
+    finally:
+        sbx.kill()
+
+
+def test_a_pause_without_memory_is_a_pause_to_disk():
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=60)
+    try:
+        sbx.files.write("/tmp/t.txt", "t")
+        assert sbx.pause(keep_memory=False)
+        assert not sbx.pause(keep_memory=False), "already paused"
+        sbx.connect()
+        assert sbx.files.read("/tmp/t.txt") == "t"
+    finally:
+        sbx.kill()
 
 
 def test_a_sandbox_without_the_ask_still_ends_at_its_timeout():

@@ -53,6 +53,33 @@ pub enum RootEntry {
     Generated { dest: PathBuf, contents: String },
 }
 
+/// Where the kernel shows its boot id (a random UUID drawn at boot).
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// A random (version 4) UUID in the kernel's own format, newline included.
+fn fresh_boot_id() -> String {
+    let mut b = [0u8; 16];
+    if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).ok() != Some(16) {
+        // Only distinct from the host's and the previous start's is promised, not secrecy.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b = (t ^ (u128::from(std::process::id()) << 64)).to_ne_bytes();
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}\n",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
 /// The sandbox's own user database. With the host's `/etc`, uid 1000 would otherwise take the
 /// name of the host's uid 1000 (a real person's account, shown in every prompt and `id`);
 /// without any, programs that look their user up (`whoami`, pip, git, ssh) find no one.
@@ -593,6 +620,14 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
             }
         }
     }
+    // A boot id of the sandbox's own, new at each start, as LXC gives its containers: the
+    // host's is a fingerprint of the machine shared by every sandbox on it, and programs (E2B's
+    // tests among them) read a changed one as "this environment was started afresh" — true of
+    // a sandbox resumed from its files, false of one resumed from a freeze.
+    root.push(RootEntry::Generated {
+        dest: BOOT_ID.into(),
+        contents: fresh_boot_id(),
+    });
     for b in &p.binds {
         let flag = if b.writable { "--rw" } else { "--ro" };
         let meta = std::fs::metadata(&b.source)
@@ -722,6 +757,19 @@ pub fn build(input: PlanInput<'_>) -> Result<Plan, EngineError> {
 mod tests {
     use super::*;
     use cordon_policy::profile::Bind;
+
+    #[test]
+    fn each_start_draws_a_boot_id_of_its_own_in_the_kernels_format() {
+        let (a, b) = (fresh_boot_id(), fresh_boot_id());
+        assert_ne!(a, b);
+        let host = std::fs::read_to_string(BOOT_ID).unwrap_or_default();
+        assert_ne!(a, host);
+        for id in [&a, &b] {
+            let parts: Vec<usize> = id.trim_end().split('-').map(str::len).collect();
+            assert_eq!(parts, [8, 4, 4, 4, 12], "{id}");
+            assert!(id.ends_with('\n') && id.as_bytes()[14] == b'4', "{id}");
+        }
+    }
 
     #[test]
     fn a_layer_stacked_twice_is_mounted_once_where_it_is_topmost() {

@@ -16,6 +16,7 @@ pub mod binds;
 pub mod datadir;
 pub mod error;
 pub mod files;
+pub mod hibernate;
 pub mod interpreter;
 pub mod keys;
 pub mod metrics;
@@ -160,6 +161,9 @@ pub struct Live {
     /// Paused by its timeout (not by a caller): a resume gives it the server's default time
     /// to live again, instead of the longest it was kept for while paused.
     pub(crate) paused_by_timeout: std::sync::atomic::AtomicBool,
+    /// Whether a pause at its timeout keeps memory (freezes) or goes to disk
+    /// (`CreateSandbox::pause_keep_memory`).
+    pub(crate) pause_keep_memory: bool,
     pub(crate) commands: Mutex<HashMap<String, Arc<BgCommand>>>,
     pub(crate) contexts: crate::interpreter::Contexts,
     /// The sandbox's egress proxy (every persistent sandbox has one; it denies everything

@@ -57,11 +57,13 @@ impl Drop for Reservation<'_> {
 }
 
 /// What a new sandbox starts with besides its profile: files copied from a stored tree (a
-/// snapshot's, a fork's capture) and volumes its profile already binds (a fork's parent's).
+/// snapshot's, a fork's capture, its own when paused to disk), volumes its profile already
+/// binds (a fork's parent's), and the id it had before it was paused to disk.
 #[derive(Default)]
 pub(crate) struct Seed {
     pub(crate) tree: Option<std::path::PathBuf>,
     pub(crate) volumes: Vec<String>,
+    pub(crate) id: Option<String>,
 }
 
 /// What makes a plain `pip install x` work in a server's sandbox (see the README's *pip inside
@@ -127,10 +129,12 @@ impl Service {
     /// server's control socket closes, so they are gone or going; make sure, and record it.
     /// Paused ones first: their freezer cgroups are ended (a frozen process ignores SIGKILL).
     pub(super) fn reap_previous_run(&self) -> Result<(), ServiceError> {
+        self.forget_lost_sleepers();
         let rows = self.registry.running()?;
         let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
         cordon_linux::freeze::end_leftovers(&self.pause_scope(), &ids);
         for row in rows {
+            let adopted = self.adopt_after_restart(&row);
             if let Some(pid) = rustix::process::Pid::from_raw(row.helper_pid as i32)
                 .filter(|p| p.as_raw_nonzero().get() > 0)
             {
@@ -147,6 +151,9 @@ impl Service {
                 if is_helper() {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
+            }
+            if adopted {
+                continue;
             }
             self.registry.mark_ended(
                 &row.id,
@@ -341,7 +348,10 @@ impl Service {
         // The slot is taken before the first await and given back if anything below fails (or
         // the request is dropped): concurrent creates cannot overshoot the key's quota.
         let slot = self.reserve(caller)?;
-        let id = format!("{}-{}", self.cfg.node, crate::keys::random_hex(8));
+        let id = seed
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.cfg.node, crate::keys::random_hex(8)));
         let egress: Arc<Mutex<Option<cordon_net::EgressProxy>>> = Arc::new(Mutex::new(None));
         let on_proxy = self.egress_starter(
             &id,
@@ -424,6 +434,7 @@ impl Service {
             created_ms,
             expires_at: AtomicU64::new(expires_at),
             pause_on_timeout: std::sync::atomic::AtomicBool::new(req.pause_on_timeout),
+            pause_keep_memory: req.pause_keep_memory.unwrap_or(true),
             paused_by_timeout: std::sync::atomic::AtomicBool::new(false),
             commands: Mutex::new(HashMap::new()),
             contexts: Default::default(),
@@ -501,6 +512,11 @@ impl Service {
         }
         // Ended sandboxes stay visible in the registry, so callers can see why they ended.
         match self.registry.sandbox(id)? {
+            Some(row)
+                if row.key_id == caller.key_id && row.state == SandboxState::Paused.as_str() =>
+            {
+                Ok(Service::sleeping_info(row))
+            }
             Some(row) if row.key_id == caller.key_id => Ok(SandboxInfo {
                 id: row.id,
                 // The registry writes only these words; anything else is a damaged row.
@@ -532,12 +548,25 @@ impl Service {
                     .collect()
             })
             .unwrap_or_default();
+        out.extend(
+            self.sleeping_list(caller)
+                .into_iter()
+                .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v))),
+        );
         out.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.id.cmp(&b.id)));
         SandboxList { sandboxes: out }
     }
 
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), ServiceError> {
-        let live = self.get_live(caller, id)?;
+        let live = match self.get_live(caller, id) {
+            Ok(l) => l,
+            Err(_) if self.delete_sleeping(caller, id, SandboxState::Deleted) => {
+                self.audit
+                    .record("sandbox.delete", &caller.key_id, Some(id), json!({}));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         self.destroy(&live, SandboxState::Deleted, "deleted by request")
             .await;
         self.metrics
@@ -548,9 +577,14 @@ impl Service {
         Ok(())
     }
 
-    async fn destroy(&self, live: &Arc<Live>, state: SandboxState, reason: &str) {
+    /// Ends `live`. Its files kept on disk by a pause go too, unless it is being paused to
+    /// disk (`state` paused): then they are what it comes back from.
+    pub(crate) async fn destroy(&self, live: &Arc<Live>, state: SandboxState, reason: &str) {
         if let Ok(mut l) = self.live.write() {
             l.remove(&live.id);
+        }
+        if state != SandboxState::Paused {
+            self.drop_files(&live.key_id, &live.id);
         }
         // While its helper and proxy still answer.
         self.keep_learned(live).await;
@@ -566,10 +600,31 @@ impl Service {
         let _ = self.registry.mark_ended(&live.id, state.as_str(), reason);
     }
 
-    /// Freezes every process of the sandbox; memory and files stay. A paused sandbox still
-    /// counts against the key's quota and its TTL keeps running. Pausing twice is a conflict.
-    pub async fn pause(&self, caller: &Caller, id: &str) -> Result<SandboxInfo, ServiceError> {
-        let live = self.get_live(caller, id)?;
+    /// Pauses the sandbox. Keeping memory (the default): every process frozen, memory and
+    /// files stay, it still counts against the key's quota and its TTL keeps running; its files
+    /// are also copied to disk, so a restart of the server finds it paused to disk instead of
+    /// gone. Without (`keep_memory` false): paused to disk now — its files kept, its memory,
+    /// processes and quota slot released (see [`crate::hibernate`]). Pausing twice is a
+    /// conflict.
+    pub async fn pause(
+        &self,
+        caller: &Caller,
+        id: &str,
+        keep_memory: bool,
+    ) -> Result<SandboxInfo, ServiceError> {
+        let live = match self.get_live(caller, id) {
+            Ok(l) => l,
+            Err(_) if self.is_paused_to_disk(caller, id) => {
+                return Err(ServiceError {
+                    code: "already_paused",
+                    ..ServiceError::conflict(format!("sandbox '{id}' is already paused"))
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if !keep_memory && live.sandbox.paused().is_none() {
+            return self.pause_to_disk(&live, "paused by request").await;
+        }
         if live.sandbox.paused().is_some() {
             return Err(ServiceError {
                 code: "already_paused",
@@ -584,11 +639,13 @@ impl Service {
             .map_err(|e| {
                 ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
             })?;
+        // For a restart: what is lost then is its memory, not its files.
+        let kept = self.keep_files(&live).await;
         self.audit.record(
             "sandbox.pause",
             &caller.key_id,
             Some(id),
-            json!({"method": method.name()}),
+            json!({"method": method.name(), "files_on_disk": kept.is_ok(), "error": kept.as_ref().err().map(|e| e.message.clone())}),
         );
         Ok(live.info())
     }
@@ -693,8 +750,22 @@ impl Service {
     }
 
     /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
-    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ServiceError> {
-        let live = self.get_live(caller, id)?;
+    /// One paused to disk starts again from its files, under its id (a new boot: no process
+    /// of before runs); the key needs a free slot for it.
+    pub async fn resume(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<bool, ServiceError> {
+        let live = match self.get_live(caller, id) {
+            Ok(l) => l,
+            Err(e) => {
+                return match self.wake(caller, id).await {
+                    Some(woken) => woken.map(|_| true),
+                    None => Err(e),
+                }
+            }
+        };
+        if live.sandbox.paused().is_some() {
+            // Before it runs: a copy of files it is about to change must not outlive it.
+            self.drop_files(&live.key_id, &live.id);
+        }
         let sb = live.sandbox.clone();
         let was = tokio::task::spawn_blocking(move || sb.resume())
             .await
@@ -732,8 +803,22 @@ impl Service {
         Ok(live.info())
     }
 
+    /// Ends the sandbox's time to live now: what its timeout does (end it, or pause it when it
+    /// asked for that) happens at the reaper's next look (within a second). E2B's
+    /// `set_timeout(0)`.
+    pub fn expire_now(&self, caller: &Caller, id: &str) -> Result<(), ServiceError> {
+        let live = self.get_live(caller, id)?;
+        let t = now();
+        live.expires_at.store(t, Ordering::SeqCst);
+        self.registry.set_expiry(id, t)?;
+        self.audit
+            .record("sandbox.ttl", &caller.key_id, Some(id), json!({"ttl_s": 0}));
+        Ok(())
+    }
+
     /// Reaps sandboxes past their TTL or whose sandbox died. Called periodically.
     pub async fn reap(&self) {
+        self.reap_sleeping();
         let t = now();
         let due: Vec<Arc<Live>> = self
             .live
@@ -750,8 +835,16 @@ impl Service {
                 && live.sandbox.is_alive()
                 && live.sandbox.paused().is_none()
             {
-                self.pause_at_timeout(&live).await;
-                continue;
+                if !live.pause_keep_memory {
+                    match self.pause_to_disk(&live, "its time to live ran out").await {
+                        Ok(_) => continue,
+                        // Not paused: it ends as any other whose time ran out.
+                        Err(_) => live.pause_on_timeout.store(false, Ordering::SeqCst),
+                    }
+                } else {
+                    self.pause_at_timeout(&live).await;
+                    continue;
+                }
             }
             let (state, reason) = if live.sandbox.is_alive() {
                 (
@@ -788,25 +881,26 @@ impl Service {
         let sb = live.sandbox.clone();
         let name = format!("{}-{}", self.pause_scope(), live.id);
         let paused = tokio::task::spawn_blocking(move || sb.pause(&name)).await;
-        let (keep, outcome) = match paused {
-            Ok(Ok(method)) => (self.cfg.max_ttl.as_secs(), json!({"method": method.name()})),
-            Ok(Err(e)) => (0, json!({"error": e.to_string()})),
-            Err(e) => (0, json!({"error": e.to_string()})),
+        let method = match paused {
+            Ok(Ok(method)) => method,
+            Ok(Err(_)) | Err(_) => {
+                // Not paused: it ends at the next look, like any other.
+                live.pause_on_timeout.store(false, Ordering::SeqCst);
+                return;
+            }
         };
-        if keep == 0 {
-            // Not paused: it ends at the next look, like any other.
-            live.pause_on_timeout.store(false, Ordering::SeqCst);
-            return;
-        }
-        let exp = now() + keep;
+        // Seen paused from here on: its bookkeeping first, so that a connect while its files
+        // are copied below finds it paused by its timeout.
+        let exp = now() + self.cfg.max_ttl.as_secs();
         live.paused_by_timeout.store(true, Ordering::SeqCst);
         live.expires_at.store(exp, Ordering::SeqCst);
         let _ = self.registry.set_expiry(&live.id, exp);
+        let kept = self.keep_files(live).await;
         self.audit.record(
             "sandbox.pause_on_timeout",
             &live.key_id,
             Some(&live.id),
-            outcome,
+            json!({"method": method.name(), "files_on_disk": kept.is_ok()}),
         );
     }
 
@@ -818,6 +912,22 @@ impl Service {
             .map(|l| l.values().cloned().collect())
             .unwrap_or_default();
         for live in all {
+            // A paused sandbox whose files are on disk waits there for the next server.
+            if live.sandbox.paused().is_some() && self.has_files(&live.key_id, &live.id) {
+                let _ = self
+                    .registry
+                    .set_expiry(&live.id, now() + self.cfg.max_ttl.as_secs());
+                self.destroy(
+                    &live,
+                    SandboxState::Paused,
+                    &format!(
+                        "the server shut down while it was paused; {}",
+                        crate::hibernate::NOTE
+                    ),
+                )
+                .await;
+                continue;
+            }
             self.destroy(&live, SandboxState::Reaped, "the server shut down")
                 .await;
         }

@@ -152,10 +152,19 @@ impl Registry {
         expires_at: u64,
         helper_pid: u32,
     ) -> Result<(), ServiceError> {
-        self.conn()?.execute(
-            "INSERT INTO sandboxes (id, key_id, state, profile, metadata, created_at, expires_at, helper_pid) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)",
+        let changed = self.conn()?.execute(
+            // A sandbox paused to disk comes back under its own id: its row runs again.
+            "INSERT INTO sandboxes (id, key_id, state, profile, metadata, created_at, expires_at, helper_pid) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(id) DO UPDATE SET state = 'running', expires_at = excluded.expires_at,
+                 helper_pid = excluded.helper_pid, ended_reason = NULL, ended_at = NULL
+             WHERE sandboxes.key_id = excluded.key_id AND sandboxes.state = 'paused'",
             params![id, key_id, profile, metadata, created_at, expires_at, helper_pid],
         )?;
+        if changed != 1 {
+            return Err(ServiceError::internal(format!(
+                "sandbox id '{id}' is taken already"
+            )));
+        }
         Ok(())
     }
 
@@ -169,7 +178,7 @@ impl Registry {
 
     pub fn mark_ended(&self, id: &str, state: &str, reason: &str) -> Result<(), ServiceError> {
         self.conn()?.execute(
-            "UPDATE sandboxes SET state = ?2, ended_reason = ?3, ended_at = ?4 WHERE id = ?1 AND state = 'running'",
+            "UPDATE sandboxes SET state = ?2, ended_reason = ?3, ended_at = ?4 WHERE id = ?1 AND state IN ('running', 'paused')",
             params![id, state, reason, now()],
         )?;
         Ok(())
@@ -184,6 +193,15 @@ impl Registry {
                 row,
             )
             .optional()?)
+    }
+
+    /// Sandboxes paused to disk (their processes gone, their files kept; see `hibernate`):
+    /// all of them, or one key's.
+    pub fn paused(&self, key_id: Option<&str>) -> Result<Vec<SandboxRow>, ServiceError> {
+        let conn = self.conn()?;
+        let mut st = conn.prepare("SELECT id, key_id, state, profile, metadata, created_at, expires_at, helper_pid, ended_reason FROM sandboxes WHERE state = 'paused' AND (?1 IS NULL OR key_id = ?1) ORDER BY created_at, id")?;
+        let rows = st.query_map(params![key_id], row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Sandboxes in state `running` (used at start-up to reap what a previous run left).

@@ -144,11 +144,11 @@ fn copy_error(e: CopyError, what: &str) -> ServiceError {
 }
 
 /// What a capture did.
-struct Captured {
-    stats: CopyStats,
-    frozen_ms: u64,
-    method: String,
-    carried: Vec<String>,
+pub(crate) struct Captured {
+    pub(crate) stats: CopyStats,
+    pub(crate) frozen_ms: u64,
+    pub(crate) method: String,
+    pub(crate) carried: Vec<String>,
 }
 
 impl Service {
@@ -171,7 +171,7 @@ impl Service {
 
     /// Copies `live`'s scratch filesystems into `tree/<name>` with its processes frozen
     /// (unless it is paused already), and thaws them after.
-    async fn capture(
+    pub(crate) async fn capture(
         &self,
         live: &Arc<Live>,
         tree: PathBuf,
@@ -423,6 +423,7 @@ impl Service {
                 let seed = crate::lifecycle::Seed {
                     tree: Some(partial.clone()),
                     volumes: parent.volumes.clone(),
+                    id: None,
                 };
                 match self
                     .create_seeded(caller, r, Some(profile.clone()), seed)

@@ -287,6 +287,11 @@ pub struct CreateSandbox {
     /// for at most the server's `--max-ttl`, then ended.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// With `pause_on_timeout`: `false` pauses it to disk instead — its files kept, its
+    /// memory, processes and quota slot released; a resume starts it afresh with its files
+    /// (E2B's `keep_memory: false`). Absent or `true`: frozen, memory kept.
+    #[serde(default)]
+    pub pause_keep_memory: Option<bool>,
     /// Host directories to bind, each checked against the server's bind roots (see
     /// [`crate::binds`]); the Docker door's `Binds`, not part of the HTTP API.
     #[serde(skip)]
@@ -411,7 +416,8 @@ pub struct SandboxInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
     /// While paused: how its processes are held, `cgroup-freezer` (the kernel's freezer) or
-    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
+    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless); `disk` when it is
+    /// paused to disk (files kept, no process left: a resume starts it afresh).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
     /// It is paused, not ended, when its time to live runs out (see `CreateSandbox`).
@@ -422,6 +428,16 @@ pub struct SandboxInfo {
 #[derive(Debug, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// `POST /v1/sandboxes/{id}/pause` (an empty body keeps memory).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    /// `false`: pause to disk — its files kept, its memory, processes and quota slot released;
+    /// a resume starts it afresh with its files. Absent or `true`: every process frozen, memory
+    /// kept (its files are copied to disk too, for a restart of the server).
+    pub keep_memory: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -657,3 +657,268 @@ fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A key of the server on `dir` that may run one sandbox at a time.
+fn one_slot_key(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "keys",
+            "create",
+            "--name",
+            "one",
+            "--max-sandboxes",
+            "1",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .output()
+        .expect("cordon keys create");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What `paused/` under the data directory holds (the files of sandboxes paused to disk).
+fn paused_entries(dir: &Path) -> usize {
+    regular_files(&dir.join("paused")).len()
+}
+
+#[test]
+fn a_sandbox_paused_to_disk_gives_up_its_slot_and_comes_back_with_its_files_and_a_new_boot() {
+    let dir = temp_dir("todisk");
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.scratch = true;
+    s.key = one_slot_key(&dir);
+    let a = s.new_sandbox(json!({}));
+    let (code, _, err) = s.sh(
+        &a,
+        "echo w > /workspace/w && echo h > ~/h && echo t > /tmp/t && (sleep 1000 > /dev/null 2>&1 &)",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, boot, _) = s.sh(&a, "cat /proc/sys/kernel/random/boot_id");
+    let host_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    assert_ne!(boot, host_boot, "a sandbox has a boot id of its own");
+
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/pause"),
+        Some(json!({"keep_memory": false})),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (v["state"].as_str(), v["paused_by"].as_str()),
+        (Some("paused"), Some("disk")),
+        "{v}"
+    );
+    let (_, v) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
+    assert_eq!(
+        (v["state"].as_str(), v["paused_by"].as_str()),
+        (Some("paused"), Some("disk")),
+        "{v}"
+    );
+    let (_, v) = s.call("GET", "/v1/sandboxes", None);
+    assert!(
+        v["sandboxes"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|x| x["id"] == a.as_str() && x["state"] == "paused"),
+        "listed as paused: {v}"
+    );
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/exec"),
+        Some(json!({"cmd": "true"})),
+    );
+    assert_ne!(st, 200, "nothing runs in a sandbox paused to disk");
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/pause"),
+        Some(json!({"keep_memory": false})),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("already_paused")),
+        "{v}"
+    );
+    assert!(paused_entries(&dir) > 0, "its files are on disk");
+
+    // Its slot is free: the one-sandbox key can make another now.
+    let b = s.new_sandbox(json!({}));
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "a resume needs the slot back: {v}"
+    );
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
+    assert_eq!(st, 204);
+
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (v["id"].as_str(), v["state"].as_str()),
+        (Some(a.as_str()), Some("running")),
+        "{v}"
+    );
+    let (_, out, _) = s.sh(&a, "cat /workspace/w ~/h /tmp/t");
+    assert_eq!(out, "w\nh\nt\n", "its files came back");
+    let (_, after, _) = s.sh(&a, "cat /proc/sys/kernel/random/boot_id");
+    assert_ne!(after, boot, "a resume from disk is a new boot");
+    let (_, ps, _) = s.sh(
+        &a,
+        "ls /proc | grep -c '^[0-9]' ; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '",
+    );
+    assert!(
+        !ps.contains("sleep 1000"),
+        "no process of before runs: {ps}"
+    );
+    assert_eq!(
+        paused_entries(&dir),
+        0,
+        "the copy is gone once it runs again"
+    );
+
+    // Deleted while paused to disk: its files go, and it is gone.
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{a}/pause"),
+        Some(json!({"keep_memory": false})),
+    );
+    assert_eq!(st, 200);
+    let (st, _) = s.call("DELETE", &format!("/v1/sandboxes/{a}"), None);
+    assert_eq!(st, 204);
+    assert_eq!(paused_entries(&dir), 0);
+    let (_, v) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
+    assert_eq!(v["state"], "deleted", "{v}");
+    let (st, _) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
+    assert_eq!(st, 404);
+}
+
+#[test]
+fn paused_sandboxes_survive_kill_9_of_the_server_and_resume_with_their_files() {
+    let dir = temp_dir("pausekill");
+    let mut s = Server::start_in(dir.clone(), &[]);
+    let key = s.key.clone();
+    let other = second_key(&dir);
+    // Frozen with memory kept; paused to disk; and one left running.
+    let frozen = s.new_sandbox(json!({}));
+    s.sh(&frozen, "echo frozen > /workspace/f");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{frozen}/pause"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_ne!(v["paused_by"], "disk", "memory kept: {v}");
+    let on_disk = s.new_sandbox(json!({"metadata": {"k": "v"}}));
+    s.sh(&on_disk, "echo disk > ~/d");
+    let (st, _) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{on_disk}/pause"),
+        Some(json!({"keep_memory": false})),
+    );
+    assert_eq!(st, 200);
+    let running = s.new_sandbox(json!({}));
+    s.kill9();
+    drop(s);
+
+    let mut s = Server::start_in(dir.clone(), &[]);
+    s.key = key;
+    s.scratch = true;
+    for id in [&frozen, &on_disk] {
+        let (_, v) = s.call("GET", &format!("/v1/sandboxes/{id}"), None);
+        assert_eq!(
+            (v["state"].as_str(), v["paused_by"].as_str()),
+            (Some("paused"), Some("disk")),
+            "{v}"
+        );
+        // Another key can neither see, resume nor delete it.
+        for (m, p) in [("GET", ""), ("POST", "/resume"), ("DELETE", "")] {
+            let (st, _) = s.as_key(&other, m, &format!("/v1/sandboxes/{id}{p}"), None);
+            assert_eq!(st, 404, "{m} {p} by another key");
+        }
+    }
+    let (_, v) = s.call("GET", &format!("/v1/sandboxes/{running}"), None);
+    assert_eq!(
+        v["state"], "reaped",
+        "a running sandbox ends with the server, as before: {v}"
+    );
+    let (_, v) = s.call("GET", "/v1/sandboxes?metadata.k=v", None);
+    let ids: Vec<&str> = v["sandboxes"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|x| x["id"].as_str())
+        .collect();
+    assert_eq!(ids, [on_disk.as_str()], "labels still filter: {v}");
+
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{frozen}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.sh(&frozen, "cat /workspace/f").1, "frozen\n");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{on_disk}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["metadata"]["k"], "v", "{v}");
+    assert_eq!(s.sh(&on_disk, "cat ~/d").1, "disk\n");
+    assert_eq!(paused_entries(&dir), 0);
+}
+
+/// `kill -9` of the server at several moments of a pause to disk: after the restart the
+/// sandbox is paused to disk with every file, or ended as a running one is — never half.
+#[test]
+fn a_pause_to_disk_cut_by_kill_9_is_whole_or_absent_after_restart() {
+    let dir = temp_dir("pausecut");
+    let mut key = String::new();
+    for (round, delay_ms) in [0u64, 5, 20, 60, 150, 400].into_iter().enumerate() {
+        let mut s = Server::start_in(dir.clone(), &[]);
+        if round == 0 {
+            key = s.key.clone();
+        } else {
+            s.key = key.clone();
+        }
+        let a = s.new_sandbox(json!({"disk": "256M"}));
+        let (code, _, err) = s.sh(
+            &a,
+            "mkdir -p /workspace/m && for i in $(seq 1 200); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
+        );
+        assert_eq!(code, 0, "{err}");
+        let (url, k, path) = (
+            s.url.clone(),
+            key.clone(),
+            format!("/v1/sandboxes/{a}/pause"),
+        );
+        let t = std::thread::spawn(move || {
+            let _ = ureq::post(&format!("{url}{path}"))
+                .set("Authorization", &format!("Bearer {k}"))
+                .send_json(json!({"keep_memory": false}));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.kill9();
+        let _ = t.join();
+        drop(s);
+
+        let mut s = Server::start_in(dir.clone(), &[]);
+        s.key = key.clone();
+        let partial = dir.join(".partial");
+        assert_eq!(
+            std::fs::read_dir(&partial).map(|d| d.count()).unwrap_or(0),
+            0,
+            "round {round}: partial work left"
+        );
+        let (_, v) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
+        let state = v["state"].as_str().unwrap_or("").to_string();
+        eprintln!("kill -9 after {delay_ms} ms: {state}");
+        match state.as_str() {
+            "paused" => {
+                let (st, v) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
+                assert_eq!(st, 200, "{v}");
+                let (_, out, _) = s.sh(&a, "ls /workspace/m | wc -l");
+                assert_eq!(
+                    out.trim(),
+                    "200",
+                    "round {round}: a paused sandbox is whole"
+                );
+                s.call("DELETE", &format!("/v1/sandboxes/{a}"), None);
+            }
+            "reaped" => assert_eq!(paused_entries(&dir), 0, "round {round}: nothing of it kept"),
+            other => panic!("round {round}: state {other}: {v}"),
+        }
+        drop(s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -323,9 +323,12 @@ def create_body(
     secrets: Optional[Sequence[Mapping[str, Any]]] = None,
     learn: bool = False,
     exec_allow: Optional[Sequence[str]] = None,
+    pause_keep_memory: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """``POST /v1/sandboxes``."""
     body: Dict[str, Any] = {}
+    if pause_keep_memory is not None:
+        body["pause_keep_memory"] = bool(pause_keep_memory)
     if learn:
         body["learn"] = True
     if exec_allow is not None:
@@ -393,6 +396,11 @@ def commit_body(reference: str, changes: Optional[Sequence[str]]) -> Dict[str, A
             raise TypeError("changes: a list of Dockerfile lines, not one string")
         body["changes"] = [str(c) for c in changes]
     return body
+
+
+def pause_body(keep_memory: bool) -> Dict[str, Any]:
+    """``POST /v1/sandboxes/{id}/pause``."""
+    return {} if keep_memory else {"keep_memory": False}
 
 
 def fork_body(count: int, ttl: Optional[Duration], metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

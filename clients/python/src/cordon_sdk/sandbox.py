@@ -618,6 +618,7 @@ class Sandbox:
         secrets: Optional[Sequence[Mapping[str, Any]]] = None,
         learn: bool = False,
         exec_allow: Optional[Sequence[str]] = None,
+        pause_keep_memory: Optional[bool] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
@@ -639,7 +640,8 @@ class Sandbox:
         ``"code-interpreter-v1"`` and ``"base"`` are built in): its image, profile and defaults
         apply to whatever this call leaves out. ``pause_on_timeout``: when ``ttl`` runs out the
         sandbox is paused (processes frozen, memory kept) instead of ended; :meth:`resume`
-        brings it back. ``secrets`` gives it stored secrets of the key (see
+        brings it back; with ``pause_keep_memory=False`` that pause goes to disk (files kept,
+        memory, processes and the quota slot released; a resume starts it afresh). ``secrets`` gives it stored secrets of the key (see
         :meth:`create_secret`) as placeholders, never the values:
         ``[{"name": "gh", "env": "GH_TOKEN", "hosts": ["api.github.com"]}]`` (optionally
         ``"header"`` and ``"format"``, e.g. ``"Bearer {value}"``); the proxy puts the value into
@@ -669,6 +671,7 @@ class Sandbox:
             secrets,
             learn,
             exec_allow,
+            pause_keep_memory,
         )
         creating = cls._create(body, base_url, api_key, timeout)
         return creating
@@ -1107,10 +1110,15 @@ class Sandbox:
         self._last_info = info
         return info
 
-    def pause(self) -> SandboxInfo:
+    def pause(self, keep_memory: bool = True) -> SandboxInfo:
         """Freezes every process of the sandbox; memory and files stay. Commands are refused
-        until :meth:`resume`; the sandbox still counts against the key's quota and its TTL runs."""
-        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/pause", {}, "sandbox"))
+        until :meth:`resume`; the sandbox still counts against the key's quota and its TTL runs
+        (its files are also kept on disk, so a restart of the server finds it paused to disk).
+        ``keep_memory=False`` pauses it to disk: its files kept, its memory, processes and
+        quota slot released (``paused_by == "disk"``); :meth:`resume` starts it afresh with its
+        files under the same id, also after the server restarted."""
+        body = _core.pause_body(keep_memory)
+        info = SandboxInfo.from_dict(self._http.post_json(self._path + "/pause", body, "sandbox"))
         self._last_info = info
         return info
 

@@ -54,7 +54,7 @@ pub(crate) async fn pause(State(d): State<St>, Found(c): Found) -> DResult<Respo
             format!("Container {} is already paused", c.id),
         ));
     }
-    d.st.service.pause(&c.caller, &c.id).await?;
+    d.st.service.pause(&c.caller, &c.id, true).await?;
     c.bump();
     Ok(StatusCode::NO_CONTENT.into_response())
 }

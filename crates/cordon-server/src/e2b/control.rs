@@ -39,7 +39,7 @@ struct NewSandbox {
     /// Pause rather than kill when the timeout runs out (the processes frozen, memory kept).
     auto_pause: Option<bool>,
     /// `false` asks the auto-pause to drop memory and keep the files only (a cold boot on
-    /// resume): not offered, so refused rather than pretended.
+    /// resume): a pause to disk.
     auto_pause_memory: Option<bool>,
     /// Volumes of the caller's key to mount, read-write (E2B has no read-only mount).
     volume_mounts: Option<Vec<E2bVolumeMount>>,
@@ -261,12 +261,6 @@ pub(super) async fn create(
     };
     let ttl = seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S), "timeout")?;
     let pause_on_timeout = req.auto_pause == Some(true);
-    if pause_on_timeout && req.auto_pause_memory == Some(false) {
-        return Err(ApiError::bad_request(
-            "autoPauseMemory=false (lifecycle keep_memory=False: a files-only pause that cold-boots on resume) is not offered: this server's auto-pause keeps the sandbox's memory and processes",
-        )
-        .into());
-    }
     // "The internet" is the template's allowlist where it has one, else the server's.
     let internet = picked
         .and_then(|t| t.allow_net.as_deref())
@@ -321,6 +315,7 @@ pub(super) async fn create(
                     .collect(),
                 from,
                 pause_on_timeout,
+                pause_keep_memory: req.auto_pause_memory,
                 secrets: given,
                 ..Default::default()
             },
@@ -335,8 +330,15 @@ pub(super) async fn create(
 }
 
 fn live_info(e2b: &St, caller: &Caller, id: &str) -> Result<SandboxInfo, ApiError> {
-    // Ended sandboxes are gone for E2B (its API answers 404 for them).
-    Ok(e2b.st.service.get_live(caller, id)?.info())
+    // Ended sandboxes are gone for E2B (its API answers 404 for them); one paused to disk is
+    // paused.
+    match e2b.st.service.get_live(caller, id) {
+        Ok(l) => Ok(l.info()),
+        Err(e) => match e2b.st.service.get(caller, id) {
+            Ok(info) if info.state == SandboxState::Paused => Ok(info),
+            _ => Err(e.into()),
+        },
+    }
 }
 
 pub(super) async fn connect(
@@ -349,7 +351,8 @@ pub(super) async fn connect(
     // Connecting to a paused sandbox resumes it (E2B answers 201 then); one the timeout
     // paused gets its time to live from this call (it was kept for the server's longest).
     let resumed = e2b.st.service.resume(&caller, &id).await?;
-    if resumed && info.pause_on_timeout {
+    let from_disk = info.paused_by.as_deref() == Some(cordon_service::hibernate::PAUSED_TO_DISK);
+    if resumed && (info.pause_on_timeout || from_disk) {
         let t = req.timeout.unwrap_or(DEFAULT_TIMEOUT_S);
         e2b.st
             .service
@@ -388,10 +391,16 @@ pub(super) async fn pause(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    // The SDK sends `{}`; anything but JSON is a malformed request.
-    let _: serde_json::Map<String, Value> = parse(&body)?;
-    // Memory and files stay; 409 when it is already paused, as E2B answers.
-    e2b.st.service.pause(&caller, &id).await?;
+    // The SDK sends `{}` or `{"memory": false}`; anything but JSON is a malformed request.
+    let req: serde_json::Map<String, Value> = parse(&body)?;
+    let keep_memory = match req.get("memory") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("memory: true or false").into()),
+    };
+    // Memory kept: frozen; `memory: false`: to disk (files kept, a cold boot on resume). 409
+    // when it is already paused, as E2B answers.
+    e2b.st.service.pause(&caller, &id, keep_memory).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -516,6 +525,11 @@ pub(super) async fn set_timeout(
     let t = req
         .timeout
         .ok_or_else(|| ApiError::bad_request("timeout: required, in seconds"))?;
+    if t == 0.0 {
+        // Its timeout now: ended, or paused if it asked for that (E2B's `set_timeout(0)`).
+        e2b.st.service.expire_now(&caller, &id)?;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     e2b.st
         .service
         .extend(&caller, &id, &seconds(t, "timeout")?)?;

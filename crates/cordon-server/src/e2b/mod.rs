@@ -368,7 +368,10 @@ impl E2b {
         // Doors of sandboxes that ended meanwhile (their time ran out, or another door
         // deleted them) go now, so the table stays as large as the live sandboxes.
         let svc = &self.st.service;
-        doors.retain(|sid, d| svc.get_live(&d.caller, sid).is_ok());
+        // One paused to disk keeps its door: the SDK's handle stays valid across the resume.
+        doors.retain(|sid, d| {
+            svc.get_live(&d.caller, sid).is_ok() || svc.is_paused_to_disk(&d.caller, sid)
+        });
         doors.insert(id.to_string(), d.clone());
         Ok(d)
     }
@@ -457,9 +460,12 @@ impl E2b {
                 }
             }
         }
-        // A sandbox that ended since: its door closes with it.
+        // A sandbox that ended since: its door closes with it. One paused to disk keeps its
+        // door for the resume (its token stays valid, as E2B's does), and answers as gone.
         if self.st.service.get_live(&door.caller, id).is_err() {
-            self.forget(id);
+            if !self.st.service.is_paused_to_disk(&door.caller, id) {
+                self.forget(id);
+            }
             return Err(gone());
         }
         Ok((door.caller, id.to_string()))

@@ -115,21 +115,31 @@ pub(super) async fn extend(
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(IdPath),
+    request_body(content = Option<super::schema::PauseRequest>, description = "Optional; an empty body keeps memory"),
     responses((status = 200, body = super::schema::SandboxInfo,
-        description = "Paused: every process is frozen (`paused_by` says how), memory and files stay; \
-        commands answer 409 until it is resumed. It still counts against the key's quota and its TTL keeps running. \
+        description = "Paused. Keeping memory: every process is frozen (`paused_by` says how), memory and files stay; \
+        commands answer 409 until it is resumed; it still counts against the key's quota and its TTL keeps running; \
+        its files are also copied to disk, so a restart of the server finds it paused to disk. \
+        `keep_memory: false`: paused to disk (`paused_by: disk`) — files kept, memory, processes and the quota slot released; \
+        a resume starts it afresh with its files under the same id. \
         409 `already_paused` when it is paused already")))]
 pub(super) async fn pause(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
+    JsonBody(req): JsonBody<cordon_service::types::PauseRequest>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
-    Ok(Json(st.service.pause(&c, &id).await?))
+    Ok(Json(
+        st.service
+            .pause(&c, &id, req.keep_memory.unwrap_or(true))
+            .await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(IdPath),
     responses((status = 200, body = super::schema::SandboxInfo,
-        description = "Running again (a sandbox that was not paused is left as it is)")))]
+        description = "Running again (a sandbox that was not paused is left as it is). One paused to disk starts afresh \
+        with its files under the same id (no process of before runs); 429 `quota_exceeded` when the key has no free slot for it")))]
 pub(super) async fn resume(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

@@ -247,6 +247,11 @@ pub struct CreateSandbox {
     /// for at most the server's `--max-ttl`, then ended.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// With `pause_on_timeout`: `false` pauses it to disk instead — its files kept, its
+    /// memory, processes and quota slot released; a resume starts it afresh with its files
+    /// (E2B's `keep_memory: false`). Absent or `true`: frozen, memory kept.
+    #[serde(default)]
+    pub pause_keep_memory: Option<bool>,
     /// Stored secrets of the caller's (see `/v1/secrets`) given to the sandbox as
     /// placeholders: its proxy puts each value into requests to the secret's `hosts` only.
     #[serde(default)]
@@ -983,6 +988,16 @@ pub struct CommitResult {
     pub not_carried: Vec<String>,
 }
 
+/// `POST /v1/sandboxes/{id}/pause`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    /// `false`: pause to disk — its files kept, its memory, processes and quota slot released;
+    /// a resume starts it afresh with its files. Absent or `true`: every process frozen, memory
+    /// kept (its files are copied to disk too, for a restart of the server).
+    pub keep_memory: Option<bool>,
+}
+
 /// `POST /v1/sandboxes/{id}/fork`.
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1156,6 +1171,10 @@ mod tests {
         assert_eq!(
             fields_of::<super::ForkRequest>(),
             fields_of::<cordon_service::snapshots::ForkRequest>()
+        );
+        assert_eq!(
+            fields_of::<super::PauseRequest>(),
+            fields_of::<cordon_service::types::PauseRequest>()
         );
         assert_eq!(
             fields_of::<super::Program>(),
