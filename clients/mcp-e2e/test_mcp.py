@@ -38,7 +38,10 @@ from mcp.client.stdio import stdio_client
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "clients"))
 import payloads  # noqa: E402  (clients/payloads.py: the programs every door is tested with)
-TOOLS = {"run_code", "run_command", "run_wasm", "read_file", "write_file", "list_files", "reset_sandbox"}
+TOOLS = {
+    "run_code", "run_command", "run_wasm", "read_file", "write_file", "list_files", "reset_sandbox",
+    "save_snapshot", "list_snapshots", "restore_snapshot", "delete_snapshot",
+}
 CALL_TIMEOUT = 120  # seconds for one whole test's MCP conversation
 
 
@@ -211,6 +214,42 @@ async def scenario(session: ClientSession):
     assert is_error(r), texts(r)
     r = await call(session, "run_code", code="x = 1\nx + 1")
     assert not is_error(r) and "2" in texts(r), texts(r)
+    await check_snapshots(session)
+
+
+async def check_snapshots(session: ClientSession):
+    """Save the files, change them, restore: the saved ones are back, processes start fresh."""
+    r = await call(session, "list_snapshots")
+    assert not is_error(r) and "no snapshots" in texts(r), texts(r)
+    r = await call(session, "write_file", path="keep.txt", content="saved")
+    assert not is_error(r), texts(r)
+    r = await call(session, "save_snapshot", name="before")
+    assert not is_error(r) and "saved snapshot 'before'" in texts(r), texts(r)
+    r = await call(session, "save_snapshot", name="before")
+    assert is_error(r) and "exists" in texts(r), texts(r)
+    r = await call(session, "save_snapshot", name="../escape")
+    assert is_error(r), texts(r)
+    r = await call(session, "list_snapshots")
+    assert "before" in texts(r), texts(r)
+    r = await call(session, "write_file", path="keep.txt", content="changed")
+    r = await call(session, "write_file", path="later.txt", content="after the snapshot")
+    r = await call(session, "run_code", code="y = 5")
+    r = await call(session, "restore_snapshot", name="nope")
+    assert is_error(r) and "no snapshot 'nope'" in texts(r), texts(r)
+    r = await call(session, "read_file", path="later.txt")
+    assert not is_error(r), "a refused restore throws nothing away"
+    r = await call(session, "restore_snapshot", name="before")
+    assert not is_error(r), texts(r)
+    r = await call(session, "read_file", path="keep.txt")
+    assert texts(r) == "saved", texts(r)
+    r = await call(session, "read_file", path="later.txt")
+    assert is_error(r), "what came after the snapshot is gone"
+    r = await call(session, "run_code", code="y")
+    assert is_error(r) and "NameError" in texts(r), texts(r)
+    r = await call(session, "delete_snapshot", name="before")
+    assert not is_error(r), texts(r)
+    r = await call(session, "delete_snapshot", name="before")
+    assert is_error(r), texts(r)
 
 
 # ---------------------------------------------------------------------------------------------

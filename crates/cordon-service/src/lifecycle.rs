@@ -497,9 +497,24 @@ impl Service {
         ttl: Option<Amount>,
         metadata: BTreeMap<String, String>,
     ) -> Result<SandboxInfo, ServiceError> {
+        self.create_with_profile_from(caller, profile, ttl, metadata, None)
+            .await
+    }
+
+    /// [`Service::create_with_profile`], starting with the files of the caller's snapshot
+    /// `from` (`cordon mcp`'s `restore_snapshot`).
+    pub async fn create_with_profile_from(
+        self: &Arc<Self>,
+        caller: &Caller,
+        profile: Profile,
+        ttl: Option<Amount>,
+        metadata: BTreeMap<String, String>,
+        from: Option<String>,
+    ) -> Result<SandboxInfo, ServiceError> {
         let req = CreateSandbox {
             ttl,
             metadata,
+            from,
             ..Default::default()
         };
         self.create_seeded(caller, req, Some(profile), Seed::default())

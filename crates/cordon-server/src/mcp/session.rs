@@ -47,6 +47,8 @@ pub(super) struct Session {
     pub(super) busy: tokio::sync::Mutex<()>,
     /// The session's sandbox; locked while it is created, so there is only ever one.
     pub(super) sandbox: tokio::sync::Mutex<Option<String>>,
+    /// The snapshot the session's next sandbox starts from (`restore_snapshot`).
+    pub(super) next_from: Mutex<Option<String>>,
 }
 
 impl McpState {
@@ -80,6 +82,7 @@ impl McpState {
                     label: label.to_string(),
                     busy: Default::default(),
                     sandbox: Default::default(),
+                    next_from: Default::default(),
                 })
             })
             .clone()
@@ -268,9 +271,14 @@ impl CordonMcp {
             ("origin".to_string(), "mcp".to_string()),
             ("mcp_session".to_string(), session.label.clone()),
         ]);
+        let from = session
+            .next_from
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let created = match &self.state.profile {
             Some(p) => {
-                svc.create_with_profile(&caller, p.clone(), ttl, metadata)
+                svc.create_with_profile_from(&caller, p.clone(), ttl, metadata, from)
                     .await
             }
             None => {
@@ -279,6 +287,7 @@ impl CordonMcp {
                     CreateSandbox {
                         ttl,
                         metadata,
+                        from,
                         ..Default::default()
                     },
                 )

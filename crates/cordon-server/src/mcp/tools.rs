@@ -1,5 +1,6 @@
 //! The MCP tools (run_code, run_command, run_wasm, read_file, write_file, list_files,
-//! reset_sandbox) and the server handler that dispatches calls to them, in the order the
+//! reset_sandbox, and the snapshots of the session's sandbox: save_snapshot, list_snapshots,
+//! restore_snapshot, delete_snapshot) and the server handler that dispatches calls to them, in the order the
 //! session's transport received them. A call the client cancels is dropped (its command's
 //! process tree killed, as at a timeout); a client that asks for progress hears it.
 //!
@@ -98,6 +99,12 @@ pub struct WriteParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct NoParams {}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SnapshotParams {
+    /// The snapshot's name: 1 to 63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit; unique per API key.
+    pub name: String,
+}
 
 impl CordonMcp {
     pub fn new(state: Arc<McpState>) -> CordonMcp {
@@ -363,6 +370,130 @@ impl CordonMcp {
                 "the sandbox was reset; the next call starts fresh"
             },
         )]))
+    }
+
+    #[tool(
+        description = "Save the sandbox's files (/workspace, the home directory, /tmp) as a named snapshot, to come back to later with restore_snapshot (also from another session of the same API key). Running processes, memory and interpreter state are not saved."
+    )]
+    async fn save_snapshot(
+        &self,
+        Parameters(p): Parameters<SnapshotParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        self.in_sandbox(&ctx, async |sb| {
+            let req = cordon_service::snapshots::CreateSnapshot { name: p.name };
+            let s = self
+                .state
+                .service
+                .create_snapshot(&sb.caller, &sb.id, req)
+                .await?;
+            Ok(CallToolResult::success(vec![text(format!(
+                "saved snapshot '{}': {} files, {} directories, {} bytes (processes were frozen for {} ms){}",
+                s.name,
+                s.files,
+                s.dirs,
+                s.bytes,
+                s.frozen_ms,
+                if s.skipped_count > 0 {
+                    format!("; {} entries not carried: {}", s.skipped_count, s.skipped.join(", "))
+                } else {
+                    String::new()
+                }
+            ))]))
+        })
+        .await
+    }
+
+    #[tool(description = "List the snapshots this API key has saved: name, size, when.")]
+    async fn list_snapshots(
+        &self,
+        Parameters(_p): Parameters<NoParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = match self.session(&ctx) {
+            Ok(s) => s,
+            Err(e) => return Ok(tool_error(e.message)),
+        };
+        match self.state.service.list_snapshots(&session.caller).await {
+            Ok(l) if l.snapshots.is_empty() => Ok(CallToolResult::success(vec![text(
+                "no snapshots yet (save one with save_snapshot)",
+            )])),
+            Ok(l) => Ok(CallToolResult::success(vec![text(
+                l.snapshots
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{}\t{} files\t{} bytes\tcreated at {} (unix seconds)",
+                            s.name, s.files, s.bytes, s.created_at
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )])),
+            Err(e) => Ok(tool_error(e.message)),
+        }
+    }
+
+    #[tool(
+        description = "Replace the sandbox with a fresh one that starts with a snapshot's files. Everything the current sandbox has that is not in the snapshot — its files, processes and interpreter state — is discarded."
+    )]
+    async fn restore_snapshot(
+        &self,
+        Parameters(p): Parameters<SnapshotParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = match self.session(&ctx) {
+            Ok(s) => s,
+            Err(e) => return Ok(tool_error(e.message)),
+        };
+        let svc = &self.state.service;
+        // Checked before anything is thrown away.
+        match svc.list_snapshots(&session.caller).await {
+            Ok(l) if l.snapshots.iter().any(|s| s.name == p.name) => {}
+            Ok(_) => {
+                return Ok(tool_error(format!(
+                    "no snapshot '{}' (list_snapshots shows the ones there are)",
+                    p.name
+                )))
+            }
+            Err(e) => return Ok(tool_error(e.message)),
+        }
+        let old = session.sandbox.lock().await.take();
+        if let Some(id) = old {
+            let _ = svc.delete(&session.caller, &id).await;
+        }
+        *session.next_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.name.clone());
+        match self.sandbox(&ctx).await {
+            Ok(_) => Ok(CallToolResult::success(vec![text(format!(
+                "the sandbox now holds snapshot '{}''s files; processes and interpreter state start fresh",
+                p.name
+            ))])),
+            Err(r) => Ok(r),
+        }
+    }
+
+    #[tool(description = "Delete a snapshot this API key saved.")]
+    async fn delete_snapshot(
+        &self,
+        Parameters(p): Parameters<SnapshotParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = match self.session(&ctx) {
+            Ok(s) => s,
+            Err(e) => return Ok(tool_error(e.message)),
+        };
+        match self
+            .state
+            .service
+            .delete_snapshot(&session.caller, &p.name)
+            .await
+        {
+            Ok(()) => Ok(CallToolResult::success(vec![text(format!(
+                "deleted snapshot '{}'",
+                p.name
+            ))])),
+            Err(e) => Ok(tool_error(e.message)),
+        }
     }
 }
 
