@@ -1,7 +1,8 @@
 //! `cordon-bench`: cordon measured from outside, side by side in one run with its peers —
 //! cold starts next to bare exec and bubblewrap (and on a host that refuses namespaces), the
 //! server's warm paths, WebAssembly modules against native code, learn mode against a plain
-//! run, and images against podman and skopeo + umoci — so the ratios are measured on the same machine at the same moment.
+//! run, images against podman and skopeo + umoci, and state (snapshots, pause to disk, forks)
+//! against `cp -a` — so the ratios are measured on the same machine at the same moment.
 //! It drives the `cordon` binary as a user would; nothing of it is in that binary.
 //!
 //! Threat model: none of its own — it runs trusted commands (cordon, bwrap, podman) on the
@@ -11,6 +12,7 @@ mod images;
 mod learn;
 mod refuse;
 mod secrets;
+mod state;
 mod wasm;
 
 use std::path::PathBuf;
@@ -62,6 +64,13 @@ pub struct BenchArgs {
     /// to the plain CONNECT relay, and a 100 MB download through each; needs python3).
     #[arg(long)]
     no_secrets: bool,
+    /// Skip the state part (snapshot next to `cp -a`, pause to disk and resume, fork of ten,
+    /// create from a snapshot; needs python3 and room for three copies of the tree).
+    #[arg(long)]
+    no_state: bool,
+    /// MB the state part's sandbox holds, in 10,000 files (the target is for 1 GB).
+    #[arg(long, default_value_t = 1024, value_name = "MB")]
+    state_mb: usize,
 }
 
 struct Variant {
@@ -399,6 +408,15 @@ fn run(a: BenchArgs) -> i32 {
             Ok(v) => report.push(v),
             Err(e) => {
                 eprintln!("cordon-bench: secrets part: {e}");
+                return 125;
+            }
+        }
+    }
+    if !a.no_state {
+        match crate::state::bench(&me, a.state_mb, a.iterations, a.json) {
+            Ok(v) => report.push(v),
+            Err(e) => {
+                eprintln!("cordon-bench: state part: {e}");
                 return 125;
             }
         }
