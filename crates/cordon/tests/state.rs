@@ -590,13 +590,189 @@ fn a_volume_mounted_inside_the_workspace_is_shared_not_copied_into_a_snapshot() 
     );
 }
 
+/// Moments (ms after the request is sent) at which a `kill -9` campaign cuts the server: a few
+/// fixed ones (at once, early, late) and random ones between, `CORDON_KILL9_ROUNDS` in all (6
+/// by default; `scripts/kill9-campaign.sh` runs 20). The seed is printed: `CORDON_KILL9_SEED`
+/// replays a run.
+fn kill9_delays(what: &str) -> Vec<u64> {
+    let rounds: usize = std::env::var("CORDON_KILL9_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+        .max(3);
+    let seed: u64 = std::env::var("CORDON_KILL9_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("kill -9 campaign ({what}): {rounds} rounds, CORDON_KILL9_SEED={seed}");
+    let mut x = seed | 1;
+    let mut v = vec![0, 3, 800];
+    while v.len() < rounds {
+        // xorshift: a spread of moments, reproducible from the seed.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.push(x % 600);
+    }
+    v
+}
+
+/// After a restart that followed a `kill -9`: nothing partial left, and no sandbox of the
+/// previous server still counted as running.
+fn nothing_half_done(s: &Server, dir: &Path, round: usize) {
+    let partial = dir.join(".partial");
+    assert_eq!(
+        std::fs::read_dir(&partial).map(|d| d.count()).unwrap_or(0),
+        0,
+        "round {round}: partial work left in {}",
+        partial.display()
+    );
+    let (_, v) = s.call("GET", "/v1/sandboxes", None);
+    for x in v["sandboxes"].as_array().expect("list") {
+        assert_ne!(
+            x["state"], "running",
+            "round {round}: a sandbox of the killed server runs: {x}"
+        );
+    }
+}
+
+/// `kill -9` of the server at random moments of a fork: after the restart nothing partial is
+/// left, the parent and any fork made ended with the server, and a fork of a new sandbox works.
+#[test]
+fn a_fork_cut_by_kill_9_leaves_nothing_half_made() {
+    let dir = temp_dir("forkcut");
+    let mut key = String::new();
+    for (round, delay_ms) in kill9_delays("fork").into_iter().enumerate() {
+        let mut s = Server::start_in(dir.clone(), &[]);
+        if round == 0 {
+            key = s.key.clone();
+        } else {
+            s.key = key.clone();
+        }
+        let a = s.new_sandbox(json!({"disk": "256M"}));
+        let (code, _, err) = s.sh(
+            &a,
+            "mkdir -p /workspace/m && for i in $(seq 1 100); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
+        );
+        assert_eq!(code, 0, "{err}");
+        let (url, k, path) = (
+            s.url.clone(),
+            key.clone(),
+            format!("/v1/sandboxes/{a}/fork"),
+        );
+        let t = std::thread::spawn(move || {
+            let _ = ureq::post(&format!("{url}{path}"))
+                .set("Authorization", &format!("Bearer {k}"))
+                .send_json(json!({"count": 4}));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.kill9();
+        let _ = t.join();
+        drop(s);
+
+        let mut s = Server::start_in(dir.clone(), &[]);
+        s.key = key.clone();
+        nothing_half_done(&s, &dir, round);
+        let b = s.new_sandbox(json!({"disk": "256M"}));
+        s.sh(&b, "echo f > /workspace/f");
+        let (st, v) = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{b}/fork"),
+            Some(json!({"count": 2})),
+        );
+        assert_eq!(st, 201, "round {round}: {v}");
+        for f in v["sandboxes"].as_array().expect("forks") {
+            let id = f["id"].as_str().expect("id");
+            assert_eq!(s.sh(id, "cat /workspace/f").1, "f\n");
+            s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+        }
+        s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
+        drop(s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `kill -9` of the server at random moments while a sandbox writes into a volume: after the
+/// restart the volume is listed, mounts, and holds every file that was complete before the
+/// cut (each written to a temp name and renamed), none half-written.
+#[test]
+fn a_volume_written_when_the_server_is_killed_keeps_every_whole_file() {
+    let dir = temp_dir("volcut");
+    let mut key = String::new();
+    for (round, delay_ms) in kill9_delays("volume write").into_iter().enumerate() {
+        let mut s = Server::start_in(dir.clone(), &[]);
+        if round == 0 {
+            key = s.key.clone();
+            let (st, v) = s.call(
+                "POST",
+                "/v1/volumes",
+                Some(json!({"name": "cut", "size": "256M"})),
+            );
+            assert_eq!(st, 201, "{v}");
+        } else {
+            s.key = key.clone();
+        }
+        let a = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
+        let (url, k, path) = (
+            s.url.clone(),
+            key.clone(),
+            format!("/v1/sandboxes/{a}/exec"),
+        );
+        let script = format!(
+            "mkdir -p /data/r{round} && for i in $(seq 1 400); do head -c 16384 /dev/urandom > /data/r{round}/.$i && mv /data/r{round}/.$i /data/r{round}/$i; done"
+        );
+        let t = std::thread::spawn(move || {
+            let _ = ureq::post(&format!("{url}{path}"))
+                .set("Authorization", &format!("Bearer {k}"))
+                .send_json(json!({ "cmd": script }));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.kill9();
+        let _ = t.join();
+        drop(s);
+
+        let mut s = Server::start_in(dir.clone(), &[]);
+        s.key = key.clone();
+        nothing_half_done(&s, &dir, round);
+        let (_, v) = s.call("GET", "/v1/volumes", None);
+        assert_eq!(v["volumes"][0]["name"], "cut", "round {round}: {v}");
+        assert_eq!(
+            v["volumes"][0]["mounted_by"],
+            json!([]),
+            "round {round}: {v}"
+        );
+        let b = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
+        let (code, out, err) = s.sh(
+            &b,
+            &format!("cd /data/r{round} 2>/dev/null || exit 0; for f in [0-9]*; do [ -e \"$f\" ] || continue; [ $(stat -c %s \"$f\") = 16384 ] || echo \"short $f\"; done; ls | grep -vc '^\\.' || true"),
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            !out.contains("short"),
+            "round {round}: a renamed file is whole: {out}"
+        );
+        eprintln!(
+            "kill -9 after {delay_ms} ms: {} whole files",
+            out.lines().last().unwrap_or("0")
+        );
+        s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
+        drop(s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `kill -9` of the server at several moments of a snapshot: after the restart the snapshot
 /// is whole (and restores every file) or absent, and nothing partial is left on disk.
 #[test]
 fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
     let dir = temp_dir("kill9");
     let mut key = String::new();
-    for (round, delay_ms) in [0u64, 3, 10, 30, 60, 120, 250, 800].into_iter().enumerate() {
+    for (round, delay_ms) in kill9_delays("snapshot").into_iter().enumerate() {
         let mut s = Server::start_in(dir.clone(), &[]);
         if round == 0 {
             key = s.key.clone();
@@ -864,7 +1040,7 @@ fn paused_sandboxes_survive_kill_9_of_the_server_and_resume_with_their_files() {
 fn a_pause_to_disk_cut_by_kill_9_is_whole_or_absent_after_restart() {
     let dir = temp_dir("pausecut");
     let mut key = String::new();
-    for (round, delay_ms) in [0u64, 5, 20, 60, 150, 400].into_iter().enumerate() {
+    for (round, delay_ms) in kill9_delays("pause").into_iter().enumerate() {
         let mut s = Server::start_in(dir.clone(), &[]);
         if round == 0 {
             key = s.key.clone();
