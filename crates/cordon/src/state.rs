@@ -111,6 +111,17 @@ enum SandboxCommand {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+    /// Pause a sandbox: its processes frozen, memory kept (its files also kept on disk, so a
+    /// restart of the server finds it paused). With --to-disk: its files kept, its memory,
+    /// processes and quota slot released; `resume` starts it afresh with them.
+    Pause {
+        sandbox: String,
+        /// Give up memory and processes: keep only the files (E2B's keep_memory=False).
+        #[arg(long)]
+        to_disk: bool,
+    },
+    /// Resume a paused sandbox (one paused to disk starts afresh with its files, same id).
+    Resume { sandbox: String },
 }
 
 /// One JSON call to the server the flags, environment or config name.
@@ -203,6 +214,38 @@ pub fn sandbox_main(a: SandboxArgs) -> i32 {
                 println!("{}", v["id"].as_str().unwrap_or(""))
             })
         }
+        SandboxCommand::Pause { sandbox, to_disk } => finish(
+            call(
+                s,
+                "POST",
+                &format!("/v1/sandboxes/{sandbox}/pause"),
+                Some(if to_disk {
+                    json!({"keep_memory": false})
+                } else {
+                    json!({})
+                }),
+            ),
+            |v| {
+                println!(
+                    "{} paused ({})",
+                    v["id"].as_str().unwrap_or(""),
+                    v["paused_by"].as_str().unwrap_or("")
+                );
+                if let Some(n) = v["ended_reason"].as_str() {
+                    eprintln!("cordon: {n}");
+                }
+            },
+        ),
+        SandboxCommand::Resume { sandbox } => finish(
+            call(s, "POST", &format!("/v1/sandboxes/{sandbox}/resume"), None),
+            |v| {
+                println!(
+                    "{} {}",
+                    v["id"].as_str().unwrap_or(""),
+                    v["state"].as_str().unwrap_or("")
+                )
+            },
+        ),
         SandboxCommand::Fork { sandbox, count } => finish(
             call(
                 s,

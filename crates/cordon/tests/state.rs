@@ -560,6 +560,18 @@ fn the_cli_manages_volumes_and_snapshots_through_the_server() {
     assert!(err.contains("not carried"), "{err}");
     let (code, _, err) = cli(&["snapshot", "rm", "n1"]);
     assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["sandbox", "pause", &id, "--to-disk"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("paused (disk)") && err.contains("memory and processes are not"),
+        "{out}{err}"
+    );
+    let (code, _, err) = cli(&["sandbox", "pause", &id]);
+    assert_eq!(code, 1, "already paused");
+    assert!(err.contains("409"), "{err}");
+    let (code, out, err) = cli(&["sandbox", "resume", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("{id} running"));
 }
 
 #[test]
