@@ -11,7 +11,6 @@
 //! host's system directories, which never go into an image.
 
 use std::os::fd::AsFd;
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -115,50 +114,31 @@ impl Service {
             ));
         };
         let store = self.image_store()?;
-        let sb = live.sandbox.clone();
-        let was_paused = sb.paused().is_some();
-        let started = Instant::now();
-        if !was_paused {
-            let sb = sb.clone();
-            let scope = format!("{}-{}", self.pause_scope(), live.id);
-            tokio::task::spawn_blocking(move || sb.pause(&scope))
-                .await
-                .map_err(|e| ServiceError::internal(e.to_string()))?
-                .map_err(|e| {
-                    ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
-                })?;
-        }
         let opts = cordon_image::commit::CommitOptions {
             names: vec![name.clone()],
             limits: cordon_image::unpack::Limits::default(),
             source: format!("commit {id}"),
             changes: req.changes.clone(),
         };
-        let reader = sb.clone();
-        let made = tokio::task::spawn_blocking(move || {
-            let upper = match reader.writable_layer() {
-                Some(Ok(fd)) => fd,
-                Some(Err(e)) => {
-                    return Err(ServiceError::internal(format!(
-                        "opening the sandbox's writable layer: {e}"
-                    )))
-                }
-                None => return Err(ServiceError::internal("the sandbox has no writable layer")),
-            };
-            cordon_image::commit::commit(&store, &base, upper.as_fd(), &opts).map_err(image_error)
-        })
-        .await;
-        // Thawed whatever the commit did; a sandbox the user paused stays paused.
-        if !was_paused {
-            let sb = sb.clone();
-            let _ = tokio::task::spawn_blocking(move || sb.resume()).await;
-        }
-        let frozen_ms = if was_paused {
-            0
-        } else {
-            started.elapsed().as_millis() as u64
-        };
-        let made = made.map_err(|e| ServiceError::internal(e.to_string()))?;
+        let reader = live.sandbox.clone();
+        let (made, frozen) = self
+            .while_frozen(&live, move || {
+                let upper = match reader.writable_layer() {
+                    Some(Ok(fd)) => fd,
+                    Some(Err(e)) => {
+                        return Err(ServiceError::internal(format!(
+                            "opening the sandbox's writable layer: {e}"
+                        )))
+                    }
+                    None => {
+                        return Err(ServiceError::internal("the sandbox has no writable layer"))
+                    }
+                };
+                cordon_image::commit::commit(&store, &base, upper.as_fd(), &opts)
+                    .map_err(image_error)
+            })
+            .await?;
+
         self.audit.record(
             "image.commit",
             &caller.key_id,
@@ -176,7 +156,7 @@ impl Service {
             layers: c.record.layers.len(),
             layer_digest: c.layer.diff_id.to_string(),
             layer_size: c.layer.size,
-            frozen_ms,
+            frozen_ms: frozen.frozen_ms,
             not_carried: NOT_CARRIED.iter().map(|s| s.to_string()).collect(),
         })
     }

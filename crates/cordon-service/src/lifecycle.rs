@@ -37,6 +37,13 @@ pub struct SandboxMetrics {
     pub processes_max: u64,
 }
 
+/// How [`Service::while_frozen`] held the sandbox.
+pub(crate) struct Frozen {
+    pub(crate) frozen_ms: u64,
+    /// `cgroup-freezer`, `sigstop`, or `already-paused`.
+    pub(crate) method: String,
+}
+
 /// A sandbox slot held by a create under way; given back on drop.
 struct Reservation<'a> {
     pending: &'a Mutex<HashMap<String, usize>>,
@@ -663,6 +670,45 @@ impl Service {
             json!({"method": method.name(), "files_on_disk": kept.is_ok(), "error": kept.as_ref().err().map(|e| e.message.clone())}),
         );
         Ok(live.info())
+    }
+
+    /// Runs `read` (off the async runtime) with the sandbox's processes frozen — unless it is
+    /// paused already: then it stays paused — and thaws them after, whatever `read` did:
+    /// what snapshots, pauses to disk and commits read is the files as they stood at one
+    /// moment. Also says how long they were frozen (0 if paused already) and how.
+    pub(crate) async fn while_frozen<T: Send + 'static>(
+        &self,
+        live: &Arc<Live>,
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<(T, Frozen), ServiceError> {
+        let sb = live.sandbox.clone();
+        let was_paused = sb.paused().is_some();
+        let started = std::time::Instant::now();
+        let method = if was_paused {
+            "already-paused".to_string()
+        } else {
+            let sb = sb.clone();
+            let name = format!("{}-{}", self.pause_scope(), live.id);
+            tokio::task::spawn_blocking(move || sb.pause(&name))
+                .await
+                .map_err(|e| ServiceError::internal(e.to_string()))?
+                .map_err(|e| {
+                    ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
+                })?
+                .name()
+                .to_string()
+        };
+        let done = tokio::task::spawn_blocking(read).await;
+        if !was_paused {
+            let _ = tokio::task::spawn_blocking(move || sb.resume()).await;
+        }
+        let frozen_ms = if was_paused {
+            0
+        } else {
+            started.elapsed().as_millis() as u64
+        };
+        let out = done.map_err(|e| ServiceError::internal(e.to_string()))?;
+        Ok((out, Frozen { frozen_ms, method }))
     }
 
     /// What the sandbox uses now: its processes' CPU since the previous request (or since it

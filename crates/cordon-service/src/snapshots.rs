@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use cordon_linux::treecopy::{self, Budget, CopyError, CopyStats};
 use serde::{Deserialize, Serialize};
@@ -178,83 +177,57 @@ impl Service {
         budget: Budget,
         what: &'static str,
     ) -> Result<Captured, ServiceError> {
-        let sb = live.sandbox.clone();
-        let was_paused = sb.paused().is_some();
-        let name = format!("{}-{}", self.pause_scope(), live.id);
-        let started = Instant::now();
-        let method = if was_paused {
-            "already-paused".to_string()
-        } else {
-            let sb = sb.clone();
-            tokio::task::spawn_blocking(move || sb.pause(&name))
-                .await
-                .map_err(|e| ServiceError::internal(e.to_string()))?
-                .map_err(|e| {
-                    ServiceError::new(ErrorKind::Conflict, "sandbox_unavailable", e.to_string())
-                })?
-                .name()
-                .to_string()
-        };
-        let copy_sb = sb.clone();
-        let copied = tokio::task::spawn_blocking(move || -> Result<_, ServiceError> {
-            let root = copy_sb
-                .root_dir()
-                .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
-            let mut total = CopyStats::default();
-            let mut carried = Vec::new();
-            for (inside, stored) in SCRATCH {
-                let dst = tree.join(stored);
-                std::fs::create_dir(&dst).map_err(|e| crate::volumes::internal_io(&dst, e))?;
-                // A volume or host directory mounted over it is not the sandbox's own.
-                let Some(src) = treecopy::open_scratch(root.as_fd(), inside) else {
-                    total.skipped_count += 1;
-                    total
-                        .skipped
-                        .push(format!("{inside}: not a scratch filesystem of the sandbox"));
-                    continue;
-                };
-                let dfd =
-                    treecopy::open_dir(&dst).map_err(|e| crate::volumes::internal_io(&dst, e))?;
-                let left = Budget {
-                    max_bytes: budget.max_bytes.saturating_sub(total.bytes),
-                    max_entries: budget
-                        .max_entries
-                        .saturating_sub(total.files + total.dirs + total.symlinks),
-                };
-                let s = treecopy::copy_tree(src.as_fd(), dfd.as_fd(), None, left)
-                    .map_err(|e| copy_error(e, what))?;
-                total.files += s.files;
-                total.dirs += s.dirs;
-                total.symlinks += s.symlinks;
-                total.bytes += s.bytes;
-                total.skipped_count += s.skipped_count;
-                for p in s.skipped {
-                    if total.skipped.len() < treecopy::SKIPPED_NAMED {
+        let copy_sb = live.sandbox.clone();
+        let (copied, frozen) = self
+            .while_frozen(live, move || -> Result<_, ServiceError> {
+                let root = copy_sb
+                    .root_dir()
+                    .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
+                let mut total = CopyStats::default();
+                let mut carried = Vec::new();
+                for (inside, stored) in SCRATCH {
+                    let dst = tree.join(stored);
+                    std::fs::create_dir(&dst).map_err(|e| crate::volumes::internal_io(&dst, e))?;
+                    // A volume or host directory mounted over it is not the sandbox's own.
+                    let Some(src) = treecopy::open_scratch(root.as_fd(), inside) else {
+                        total.skipped_count += 1;
                         total
                             .skipped
-                            .push(format!("{}/{p}", inside.trim_end_matches('/')));
+                            .push(format!("{inside}: not a scratch filesystem of the sandbox"));
+                        continue;
+                    };
+                    let dfd = treecopy::open_dir(&dst)
+                        .map_err(|e| crate::volumes::internal_io(&dst, e))?;
+                    let left = Budget {
+                        max_bytes: budget.max_bytes.saturating_sub(total.bytes),
+                        max_entries: budget
+                            .max_entries
+                            .saturating_sub(total.files + total.dirs + total.symlinks),
+                    };
+                    let s = treecopy::copy_tree(src.as_fd(), dfd.as_fd(), None, left)
+                        .map_err(|e| copy_error(e, what))?;
+                    total.files += s.files;
+                    total.dirs += s.dirs;
+                    total.symlinks += s.symlinks;
+                    total.bytes += s.bytes;
+                    total.skipped_count += s.skipped_count;
+                    for p in s.skipped {
+                        if total.skipped.len() < treecopy::SKIPPED_NAMED {
+                            total
+                                .skipped
+                                .push(format!("{}/{p}", inside.trim_end_matches('/')));
+                        }
                     }
+                    carried.push(inside.to_string());
                 }
-                carried.push(inside.to_string());
-            }
-            Ok((total, carried))
-        })
-        .await;
-        // Thawed whatever the copy did; a sandbox the user paused stays paused.
-        if !was_paused {
-            let sb = sb.clone();
-            let _ = tokio::task::spawn_blocking(move || sb.resume()).await;
-        }
-        let frozen_ms = if was_paused {
-            0
-        } else {
-            started.elapsed().as_millis() as u64
-        };
-        let (stats, carried) = copied.map_err(|e| ServiceError::internal(e.to_string()))??;
+                Ok((total, carried))
+            })
+            .await?;
+        let (stats, carried) = copied?;
         Ok(Captured {
             stats,
-            frozen_ms,
-            method,
+            frozen_ms: frozen.frozen_ms,
+            method: frozen.method,
             carried,
         })
     }

@@ -1195,11 +1195,16 @@ fn a_snapshot_of_a_million_and_one_files_is_refused_by_its_entry_limit() {
         "python3 -c \"\nimport os\nfor top in ('/workspace/m', '/tmp/m'):\n    for d in range(500):\n        p = '%s/%d' % (top, d)\n        os.makedirs(p)\n        for i in range(1001):\n            open('%s/%d' % (p, i), 'w').close()\n\"",
     );
     assert_eq!(code, 0, "{err}");
-    let (st, v) = s.call(
-        "POST",
-        &format!("/v1/sandboxes/{a}/snapshots"),
-        Some(json!({"name": "million"})),
-    );
+    // A million files take minutes to copy on a loaded machine.
+    let res = s
+        .req("POST", &format!("/v1/sandboxes/{a}/snapshots"))
+        .timeout(std::time::Duration::from_secs(1800))
+        .send_json(json!({"name": "million"}));
+    let (st, v) = match res {
+        Ok(r) => (r.status(), r.into_json::<Value>().unwrap_or_default()),
+        Err(ureq::Error::Status(st, r)) => (st, r.into_json::<Value>().unwrap_or_default()),
+        Err(e) => panic!("snapshot: {e}"),
+    };
     assert_eq!(st, 507, "{v}");
     let msg = v["error"]["message"].as_str().unwrap_or("");
     assert!(msg.contains("1000000"), "the limit is named: {msg}");
