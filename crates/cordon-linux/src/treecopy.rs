@@ -234,6 +234,105 @@ pub fn copy_tree(
     Ok(stats)
 }
 
+/// The deletions an overlayfs upper directory records: its whiteouts (character devices
+/// 0/0), as paths relative to it (`etc/motd`), at most `max` of them. Walked as `copy_tree`
+/// walks: no link followed, no other filesystem entered.
+pub fn whiteouts(upper: BorrowedFd<'_>, max: usize) -> Result<Vec<Vec<u8>>, CopyError> {
+    let mut found = Vec::new();
+    let mut stack: Vec<Vec<u8>> = vec![b".".to_vec()];
+    while let Some(path) = stack.pop() {
+        let dir = match beneath(upper, &path) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::XDEV) => continue,
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let mut entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err(&path, e))?;
+        while let Some(e) = entries.read() {
+            let e = e.map_err(|e| io_err(&path, e))?;
+            let name = e.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let mut child = path.clone();
+            child.push(b'/');
+            child.extend_from_slice(name.to_bytes());
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => stack.push(child),
+                FileType::CharacterDevice if st.st_rdev == 0 => {
+                    if found.len() >= max {
+                        return Err(CopyError::TooMany { limit: max as u64 });
+                    }
+                    found.push(child.strip_prefix(b"./").unwrap_or(&child).to_vec());
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Removes `path` (relative, e.g. `etc/motd`) below `root`, a directory tree with everything
+/// in it, without following a link or leaving `root`'s filesystem: what a whiteout recorded
+/// by [`whiteouts`] deletes again in a new sandbox's root. Missing is not an error.
+pub fn remove_beneath(root: BorrowedFd<'_>, path: &[u8]) -> io::Result<()> {
+    let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b"."[..], path),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
+        return Ok(());
+    }
+    let dir = match beneath(root, parent) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::XDEV) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    remove_entry(&dir, name, 0)
+}
+
+/// Deepest directory nesting [`remove_beneath`] descends into.
+const REMOVE_DEPTH: usize = 256;
+
+fn remove_entry(dir: &OwnedFd, name: &[u8], depth: usize) -> io::Result<()> {
+    let cname =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let st = match rustix::fs::statat(dir, cname.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if depth >= REMOVE_DEPTH {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let sub = match beneath(dir.as_fd(), name) {
+            Ok(fd) => fd,
+            // A mount point: not this filesystem's to remove.
+            Err(rustix::io::Errno::XDEV) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut names = Vec::new();
+        let mut entries = rustix::fs::Dir::read_from(&sub)?;
+        while let Some(e) = entries.read() {
+            let e = e?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+        for n in names {
+            remove_entry(&sub, &n, depth + 1)?;
+        }
+        rustix::fs::unlinkat(dir, cname.as_c_str(), AtFlags::REMOVEDIR)?;
+    } else {
+        rustix::fs::unlinkat(dir, cname.as_c_str(), AtFlags::empty())?;
+    }
+    Ok(())
+}
+
 fn skip(stats: &mut CopyStats, path: &[u8], why: &str) {
     stats.skipped_count += 1;
     if stats.skipped.len() < SKIPPED_NAMED {

@@ -42,13 +42,20 @@ const SCRATCH: [(&str, &str); 3] = [
     ("/tmp", "tmp"),
 ];
 
+/// Where a stored tree keeps an image sandbox's root changes (its overlay's writable layer,
+/// whiteouts left out) and the list of what it deleted of the image.
+const ROOT_LAYER: &str = "root";
+const ROOT_DELETED: &str = "root-deleted.json";
+/// Deletions of image files one snapshot records at most.
+const MAX_DELETIONS: usize = 100_000;
+
 /// What a snapshot or fork never carries, as every answer states it.
 const NOT_CARRIED: [&str; 5] = [
     "memory",
     "processes",
     "/dev/shm",
     "volumes (they are shared, not copied)",
-    "an image sandbox's changes to its root outside /workspace, the home and /tmp",
+    "an image directory the sandbox removed and made again keeps the image's other files in it (its root changes are carried to sandboxes of the same image; a sandbox without an image takes none)",
 ];
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
@@ -219,6 +226,53 @@ impl Service {
                         }
                     }
                     carried.push(inside.to_string());
+                }
+                // An image sandbox's root: what it changed there (its overlay's writable layer),
+                // and what it deleted of the image (the layer's whiteouts).
+                if let Some(upper) = copy_sb.writable_layer() {
+                    let upper = upper
+                        .map_err(|e| ServiceError::internal(format!("the writable layer: {e}")))?;
+                    let dst = tree.join(ROOT_LAYER);
+                    std::fs::create_dir(&dst).map_err(|e| crate::volumes::internal_io(&dst, e))?;
+                    let dfd = treecopy::open_dir(&dst)
+                        .map_err(|e| crate::volumes::internal_io(&dst, e))?;
+                    let left = Budget {
+                        max_bytes: budget.max_bytes.saturating_sub(total.bytes),
+                        max_entries: budget
+                            .max_entries
+                            .saturating_sub(total.files + total.dirs + total.symlinks),
+                    };
+                    let deleted = treecopy::whiteouts(upper.as_fd(), MAX_DELETIONS)
+                        .map_err(|e| copy_error(e, what))?;
+                    let s = treecopy::copy_tree(upper.as_fd(), dfd.as_fd(), None, left)
+                        .map_err(|e| copy_error(e, what))?;
+                    total.files += s.files;
+                    total.dirs += s.dirs;
+                    total.symlinks += s.symlinks;
+                    total.bytes += s.bytes;
+                    // Whiteouts are how the layer records deletions, not skipped files.
+                    total.skipped_count += s.skipped_count.saturating_sub(deleted.len() as u64);
+                    total.skipped.extend(
+                        s.skipped
+                            .into_iter()
+                            .filter(|p| !p.ends_with(": a device node"))
+                            .map(|p| format!("/{p}")),
+                    );
+                    total.skipped.truncate(treecopy::SKIPPED_NAMED);
+                    let (names, odd): (Vec<_>, Vec<_>) = deleted
+                        .into_iter()
+                        .map(String::from_utf8)
+                        .partition(Result::is_ok);
+                    let names: Vec<String> = names.into_iter().flatten().collect();
+                    if !odd.is_empty() {
+                        total.skipped_count += odd.len() as u64;
+                        total.skipped.push(format!(
+                            "{} deletions of files whose names are not UTF-8",
+                            odd.len()
+                        ));
+                    }
+                    crate::volumes::write_meta(&tree.join(ROOT_DELETED), &names)?;
+                    carried.push("/ (the image root's changes)".to_string());
                 }
                 Ok((total, carried))
             })
@@ -469,6 +523,30 @@ pub(crate) fn restore(
             },
         )
         .map_err(|e| copy_error(e, "restoring the snapshot"))?;
+        total.files += s.files;
+        total.bytes += s.bytes;
+    }
+    // An image root's changes, into the new sandbox's own root (through its overlay, which
+    // records them in its own writable layer): deletions first, then what was written.
+    let layer = tree.join(ROOT_LAYER);
+    if let (Ok(src), Some(Ok(_))) = (treecopy::open_dir(&layer), sandbox.writable_layer()) {
+        let deleted: Vec<String> =
+            crate::volumes::read_meta(&tree.join(ROOT_DELETED)).unwrap_or_default();
+        for d in &deleted {
+            treecopy::remove_beneath(root.as_fd(), d.as_bytes()).map_err(|e| {
+                ServiceError::internal(format!("restoring the deletion of /{d}: {e}"))
+            })?;
+        }
+        let s = treecopy::copy_tree(
+            src.as_fd(),
+            root.as_fd(),
+            owner,
+            Budget {
+                max_bytes: u64::MAX,
+                max_entries: MAX_SNAPSHOT_ENTRIES,
+            },
+        )
+        .map_err(|e| copy_error(e, "restoring the image root's changes"))?;
         total.files += s.files;
         total.bytes += s.bytes;
     }

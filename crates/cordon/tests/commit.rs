@@ -468,3 +468,76 @@ fn a_directory_the_sandbox_made_unreadable_is_carried_as_root_and_refused_rootle
         assert_eq!(st, 201, "{v}");
     }
 }
+
+/// Snapshots, forks and pauses to disk carry an image sandbox's root changes — its writes
+/// and its deletions of the image's files — to sandboxes of the same image; a sandbox without
+/// an image takes none of them (its root is the host's system directories).
+#[test]
+fn a_snapshot_and_a_pause_to_disk_carry_an_image_sandboxs_root_changes() {
+    let t = Tmp::new("rootsnap");
+    let Some(data) = base_image(&t) else { return };
+    let s = Server::start_in(data.clone(), &[]);
+    let id = s.new_sandbox(json!({"image": "base:1"}));
+    let (code, _, err) = s.sh(
+        &id,
+        "echo made > /etc/made && mkdir -p /app/d && echo v2 > /app/d/v && rm /etc/greeting \
+         && ln -s /etc/passwd /etc/link && echo w > /workspace/w",
+    );
+    assert_eq!(code, 0, "{err}");
+    let check =
+        "cat /etc/made /app/d/v /workspace/w; test -e /etc/greeting || echo greeting-gone; \
+                 readlink /etc/link; cat /etc/sub/old";
+    let expected = "made\nv2\nw\ngreeting-gone\n/etc/passwd\nold\n";
+
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/snapshots"),
+        Some(json!({"name": "img"})),
+    );
+    assert_eq!(st, 201, "{v}");
+    assert!(
+        v["carried"]
+            .as_array()
+            .expect("carried")
+            .iter()
+            .any(|c| c.as_str().is_some_and(|c| c.starts_with("/ "))),
+        "{v}"
+    );
+    assert!(
+        !v["skipped"].to_string().contains("device"),
+        "a deletion is not a skipped device: {v}"
+    );
+    let b = s.new_sandbox(json!({"image": "base:1", "from": "img"}));
+    assert_eq!(s.sh(&b, check).1, expected, "from the snapshot");
+
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{b}/pause"),
+        Some(json!({"keep_memory": false})),
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{b}/resume"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.sh(&b, check).1, expected, "after a pause to disk");
+
+    let (st, v) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/fork"),
+        Some(json!({"count": 1})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let f = v["sandboxes"][0]["id"].as_str().expect("fork").to_string();
+    assert_eq!(s.sh(&f, check).1, expected, "in a fork");
+
+    // No image: the root changes stay out, and nothing reaches the host's /etc.
+    let (st, v) = s.call("POST", "/v1/sandboxes", Some(json!({"from": "img"})));
+    assert_eq!(st, 201, "{v}");
+    let h = v["id"].as_str().expect("id").to_string();
+    assert_eq!(
+        s.sh(&h, "cat /workspace/w; test -e /etc/made || echo no-made")
+            .1,
+        "w\nno-made\n"
+    );
+    assert!(!Path::new("/etc/made").exists() && !Path::new("/etc/link").exists());
+    assert!(Path::new("/etc/passwd").is_file());
+}
