@@ -6,53 +6,12 @@
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-static N: AtomicU64 = AtomicU64::new(0);
+mod fixtures;
+use fixtures::{busybox, Tmp};
 
 fn cordon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
-}
-
-fn busybox() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("busybox"))
-            .find(|b| b.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("busybox is not installed (scripts/test.sh installs it)");
-        }
-        eprintln!("SKIPPED: busybox is not installed");
-    }
-    found
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!(
-            "cordon-build-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+rwX")
-            .arg(&self.0)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A context with a busybox root at `rootfs/` (excluded from the context's copies by

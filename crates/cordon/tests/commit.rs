@@ -12,49 +12,13 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
+mod fixtures;
+use fixtures::Tmp;
 mod serve;
 use serve::Server;
 
 fn cordon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
-}
-
-fn on_path(tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{tool} is not installed (scripts/test.sh installs it)");
-        }
-        eprintln!("SKIPPED: {tool} is not installed");
-    }
-    found
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!(
-            "cordon-commit-test-{tag}-{}-{}",
-            std::process::id(),
-            serve::unique()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+rwX")
-            .arg(&self.0)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn ok(out: &Output, what: &str) -> String {
@@ -70,14 +34,7 @@ fn ok(out: &Output, what: &str) -> String {
 /// A data directory whose store holds `base:1`: busybox in `/bin`, `/etc/greeting`, a
 /// directory `/etc/sub` with a file, `ENV GREETING=hello`, `WORKDIR /app`.
 fn base_image(t: &Tmp) -> Option<PathBuf> {
-    if !on_path("busybox") {
-        return None;
-    }
-    let bb = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("busybox"))
-            .find(|b| b.is_file())
-    })?;
+    let bb = fixtures::busybox()?;
     let ctx = t.0.join("ctx");
     let root = ctx.join("rootfs");
     std::fs::create_dir_all(root.join("bin")).unwrap();
@@ -403,9 +360,7 @@ impl Drop for Registry {
 }
 
 fn registry(t: &Tmp) -> Option<Registry> {
-    if !on_path("docker-registry") {
-        return None;
-    }
+    fixtures::on_path("docker-registry")?;
     let dir = t.0.join("registry");
     std::fs::create_dir_all(&dir).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

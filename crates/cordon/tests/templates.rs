@@ -8,56 +8,17 @@
 //! comes from scripts/test.sh's apt list; without it the test skips, except under `CI=true`.
 
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
+mod fixtures;
+use fixtures::{busybox, Tmp};
 mod serve;
 
 fn cordon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
-}
-
-fn busybox() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("busybox"))
-            .find(|b| b.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("busybox is not installed (scripts/test.sh installs it)");
-        }
-        eprintln!("SKIPPED: busybox is not installed");
-    }
-    found
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!(
-            "cordon-templates-test-{tag}-{}-{}",
-            std::process::id(),
-            serve::unique()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+rwX")
-            .arg(&self.0)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `tiny:1` in `data`'s store: a busybox root with a file the host has not (`/etc/greeting`)
