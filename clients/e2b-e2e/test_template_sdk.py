@@ -3,7 +3,10 @@ RUN, WORKDIR and a start command with its ready command on a base image in the s
 (a busybox root built here as `e2bdev/base`, what `from_base_image()` names), its build logs,
 `Template.exists`, then `Sandbox.create(alias)` sees the files and env, and the start command
 has run before the create returns. A base the store lacks fails the build with the SDK's
-`BuildException` naming it.
+`BuildException` naming it. A built template survives a restart of the server on its data
+directory: E2B's template listing (`GET /templates`, through the SDK's own API client) still
+shows it, `Sandbox.create(alias)` still runs it with its start and ready commands, and a
+template deleted before the restart stays deleted.
 
 Its own server, pointed at by the SDK's variables for this test only. busybox comes from
 scripts/test.sh's apt list; without it the test skips.
@@ -12,6 +15,7 @@ scripts/test.sh's apt list; without it the test skips.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +24,7 @@ import pytest
 from e2b import Sandbox, Template
 from e2b.exceptions import BuildException
 
-from conftest import start_server
+from conftest import Server, start_server
 
 
 def build_base(cordon: Path, work: Path, data: Path) -> None:
@@ -90,5 +94,93 @@ def test_a_template_built_with_the_sdk_is_what_sandbox_create_of_its_alias_runs(
         with pytest.raises(BuildException) as e:
             Template.build(Template().from_image("no-such/image:1").run_cmd("true"), "sdk-missing")
         assert "'no-such/image:1' is not in this server's image store" in str(e.value)
+    finally:
+        srv.stop()
+
+
+def restart(srv: Server) -> Server:
+    """`srv` stopped and started again on its data directory, as the same key (a restarted
+    server prints no key: the registry keeps the one it made)."""
+    srv.stop()
+    log = srv.data_dir / "server-restarted.stderr"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [str(srv.binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(srv.data_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            bufsize=1,
+        )
+    assert proc.stdout is not None
+    url = None
+    for line in proc.stdout:
+        m = re.search(r"cordon serving on (http://\S+)", line)
+        if m:
+            url = m.group(1)
+            break
+    assert url, log.read_text(errors="replace")
+    # Keep draining stdout so the server never blocks on a full pipe.
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+    return Server(
+        url=url, api_key=srv.api_key, key_id=srv.key_id, data_dir=srv.data_dir, binary=srv.binary, proc=proc, log=log
+    )
+
+
+def listed(url: str, key: str) -> list:
+    """E2B's `GET /templates` through the SDK's generated API client (what `e2b template list`
+    calls), parsed into its `Template` models."""
+    from e2b.api.client.api.templates import get_templates
+    from e2b.api.client.client import AuthenticatedClient
+
+    client = AuthenticatedClient(base_url=url, token=key, prefix="", auth_header_name="X-API-KEY")
+    res = get_templates.sync_detailed(client=client)
+    assert res.status_code == 200, res.content
+    return res.parsed
+
+
+def test_a_template_built_with_the_sdk_survives_a_server_restart(server, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    build_base(server.binary, tmp_path, data)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "app.txt").write_text("kept\n")
+    srv = start_server(data, [])
+
+    def point(s: Server) -> None:
+        for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"):
+            monkeypatch.setenv(k, s.url)
+        monkeypatch.setenv("E2B_API_KEY", s.api_key)
+
+    try:
+        point(srv)
+        t = (
+            Template(file_context_path=str(ctx))
+            .from_base_image()
+            .copy("app.txt", "/srv/app.txt")
+            .run_cmd("echo built >> /srv/app.txt")
+            .set_start_cmd("echo up > /tmp/up", "test -f /tmp/up")
+        )
+        Template.build(t, "kept-app:v1")
+        Template.build(Template().from_base_image().run_cmd("true"), "dropped-app")
+        assert sorted(x.aliases[0] for x in listed(srv.url, srv.api_key)) == ["dropped-app", "kept-app"]
+        Sandbox.delete_snapshot("dropped-app")  # E2B deletes templates through this route too
+        srv = restart(srv)
+        point(srv)
+        got = listed(srv.url, srv.api_key)
+        assert [x.aliases[0] for x in got] == ["kept-app"]
+        assert str(got[0].build_status) == "ready"
+        assert got[0].build_count == 1
+        assert Template.exists("kept-app")
+        assert not Template.exists("dropped-app")
+        s = Sandbox.create("kept-app:v1", timeout=120)
+        try:
+            out = s.commands.run("cat /srv/app.txt /tmp/up")
+            assert out.stdout == "kept\nbuilt\nup\n"
+        finally:
+            s.kill()
+        assert listed(srv.url, srv.api_key)[0].spawn_count == 1
     finally:
         srv.stop()

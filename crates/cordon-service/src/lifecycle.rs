@@ -462,16 +462,21 @@ impl Service {
             .template
             .as_ref()
             .filter(|n| self.cfg.templates.get(n).is_none())
-            .and_then(|n| self.built_template(&caller.key_id, n))
-            .filter(|(_, start, ready)| start.is_some() || ready.is_some());
+            .and_then(|n| {
+                self.built_template(&caller.key_id, n)
+                    .map(|b| (n.clone(), b))
+            });
         let info = self
             .create_seeded(caller, req, None, Seed::default())
             .await?;
-        if let Some((_, start, ready)) = built {
-            if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
-                let _ = self.delete(caller, &info.id).await;
-                return Err(e);
+        if let Some((name, (_, start, ready))) = built {
+            if start.is_some() || ready.is_some() {
+                if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
+                    let _ = self.delete(caller, &info.id).await;
+                    return Err(e);
+                }
             }
+            self.template_spawned(&caller.key_id, &name);
         }
         Ok(info)
     }
