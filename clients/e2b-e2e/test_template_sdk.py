@@ -1,6 +1,7 @@
 """E2B's Template SDK through the published SDK, unmodified: `Template.build` of COPY, ENV,
 RUN, WORKDIR and a start command with its ready command on a base image in the server's store
-(a busybox root built here as `e2bdev/base`, what `from_base_image()` names), its build logs,
+(a busybox root built here as `e2bdev/base`, what `from_base_image()` names) — COPY with its
+`user` and `mode` among them —, its build logs,
 `Template.exists`, then `Sandbox.create(alias)` sees the files and env, and the start command
 has run before the create returns. A base the store lacks fails the build with the SDK's
 `BuildException` naming it. A built template survives a restart of the server on its data
@@ -66,6 +67,7 @@ def test_a_template_built_with_the_sdk_is_what_sandbox_create_of_its_alias_runs(
     ctx = tmp_path / "ctx"
     (ctx / "app").mkdir(parents=True)
     (ctx / "app" / "main.py").write_text("print('hi')\n")
+    (ctx / "tool.sh").write_text("#!/bin/sh\necho tool ran\n")
     srv = start_server(data, [])
     try:
         for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"):
@@ -75,6 +77,8 @@ def test_a_template_built_with_the_sdk_is_what_sandbox_create_of_its_alias_runs(
             Template(file_context_path=str(ctx))
             .from_base_image()
             .copy("app/", "/srv/app/")
+            .copy("tool.sh", "/srv/tool.sh", user="user", mode=0o750)
+            .copy("app/main.py", "/srv/other.py", user="1234:1234", mode=0o640)
             .set_envs({"MODE": "prod $NOT_EXPANDED"})
             .run_cmd("echo built > /srv/app/built.txt")
             .set_workdir("/srv/app")
@@ -89,6 +93,10 @@ def test_a_template_built_with_the_sdk_is_what_sandbox_create_of_its_alias_runs(
         try:
             out = s.commands.run("cat /srv/app/main.py /srv/app/built.txt /tmp/up; echo $MODE")
             assert out.stdout == "print('hi')\nbuilt\nup\nprod $NOT_EXPANDED\n"
+            # copy(user=, mode=): `user` is the sandbox's one user (uid 1000); another
+            # owner shows as nobody inside (README: Ownership).
+            out = s.commands.run("stat -c '%u:%g %a' /srv/tool.sh /srv/other.py && /srv/tool.sh")
+            assert out.stdout == "1000:1000 750\n65534:65534 640\ntool ran\n"
         finally:
             s.kill()
         with pytest.raises(BuildException) as e:

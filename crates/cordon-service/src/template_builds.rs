@@ -1353,11 +1353,19 @@ impl Service {
                             return Err(bad("the mode is octal"));
                         }
                     }
-                    if chown
-                        .as_deref()
-                        .is_some_and(|u| !line(u) || u.contains(char::is_whitespace))
-                    {
-                        return Err(bad("the user is one word"));
+                    // A user name or id, optionally `:group`: nothing the build engine would
+                    // expand or unquote.
+                    let owner_word = |w: &str| {
+                        !w.is_empty()
+                            && w.len() <= 64
+                            && w.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                    };
+                    if chown.as_deref().is_some_and(|u| {
+                        let (a, b) = u.split_once(':').unwrap_or((u, "x"));
+                        !owner_word(a) || !owner_word(b)
+                    }) {
+                        return Err(bad("the user is a name or id, optionally with :group"));
                     }
                     out.push(PlanStep::Copy {
                         src: src.clone(),
@@ -1431,7 +1439,7 @@ impl Service {
         let ctx = dir.join("context");
         std::fs::create_dir_all(&ctx).map_err(|e| format!("{}: {e}", ctx.display()))?;
         let res = (|| {
-            let dockerfile = write_context(plan, &ctx, base, &log)?;
+            let dockerfile = write_context(plan, &ctx, base)?;
             let names = vec![cordon_image::Reference::parse(image).map_err(|e| e.to_string())?];
             let mut profile =
                 cordon_policy::Profile::resolve("default").map_err(|e| e.to_string())?;
@@ -1453,6 +1461,10 @@ impl Service {
                 limits: cordon_image::unpack::Limits::default(),
                 allow_net: self.cfg.template_build_allow_net.clone(),
                 no_cache: plan.no_cache,
+                // A template's image runs only in cordon sandboxes, whose one user (E2B's
+                // `user`, uid 1000) owns the image root's files: `copy(user="user")` keeps
+                // them root's so that they are that user's inside.
+                owner_as_root: Some(cordon_linux::INNER_ID),
             };
             let runner = StepRunner {
                 helper: self.cfg.helper_exe.clone(),
@@ -1519,7 +1531,6 @@ fn write_context(
     plan: &Plan,
     ctx: &Path,
     (base_user, base_workdir): (Option<String>, Option<String>),
-    log: &dyn Fn(&'static str, &str),
 ) -> Result<String, String> {
     let mut df = format!("FROM {}\n", plan.image);
     // Steps run as root (as in Docker and E2B) unless the template or its base says
@@ -1571,12 +1582,6 @@ fn write_context(
                 chown,
                 mode,
             } => {
-                if chown.is_some() || mode.is_some() {
-                    log(
-                        "info",
-                        &format!("step {}: COPY's user and mode are not applied (the files keep the archive's modes)", n + 1),
-                    );
-                }
                 let unpacked = ctx.join(format!("u{n}"));
                 unpack_archive(archive, &unpacked)?;
                 let staged = format!("s{n}");
@@ -1585,7 +1590,14 @@ fn write_context(
                     Staged::Dir => (format!("{staged}/"), dest.clone()),
                     Staged::File(parent) => (format!("{staged}/"), parent),
                 };
-                df.push_str(&format!("COPY {}\n", json(&[&from, &to])));
+                let mut flags = String::new();
+                if let Some(u) = chown {
+                    flags.push_str(&format!("--chown={u} "));
+                }
+                if let Some(m) = mode {
+                    flags.push_str(&format!("--chmod={m} "));
+                }
+                df.push_str(&format!("COPY {flags}{}\n", json(&[&from, &to])));
                 let _ = std::fs::remove_dir_all(&unpacked);
             }
         }
@@ -1970,7 +1982,7 @@ mod tests {
             registry_auth: false,
         };
         let dir = std::env::temp_dir().join(format!("tb-{}", random_hex(6).expect("rand")));
-        let df = write_context(&plan, &dir, (None, None), &|_, _| {}).expect("df");
+        let df = write_context(&plan, &dir, (None, None)).expect("df");
         let ins = cordon_image::dockerfile::parse(&df).expect("parses");
         // FROM, the WORKDIR of a base without one, the RUN, the ENV: nothing more.
         assert_eq!(ins.len(), 4, "{df}");

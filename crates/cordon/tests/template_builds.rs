@@ -67,7 +67,7 @@ fn build_base(bb: &Path, dir: &Path, data: &Path) {
     std::fs::copy(bb, root.join("bin/busybox")).unwrap();
     for tool in [
         "sh", "cat", "echo", "ls", "env", "test", "whoami", "ln", "readlink", "sleep", "mkdir",
-        "chown",
+        "chown", "stat", "id",
     ] {
         symlink("busybox", root.join("bin").join(tool)).unwrap();
     }
@@ -592,4 +592,102 @@ fn a_built_template_its_listing_and_its_deletion_survive_a_server_restart() {
     );
     assert_eq!(st, 404);
     assert!(!key_dir.join(&tid).exists(), "its files are gone");
+}
+
+#[test]
+fn copy_with_a_user_and_a_mode_gives_the_files_that_owner_and_mode_inside_the_sandbox() {
+    let Some(bb) = busybox() else { return };
+    let t = Tmp::new("chown");
+    let data = t.0.join("data");
+    build_base(&bb, &t.0, &data);
+    let s = serve::Server::start_in(data, &[]);
+    let archive = tar_of(&[
+        (
+            "tool.sh",
+            tar::EntryType::Regular,
+            "",
+            "#!/bin/sh\necho tool ran\n",
+        ),
+        ("conf", tar::EntryType::Directory, "", ""),
+        ("conf/a.ini", tar::EntryType::Regular, "", "a=1\n"),
+    ]);
+    let (tid, bid) = request_and_upload(&s, "owned", HASH_A, &archive);
+    // E2B's SDK sends `copy(src, dest, user=..., mode=...)` as args [src, dest, user, mode].
+    build_ready(
+        &s,
+        &tid,
+        &bid,
+        json!({
+            "fromImage": "tbase:1",
+            "steps": [
+                {"type": "COPY", "args": ["tool.sh", "/srv/tool.sh", "user", "0750"], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf", "/srv/conf/", "user:user", ""], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf/a.ini", "/srv/other.ini", "1234:1234", "0640"], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf/a.ini", "/srv/plain.ini", "", "0600"], "filesHash": HASH_A},
+            ],
+        }),
+    );
+    let (st, sb) = e2b(
+        &s,
+        "POST",
+        "/sandboxes",
+        Some(json!({"templateID": "owned"})),
+    );
+    assert_eq!(st, 201, "{sb}");
+    let id = sb["sandboxID"].as_str().expect("sandboxID");
+    let (st, out) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "id -u; cd /srv && stat -c '%n %u:%g %a' tool.sh conf conf/a.ini other.ini plain.ini; ./tool.sh; echo more >> conf/a.ini && cat conf/a.ini"})),
+    );
+    assert_eq!(st, 200, "{out}");
+    // `user` (uid 1000, the sandbox's one user) owns them inside, with the mode asked for;
+    // a user the sandbox does not have shows as nobody (one uid inside: README, Ownership).
+    assert_eq!(
+        out["stdout"],
+        "1000\ntool.sh 1000:1000 750\nconf 1000:1000 755\nconf/a.ini 1000:1000 644\nother.ini 65534:65534 640\nplain.ini 1000:1000 600\ntool ran\na=1\nmore\n",
+        "{out}"
+    );
+
+    // A user the image does not have, or a mode that is not octal: refused before the build.
+    let (_, r) = e2b(
+        &s,
+        "POST",
+        "/v3/templates",
+        Some(json!({"name": "badowner"})),
+    );
+    let (tid, bid) = (
+        r["templateID"].as_str().expect("id").to_string(),
+        r["buildID"].as_str().expect("build").to_string(),
+    );
+    for (args, want) in [
+        (json!(["tool.sh", "/x", "$(id)", ""]), "a name or id"),
+        (json!(["tool.sh", "/x", "", "u+x"]), "octal"),
+    ] {
+        let (st, r) = e2b(
+            &s,
+            "POST",
+            &format!("/v2/templates/{tid}/builds/{bid}"),
+            Some(
+                json!({"fromImage": "tbase:1", "steps": [{"type": "COPY", "args": args, "filesHash": HASH_A}]}),
+            ),
+        );
+        assert_eq!(st, 400, "{r}");
+        assert!(
+            r["message"].as_str().unwrap_or_default().contains(want),
+            "{r}"
+        );
+    }
+    let (st, r) = e2b(
+        &s,
+        "POST",
+        &format!("/v2/templates/{tid}/builds/{bid}"),
+        Some(
+            json!({"fromImage": "tbase:1", "steps": [{"type": "COPY", "args": ["tool.sh", "/x", "ghost", ""], "filesHash": HASH_A}]}),
+        ),
+    );
+    assert_eq!(st, 202, "{r}");
+    let (status, _, reason) = wait_build(&s, &tid, &bid);
+    assert_eq!(status, "error");
+    assert!(reason.contains("unable to find user ghost"), "{reason}");
 }
