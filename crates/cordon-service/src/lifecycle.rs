@@ -95,6 +95,20 @@ fn add_pip_defaults(profile: &mut Profile) {
         .filter(|(k, _)| !image_sets(k) && !profile_sets(k))
         .map(|(k, v)| cordon_policy::EnvEntry::Set(k.to_string(), v.to_string()))
         .collect();
+    // npm's global prefix on the host's system directories (`/usr`, `/usr/local`) is
+    // read-only in the sandbox: `npm install -g` goes to `~/.local` instead, as pip's user
+    // install does, its commands into `~/.local/bin` on `PATH`. An image's root is the
+    // sandbox's own writable layer, where npm's own prefix works (and its `PATH` may not
+    // have `~/.local/bin`): left alone there.
+    if profile.root_image.is_none()
+        && !profile_sets("NPM_CONFIG_PREFIX")
+        && !profile_sets("npm_config_prefix")
+    {
+        add.push(cordon_policy::EnvEntry::Set(
+            "NPM_CONFIG_PREFIX".into(),
+            format!("{}/.local", cordon_policy::profile::HOME),
+        ));
+    }
     if !image_sets("PATH") && !profile_sets("PATH") {
         let base = cordon_policy::profile::BASE_ENV
             .iter()
@@ -851,6 +865,7 @@ mod tests {
         add_pip_defaults(&mut p);
         let e = env(&p);
         assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "1");
+        assert_eq!(e["NPM_CONFIG_PREFIX"], "/home/sandbox/.local");
         assert!(
             e["PATH"].ends_with(":/home/sandbox/.local/bin"),
             "{}",
@@ -874,5 +889,17 @@ mod tests {
         assert_eq!(e["PATH"], "/opt/venv/bin:/usr/bin");
         assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "0");
         assert_eq!(e["PIP_NO_CACHE_DIR"], "0");
+        // An image's own prefix is writable in its sandbox: npm's is left to it.
+        assert!(!e.contains_key("NPM_CONFIG_PREFIX"), "{e:?}");
+
+        let mut p = Profile::builtin("default").expect("default");
+        p.env.push(cordon_policy::EnvEntry::Set(
+            "npm_config_prefix".into(),
+            "/workspace/npm".into(),
+        ));
+        add_pip_defaults(&mut p);
+        let e = env(&p);
+        assert!(!e.contains_key("NPM_CONFIG_PREFIX"), "{e:?}");
+        assert_eq!(e["npm_config_prefix"], "/workspace/npm");
     }
 }
