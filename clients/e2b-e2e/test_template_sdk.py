@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,8 +130,6 @@ def restart(srv: Server) -> Server:
             break
     assert url, log.read_text(errors="replace")
     # Keep draining stdout so the server never blocks on a full pipe.
-    import threading
-
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return Server(
         url=url, api_key=srv.api_key, key_id=srv.key_id, data_dir=srv.data_dir, binary=srv.binary, proc=proc, log=log
