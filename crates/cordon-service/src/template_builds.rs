@@ -2,7 +2,8 @@
 //! tags, the files their COPY steps upload, and the build itself — the steps translated into
 //! a Dockerfile run by the one build engine `cordon image build` uses
 //! ([`cordon_image::build`]), each RUN in a cordon sandbox. A create that names the alias
-//! gets the built image, its start command started and its ready command waited for.
+//! gets the built image, its start command started and its ready command waited for. Each
+//! template is kept on disk as it changes ([`crate::template_store`]) and reloaded at start.
 //!
 //! Threat model: every byte of a request is hostile — names, steps, uploaded archives.
 //! - Names and tags are short and of a fixed alphabet (they become image names and URL path
