@@ -266,7 +266,19 @@ pub(crate) fn load_all(data_dir: &Path) -> Vec<StoredTemplate> {
             if name.starts_with('.') || !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
+            // A write a crash cut short left its temporary file: the old file is whole.
+            for f in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                let n = f.file_name().to_string_lossy().into_owned();
+                if n.starts_with('.') && n.ends_with(".partial") {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
             let file = path.join(FILE);
+            if valid_id(&name) && !file.exists() {
+                // A template whose first write never completed: nothing names it.
+                let _ = std::fs::remove_dir_all(&path);
+                continue;
+            }
             let loaded = cordon_linux::treecopy::read_small(&file, MAX_FILE)
                 .map_err(|e| e.to_string())
                 .and_then(|b| {
@@ -352,6 +364,12 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left.len(), 1, "{left:?}");
+        // What a crash mid-write leaves: the whole old file and a temporary one, removed.
+        let dir = file.parent().expect("parent").to_path_buf();
+        std::fs::write(dir.join(".template.json.0a0b0c.partial"), b"{\"version\":")
+            .expect("leftover");
+        assert_eq!(load_all(&d).len(), 1);
+        assert!(!dir.join(".template.json.0a0b0c.partial").exists());
         remove(&d, "k1", "0123456789abcdef0123").expect("remove");
         assert!(load_all(&d).is_empty());
         let _ = std::fs::remove_dir_all(&d);
