@@ -1,5 +1,6 @@
 """npm inside a sandbox just works, as pip does: `npm install x` (into the working directory)
-and `npm install -g x` (global: its command on `PATH`) with no flags, in a sandbox on the
+and `npm install -g x` (global: its command on `PATH`) with no flags — in a command, a
+Python cell's `!` line, and `require` in a JavaScript cell — in a sandbox on the
 host's system directories, whose global prefix (`/usr`) is read-only there. Packages come
 from a loopback npm registry (a packument and a tarball made here, served by
 `python3 -m http.server` on 127.0.0.1), reached through the sandbox's egress proxy by its
@@ -100,11 +101,17 @@ def test_npm_install_local_and_global_need_no_flags(conn: Dict[str, Any], regist
         assert out.exit_code == 0, (out.stdout, out.stderr)
         out = sb.commands.run(f"cd /workspace && node -e \"console.log(require('{NAME}').VALUE)\"")
         assert out.stdout == "from the loopback registry\n", out
+        # The JavaScript interpreter (started in /workspace) requires what was just installed.
+        r = sb.code.run(f"require('{NAME}').VALUE", language="javascript")
+        assert (r.error, r.text) == (None, "'from the loopback registry'"), r
 
         out = sb.commands.run(f"npm install -g {NAME}", timeout=120)
         assert out.exit_code == 0, (out.stdout, out.stderr)
         out = sb.commands.run(f"{NAME}")
         assert (out.exit_code, out.stdout) == (0, "the command ran\n"), out
+        # And from a Python cell's `!` line.
+        r = sb.code.run(f"!npm install -g {NAME} >/dev/null && {NAME}")
+        assert r.error is None and "the command ran" in r.stdout, r
         out = sb.commands.run(f"cd / && npm ls -g {NAME}")
         assert out.exit_code == 0 and NAME in out.stdout, out
         # In the sandbox's own home, gone with it.
