@@ -422,9 +422,12 @@ fn build_ready(s: &serve::Server, tid: &str, bid: &str, body: Value) {
     assert_eq!(status, "ready", "{reason}\n{logs}");
 }
 
-/// The server on `data` again, as the same key.
-fn restart(s: serve::Server, data: &Path) -> serve::Server {
+/// The server on `data` again, as the same key; `kill9`: the first one killed, not stopped.
+fn restart(mut s: serve::Server, data: &Path, kill9: bool) -> serve::Server {
     let key = s.key.clone();
+    if kill9 {
+        s.kill9();
+    }
     drop(s);
     let mut s = serve::Server::start_in(data.to_path_buf(), &[]);
     s.key = key;
@@ -491,7 +494,7 @@ fn a_built_template_its_listing_and_its_deletion_survive_a_server_restart() {
     assert_eq!(mode(&key_dir), 0o700);
     assert_eq!(mode(&key_dir.join(&tid)), 0o700);
 
-    let s = restart(s, &data);
+    let s = restart(s, &data, false);
 
     // The listing as E2B's SDK reads it: the kept template and the cut one, not the deleted.
     let (st, list) = e2b(&s, "GET", "/templates", None);
@@ -573,9 +576,9 @@ fn a_built_template_its_listing_and_its_deletion_survive_a_server_restart() {
     assert_eq!(list[0]["spawnCount"], 2, "{list}");
     assert!(list[0]["lastSpawnedAt"].is_string(), "{list}");
 
-    // Deleted after the restart: gone after the next one too.
+    // Deleted after the restart: gone after the next one too, even when that is a crash.
     assert_eq!(e2b(&s, "DELETE", &format!("/templates/{tid}"), None).0, 204);
-    let s = restart(s, &data);
+    let s = restart(s, &data, true);
     let (_, list) = e2b(&s, "GET", "/templates", None);
     let aliases: Vec<&str> = list
         .as_array()
