@@ -21,6 +21,8 @@ trap cleanup EXIT
 key=$("$cordon" keys create --name schemathesis --rps 100000 --max-sandboxes 20 --data-dir "$work/data")
 # Pulls only from a loopback port with no registry behind it: the fuzzer's image references must
 # never make the server connect anywhere else (and port 9 refuses at once).
+# Made first: the loop below may read it before the background job has opened it.
+: >"$work/serve.out"
 "$cordon" serve --listen 127.0.0.1:0 --data-dir "$work/data" --pull-from 127.0.0.1:9 >"$work/serve.out" 2>"$work/serve.err" &
 server=$!
 url=

@@ -815,3 +815,51 @@ def test_detach_keys_end_an_attachment_and_leave_the_container_running(client, i
         c.attach_socket(params={"stdin": 1, "stream": 1, "detachKeys": "meta-x"})
     assert e.value.response.status_code == 400
     c.remove(force=True)
+
+
+def test_commit_makes_an_image_of_what_the_container_changed_with_changes_and_conf(client, loaded):
+    c = client.containers.run(loaded, ["sh", "-c", "echo hello > /etc/made"], detach=True)
+    try:
+        assert c.wait()["StatusCode"] == 0
+        img = c.commit(
+            "cordon-test/committed",
+            "v1",
+            message="made here",
+            author="tester",
+            changes=["ENV MODE=committed", "EXPOSE 8000"],
+            conf={"Cmd": ["cat", "/etc/made"], "Labels": {"k": "v w"}},
+        )
+        assert "cordon-test/committed:v1" in img.tags
+        # conf's Cmd, the changes' Env, the container's file.
+        assert client.containers.run(img.id, remove=True) == b"hello\n"
+        out = client.containers.run("cordon-test/committed:v1", ["sh", "-c", "echo $MODE"], remove=True)
+        assert out == b"committed\n"
+        attrs = client.images.get(img.id).attrs
+        assert attrs["Config"]["ExposedPorts"] == {"8000/tcp": {}}
+        assert attrs["Config"]["Labels"] == {"k": "v w"}
+        assert (attrs["Container"], attrs["Comment"], attrs["Author"]) == (c.id, "made here", "tester")
+        assert attrs["ContainerConfig"]["Image"] == loaded
+        assert attrs["Parent"] == client.images.get(loaded).id
+        # Without a repository: an image known by its id only, as Docker's untagged commit.
+        untagged = c.commit()
+        assert untagged.tags == []
+        assert client.containers.run(untagged.id, ["cat", "/etc/made"], remove=True) == b"hello\n"
+        # A name the store has already is not replaced (another key's containers may run it).
+        with pytest.raises(APIError) as e:
+            c.commit("cordon-test/committed", "v1")
+        assert e.value.response.status_code == 409
+        # What cordon cannot honour is refused by name, and nothing is made.
+        for conf, field in (({"Volumes": {"/data": {}}}, "Volumes"), ({"Env": ["A=1\nRUN x"]}, "Env")):
+            with pytest.raises(APIError) as e:
+                c.commit("cordon-test/committed", "v2", conf=conf)
+            assert e.value.response.status_code == 400 and field in str(e.value.explanation)
+        with pytest.raises(APIError) as e:
+            c.commit("cordon-test/committed", "v2", changes=["RUN rm -rf /"])
+        assert "RUN cannot be a commit's change" in str(e.value.explanation)
+        with pytest.raises(ImageNotFound):
+            client.images.get("cordon-test/committed:v2")
+    finally:
+        c.remove(force=True)
+    # An untagged commit no container uses is dangling: images.prune removes it.
+    deleted = [d.get("Deleted") for d in client.images.prune()["ImagesDeleted"] or []]
+    assert untagged.id in deleted

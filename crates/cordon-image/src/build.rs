@@ -66,6 +66,12 @@ pub struct BuildOptions {
     pub allow_net: Vec<String>,
     /// Run every step again instead of taking cached layers.
     pub no_cache: bool,
+    /// A `COPY --chown` to this uid is written as root's (0:0). For images that only ever
+    /// run in cordon sandboxes (E2B templates): a sandbox has one user, uid 1000 inside, and
+    /// it owns what the image's root owns, so root's files are that user's there, while a
+    /// file owned by 1000 in the image would show as nobody. `None`: owners as Docker writes
+    /// them.
+    pub owner_as_root: Option<u32>,
 }
 
 /// One RUN step, as the engine is to run it.
@@ -671,17 +677,60 @@ fn copy(
     ins: &Instruction,
     expand: &dyn Fn(&State, &str) -> Result<String, ImageError>,
 ) -> Result<(LayerRecord, String, bool), ImageError> {
-    let words = match ins.json() {
+    let (flags, rest) = copy_flags(&ins.args);
+    let mut chown = None;
+    let mut chmod = None;
+    for flag in flags {
+        let flag = dockerfile::words(flag)
+            .map_err(|e| step_err(ins, e))?
+            .concat();
+        if let Some(v) = flag.strip_prefix("--chown=") {
+            let v = expand(st, v)?;
+            let owner = copy_owner(&layer_dirs(w, st), &v)
+                .map_err(|e| step_err(ins, format!("--chown={v}: {e}")))?;
+            chown = Some(match opts.owner_as_root {
+                Some(u) if owner.0 == u64::from(u) => (0, 0),
+                _ => owner,
+            });
+        } else if let Some(v) = flag.strip_prefix("--chmod=") {
+            let v = expand(st, v)?;
+            chmod = Some(
+                u32::from_str_radix(&v, 8)
+                    .ok()
+                    .filter(|m| !v.is_empty() && v.len() <= 5 && *m <= 0o7777)
+                    .ok_or_else(|| {
+                        step_err(
+                            ins,
+                            format!("--chmod={v}: an octal mode (e.g. 0755) is supported"),
+                        )
+                    })?,
+            );
+        } else {
+            let why = if flag.starts_with("--from") {
+                "COPY --from (multi-stage builds) is not supported".to_string()
+            } else {
+                format!(
+                    "the flag {} is not supported (--chown and --chmod are)",
+                    flag.split('=').next().unwrap_or_default()
+                )
+            };
+            return Err(step_err(ins, why));
+        }
+    }
+    let rest_ins = Instruction {
+        line: ins.line,
+        keyword: ins.keyword.clone(),
+        args: rest.to_string(),
+    };
+    let words = match rest_ins.json() {
         Some(v) => v,
-        None => dockerfile::words(&ins.args).map_err(|e| step_err(ins, e))?,
+        None => dockerfile::words(rest).map_err(|e| step_err(ins, e))?,
     };
     if let Some(flag) = words.iter().find(|w| w.starts_with("--")) {
-        let why = if flag.starts_with("--from") {
-            "COPY --from (multi-stage builds) is not supported".to_string()
-        } else {
-            format!("the flag {flag} is not supported")
-        };
-        return Err(step_err(ins, why));
+        return Err(step_err(
+            ins,
+            format!("{flag}: flags come before the sources"),
+        ));
     }
     let words = words
         .iter()
@@ -769,8 +818,15 @@ fn copy(
             let resolved = resolve_dir(&dirs, &parent).map_err(|e| step_err(ins, e))?;
             let real_parent = resolved.last().map(|d| d.path.clone()).unwrap_or_default();
             for d in &resolved {
-                tb.dir(&d.path, d.mode, d.uid, d.gid, 0)?;
+                // Directories the COPY creates belong to --chown's owner, as in Docker.
+                let (uid, gid) = match chown {
+                    Some(o) if d.missing => o,
+                    _ => (d.uid, d.gid),
+                };
+                tb.dir(&d.path, d.mode, uid, gid, 0)?;
             }
+            tb.chown = chown;
+            tb.chmod = chmod;
             if is_dir {
                 tb.walk_context(ctx, src, &real_parent)?;
             } else {
@@ -785,6 +841,8 @@ fn copy(
                 };
                 tb.file_fd(&src.fd, &path, &st_src)?;
             }
+            tb.chown = None;
+            tb.chmod = None;
         }
         tar_digest = tb.digest_so_far();
         Ok(())
@@ -797,6 +855,32 @@ fn copy(
         &tar_digest,
     ]);
     Ok((layer, key, hit))
+}
+
+/// The leading `--flag[=value]` words of a COPY or ADD, and the rest.
+fn copy_flags(args: &str) -> (Vec<&str>, &str) {
+    let mut flags = Vec::new();
+    let mut rest = args.trim_start();
+    while rest.starts_with("--") {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        flags.push(&rest[..end]);
+        rest = rest[end..].trim_start();
+    }
+    (flags, rest)
+}
+
+/// `--chown`'s owner as BuildKit resolves it: names in the image's `/etc/passwd` and
+/// `/etc/group` (a user name alone: its primary group), numbers as given (a uid alone: the
+/// same number as the gid).
+fn copy_owner(layers: &[PathBuf], spec: &str) -> Result<(u64, u64), String> {
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match spec.split_once(':') {
+        None if numeric(spec) => {
+            let uid = crate::user::resolve_user(layers, &format!("{spec}:0"))?.0;
+            Ok((uid as u64, uid as u64))
+        }
+        _ => crate::user::resolve_user(layers, spec).map(|(u, g)| (u as u64, g as u64)),
+    }
 }
 
 /// `/a/./b/../c` → `/a/c` (never above `/`).
@@ -1110,6 +1194,10 @@ pub(crate) struct TarBuilder {
     bytes: u64,
     entries: u64,
     dirs_written: std::collections::BTreeSet<String>,
+    /// COPY --chown: every entry written gets this owner.
+    chown: Option<(u64, u64)>,
+    /// COPY --chmod: every file and directory written gets this mode.
+    chmod: Option<u32>,
 }
 
 fn tar_err(e: io::Error) -> ImageError {
@@ -1131,6 +1219,8 @@ impl TarBuilder {
             bytes: 0,
             entries: 0,
             dirs_written: Default::default(),
+            chown: None,
+            chmod: None,
         }
     }
 
@@ -1204,6 +1294,9 @@ impl TarBuilder {
     /// Owners written: a store layer's as root (they are the image's), else 0 (the
     /// image's root: rootless, and what a sandbox wrote, everything is its user's).
     fn owner(&self, st: &rustix::fs::Stat) -> (u64, u64) {
+        if let Some(o) = self.chown {
+            return o;
+        }
         if self.from_store && rustix::process::geteuid().is_root() {
             (st.st_uid as u64, st.st_gid as u64)
         } else {
@@ -1222,7 +1315,7 @@ impl TarBuilder {
         let (uid, gid) = self.owner(st);
         let mut h = Self::header(
             tar::EntryType::Regular,
-            st.st_mode,
+            self.chmod.unwrap_or(st.st_mode),
             uid,
             gid,
             st.st_mtime as u64,
@@ -1327,7 +1420,7 @@ impl TarBuilder {
                     })?;
                     self.dirs_written.remove(&path);
                     let (uid, gid) = self.owner(&st);
-                    self.dir(&path, st.st_mode, uid, gid, mtime)?;
+                    self.dir(&path, self.chmod.unwrap_or(st.st_mode), uid, gid, mtime)?;
                     self.walk(child.as_fd(), &path, overlay, ctx, &rel, depth + 1)?;
                 }
                 FileType::RegularFile => {

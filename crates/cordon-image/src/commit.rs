@@ -28,7 +28,9 @@ use crate::unpack::Limits;
 /// What [`commit`] is asked to do.
 #[derive(Debug, Clone)]
 pub struct CommitOptions {
-    /// Names for the result; each must be new in the store.
+    /// Names for the result; each must be new in the store. None: the image is known by its
+    /// digest only (Docker's untagged commit; `cordon image prune` removes it, as
+    /// `docker image prune` removes dangling images).
     pub names: Vec<Reference>,
     /// Caps on the new layer (and the image).
     pub limits: Limits,
@@ -59,9 +61,6 @@ pub fn commit(
     upper: BorrowedFd<'_>,
     opts: &CommitOptions,
 ) -> Result<Committed, ImageError> {
-    if opts.names.is_empty() {
-        return Err(ImageError::format("commit", "no name for the image"));
-    }
     if let Some(n) = opts.names.iter().find(|n| n.digest.is_some()) {
         return Err(ImageError::InvalidReference {
             reference: n.to_string(),
@@ -173,10 +172,29 @@ fn apply_change(
                 c.entrypoint = Some(argv);
             }
         }
+        "EXPOSE" => {
+            let mut ports = c.exposed_ports.clone().unwrap_or_default();
+            for p in ins.args.split_whitespace() {
+                let (num, proto) = p.split_once('/').unwrap_or((p, "tcp"));
+                let ok_num = num.parse::<u16>().is_ok_and(|n| n > 0);
+                let ok_proto = matches!(proto.to_ascii_lowercase().as_str(), "tcp" | "udp" | "sctp");
+                if !ok_num || !ok_proto {
+                    return Err(change_err(ins, format!("{p}: PORT[/tcp|udp|sctp]")));
+                }
+                ports.insert(
+                    format!("{num}/{}", proto.to_ascii_lowercase()),
+                    serde_json::json!({}),
+                );
+            }
+            if ports.is_empty() {
+                return Err(change_err(ins, "EXPOSE needs a port"));
+            }
+            c.exposed_ports = Some(ports);
+        }
         other => {
             return Err(change_err(
                 ins,
-                format!("{other} cannot be a commit's change (ENV, CMD, ENTRYPOINT, WORKDIR, USER and LABEL can)"),
+                format!("{other} cannot be a commit's change (ENV, CMD, ENTRYPOINT, WORKDIR, USER, LABEL and EXPOSE can)"),
             ))
         }
     }
@@ -217,5 +235,11 @@ mod tests {
         assert!(e.contains("RUN cannot be a commit's change"), "{e}");
         let e = change(&mut c, "WORKDIR app").unwrap_err().to_string();
         assert!(e.contains("absolute"), "{e}");
+        change(&mut c, "EXPOSE 8000 53/UDP").unwrap();
+        let ports: Vec<&String> = c.exposed_ports.as_ref().expect("ports").keys().collect();
+        assert_eq!(ports, ["53/udp", "8000/tcp"]);
+        for bad in ["EXPOSE 0", "EXPOSE 70000", "EXPOSE 80/icmp", "EXPOSE x"] {
+            assert!(change(&mut c, bad).is_err(), "{bad}");
+        }
     }
 }

@@ -259,6 +259,13 @@ pub struct ImageConfig {
     pub user: Option<String>,
     #[serde(rename = "Labels", default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// `port/proto` keys, each with an empty object (EXPOSE): recorded, never published.
+    #[serde(
+        rename = "ExposedPorts",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub exposed_ports: Option<BTreeMap<String, serde_json::Value>>,
     #[serde(
         rename = "StopSignal",
         default,

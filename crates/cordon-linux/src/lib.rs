@@ -48,6 +48,6 @@ mod watch;
 pub use cordon_policy::ending::exec_failure_message;
 pub use detect::{Environment, Fix, HostReport, Obstacle, Support};
 pub use error::EngineError;
-pub use plan::host_system_paths;
+pub use plan::{host_system_paths, INNER_ID};
 pub use supervisor::{run, Egress, EgressFactory, OutputMode, RunRequest, StdinSource};
 pub use sys::{pin_name_service, process_start};

@@ -33,7 +33,8 @@ pub struct CommitRequest {
 /// What a commit made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommitResult {
-    /// The name it was given, in full (`docker.io/library/my-agent:2`).
+    /// The name it was given, in full (`docker.io/library/my-agent:2`); empty for an image
+    /// committed without a name (the Docker door's untagged commit).
     pub reference: String,
     /// The new image's manifest digest.
     pub digest: String,
@@ -84,7 +85,29 @@ impl Service {
                 "reference: NAME[:TAG]; the digest is the new image's own",
             ));
         }
-        if req.changes.len() > MAX_CHANGES || req.changes.iter().any(|c| c.len() > MAX_CHANGE_LEN) {
+        self.commit_named(caller, id, Some(name), req.changes).await
+    }
+
+    /// As [`Service::commit_sandbox`], but the image may have no name (Docker's `commit`
+    /// without a repository: known by its digest until `cordon image prune`). `changes` as
+    /// there.
+    pub async fn commit_sandbox_unnamed(
+        &self,
+        caller: &Caller,
+        id: &str,
+        changes: Vec<String>,
+    ) -> Result<CommitResult, ServiceError> {
+        self.commit_named(caller, id, None, changes).await
+    }
+
+    async fn commit_named(
+        &self,
+        caller: &Caller,
+        id: &str,
+        name: Option<cordon_image::Reference>,
+        changes: Vec<String>,
+    ) -> Result<CommitResult, ServiceError> {
+        if changes.len() > MAX_CHANGES || changes.iter().any(|c| c.len() > MAX_CHANGE_LEN) {
             return Err(ServiceError::bad_request(format!(
                 "changes: at most {MAX_CHANGES} lines of {MAX_CHANGE_LEN} bytes"
             )));
@@ -115,10 +138,10 @@ impl Service {
         };
         let store = self.image_store()?;
         let opts = cordon_image::commit::CommitOptions {
-            names: vec![name.clone()],
+            names: name.iter().cloned().collect(),
             limits: cordon_image::unpack::Limits::default(),
             source: format!("commit {id}"),
-            changes: req.changes.clone(),
+            changes,
         };
         let reader = live.sandbox.clone();
         let (made, frozen) = self
@@ -138,19 +161,19 @@ impl Service {
                     .map_err(image_error)
             })
             .await?;
-
+        let reference = name.map(|n| n.to_string()).unwrap_or_default();
         self.audit.record(
             "image.commit",
             &caller.key_id,
             Some(id),
             match &made {
-                Ok(c) => serde_json::json!({"reference": name.to_string(), "digest": c.record.digest.to_string(), "base": c.base}),
-                Err(e) => serde_json::json!({"reference": name.to_string(), "error": e.code}),
+                Ok(c) => serde_json::json!({"reference": reference, "digest": c.record.digest.to_string(), "base": c.base}),
+                Err(e) => serde_json::json!({"reference": reference, "error": e.code}),
             },
         );
         let c = made?;
         Ok(CommitResult {
-            reference: name.to_string(),
+            reference,
             digest: c.record.digest.to_string(),
             base: c.base,
             layers: c.record.layers.len(),

@@ -14,8 +14,9 @@ pub const FILE_MODE: u32 = 0o600;
 
 /// Files cordon keeps in a data directory; a directory holding one of them is cordon's to
 /// tighten. (`volumes`, `snapshots` and `.partial` hold what outlives a sandbox; `runs` the
-/// workspaces of programs running one-shot; `learned` ended sandboxes' learned profiles.)
-const OURS: [&str; 9] = [
+/// workspaces of programs running one-shot; `learned` ended sandboxes' learned profiles;
+/// `templates`, `template-files` and `template-builds` templates built through a door.)
+const OURS: [&str; 12] = [
     "cordon.db",
     "learned",
     "secrets.key",
@@ -25,6 +26,9 @@ const OURS: [&str; 9] = [
     "snapshots",
     ".partial",
     "runs",
+    "templates",
+    "template-files",
+    "template-builds",
 ];
 
 /// Creates `dir` (and its parents) if missing and makes it 0700.

@@ -425,6 +425,9 @@ pub struct ImageDetail {
     pub cmd: Vec<String>,
     pub working_dir: Option<String>,
     pub user: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `EXPOSE`d ports (`8000/tcp`): recorded in the image, never published.
+    pub exposed_ports: Vec<String>,
     pub architecture: String,
     pub os: String,
 }
@@ -466,6 +469,8 @@ impl Service {
             cmd: c.cmd.unwrap_or_default(),
             working_dir: c.working_dir.filter(|w| !w.is_empty()),
             user: c.user.filter(|u| !u.is_empty()),
+            labels: c.labels.unwrap_or_default(),
+            exposed_ports: c.exposed_ports.unwrap_or_default().into_keys().collect(),
             architecture: found.config.architecture.clone(),
             os: found.config.os.clone(),
         })

@@ -37,6 +37,7 @@ mod requests;
 pub mod snapshots;
 pub mod stored_secrets;
 pub mod template_builds;
+mod template_store;
 pub mod templates;
 pub mod volumes;
 mod wasm;
@@ -311,6 +312,7 @@ impl Service {
         });
         svc.reap_previous_run()?;
         svc.remove_partial_state();
+        svc.load_built_templates();
         programs::clean_runs(&svc.cfg.data_dir);
         Ok(svc)
     }

@@ -104,6 +104,20 @@ fn add_pip_defaults(profile: &mut Profile) {
         .filter(|(k, _)| !image_sets(k) && !profile_sets(k))
         .map(|(k, v)| cordon_policy::EnvEntry::Set(k.to_string(), v.to_string()))
         .collect();
+    // npm's global prefix on the host's system directories (`/usr`, `/usr/local`) is
+    // read-only in the sandbox: `npm install -g` goes to `~/.local` instead, as pip's user
+    // install does, its commands into `~/.local/bin` on `PATH`. An image's root is the
+    // sandbox's own writable layer, where npm's own prefix works (and its `PATH` may not
+    // have `~/.local/bin`): left alone there.
+    if profile.root_image.is_none()
+        && !profile_sets("NPM_CONFIG_PREFIX")
+        && !profile_sets("npm_config_prefix")
+    {
+        add.push(cordon_policy::EnvEntry::Set(
+            "NPM_CONFIG_PREFIX".into(),
+            format!("{}/.local", cordon_policy::profile::HOME),
+        ));
+    }
     if !image_sets("PATH") && !profile_sets("PATH") {
         let base = cordon_policy::profile::BASE_ENV
             .iter()
@@ -480,16 +494,21 @@ impl Service {
             .template
             .as_ref()
             .filter(|n| self.cfg.templates.get(n).is_none())
-            .and_then(|n| self.built_template(&caller.key_id, n))
-            .filter(|(_, start, ready)| start.is_some() || ready.is_some());
+            .and_then(|n| {
+                self.built_template(&caller.key_id, n)
+                    .map(|b| (n.clone(), b))
+            });
         let info = self
             .create_seeded(caller, req, None, Seed::default())
             .await?;
-        if let Some((_, start, ready)) = built {
-            if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
-                let _ = self.delete(caller, &info.id).await;
-                return Err(e);
+        if let Some((name, (_, start, ready))) = built {
+            if start.is_some() || ready.is_some() {
+                if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
+                    let _ = self.delete(caller, &info.id).await;
+                    return Err(e);
+                }
             }
+            self.template_spawned(&caller.key_id, &name);
         }
         Ok(info)
     }
@@ -1017,6 +1036,7 @@ mod tests {
         add_pip_defaults(&mut p);
         let e = env(&p);
         assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "1");
+        assert_eq!(e["NPM_CONFIG_PREFIX"], "/home/sandbox/.local");
         assert!(
             e["PATH"].ends_with(":/home/sandbox/.local/bin"),
             "{}",
@@ -1040,5 +1060,17 @@ mod tests {
         assert_eq!(e["PATH"], "/opt/venv/bin:/usr/bin");
         assert_eq!(e["PIP_BREAK_SYSTEM_PACKAGES"], "0");
         assert_eq!(e["PIP_NO_CACHE_DIR"], "0");
+        // An image's own prefix is writable in its sandbox: npm's is left to it.
+        assert!(!e.contains_key("NPM_CONFIG_PREFIX"), "{e:?}");
+
+        let mut p = Profile::builtin("default").expect("default");
+        p.env.push(cordon_policy::EnvEntry::Set(
+            "npm_config_prefix".into(),
+            "/workspace/npm".into(),
+        ));
+        add_pip_defaults(&mut p);
+        let e = env(&p);
+        assert!(!e.contains_key("NPM_CONFIG_PREFIX"), "{e:?}");
+        assert_eq!(e["npm_config_prefix"], "/workspace/npm");
     }
 }

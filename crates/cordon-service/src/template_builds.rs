@@ -2,7 +2,8 @@
 //! tags, the files their COPY steps upload, and the build itself — the steps translated into
 //! a Dockerfile run by the one build engine `cordon image build` uses
 //! ([`cordon_image::build`]), each RUN in a cordon sandbox. A create that names the alias
-//! gets the built image, its start command started and its ready command waited for.
+//! gets the built image, its start command started and its ready command waited for. Each
+//! template is kept on disk as it changes ([`crate::template_store`]) and reloaded at start.
 //!
 //! Threat model: every byte of a request is hostile — names, steps, uploaded archives.
 //! - Names and tags are short and of a fixed alphabet (they become image names and URL path
@@ -51,8 +52,9 @@ const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 pub const E2B_BASE_IMAGE: &str = "e2bdev/base";
 
 /// A build's state as E2B reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BuildStatus {
+    #[default]
     Waiting,
     Building,
     Ready,
@@ -83,10 +85,14 @@ pub struct LogLine {
 struct BuildRec {
     status: Option<BuildStatus>,
     logs: Vec<LogLine>,
+    /// The log is on disk, not in `logs` (a build of an earlier run of the server).
+    log_kept: bool,
     reason: Option<String>,
     image: Option<String>,
     start_cmd: Option<String>,
     ready_cmd: Option<String>,
+    created_ms: u64,
+    finished_ms: Option<u64>,
 }
 
 impl BuildRec {
@@ -111,6 +117,70 @@ struct Tmpl {
     builds: HashMap<String, Arc<Mutex<BuildRec>>>,
     cpus: Option<f64>,
     memory_mb: Option<u64>,
+    created_ms: u64,
+    updated_ms: u64,
+    /// Sandboxes created from it since the server started, and when the last one was.
+    spawns: u64,
+    last_spawn_ms: Option<u64>,
+}
+
+impl Tmpl {
+    /// What is kept on disk of it.
+    fn stored(&self) -> crate::template_store::StoredTemplate {
+        use crate::template_store::{StoredBuild, StoredTag, StoredTemplate};
+        StoredTemplate {
+            version: 1,
+            owner: self.owner.clone(),
+            id: self.id.clone(),
+            alias: self.alias.clone(),
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+            tags: self
+                .tags
+                .iter()
+                .map(|(t, (b, at))| {
+                    (
+                        t.clone(),
+                        StoredTag {
+                            build: b.clone(),
+                            at_ms: *at,
+                        },
+                    )
+                })
+                .collect(),
+            builds: self
+                .builds
+                .iter()
+                .filter_map(|(b, r)| {
+                    let r = r.lock().ok()?;
+                    Some((
+                        b.clone(),
+                        StoredBuild {
+                            status: r.status.unwrap_or(BuildStatus::Waiting).as_str().into(),
+                            reason: r.reason.clone(),
+                            image: r.image.clone(),
+                            start_cmd: r.start_cmd.clone(),
+                            ready_cmd: r.ready_cmd.clone(),
+                            created_ms: r.created_ms,
+                            finished_ms: r.finished_ms,
+                        },
+                    ))
+                })
+                .collect(),
+        }
+    }
+
+    /// Its newest build that succeeded, else its newest build: (build id, record).
+    fn latest(&self) -> Option<(&String, &Arc<Mutex<BuildRec>>)> {
+        let key = |r: &Arc<Mutex<BuildRec>>| {
+            r.lock()
+                .map(|r| (r.image.is_some(), r.created_ms))
+                .unwrap_or((false, 0))
+        };
+        self.builds.iter().max_by_key(|(_, r)| key(r))
+    }
 }
 
 /// A build's status, as a door reports it.
@@ -139,6 +209,36 @@ pub struct TagView {
     pub tag: String,
     pub build_id: String,
     pub created_ms: u64,
+}
+
+/// A built template, as a listing shows it.
+#[derive(Debug, Clone)]
+pub struct TemplateView {
+    pub template_id: String,
+    pub alias: String,
+    /// Its newest successful build, else its newest build.
+    pub build_id: String,
+    /// That build's status.
+    pub build_status: BuildStatus,
+    pub build_count: usize,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    /// The scratch disk a sandbox of it gets.
+    pub disk_mb: u64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// Sandboxes created from it since the server started.
+    pub spawns: u64,
+    pub last_spawn_ms: Option<u64>,
+}
+
+/// One build of a template, as a template's details show it.
+#[derive(Debug, Clone)]
+pub struct BuildInfo {
+    pub build_id: String,
+    pub status: BuildStatus,
+    pub created_ms: u64,
+    pub finished_ms: Option<u64>,
 }
 
 /// A template build's definition, as E2B's SDK sends it (`TemplateBuildStartV2`).
@@ -303,6 +403,219 @@ impl Builds {
 }
 
 impl Service {
+    /// Writes `t` to disk (see [`crate::template_store`]).
+    fn keep_template(&self, t: &Tmpl) -> Result<(), ServiceError> {
+        crate::template_store::save(&self.cfg.data_dir, &t.stored())
+            .map_err(|e| ServiceError::internal(format!("keeping template '{}': {e}", t.alias)))
+    }
+
+    /// As a build ends: its log and its template kept, unless the template was deleted
+    /// meanwhile. A failure loses only what a restart would lose, and is said on stderr.
+    fn keep_finished_build(
+        &self,
+        owner: &str,
+        id: &str,
+        build: &str,
+        lines: &[crate::template_store::StoredLine],
+    ) {
+        let Ok(map) = self.template_builds.by_id.lock() else {
+            return;
+        };
+        let Some(t) = map.get(id).filter(|t| t.owner == owner) else {
+            return;
+        };
+        let kept = crate::template_store::save_log(&self.cfg.data_dir, owner, id, build, lines)
+            .map_err(|e| ServiceError::internal(e.to_string()))
+            .and_then(|()| self.keep_template(t));
+        match kept {
+            Ok(()) => {
+                if let Some(Ok(mut r)) = t.builds.get(build).map(|r| r.lock()) {
+                    // The log is read from disk from now on; memory holds only the running.
+                    r.log_kept = true;
+                    r.logs = Vec::new();
+                }
+            }
+            Err(e) => eprintln!(
+                "cordon: warning: template '{}' build {build} not kept: {}",
+                t.alias, e.message
+            ),
+        }
+    }
+
+    /// At start: the templates an earlier run built. A build that was under way when that
+    /// run stopped is an error now (it cannot resume), kept so.
+    pub(crate) fn load_built_templates(&self) {
+        // Scratch contexts of builds cut off by the stop.
+        let _ = std::fs::remove_dir_all(self.cfg.data_dir.join("template-builds"));
+        let Ok(mut map) = self.template_builds.by_id.lock() else {
+            return;
+        };
+        for st in crate::template_store::load_all(&self.cfg.data_dir) {
+            let mut cut = false;
+            let builds = st
+                .builds
+                .iter()
+                .map(|(b, r)| {
+                    let mut status = match r.status.as_str() {
+                        "ready" => BuildStatus::Ready,
+                        "error" => BuildStatus::Error,
+                        "building" => BuildStatus::Building,
+                        _ => BuildStatus::Waiting,
+                    };
+                    let mut reason = r.reason.clone();
+                    let mut image = r.image.clone();
+                    if !matches!(status, BuildStatus::Ready | BuildStatus::Error) {
+                        cut = true;
+                        status = BuildStatus::Error;
+                        image = None;
+                        reason = Some(
+                            "the server stopped before this build finished; build the template again"
+                                .into(),
+                        );
+                    }
+                    if status == BuildStatus::Error {
+                        image = None;
+                    }
+                    let rec = BuildRec {
+                        status: Some(status),
+                        logs: Vec::new(),
+                        log_kept: true,
+                        reason,
+                        image,
+                        start_cmd: r.start_cmd.clone(),
+                        ready_cmd: r.ready_cmd.clone(),
+                        created_ms: r.created_ms,
+                        finished_ms: r.finished_ms,
+                    };
+                    (b.clone(), Arc::new(Mutex::new(rec)))
+                })
+                .collect();
+            let t = Tmpl {
+                owner: st.owner.clone(),
+                id: st.id.clone(),
+                alias: st.alias.clone(),
+                tags: st
+                    .tags
+                    .iter()
+                    .map(|(t, g)| (t.clone(), (g.build.clone(), g.at_ms)))
+                    .collect(),
+                builds,
+                cpus: st.cpus,
+                memory_mb: st.memory_mb,
+                created_ms: st.created_ms,
+                updated_ms: st.updated_ms,
+                spawns: 0,
+                last_spawn_ms: None,
+            };
+            // Two files claiming one alias of one key (only a hand edit makes that): the
+            // first loaded keeps it.
+            if Builds::find(&map, &t.owner, &t.alias).is_some() {
+                eprintln!(
+                    "cordon: warning: built template {} not loaded: its alias '{}' is taken",
+                    t.id, t.alias
+                );
+                continue;
+            }
+            if cut {
+                if let Err(e) = self.keep_template(&t) {
+                    eprintln!("cordon: warning: {}", e.message);
+                }
+            }
+            map.insert(t.id.clone(), t);
+        }
+    }
+
+    /// Counts a sandbox created from a built template (E2B's `spawnCount`).
+    pub(crate) fn template_spawned(&self, key_id: &str, name: &str) {
+        let alias = name.split_once(':').map(|(a, _)| a).unwrap_or(name);
+        let Ok(mut map) = self.template_builds.by_id.lock() else {
+            return;
+        };
+        let Some(id) = Builds::find(&map, key_id, alias).map(|t| t.id.clone()) else {
+            return;
+        };
+        if let Some(t) = map.get_mut(&id) {
+            t.spawns += 1;
+            t.last_spawn_ms = Some(crate::unix_ms());
+        }
+    }
+
+    fn template_view(t: &Tmpl) -> TemplateView {
+        let (build_id, build_status) = t
+            .latest()
+            .map(|(b, r)| {
+                (
+                    b.clone(),
+                    r.lock()
+                        .ok()
+                        .and_then(|r| r.status)
+                        .unwrap_or(BuildStatus::Waiting),
+                )
+            })
+            .unwrap_or_default();
+        TemplateView {
+            template_id: t.id.clone(),
+            alias: t.alias.clone(),
+            build_id,
+            build_status,
+            build_count: t.builds.len(),
+            cpus: t.cpus,
+            memory_mb: t.memory_mb,
+            disk_mb: crate::templates::BUILTIN_DISK >> 20,
+            created_ms: t.created_ms,
+            updated_ms: t.updated_ms,
+            spawns: t.spawns,
+            last_spawn_ms: t.last_spawn_ms,
+        }
+    }
+
+    /// E2B's `GET /templates`: the caller's built templates, oldest first.
+    pub fn template_list(&self, caller: &Caller) -> Result<Vec<TemplateView>, ServiceError> {
+        let map = self
+            .template_builds
+            .by_id
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
+        let mut out: Vec<TemplateView> = map
+            .values()
+            .filter(|t| t.owner == caller.key_id)
+            .map(Self::template_view)
+            .collect();
+        out.sort_by(|a, b| (a.created_ms, &a.template_id).cmp(&(b.created_ms, &b.template_id)));
+        Ok(out)
+    }
+
+    /// E2B's `GET /templates/{id}`: one of the caller's built templates and its builds, newest
+    /// first.
+    pub fn template_get(
+        &self,
+        caller: &Caller,
+        id_or_alias: &str,
+    ) -> Result<(TemplateView, Vec<BuildInfo>), ServiceError> {
+        let map = self
+            .template_builds
+            .by_id
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
+        let t = Builds::find(&map, &caller.key_id, id_or_alias)
+            .ok_or_else(|| ServiceError::not_found(format!("no template '{id_or_alias}'")))?;
+        let mut builds: Vec<BuildInfo> = t
+            .builds
+            .iter()
+            .filter_map(|(b, r)| {
+                let r = r.lock().ok()?;
+                Some(BuildInfo {
+                    build_id: b.clone(),
+                    status: r.status.unwrap_or(BuildStatus::Waiting),
+                    created_ms: r.created_ms,
+                    finished_ms: r.finished_ms,
+                })
+            })
+            .collect();
+        builds.sort_by_key(|b| std::cmp::Reverse(b.created_ms));
+        Ok((Self::template_view(t), builds))
+    }
+
     /// E2B's `POST /v3/templates`: a new build of `alias[:tag]` (the template is made on its
     /// first build), plus `tags` to give it once it is ready.
     pub fn template_request(
@@ -349,8 +662,9 @@ impl Service {
             .lock()
             .map_err(|_| ServiceError::internal("lock"))?;
         let owned = map.values().filter(|t| t.owner == caller.key_id).count();
-        let template_id = match Builds::find(&map, &caller.key_id, &alias) {
-            Some(t) => t.id.clone(),
+        let now = crate::unix_ms();
+        let (template_id, is_new) = match Builds::find(&map, &caller.key_id, &alias) {
+            Some(t) => (t.id.clone(), false),
             None => {
                 if owned >= 1000 {
                     return Err(ServiceError::conflict("at most 1000 templates per key"));
@@ -366,9 +680,13 @@ impl Service {
                         builds: HashMap::new(),
                         cpus,
                         memory_mb,
+                        created_ms: now,
+                        updated_ms: now,
+                        spawns: 0,
+                        last_spawn_ms: None,
                     },
                 );
-                id
+                (id, true)
             }
         };
         let t = map
@@ -377,17 +695,31 @@ impl Service {
         if t.builds.len() >= 1000 {
             return Err(ServiceError::conflict("at most 1000 builds per template"));
         }
+        let before = (t.cpus, t.memory_mb, t.updated_ms, t.tags.clone());
         t.cpus = cpus.or(t.cpus);
         t.memory_mb = memory_mb.or(t.memory_mb);
+        t.updated_ms = now;
         let rec = BuildRec {
             status: Some(BuildStatus::Waiting),
+            created_ms: now,
             ..Default::default()
         };
         t.builds.insert(build_id.clone(), Arc::new(Mutex::new(rec)));
         // The tags are the build's from now: E2B answers them at once.
-        let now = crate::unix_ms();
         for tg in &tags {
             t.tags.insert(tg.clone(), (build_id.clone(), now));
+        }
+        // Kept before it is answered; what cannot be kept is not made.
+        if let Err(e) = self.keep_template(t) {
+            if is_new {
+                map.remove(&template_id);
+                let _ =
+                    crate::template_store::remove(&self.cfg.data_dir, &caller.key_id, &template_id);
+            } else {
+                t.builds.remove(&build_id);
+                (t.cpus, t.memory_mb, t.updated_ms, t.tags) = before;
+            }
+            return Err(e);
         }
         Ok(Requested {
             template_id,
@@ -497,7 +829,7 @@ impl Service {
         build_id: &str,
         spec: BuildSpec,
     ) -> Result<(), ServiceError> {
-        let (rec, cpus, memory_mb) = {
+        let (tid, rec, cpus, memory_mb) = {
             let map = self
                 .template_builds
                 .by_id
@@ -510,7 +842,7 @@ impl Service {
                 .get(build_id)
                 .cloned()
                 .ok_or_else(|| ServiceError::not_found(format!("no build '{build_id}'")))?;
-            (rec, t.cpus, t.memory_mb)
+            (t.id.clone(), rec, t.cpus, t.memory_mb)
         };
         let plan = self.plan_build(caller, &spec)?;
         {
@@ -524,8 +856,20 @@ impl Service {
             r.start_cmd = spec.start_cmd.clone();
             r.ready_cmd = spec.ready_cmd.clone();
         }
+        // The start and ready commands are kept with the build before it starts.
+        let kept = match self.template_builds.by_id.lock() {
+            Ok(map) => map.get(&tid).map_or(Ok(()), |t| self.keep_template(t)),
+            Err(_) => Err(ServiceError::internal("lock")),
+        };
+        if let Err(e) = kept {
+            if let Ok(mut r) = rec.lock() {
+                r.status = Some(BuildStatus::Waiting);
+            }
+            return Err(e);
+        }
         let svc = self.clone();
-        let image = image_name(template_id, build_id);
+        let image = image_name(&tid, build_id);
+        let (owner, bid) = (caller.key_id.clone(), build_id.to_string());
         std::thread::Builder::new()
             .name("template-build".into())
             .spawn(move || {
@@ -533,20 +877,33 @@ impl Service {
                     let _slot = svc.template_builds.slot();
                     svc.run_build(&plan, &image, cpus, memory_mb, &rec)
                 };
-                if let Ok(mut r) = rec.lock() {
-                    match out {
-                        Ok(()) => {
-                            r.log("info", "Build finished");
-                            r.image = Some(image);
-                            r.status = Some(BuildStatus::Ready);
+                let lines = match rec.lock() {
+                    Ok(mut r) => {
+                        match out {
+                            Ok(()) => {
+                                r.log("info", "Build finished");
+                                r.image = Some(image);
+                                r.status = Some(BuildStatus::Ready);
+                            }
+                            Err(e) => {
+                                r.log("error", &e);
+                                r.reason = Some(e);
+                                r.status = Some(BuildStatus::Error);
+                            }
                         }
-                        Err(e) => {
-                            r.log("error", &e);
-                            r.reason = Some(e);
-                            r.status = Some(BuildStatus::Error);
-                        }
+                        r.finished_ms = Some(crate::unix_ms());
+                        r.logs
+                            .iter()
+                            .map(|l| crate::template_store::StoredLine {
+                                ms: l.unix_ms,
+                                level: l.level.into(),
+                                message: l.message.clone(),
+                            })
+                            .collect::<Vec<_>>()
                     }
-                }
+                    Err(_) => Vec::new(),
+                };
+                svc.keep_finished_build(&owner, &tid, &bid, &lines);
             })
             .map_err(|e| ServiceError::internal(format!("starting the build: {e}")))?;
         Ok(())
@@ -572,18 +929,39 @@ impl Service {
             .builds
             .get(build_id)
             .ok_or_else(|| ServiceError::not_found(format!("no build '{build_id}'")))?;
+        let (owner, id) = (t.owner.clone(), t.id.clone());
         let r = rec.lock().map_err(|_| ServiceError::internal("lock"))?;
         let status = match r.status {
             // Queued or under way: E2B's SDK waits on both, and reports "building".
             Some(BuildStatus::Waiting) | None => BuildStatus::Waiting,
             Some(s) => s,
         };
+        let reason = r.reason.clone();
+        let logs = match r.log_kept {
+            true => None,
+            false => Some(r.logs.iter().skip(offset).take(limit).cloned().collect()),
+        };
+        drop(r);
+        drop(map);
+        // A finished build's log is on disk: read with no lock held.
+        let logs = logs.unwrap_or_else(|| {
+            crate::template_store::read_log(&self.cfg.data_dir, &owner, &id, build_id)
+                .into_iter()
+                .skip(offset)
+                .take(limit)
+                .map(|l| LogLine {
+                    unix_ms: l.ms,
+                    level: if l.level == "error" { "error" } else { "info" },
+                    message: l.message,
+                })
+                .collect()
+        });
         Ok(BuildView {
-            template_id: t.id.clone(),
+            template_id: id,
             build_id: build_id.to_string(),
             status,
-            logs: r.logs.iter().skip(offset).take(limit).cloned().collect(),
-            reason: r.reason.clone(),
+            logs,
+            reason,
         })
     }
 
@@ -632,8 +1010,14 @@ impl Service {
             ServiceError::not_found(format!("template '{alias}' has no tag '{tag}'"))
         })?;
         let now = crate::unix_ms();
+        let before = (t.tags.clone(), t.updated_ms);
         for tg in tags {
             t.tags.insert(tg.clone(), (build.clone(), now));
+        }
+        t.updated_ms = now;
+        if let Err(e) = self.keep_template(t) {
+            (t.tags, t.updated_ms) = before;
+            return Err(e);
         }
         Ok((build, tags.to_vec()))
     }
@@ -655,8 +1039,14 @@ impl Service {
             .map(|t| t.id.clone())
             .ok_or_else(|| ServiceError::not_found(format!("no template '{alias}'")))?;
         if let Some(t) = map.get_mut(&id) {
+            let before = (t.tags.clone(), t.updated_ms);
             for tg in tags {
                 t.tags.remove(tg);
+            }
+            t.updated_ms = crate::unix_ms();
+            if let Err(e) = self.keep_template(t) {
+                (t.tags, t.updated_ms) = before;
+                return Err(e);
             }
         }
         Ok(())
@@ -700,6 +1090,10 @@ impl Service {
         let Some(id) = Builds::find(&map, &caller.key_id, id_or_alias).map(|t| t.id.clone()) else {
             return Ok(false);
         };
+        // Gone from disk first: a template answered deleted never comes back at a restart.
+        crate::template_store::remove(&self.cfg.data_dir, &caller.key_id, &id).map_err(|e| {
+            ServiceError::internal(format!("deleting template '{id_or_alias}': {e}"))
+        })?;
         map.remove(&id);
         Ok(true)
     }
@@ -960,11 +1354,19 @@ impl Service {
                             return Err(bad("the mode is octal"));
                         }
                     }
-                    if chown
-                        .as_deref()
-                        .is_some_and(|u| !line(u) || u.contains(char::is_whitespace))
-                    {
-                        return Err(bad("the user is one word"));
+                    // A user name or id, optionally `:group`: nothing the build engine would
+                    // expand or unquote.
+                    let owner_word = |w: &str| {
+                        !w.is_empty()
+                            && w.len() <= 64
+                            && w.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                    };
+                    if chown.as_deref().is_some_and(|u| {
+                        let (a, b) = u.split_once(':').unwrap_or((u, "x"));
+                        !owner_word(a) || !owner_word(b)
+                    }) {
+                        return Err(bad("the user is a name or id, optionally with :group"));
                     }
                     out.push(PlanStep::Copy {
                         src: src.clone(),
@@ -1038,7 +1440,7 @@ impl Service {
         let ctx = dir.join("context");
         std::fs::create_dir_all(&ctx).map_err(|e| format!("{}: {e}", ctx.display()))?;
         let res = (|| {
-            let dockerfile = write_context(plan, &ctx, base, &log)?;
+            let dockerfile = write_context(plan, &ctx, base)?;
             let names = vec![cordon_image::Reference::parse(image).map_err(|e| e.to_string())?];
             let mut profile =
                 cordon_policy::Profile::resolve("default").map_err(|e| e.to_string())?;
@@ -1060,6 +1462,10 @@ impl Service {
                 limits: cordon_image::unpack::Limits::default(),
                 allow_net: self.cfg.template_build_allow_net.clone(),
                 no_cache: plan.no_cache,
+                // A template's image runs only in cordon sandboxes, whose one user (E2B's
+                // `user`, uid 1000) owns the image root's files: `copy(user="user")` keeps
+                // them root's so that they are that user's inside.
+                owner_as_root: Some(cordon_linux::INNER_ID),
             };
             let runner = StepRunner {
                 helper: self.cfg.helper_exe.clone(),
@@ -1126,7 +1532,6 @@ fn write_context(
     plan: &Plan,
     ctx: &Path,
     (base_user, base_workdir): (Option<String>, Option<String>),
-    log: &dyn Fn(&'static str, &str),
 ) -> Result<String, String> {
     let mut df = format!("FROM {}\n", plan.image);
     // Steps run as root (as in Docker and E2B) unless the template or its base says
@@ -1178,12 +1583,6 @@ fn write_context(
                 chown,
                 mode,
             } => {
-                if chown.is_some() || mode.is_some() {
-                    log(
-                        "info",
-                        &format!("step {}: COPY's user and mode are not applied (the files keep the archive's modes)", n + 1),
-                    );
-                }
                 let unpacked = ctx.join(format!("u{n}"));
                 unpack_archive(archive, &unpacked)?;
                 let staged = format!("s{n}");
@@ -1192,7 +1591,14 @@ fn write_context(
                     Staged::Dir => (format!("{staged}/"), dest.clone()),
                     Staged::File(parent) => (format!("{staged}/"), parent),
                 };
-                df.push_str(&format!("COPY {}\n", json(&[&from, &to])));
+                let mut flags = String::new();
+                if let Some(u) = chown {
+                    flags.push_str(&format!("--chown={u} "));
+                }
+                if let Some(m) = mode {
+                    flags.push_str(&format!("--chmod={m} "));
+                }
+                df.push_str(&format!("COPY {flags}{}\n", json(&[&from, &to])));
                 let _ = std::fs::remove_dir_all(&unpacked);
             }
         }
@@ -1577,7 +1983,7 @@ mod tests {
             registry_auth: false,
         };
         let dir = std::env::temp_dir().join(format!("tb-{}", random_hex(6).expect("rand")));
-        let df = write_context(&plan, &dir, (None, None), &|_, _| {}).expect("df");
+        let df = write_context(&plan, &dir, (None, None)).expect("df");
         let ins = cordon_image::dockerfile::parse(&df).expect("parses");
         // FROM, the WORKDIR of a base without one, the RUN, the ENV: nothing more.
         assert_eq!(ins.len(), 4, "{df}");

@@ -181,6 +181,7 @@ pub fn run(a: BuildArgs, store: &Store) -> Result<()> {
         limits,
         allow_net: a.allow_net.clone(),
         no_cache: a.no_cache,
+        owner_as_root: None,
     };
     let engine = Engine { profile };
     let log = |l: &str| eprintln!("{l}");

@@ -431,3 +431,102 @@ fn two_steps_making_the_same_layer_leave_a_root_that_mounts() {
         "same\nhi\n"
     );
 }
+
+#[test]
+fn copy_chown_and_chmod_give_the_files_the_owner_and_mode_a_sandbox_of_the_image_sees() {
+    let Some((_t, ctx, data)) = setup("chown") else {
+        return;
+    };
+    let root = ctx.join("rootfs");
+    symlink("busybox", root.join("bin/stat")).unwrap();
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001:app:/home/app:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("etc/group"),
+        "root:x:0:\napp:x:1001:\nstaff:x:50:\n",
+    )
+    .unwrap();
+    std::fs::write(ctx.join("run.sh"), "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::create_dir_all(ctx.join("tree/sub")).unwrap();
+    std::fs::write(ctx.join("tree/x"), "x").unwrap();
+    std::fs::write(ctx.join("tree/sub/y"), "y").unwrap();
+    std::fs::write(ctx.join("a.txt"), "a").unwrap();
+    let df = "FROM ./rootfs
+ARG OWNER=1234:staff
+COPY --chown=app --chmod=0750 run.sh /srv/run.sh
+COPY --chown=$OWNER tree/ /srv/tree/
+COPY --chown=4321 [\"a.txt\", \"/opt/new/dir/a.txt\"]
+COPY --chmod=600 a.txt /srv/plain.txt
+COPY --chmod=0755 run.sh /srv/any.sh
+";
+    ok(&build(&data, &ctx, df, &[]));
+    let seen = run_image(
+        &data,
+        &[
+            "sh",
+            "-c",
+            "cd / && stat -c '%n %u:%g %a' srv/run.sh srv/tree srv/tree/x srv/tree/sub srv/tree/sub/y opt opt/new/dir opt/new/dir/a.txt srv/plain.txt",
+        ],
+    );
+    // Inside the sandbox, the modes.
+    let want = [
+        ("srv/run.sh", "1000:1001", "750"),
+        ("srv/tree", "1234:50", "755"),
+        ("srv/tree/x", "1234:50", "644"),
+        ("srv/tree/sub", "1234:50", "755"),
+        ("srv/tree/sub/y", "1234:50", "644"),
+        ("opt", "4321:4321", "755"),
+        ("opt/new/dir", "4321:4321", "755"),
+        ("opt/new/dir/a.txt", "4321:4321", "644"),
+        ("srv/plain.txt", "0:0", "600"),
+    ];
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.len(), want.len(), "{seen}");
+    for (line, (name, _, mode)) in lines.iter().zip(want) {
+        let got: Vec<&str> = line.split(' ').collect();
+        assert_eq!(got[0], name, "{seen}");
+        assert_eq!(got[2], mode, "{name}: {seen}");
+    }
+    // The owners are the image's, as Docker writes them: in its layers (the store keeps them
+    // as root; rootless, its files are all the user's). A sandbox has one uid, the image
+    // root's files are its user's, and other owners show as nobody (README: Ownership).
+    if rustix::process::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let layers = data.join("images/layers/sha256");
+        for (name, owner, _) in want {
+            let found: Vec<String> = std::fs::read_dir(&layers)
+                .expect("layers")
+                .flatten()
+                .filter_map(|l| std::fs::symlink_metadata(l.path().join(name)).ok())
+                .map(|m| format!("{}:{}", m.uid(), m.gid()))
+                .collect();
+            // The top-most layer that has it decides; each is in one COPY layer here except
+            // the directories a later COPY passes through.
+            assert!(found.contains(&owner.to_string()), "{name}: {found:?}");
+        }
+    }
+    // What --chmod made executable runs (without --chown: the sandbox user's inside).
+    assert_eq!(run_image(&data, &["/srv/any.sh"]), "ran\n");
+
+    // What cannot be honoured is refused by name, before anything runs.
+    for (line, want) in [
+        ("COPY --chmod=u+x a.txt /a", "an octal mode"),
+        ("COPY --chmod=17777 a.txt /a", "an octal mode"),
+        ("COPY --chown=nobody a.txt /a", "unable to find user nobody"),
+        (
+            "COPY --chown=app:nogroup a.txt /a",
+            "unable to find group nogroup",
+        ),
+        ("COPY --link a.txt /a", "the flag --link is not supported"),
+        ("COPY a.txt --chown=app /a", "flags come before the sources"),
+    ] {
+        let err = refused(
+            &build(&data, &ctx, &format!("FROM ./rootfs\n{line}\n"), &[]),
+            want,
+        );
+        assert!(err.contains("line 2"), "{err}");
+    }
+}

@@ -28,7 +28,7 @@ fn build_base(bb: &Path, dir: &Path, data: &Path) {
     std::fs::copy(bb, root.join("bin/busybox")).unwrap();
     for tool in [
         "sh", "cat", "echo", "ls", "env", "test", "whoami", "ln", "readlink", "sleep", "mkdir",
-        "chown",
+        "chown", "stat", "id",
     ] {
         symlink("busybox", root.join("bin").join(tool)).unwrap();
     }
@@ -367,4 +367,291 @@ fn hostile_builds_are_refused_by_name_and_leave_the_host_untouched() {
         reason.contains("'ubuntu:22.04' is not in this server's image store"),
         "{reason}"
     );
+}
+
+/// Starts the build `tid`/`bid` from `tbase:1` with `steps` (and start/ready commands) and
+/// waits for it to be ready.
+fn build_ready(s: &serve::Server, tid: &str, bid: &str, body: Value) {
+    let (st, r) = e2b(
+        s,
+        "POST",
+        &format!("/v2/templates/{tid}/builds/{bid}"),
+        Some(body),
+    );
+    assert_eq!(st, 202, "{r}");
+    let (status, logs, reason) = wait_build(s, tid, bid);
+    assert_eq!(status, "ready", "{reason}\n{logs}");
+}
+
+/// The server on `data` again, as the same key; `kill9`: the first one killed, not stopped.
+fn restart(mut s: serve::Server, data: &Path, kill9: bool) -> serve::Server {
+    let key = s.key.clone();
+    if kill9 {
+        s.kill9();
+    }
+    drop(s);
+    let mut s = serve::Server::start_in(data.to_path_buf(), &[]);
+    s.key = key;
+    s
+}
+
+#[test]
+fn a_built_template_its_listing_and_its_deletion_survive_a_server_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(bb) = busybox() else { return };
+    let t = Tmp::new("restart");
+    let data = t.0.join("data");
+    build_base(&bb, &t.0, &data);
+    let s = serve::Server::start_in(data.clone(), &[]);
+
+    let archive = tar_of(&[("app.txt", tar::EntryType::Regular, "", "kept\n")]);
+    let (tid, bid) = request_and_upload(&s, "keep:v1", HASH_A, &archive);
+    build_ready(
+        &s,
+        &tid,
+        &bid,
+        json!({
+            "fromImage": "tbase:1",
+            "steps": [
+                {"type": "COPY", "args": ["app.txt", "/opt/app.txt", "", ""], "filesHash": HASH_A},
+                {"type": "RUN", "args": ["echo built >> /opt/app.txt"]},
+            ],
+            "startCmd": "echo started > /tmp/started",
+            "readyCmd": "test -f /tmp/started",
+        }),
+    );
+    // A second template, deleted before the restart; a third requested but never started.
+    let (_, r) = e2b(&s, "POST", "/v3/templates", Some(json!({"name": "gone"})));
+    let (gid, gbid) = (
+        r["templateID"].as_str().expect("id").to_string(),
+        r["buildID"].as_str().expect("build").to_string(),
+    );
+    build_ready(
+        &s,
+        &gid,
+        &gbid,
+        json!({"fromImage": "tbase:1", "steps": []}),
+    );
+    let (_, r) = e2b(&s, "POST", "/v3/templates", Some(json!({"name": "half"})));
+    let (hid, hbid) = (
+        r["templateID"].as_str().expect("id").to_string(),
+        r["buildID"].as_str().expect("build").to_string(),
+    );
+    let (st, list) = e2b(&s, "GET", "/templates", None);
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(list.as_array().map(Vec::len), Some(3), "{list}");
+    assert_eq!(e2b(&s, "DELETE", "/templates/gone", None).0, 204);
+
+    // Kept privately: the template's file 0600, its directories 0700.
+    let key_dir = std::fs::read_dir(data.join("templates"))
+        .expect("templates dir")
+        .flatten()
+        .next()
+        .expect("a key's directory")
+        .path();
+    let file = key_dir.join(&tid).join("template.json");
+    let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&key_dir), 0o700);
+    assert_eq!(mode(&key_dir.join(&tid)), 0o700);
+
+    let s = restart(s, &data, false);
+
+    // The listing as E2B's SDK reads it: the kept template and the cut one, not the deleted.
+    let (st, list) = e2b(&s, "GET", "/templates", None);
+    assert_eq!(st, 200, "{list}");
+    let list = list.as_array().expect("a list").clone();
+    let aliases: Vec<&str> = list
+        .iter()
+        .filter_map(|t| t["aliases"][0].as_str())
+        .collect();
+    assert_eq!(aliases, ["keep", "half"], "{list:?}");
+    let keep = &list[0];
+    assert_eq!(keep["templateID"], tid.as_str());
+    assert_eq!(keep["buildID"], bid.as_str());
+    assert_eq!(keep["buildStatus"], "ready");
+    assert_eq!(keep["buildCount"], 1);
+    for field in [
+        "cpuCount",
+        "memoryMB",
+        "diskSizeMB",
+        "public",
+        "names",
+        "createdAt",
+        "updatedAt",
+        "createdBy",
+        "lastSpawnedAt",
+        "spawnCount",
+        "envdVersion",
+    ] {
+        assert!(keep.get(field).is_some(), "{field} in {keep}");
+    }
+    assert_eq!(
+        e2b(&s, "GET", "/v2/templates", None)
+            .1
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    // The build that never ran is an error now, saying why.
+    let (_, v) = e2b(
+        &s,
+        "GET",
+        &format!("/templates/{hid}/builds/{hbid}/status"),
+        None,
+    );
+    assert_eq!(v["status"], "error", "{v}");
+    assert!(
+        v["reason"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the server stopped before this build finished"),
+        "{v}"
+    );
+    // The finished build's log is still there.
+    let (_, logs, _) = wait_build(&s, &tid, &bid);
+    assert!(logs.contains("Build finished"), "{logs}");
+    // The details, with the build.
+    let (st, d) = e2b(&s, "GET", &format!("/templates/{tid}"), None);
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(d["builds"][0]["buildID"], bid.as_str(), "{d}");
+    assert_eq!(d["builds"][0]["status"], "ready", "{d}");
+    assert_eq!(e2b(&s, "GET", "/templates/gone", None).0, 404);
+    assert_eq!(e2b(&s, "GET", "/templates/aliases/gone", None).0, 404);
+    assert_eq!(e2b(&s, "GET", "/templates/aliases/keep", None).0, 200);
+
+    // A sandbox from the alias, by tag and without: the image, the start command run.
+    for name in ["keep:v1", "keep"] {
+        let (st, sb) = e2b(&s, "POST", "/sandboxes", Some(json!({"templateID": name})));
+        assert_eq!(st, 201, "{name}: {sb}");
+        let id = sb["sandboxID"].as_str().expect("sandboxID");
+        let (st, out) = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"cmd": "cat /opt/app.txt /tmp/started"})),
+        );
+        assert_eq!(st, 200, "{out}");
+        assert_eq!(out["stdout"], "kept\nbuilt\nstarted\n", "{name}: {out}");
+    }
+    let (_, list) = e2b(&s, "GET", "/templates", None);
+    assert_eq!(list[0]["spawnCount"], 2, "{list}");
+    assert!(list[0]["lastSpawnedAt"].is_string(), "{list}");
+
+    // Deleted after the restart: gone after the next one too, even when that is a crash.
+    assert_eq!(e2b(&s, "DELETE", &format!("/templates/{tid}"), None).0, 204);
+    let s = restart(s, &data, true);
+    let (_, list) = e2b(&s, "GET", "/templates", None);
+    let aliases: Vec<&str> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|t| t["aliases"][0].as_str())
+        .collect();
+    assert_eq!(aliases, ["half"], "{list}");
+    let (st, _) = e2b(
+        &s,
+        "POST",
+        "/sandboxes",
+        Some(json!({"templateID": "keep:v1"})),
+    );
+    assert_eq!(st, 404);
+    assert!(!key_dir.join(&tid).exists(), "its files are gone");
+}
+
+#[test]
+fn copy_with_a_user_and_a_mode_gives_the_files_that_owner_and_mode_inside_the_sandbox() {
+    let Some(bb) = busybox() else { return };
+    let t = Tmp::new("chown");
+    let data = t.0.join("data");
+    build_base(&bb, &t.0, &data);
+    let s = serve::Server::start_in(data, &[]);
+    let archive = tar_of(&[
+        (
+            "tool.sh",
+            tar::EntryType::Regular,
+            "",
+            "#!/bin/sh\necho tool ran\n",
+        ),
+        ("conf", tar::EntryType::Directory, "", ""),
+        ("conf/a.ini", tar::EntryType::Regular, "", "a=1\n"),
+    ]);
+    let (tid, bid) = request_and_upload(&s, "owned", HASH_A, &archive);
+    // E2B's SDK sends `copy(src, dest, user=..., mode=...)` as args [src, dest, user, mode].
+    build_ready(
+        &s,
+        &tid,
+        &bid,
+        json!({
+            "fromImage": "tbase:1",
+            "steps": [
+                {"type": "COPY", "args": ["tool.sh", "/srv/tool.sh", "user", "0750"], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf", "/srv/conf/", "user:user", ""], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf/a.ini", "/srv/other.ini", "1234:1234", "0640"], "filesHash": HASH_A},
+                {"type": "COPY", "args": ["conf/a.ini", "/srv/plain.ini", "", "0600"], "filesHash": HASH_A},
+            ],
+        }),
+    );
+    let (st, sb) = e2b(
+        &s,
+        "POST",
+        "/sandboxes",
+        Some(json!({"templateID": "owned"})),
+    );
+    assert_eq!(st, 201, "{sb}");
+    let id = sb["sandboxID"].as_str().expect("sandboxID");
+    let (st, out) = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "id -u; cd /srv && stat -c '%n %u:%g %a' tool.sh conf conf/a.ini other.ini plain.ini; ./tool.sh; echo more >> conf/a.ini && cat conf/a.ini"})),
+    );
+    assert_eq!(st, 200, "{out}");
+    // `user` (uid 1000, the sandbox's one user) owns them inside, with the mode asked for;
+    // a user the sandbox does not have shows as nobody (one uid inside: README, Ownership).
+    assert_eq!(
+        out["stdout"],
+        "1000\ntool.sh 1000:1000 750\nconf 1000:1000 755\nconf/a.ini 1000:1000 644\nother.ini 65534:65534 640\nplain.ini 1000:1000 600\ntool ran\na=1\nmore\n",
+        "{out}"
+    );
+
+    // A user the image does not have, or a mode that is not octal: refused before the build.
+    let (_, r) = e2b(
+        &s,
+        "POST",
+        "/v3/templates",
+        Some(json!({"name": "badowner"})),
+    );
+    let (tid, bid) = (
+        r["templateID"].as_str().expect("id").to_string(),
+        r["buildID"].as_str().expect("build").to_string(),
+    );
+    for (args, want) in [
+        (json!(["tool.sh", "/x", "$(id)", ""]), "a name or id"),
+        (json!(["tool.sh", "/x", "", "u+x"]), "octal"),
+    ] {
+        let (st, r) = e2b(
+            &s,
+            "POST",
+            &format!("/v2/templates/{tid}/builds/{bid}"),
+            Some(
+                json!({"fromImage": "tbase:1", "steps": [{"type": "COPY", "args": args, "filesHash": HASH_A}]}),
+            ),
+        );
+        assert_eq!(st, 400, "{r}");
+        assert!(
+            r["message"].as_str().unwrap_or_default().contains(want),
+            "{r}"
+        );
+    }
+    let (st, r) = e2b(
+        &s,
+        "POST",
+        &format!("/v2/templates/{tid}/builds/{bid}"),
+        Some(
+            json!({"fromImage": "tbase:1", "steps": [{"type": "COPY", "args": ["tool.sh", "/x", "ghost", ""], "filesHash": HASH_A}]}),
+        ),
+    );
+    assert_eq!(st, 202, "{r}");
+    let (status, _, reason) = wait_build(&s, &tid, &bid);
+    assert_eq!(status, "error");
+    assert!(reason.contains("unable to find user ghost"), "{reason}");
 }

@@ -110,7 +110,12 @@ pub(crate) async fn inspect(
                 _ => e.into(),
             })?;
     let (tags, digests) = tags_and_digests(&i.image);
-    Ok(Json(json!({
+    let ports: serde_json::Map<String, Value> = i
+        .exposed_ports
+        .iter()
+        .map(|p| (p.clone(), json!({})))
+        .collect();
+    let mut body = json!({
         "Id": i.image.digest,
         "RepoTags": tags,
         "RepoDigests": digests,
@@ -123,7 +128,8 @@ pub(crate) async fn inspect(
             "Entrypoint": if i.entrypoint.is_empty() { Value::Null } else { json!(i.entrypoint) },
             "WorkingDir": i.working_dir.clone().unwrap_or_default(),
             "User": i.user.clone().unwrap_or_default(),
-            "Labels": {},
+            "Labels": i.labels,
+            "ExposedPorts": if ports.is_empty() { Value::Null } else { Value::Object(ports) },
         },
         "Architecture": i.architecture,
         "Os": i.os,
@@ -131,7 +137,12 @@ pub(crate) async fn inspect(
         "VirtualSize": i.image.unpacked_bytes,
         "RootFS": {"Type": "layers", "Layers": []},
         "Metadata": {"LastTagTime": ""},
-    })))
+    });
+    // An image this door committed: the container, parent, comment and author, as Docker's.
+    for (k, v) in super::commit::inspect_fields(&d, &i.image.digest) {
+        body[k] = v;
+    }
+    Ok(Json(body))
 }
 
 /// `docker save` (`GET /images/{name}/get`, `GET /images/get`): the store keeps each layer

@@ -4,7 +4,7 @@
 //! key (`--docker-listen`). Each container is a cordon sandbox made through
 //! [`cordon_service`]; this door only translates. Handlers are grouped per resource:
 //! [`system`], [`images`], [`containers`] (and [`lifecycle`]: restart, pause, rename, prune),
-//! [`exec`], [`archive`]; [`stream`] holds Docker's multiplexed stream framing and connection
+//! [`exec`], [`archive`], [`commit`]; [`stream`] holds Docker's multiplexed stream framing and connection
 //! hijacking.
 //!
 //! Threat model: whoever reaches the socket is a hostile client. What it asks for can only
@@ -16,6 +16,7 @@
 //! and their execs (another key's are "No such container").
 
 mod archive;
+mod commit;
 mod containers;
 mod exec;
 mod images;
@@ -102,6 +103,8 @@ pub(crate) struct Docker {
     keyed: bool,
     pub(crate) containers: Mutex<HashMap<String, Arc<containers::Container>>>,
     pub(crate) execs: Mutex<HashMap<String, Arc<exec::ExecInstance>>>,
+    /// Images this door committed: what Docker's inspect shows of their making.
+    pub(crate) commits: Mutex<std::collections::BTreeMap<String, commit::Committed>>,
 }
 
 pub(crate) type St = Arc<Docker>;
@@ -206,6 +209,7 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
         keyed,
         containers: Mutex::new(HashMap::new()),
         execs: Mutex::new(HashMap::new()),
+        commits: Mutex::new(Default::default()),
     });
     let inner = Router::new()
         .route("/_ping", get(system::ping).head(system::ping))
@@ -223,6 +227,7 @@ pub(crate) fn router(st: Arc<AppState>, keyed: bool) -> Router {
             "/images/{*rest}",
             get(images::inspect).delete(images::remove),
         )
+        .route("/commit", post(commit::commit))
         .route("/containers/json", get(containers::list))
         .route("/containers/create", post(containers::create))
         .route("/containers/prune", post(lifecycle::prune_containers))

@@ -158,8 +158,13 @@ pub fn router(st: Arc<AppState>) -> Router {
                 .post(secrets::update)
                 .delete(secrets::destroy),
         )
-        .route("/templates/{id}", delete(state::delete_template))
+        .route(
+            "/templates/{id}",
+            get(templates::get).delete(state::delete_template),
+        )
         // Template builds (E2B's Template SDK).
+        .route("/templates", get(templates::list))
+        .route("/v2/templates", get(templates::list))
         .route("/v3/templates", post(templates::request))
         .route("/templates/{id}/files/{hash}", get(templates::upload_link))
         .route("/v2/templates/{id}/builds/{build}", post(templates::start))

@@ -3,7 +3,9 @@
 //! presigned URL — on this server, `/e2b-template-files/{token}` — the SDK PUTs it to),
 //! `POST /v2/templates/{id}/builds/{build}` (the steps), `GET …/builds/{build}/status` (status
 //! and logs), `GET /templates/aliases/{alias}`, `POST|DELETE /templates/tags`,
-//! `GET /templates/{id}/tags`. Translation only: the service checks, stores and builds
+//! `GET /templates/{id}/tags`, and the caller's built templates: `GET /templates` (also
+//! `/v2/templates`) and `GET /templates/{id}` (deleting is `DELETE /templates/{id}`, in
+//! `state.rs`, shared with snapshots). Translation only: the service checks, stores and builds
 //! (`cordon_service::template_builds`).
 //!
 //! Threat model: every path segment, query and body is client input handed to the service's
@@ -280,4 +282,73 @@ pub(super) async fn tags(
             |t| json!({"tag": t.tag, "buildID": t.build_id, "createdAt": rfc3339_ms(t.created_ms)})
         )
         .collect::<Vec<_>>())))
+}
+
+/// A built template in E2B's `Template` shape.
+fn template_body(t: &cordon_service::template_builds::TemplateView) -> serde_json::Value {
+    json!({
+        "templateID": t.template_id,
+        "buildID": t.build_id,
+        "cpuCount": t.cpus.map(|c| c.ceil() as u64).unwrap_or(DEFAULT_CPUS),
+        "memoryMB": t.memory_mb.unwrap_or(cordon_service::templates::BUILTIN_MEMORY >> 20),
+        "diskSizeMB": t.disk_mb,
+        "public": false,
+        "aliases": [t.alias],
+        "names": [t.alias],
+        "createdAt": rfc3339_ms(t.created_ms),
+        "updatedAt": rfc3339_ms(t.updated_ms),
+        "createdBy": null,
+        "lastSpawnedAt": t.last_spawn_ms.map(rfc3339_ms),
+        "spawnCount": t.spawns,
+        "buildCount": t.build_count,
+        "envdVersion": super::ENVD_VERSION,
+        "buildStatus": t.build_status.as_str(),
+    })
+}
+
+/// CPUs a template that names none gets (the default profile's).
+const DEFAULT_CPUS: u64 = 1;
+
+/// `GET /templates` (and `GET /v2/templates`): the caller's built templates. The server's own
+/// (`cordon serve --templates`) are public ones, which E2B's listing leaves out too.
+pub(super) async fn list(
+    Control(e2b, caller): Control,
+) -> Result<Json<serde_json::Value>, E2bError> {
+    let list = e2b.st.service.template_list(&caller)?;
+    Ok(Json(serde_json::Value::Array(
+        list.iter().map(template_body).collect(),
+    )))
+}
+
+/// `GET /templates/{id}`: one built template and its builds, newest first.
+pub(super) async fn get(
+    Control(e2b, caller): Control,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, E2bError> {
+    let (t, builds) = e2b.st.service.template_get(&caller, &id)?;
+    let cpus = t.cpus.map(|c| c.ceil() as u64).unwrap_or(DEFAULT_CPUS);
+    let memory = t
+        .memory_mb
+        .unwrap_or(cordon_service::templates::BUILTIN_MEMORY >> 20);
+    Ok(Json(json!({
+        "templateID": t.template_id,
+        "public": false,
+        "aliases": [t.alias],
+        "names": [t.alias],
+        "createdAt": rfc3339_ms(t.created_ms),
+        "updatedAt": rfc3339_ms(t.updated_ms),
+        "lastSpawnedAt": t.last_spawn_ms.map(rfc3339_ms),
+        "spawnCount": t.spawns,
+        "builds": builds.iter().map(|b| json!({
+            "buildID": b.build_id,
+            "status": b.status.as_str(),
+            "createdAt": rfc3339_ms(b.created_ms),
+            "updatedAt": rfc3339_ms(b.finished_ms.unwrap_or(b.created_ms)),
+            "finishedAt": b.finished_ms.map(rfc3339_ms),
+            "cpuCount": cpus,
+            "memoryMB": memory,
+            "diskSizeMB": t.disk_mb,
+            "envdVersion": super::ENVD_VERSION,
+        })).collect::<Vec<_>>(),
+    })))
 }
