@@ -617,6 +617,11 @@ async def test_every_documented_route_is_reached(
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)
     assert (await AsyncSandbox.audit(tag, **conn)).chain.intact
+    # The server's first key is its admin key: it sees the gateways registered with it (none
+    # here), and a call no gateway holds is not found.
+    assert (await AsyncSandbox.gateway_approvals(**conn)).gateways == []
+    with pytest.raises(NotFoundError):
+        await AsyncSandbox.answer_approval("call-00", False, reason="walk", **conn)
     await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

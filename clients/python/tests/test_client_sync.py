@@ -613,6 +613,11 @@ def test_every_documented_route_is_reached(
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)
     assert (Sandbox.audit(tag, **conn)).chain.intact
+    # The server's first key is its admin key: it sees the gateways registered with it (none
+    # here), and a call no gateway holds is not found.
+    assert (Sandbox.gateway_approvals(**conn)).gateways == []
+    with pytest.raises(NotFoundError):
+        Sandbox.answer_approval("call-00", False, reason="walk", **conn)
     Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

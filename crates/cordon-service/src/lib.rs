@@ -16,6 +16,7 @@ pub mod binds;
 pub mod datadir;
 pub mod error;
 pub mod files;
+pub mod gateway_state;
 pub mod interpreter;
 pub mod keys;
 pub mod metrics;
@@ -25,6 +26,7 @@ pub mod registry;
 pub mod runner;
 pub mod types;
 
+mod approvals;
 mod code;
 pub mod commit;
 mod exec;

@@ -17,6 +17,9 @@ pub struct KeyRecord {
     pub requests_per_second: u32,
     pub created_at: u64,
     pub revoked: bool,
+    /// May see and act on what is the host's rather than a tenant's: the keys, the host's
+    /// enforcement, the gateways' held calls. A data directory's first key is one.
+    pub admin: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,9 +73,29 @@ impl Registry {
                  helper_pid INTEGER NOT NULL DEFAULT 0, ended_reason TEXT,
                  ended_at INTEGER);",
         )?;
+        // Keys made before admin keys existed: the first one (the key `cordon serve` printed
+        // at first start, the operator's) becomes the admin key.
+        let has_admin = conn
+            .prepare("SELECT admin FROM api_keys LIMIT 0")
+            .is_ok();
+        if !has_admin {
+            conn.execute_batch(
+                "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+                 UPDATE api_keys SET admin = 1 WHERE id =
+                     (SELECT id FROM api_keys ORDER BY created_at, rowid LIMIT 1);",
+            )?;
+        }
         Ok(Registry {
             conn: Mutex::new(conn),
         })
+    }
+
+    /// Makes a key an admin key (or not).
+    pub fn set_admin(&self, id: &str, admin: bool) -> Result<bool, ServiceError> {
+        Ok(self.conn()?.execute(
+            "UPDATE api_keys SET admin = ?2 WHERE id = ?1",
+            params![id, admin as i64],
+        )? > 0)
     }
 
     pub(crate) fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ServiceError> {
@@ -90,7 +113,8 @@ impl Registry {
         rps: u32,
     ) -> Result<(), ServiceError> {
         self.conn()?.execute(
-            "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            // A data directory's first key is its admin key.
+            "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at, admin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COUNT(*) = 0 FROM api_keys))",
             params![id, name, hash, max_sandboxes, rps, now()],
         )?;
         Ok(())
@@ -100,7 +124,7 @@ impl Registry {
         Ok(self
             .conn()?
             .query_row(
-                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE hash = ?1",
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys WHERE hash = ?1",
                 params![hash],
                 key_row,
             )
@@ -111,7 +135,7 @@ impl Registry {
         Ok(self
             .conn()?
             .query_row(
-                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE id = ?1",
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys WHERE id = ?1",
                 params![id],
                 key_row,
             )
@@ -120,7 +144,7 @@ impl Registry {
 
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ServiceError> {
         let conn = self.conn()?;
-        let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;
+        let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys ORDER BY created_at")?;
         let rows = st.query_map([], key_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -203,6 +227,7 @@ fn key_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRecord> {
         requests_per_second: r.get(3)?,
         created_at: r.get(4)?,
         revoked: r.get::<_, i64>(5)? != 0,
+        admin: r.get::<_, i64>(6)? != 0,
     })
 }
 

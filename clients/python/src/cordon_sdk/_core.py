@@ -415,6 +415,16 @@ def secret_body(value: str, metadata: Optional[Mapping[str, Any]], name: Optiona
     return body
 
 
+def approval_body(approve: bool, args_digest: Optional[str], reason: Optional[str]) -> Dict[str, Any]:
+    """``POST /v1/gateway/approvals/{id}``."""
+    body: Dict[str, Any] = {"approve": bool(approve)}
+    if args_digest is not None:
+        body["args_digest"] = str(args_digest)
+    if reason is not None:
+        body["reason"] = str(reason)
+    return body
+
+
 def volume_body(name: str, size: Optional[Size]) -> Dict[str, Any]:
     """``POST /v1/volumes``."""
     body: Dict[str, Any] = {"name": str(name)}

@@ -47,6 +47,9 @@ __all__ = [
     "SandboxMetrics",
     "ChainStatus",
     "AuditView",
+    "HeldCall",
+    "GatewayApprovals",
+    "ApprovalsView",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -1145,3 +1148,90 @@ class SecretList:
             next=_opt_str(d.get("next")),
             raw=dict(d),
         )
+
+
+@dataclass
+class HeldCall:
+    """A tool call a gateway holds for a person (or, in a history, how one ended): the tool,
+    the rule that asked, the arguments (secret-looking fields masked; the agent's input, so
+    show it as text) and their digest, which a grant names (:meth:`Sandbox.answer_approval`)."""
+
+    __schema__: ClassVar[Optional[str]] = "HeldCall"
+
+    id: str
+    tool: str
+    rule: str
+    client: str
+    args_digest: str
+    requested_ms: int
+    expires_ms: int
+    answer: str
+    answered_digest: Optional[str] = None
+    arguments: Any = None
+    answered_by: Optional[str] = None
+    answered_ms: Optional[int] = None
+    reason: Optional[str] = None
+    outcome: Optional[str] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HeldCall":
+        return cls(
+            id=_str(d.get("id")),
+            tool=_str(d.get("tool")),
+            rule=_str(d.get("rule")),
+            client=_str(d.get("client")),
+            args_digest=_str(d.get("args_digest")),
+            requested_ms=_int(d.get("requested_ms")),
+            expires_ms=_int(d.get("expires_ms")),
+            answer=_str(d.get("answer")),
+            answered_digest=_opt_str(d.get("answered_digest")),
+            arguments=d.get("arguments"),
+            answered_by=_opt_str(d.get("answered_by")),
+            answered_ms=_opt_int(d.get("answered_ms")),
+            reason=_opt_str(d.get("reason")),
+            outcome=_opt_str(d.get("outcome")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class GatewayApprovals:
+    """One gateway's held calls and its last answered ones (newest first)."""
+
+    __schema__: ClassVar[Optional[str]] = "GatewayApprovals"
+
+    name: str
+    config: str
+    state_dir: str
+    running: bool
+    pending: List[HeldCall]
+    history: List[HeldCall]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "GatewayApprovals":
+        return cls(
+            name=_str(d.get("name")),
+            config=_str(d.get("config")),
+            state_dir=_str(d.get("state_dir")),
+            running=bool(d.get("running")),
+            pending=[HeldCall.from_dict(x) for x in _objs(d.get("pending"))],
+            history=[HeldCall.from_dict(x) for x in _objs(d.get("history"))],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ApprovalsView:
+    """The gateways registered with the server (``cordon gateway --keys-dir DATA_DIR``) and
+    their held calls (:meth:`Sandbox.gateway_approvals`, admin keys only)."""
+
+    __schema__: ClassVar[Optional[str]] = "ApprovalsView"
+
+    gateways: List[GatewayApprovals]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ApprovalsView":
+        return cls(gateways=[GatewayApprovals.from_dict(x) for x in _objs(d.get("gateways"))], raw=dict(d))

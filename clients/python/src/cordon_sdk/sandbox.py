@@ -28,6 +28,7 @@ from . import _core
 from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
+    ApprovalsView,
     AuditView,
     BatchResult,
     CodeError,
@@ -37,6 +38,7 @@ from .models import (
     ContextInfo,
     Entry,
     ForkResult,
+    HeldCall,
     ImageInfo,
     LearnedProfile,
     MimeBundle,
@@ -812,6 +814,40 @@ class Sandbox:
         with _one_call(base_url, api_key, timeout) as http:
             body = http.get_json("/v1/audit", "audit trail", params={"q": query, "limit": limit})
             return AuditView.from_dict(body)
+
+    @classmethod
+    def gateway_approvals(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> ApprovalsView:
+        """The tool calls held for a person by the gateways registered with the server
+        (``GET /v1/gateway/approvals``; admin keys only, others get
+        :class:`~cordon_sdk.CordonError` with status 403)."""
+        with _one_call(base_url, api_key, timeout) as http:
+            return ApprovalsView.from_dict(http.get_json("/v1/gateway/approvals", "gateway approvals"))
+
+    @classmethod
+    def answer_approval(
+        cls,
+        call_id: str,
+        approve: bool,
+        *,
+        args_digest: Optional[str] = None,
+        reason: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> HeldCall:
+        """Grants (naming the ``args_digest`` of the arguments shown) or refuses, with a
+        ``reason``, a held call (``POST /v1/gateway/approvals/{id}``; admin keys only)."""
+        body = _core.approval_body(approve, args_digest, reason)
+        with _one_call(base_url, api_key, timeout) as http:
+            return HeldCall.from_dict(
+                http.post_json(f"/v1/gateway/approvals/{_core.seg(call_id)}", body, "held call")
+            )
 
     @classmethod
     def list_images(

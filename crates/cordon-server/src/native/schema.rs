@@ -1013,6 +1013,69 @@ pub struct ForkResult {
     pub skipped: Vec<String>,
 }
 
+/// `POST /v1/gateway/approvals/{id}`: a person's answer to a held call.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// `true` lets the call through, `false` refuses it.
+    pub approve: bool,
+    /// The digest of the arguments the person saw (`args_digest` of the held call): required
+    /// to grant, and a grant binds to it.
+    #[schema(pattern = r"^[^\x00]*$")]
+    pub args_digest: Option<String>,
+    /// Why: kept in the history, and told to the agent when refused (cut to 500 characters).
+    #[schema(pattern = r"^[^\x00]*$")]
+    pub reason: Option<String>,
+}
+
+/// A tool call a gateway holds for a person (or, in the history, how one ended).
+#[derive(ToSchema, Serialize)]
+pub struct HeldCall {
+    /// `call-` and hex.
+    pub id: String,
+    /// The tool, as `server.tool` (or a script tool's name).
+    pub tool: String,
+    /// The rule that asked for approval.
+    pub rule: String,
+    pub client: String,
+    /// The digest of the call's arguments: a grant names it.
+    pub args_digest: String,
+    pub requested_ms: u64,
+    pub expires_ms: u64,
+    /// `pending`, `granted` or `refused`.
+    pub answer: String,
+    pub answered_digest: Option<String>,
+    /// The arguments (secret-looking fields masked): the agent's input, to be shown as text.
+    pub arguments: Option<Value>,
+    /// The API key that answered (`cli` for `cordon gateway approve`).
+    pub answered_by: Option<String>,
+    pub answered_ms: Option<u64>,
+    pub reason: Option<String>,
+    /// In the history: `granted`, `refused`, `expired` or `mismatch`.
+    pub outcome: Option<String>,
+}
+
+/// One gateway's held calls and its last answered ones.
+#[derive(ToSchema, Serialize)]
+pub struct GatewayApprovals {
+    /// Its config file's stem.
+    pub name: String,
+    pub config: String,
+    pub state_dir: String,
+    /// Whether its process runs (a stopped gateway's calls can no longer proceed).
+    pub running: bool,
+    pub pending: Vec<HeldCall>,
+    /// Newest first.
+    pub history: Vec<HeldCall>,
+}
+
+/// `GET /v1/gateway/approvals`.
+#[derive(ToSchema, Serialize)]
+pub struct ApprovalsView {
+    /// The gateways registered with this server (`cordon gateway --keys-dir DATA_DIR`).
+    pub gateways: Vec<GatewayApprovals>,
+}
+
 /// `POST /v1/volumes`.
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,7 +4,7 @@
 // goes into the page through textContent, never as markup.
 'use strict';
 
-const state = { csrf: '', timer: null, socket: null, term: null, samples: [] };
+const state = { csrf: '', timer: null, socket: null, term: null, samples: [], admin: false, gateway: false };
 const $main = () => document.getElementById('main');
 
 function el(tag, attrs, ...children) {
@@ -75,7 +75,15 @@ function showLogin(message) {
 
 function signedIn(s) {
   state.csrf = s.csrf || '';
+  state.admin = !!s.admin;
+  state.gateway = !!s.gateway;
   document.getElementById('nav').hidden = false;
+  // Admin pages are shown to admin keys only (the API refuses others with 403 anyway); a
+  // gateway's console has nothing but its held calls.
+  for (const a of document.querySelectorAll('#nav a')) {
+    const page = a.getAttribute('href');
+    a.hidden = state.gateway ? page !== '#/approvals' : (a.classList.contains('admin') && !state.admin);
+  }
   document.getElementById('who').textContent = s.open ? 'no keys on this server (loopback only)' : ('key ' + (s.key_id || ''));
   document.getElementById('signout').hidden = !!s.open;
   route();
@@ -368,14 +376,81 @@ async function showResources() {
   ]);
 }
 
+// ---- gateway approvals: tool calls a gateway holds for a person ----
+
+async function showApprovals() {
+  stopTimers();
+  const box = el('div', { id: 'approvals' });
+  const status = el('p', { class: 'muted', id: 'approvals-status' });
+  $main().replaceChildren(el('h1', {}, 'Gateway approvals'),
+    el('p', { class: 'muted' }, 'Tool calls a cordon gateway holds until a person answers. The arguments are the agent\'s, shown as text (secret-looking fields masked).'),
+    status, box);
+  // A reason being typed survives the refresh: each held call keeps its input.
+  const reasons = new Map();
+  let shown = null;
+  const when = (ms) => (ms ? new Date(ms).toLocaleTimeString() : '');
+  const args = (a) => el('pre', { class: 'args' }, a === undefined || a === null ? '' : JSON.stringify(a, null, 2));
+  async function answer(call, approve) {
+    const reason = reasons.get(call.id).value.trim();
+    try {
+      await api('POST', '/v1/gateway/approvals/' + encodeURIComponent(call.id), { approve, args_digest: call.args_digest, reason: reason || undefined });
+      status.textContent = (approve ? 'Approved ' : 'Refused ') + call.tool + ' (' + call.id + ')';
+      reasons.delete(call.id);
+      shown = null;
+      await load();
+    } catch (e) { status.textContent = 'answering ' + call.id + ': ' + e.message; }
+  }
+  async function load() {
+    let v;
+    try { v = await api('GET', '/v1/gateway/approvals'); } catch (e) { status.textContent = e.message; return; }
+    // Re-drawn only when something changed: a person typing a reason keeps the focus.
+    const sig = JSON.stringify(v);
+    if (sig === shown) return;
+    shown = sig;
+    if (!v.gateways.length) {
+      box.replaceChildren(el('p', { class: 'muted', id: 'no-gateways' }, 'No gateway is registered with this server: run cordon gateway --keys-dir with this server\'s data directory.'));
+      return;
+    }
+    box.replaceChildren(...v.gateways.map((g) => el('section', { class: 'card gateway', 'data-gateway': g.name },
+      el('h2', {}, 'Gateway ' + g.name + (g.running ? '' : ' (not running)')),
+      el('p', { class: 'muted' }, g.config),
+      g.pending.length
+        ? el('table', { class: 'pending' }, el('thead', {}, el('tr', {}, ['Call', 'Tool', 'Rule that asked', 'Client', 'Arguments', 'Expires', 'Answer'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, g.pending.map((c) => {
+            if (!reasons.has(c.id)) reasons.set(c.id, el('input', { class: 'reason', placeholder: 'reason (told to the agent if refused)', maxlength: '500' }));
+            return el('tr', { 'data-call': c.id },
+              el('td', {}, el('code', {}, c.id)), el('td', { class: 'tool' }, c.tool), el('td', { class: 'rule' }, c.rule), el('td', {}, c.client),
+              el('td', { class: 'arguments' }, args(c.arguments)),
+              el('td', {}, when(c.expires_ms)),
+              el('td', {}, reasons.get(c.id), ' ',
+                el('button', { type: 'button', class: 'approve', onclick: () => answer(c, true) }, 'Approve'), ' ',
+                el('button', { type: 'button', class: 'refuse danger', onclick: () => answer(c, false) }, 'Refuse')));
+          })))
+        : el('p', { class: 'muted none-pending' }, 'Nothing is waiting.'),
+      el('h2', {}, 'History'),
+      g.history.length
+        ? el('table', { class: 'history' }, el('thead', {}, el('tr', {}, ['Requested', 'Tool', 'Rule', 'Outcome', 'By', 'Reason', 'Arguments'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, g.history.map((c) => el('tr', { 'data-call': c.id },
+            el('td', {}, when(c.requested_ms)), el('td', {}, c.tool), el('td', {}, c.rule),
+            el('td', { class: c.outcome === 'granted' ? 'state-running outcome' : 'error outcome' }, c.outcome || c.answer),
+            el('td', {}, c.answered_by || ''), el('td', { class: 'reason' }, c.reason || ''), el('td', {}, args(c.arguments))))))
+        : el('p', { class: 'muted' }, 'No call answered yet.'))));
+    for (const id of [...reasons.keys()]) if (!v.gateways.some((g) => g.pending.some((c) => c.id === id))) reasons.delete(id);
+  }
+  await load();
+  state.timer = setInterval(load, 1000);
+}
+
 // ---- routing ----
 
 function route() {
-  const h = location.hash || '#/';
+  const h = location.hash || (state.gateway ? '#/approvals' : '#/');
   const m = h.match(/^#\/sandbox\/(.+)$/);
-  if (m) showSandbox(decodeURIComponent(m[1]));
+  if (state.gateway) showApprovals();
+  else if (m) showSandbox(decodeURIComponent(m[1]));
   else if (h === '#/audit') showAudit();
   else if (h === '#/resources') showResources();
+  else if (h === '#/approvals') showApprovals();
   else showList();
 }
 
