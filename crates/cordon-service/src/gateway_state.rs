@@ -322,7 +322,7 @@ fn registrations_dir(server_data_dir: &Path) -> PathBuf {
 }
 
 /// Registers a gateway with the server whose data directory is `server_data_dir`; returns the
-/// note's path (removed by [`unregister`] when the gateway stops).
+/// note's path. One note per state directory: a gateway started again rewrites its own.
 pub fn register(server_data_dir: &Path, reg: &Registration) -> std::io::Result<PathBuf> {
     let dir = registrations_dir(server_data_dir);
     std::fs::create_dir_all(&dir)?;
@@ -337,10 +337,6 @@ pub fn register(server_data_dir: &Path, reg: &Registration) -> std::io::Result<P
     let bytes = serde_json::to_vec_pretty(reg).map_err(std::io::Error::other)?;
     write_atomic(&path, &bytes)?;
     Ok(path)
-}
-
-pub fn unregister(note: &Path) {
-    let _ = std::fs::remove_file(note);
 }
 
 /// The gateways registered in `server_data_dir`, with whether each one's process still runs.

@@ -221,9 +221,11 @@ fn run(
     };
     let state_dir = cfg.state_dir(&config);
     // Registered with the server whose data dir this is (if one ever ran there), so that its
-    // console shows the calls held here.
+    // console shows the calls held here. The note stays when the gateway stops (the console
+    // shows it as not running, with its history); the next start of the same gateway
+    // rewrites it.
     let server_dir = keys_dir.clone().unwrap_or_else(crate::serve::default_data_dir);
-    let registration = server_dir
+    server_dir
         .join("cordon.db")
         .exists()
         .then(|| {
@@ -245,8 +247,7 @@ fn run(
             )
             .map_err(|e| eprintln!("cordon gateway: registering with {}: {e}", server_dir.display()))
             .ok()
-        })
-        .flatten();
+        });
     let svc_cfg = Config {
         helper_exe: exe,
         data_dir: dir.clone(),
@@ -300,9 +301,6 @@ fn run(
         service.shutdown_all().await;
         r
     });
-    if let Some(note) = registration {
-        cordon_server::gateway::state::unregister(&note);
-    }
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -385,13 +385,13 @@ async function showApprovals() {
   $main().replaceChildren(el('h1', {}, 'Gateway approvals'),
     el('p', { class: 'muted' }, 'Tool calls a cordon gateway holds until a person answers. The arguments are the agent\'s, shown as text (secret-looking fields masked).'),
     status, box);
-  // A reason being typed survives the refresh: each held call keeps its input.
+  // A reason being typed survives a refresh: kept per held call as it is typed.
   const reasons = new Map();
   let shown = null;
   const when = (ms) => (ms ? new Date(ms).toLocaleTimeString() : '');
   const args = (a) => el('pre', { class: 'args' }, a === undefined || a === null ? '' : JSON.stringify(a, null, 2));
   async function answer(call, approve) {
-    const reason = reasons.get(call.id).value.trim();
+    const reason = (reasons.get(call.id) || '').trim();
     try {
       await api('POST', '/v1/gateway/approvals/' + encodeURIComponent(call.id), { approve, args_digest: call.args_digest, reason: reason || undefined });
       status.textContent = (approve ? 'Approved ' : 'Refused ') + call.tool + ' (' + call.id + ')';
@@ -417,12 +417,13 @@ async function showApprovals() {
       g.pending.length
         ? el('table', { class: 'pending' }, el('thead', {}, el('tr', {}, ['Call', 'Tool', 'Rule that asked', 'Client', 'Arguments', 'Expires', 'Answer'].map((h) => el('th', {}, h)))),
           el('tbody', {}, g.pending.map((c) => {
-            if (!reasons.has(c.id)) reasons.set(c.id, el('input', { class: 'reason', placeholder: 'reason (told to the agent if refused)', maxlength: '500' }));
+            const reason = el('input', { class: 'reason', placeholder: 'reason (told to the agent if refused)', maxlength: '500', oninput: () => reasons.set(c.id, reason.value) });
+            reason.value = reasons.get(c.id) || '';
             return el('tr', { 'data-call': c.id },
               el('td', {}, el('code', {}, c.id)), el('td', { class: 'tool' }, c.tool), el('td', { class: 'rule' }, c.rule), el('td', {}, c.client),
               el('td', { class: 'arguments' }, args(c.arguments)),
               el('td', {}, when(c.expires_ms)),
-              el('td', {}, reasons.get(c.id), ' ',
+              el('td', {}, reason, ' ',
                 el('button', { type: 'button', class: 'approve', onclick: () => answer(c, true) }, 'Approve'), ' ',
                 el('button', { type: 'button', class: 'refuse danger', onclick: () => answer(c, false) }, 'Refuse')));
           })))
