@@ -622,6 +622,11 @@ async def test_every_documented_route_is_reached(
     assert (await AsyncSandbox.gateway_approvals(**conn)).gateways == []
     with pytest.raises(NotFoundError):
         await AsyncSandbox.answer_approval("call-00", False, reason="walk", **conn)
+    made = await AsyncSandbox.create_key(f"walk-{tag[:12]}", max_sandboxes=1, **conn)
+    assert made.secret.startswith("cdn_") and not made.key.admin
+    assert made.key.id in [k.id for k in await AsyncSandbox.list_keys(**conn)]
+    assert await AsyncSandbox.revoke_key(made.key.id, **conn)
+    assert (await AsyncSandbox.host_enforcement(**conn)).mode in ("full", "no_namespaces", "none")
     await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

@@ -618,6 +618,11 @@ def test_every_documented_route_is_reached(
     assert (Sandbox.gateway_approvals(**conn)).gateways == []
     with pytest.raises(NotFoundError):
         Sandbox.answer_approval("call-00", False, reason="walk", **conn)
+    made = Sandbox.create_key(f"walk-{tag[:12]}", max_sandboxes=1, **conn)
+    assert made.secret.startswith("cdn_") and not made.key.admin
+    assert made.key.id in [k.id for k in Sandbox.list_keys(**conn)]
+    assert Sandbox.revoke_key(made.key.id, **conn)
+    assert (Sandbox.host_enforcement(**conn)).mode in ("full", "no_namespaces", "none")
     Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

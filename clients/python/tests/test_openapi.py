@@ -60,6 +60,10 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "CommitRequest": (lambda: _core.commit_body("my-agent:2", ["ENV A=1"]), lambda: _core.commit_body("a", None)),
     "ForkRequest": (lambda: _core.fork_body(2, "10m", {"k": "v"}), lambda: _core.fork_body(1, None, None)),
     "CreateVolume": (lambda: _core.volume_body("datasets", "10G"), lambda: _core.volume_body("v", None)),
+    "CreateKey": (
+        lambda: _core.key_body("ci", 5, 10, True),
+        lambda: _core.key_body("ci", None, None, None),
+    ),
     "ApprovalAnswer": (
         lambda: _core.approval_body(True, "sha256:00", "looks right"),
         lambda: _core.approval_body(False, None, None),

@@ -11,33 +11,10 @@ use crate::error::ServiceError;
 use crate::gateway_state::{self, Approval, ApprovalAnswer, ApprovalsView, StateDir};
 use crate::{Caller, Service};
 
-/// The key id every local user of a server without keys acts as.
-const OPEN_KEY: &str = "local";
-
 /// Answered calls shown per gateway.
 const HISTORY_SHOWN: usize = 50;
 
 impl Service {
-    /// Whether `caller` may see what is the host's (keys, enforcement, held calls).
-    pub fn is_admin(&self, caller: &Caller) -> Result<bool, ServiceError> {
-        match self.key(&caller.key_id)? {
-            Some(k) => Ok(k.admin && !k.revoked),
-            None => Ok(caller.key_id == OPEN_KEY),
-        }
-    }
-
-    /// Refuses a caller that is not an admin (403 `admin_only`).
-    pub fn require_admin(&self, caller: &Caller) -> Result<(), ServiceError> {
-        if self.is_admin(caller)? {
-            return Ok(());
-        }
-        Err(ServiceError::new(
-            crate::error::ErrorKind::Forbidden,
-            "admin_only",
-            "only an admin key may do this (the data directory's first key, or one made with `cordon keys create --admin`)",
-        ))
-    }
-
     /// The held and answered calls of every gateway registered in this server's data dir.
     pub fn gateway_approvals(&self, caller: &Caller) -> Result<ApprovalsView, ServiceError> {
         self.require_admin(caller)?;

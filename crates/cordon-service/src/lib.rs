@@ -26,6 +26,7 @@ pub mod registry;
 pub mod runner;
 pub mod types;
 
+pub mod admin;
 mod approvals;
 mod code;
 pub mod commit;

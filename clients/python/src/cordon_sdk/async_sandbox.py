@@ -38,10 +38,13 @@ from .models import (
     CommandInfo,
     CommitResult,
     ContextInfo,
+    CreatedKey,
     Entry,
     ForkResult,
     HeldCall,
+    HostEnforcement,
     ImageInfo,
+    KeyInfo,
     LearnedProfile,
     MimeBundle,
     NetworkInfo,
@@ -850,6 +853,67 @@ class AsyncSandbox:
             return HeldCall.from_dict(
                 await http.post_json(f"/v1/gateway/approvals/{_core.seg(call_id)}", body, "held call")
             )
+
+    @classmethod
+    async def list_keys(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[KeyInfo]:
+        """Every API key of the server, never a secret (``GET /v1/keys``; admin keys only)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return _core.items(await http.get_json("/v1/keys", "key list"), "keys", KeyInfo.from_dict)
+
+    @classmethod
+    async def create_key(
+        cls,
+        name: str,
+        *,
+        max_sandboxes: Optional[int] = None,
+        requests_per_second: Optional[int] = None,
+        admin: Optional[bool] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> CreatedKey:
+        """A new API key (``POST /v1/keys``; admin keys only); its ``secret`` is in the answer
+        and nowhere else."""
+        body = _core.key_body(name, max_sandboxes, requests_per_second, admin)
+        async with _one_call(base_url, api_key, timeout) as http:
+            return CreatedKey.from_dict(await http.post_json("/v1/keys", body, "key"))
+
+    @classmethod
+    async def revoke_key(
+        cls,
+        key_id: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> bool:
+        """Revokes the key ``key_id`` (``DELETE /v1/keys/{id}``; admin keys only, not one's
+        own); False if there is no such key."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            try:
+                await http.request("DELETE", f"/v1/keys/{_core.seg(key_id)}")
+                return True
+            except NotFoundError:
+                return False
+
+    @classmethod
+    async def host_enforcement(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> HostEnforcement:
+        """What the server's host enforces, as ``cordon check`` reports it
+        (``GET /v1/host/enforcement``; admin keys only)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return HostEnforcement.from_dict(await http.get_json("/v1/host/enforcement", "host enforcement"))
 
     @classmethod
     async def list_images(

@@ -50,6 +50,9 @@ __all__ = [
     "HeldCall",
     "GatewayApprovals",
     "ApprovalsView",
+    "KeyInfo",
+    "CreatedKey",
+    "HostEnforcement",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -1235,3 +1238,66 @@ class ApprovalsView:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ApprovalsView":
         return cls(gateways=[GatewayApprovals.from_dict(x) for x in _objs(d.get("gateways"))], raw=dict(d))
+
+
+@dataclass
+class KeyInfo:
+    """An API key of the server as an admin sees it (never its secret)
+    (:meth:`Sandbox.list_keys`)."""
+
+    __schema__: ClassVar[Optional[str]] = "KeyView"
+
+    id: str
+    name: str
+    max_sandboxes: int
+    requests_per_second: int
+    created_at: int
+    revoked: bool
+    admin: bool
+    sandboxes: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "KeyInfo":
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            max_sandboxes=_int(d.get("max_sandboxes")),
+            requests_per_second=_int(d.get("requests_per_second")),
+            created_at=_int(d.get("created_at")),
+            revoked=bool(d.get("revoked")),
+            admin=bool(d.get("admin")),
+            sandboxes=_int(d.get("sandboxes")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class CreatedKey:
+    """A new key (:meth:`Sandbox.create_key`): its ``secret`` is in this answer only."""
+
+    __schema__: ClassVar[Optional[str]] = "CreatedKey"
+
+    secret: str
+    key: KeyInfo
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CreatedKey":
+        return cls(secret=_str(d.get("secret")), key=KeyInfo.from_dict(_obj(d.get("key"))), raw=dict(d))
+
+
+@dataclass
+class HostEnforcement:
+    """What the server's host enforces (:meth:`Sandbox.host_enforcement`): ``mode`` (``full``,
+    ``no_namespaces`` or ``none``) and ``cordon check --json``'s document."""
+
+    __schema__: ClassVar[Optional[str]] = "HostEnforcement"
+
+    mode: str
+    report: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HostEnforcement":
+        return cls(mode=_str(d.get("mode")), report=dict(_obj(d.get("report"))), raw=dict(d))

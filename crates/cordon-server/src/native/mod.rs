@@ -11,6 +11,7 @@
 //! Threat model: every body is client input, read by [`JsonBody`] into typed requests (as JSON
 //! whatever its content type; without keys, `crate::auth` keeps web pages out).
 
+mod admin;
 mod audit;
 mod batch;
 mod code;
@@ -91,6 +92,9 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(run::run_oneshot))
         .routes(routes!(audit::audit_trail))
         .routes(routes!(gateway::list_approvals))
+        .routes(routes!(admin::list_keys, admin::create_key))
+        .routes(routes!(admin::revoke_key))
+        .routes(routes!(admin::host_enforcement))
         .routes(routes!(gateway::answer_approval))
         .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
@@ -231,8 +235,8 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if path == "/v1/images/pull" {
         v.extend([403, 404, 422, 502]);
     }
-    // Admin keys only; a held call answered, expired or gone.
-    if path.starts_with("/v1/gateway/") {
+    // Admin keys only; a held call answered, expired or gone; a key that revokes itself.
+    if path.starts_with("/v1/gateway/") || path.starts_with("/v1/keys") || path.starts_with("/v1/host/") {
         v.push(403);
         if path.contains("{id}") {
             v.extend([404, 409]);

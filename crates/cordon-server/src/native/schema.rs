@@ -1076,6 +1076,66 @@ pub struct ApprovalsView {
     pub gateways: Vec<GatewayApprovals>,
 }
 
+/// An API key as an admin sees it (never its secret).
+#[derive(ToSchema, Serialize)]
+pub struct KeyView {
+    /// `key_…`.
+    pub id: String,
+    pub name: String,
+    pub max_sandboxes: u32,
+    pub requests_per_second: u32,
+    /// Seconds since the epoch.
+    pub created_at: u64,
+    pub revoked: bool,
+    /// May see and answer the gateways' held calls, the keys and the host's enforcement.
+    pub admin: bool,
+    /// Its sandboxes alive on this server now.
+    pub sandboxes: u64,
+}
+
+/// `GET /v1/keys`.
+#[derive(ToSchema, Serialize)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// `POST /v1/keys`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    /// A label: 1 to 64 characters, no control characters.
+    #[schema(pattern = r"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s][^\x00-\x1f\x7f]*$", min_length = 1, max_length = 64)]
+    pub name: String,
+    /// Sandboxes it may run at once (default 50).
+    #[schema(minimum = 1, maximum = 100000)]
+    pub max_sandboxes: Option<u32>,
+    /// Requests per second it may make (default 100).
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub requests_per_second: Option<u32>,
+    /// An admin key (default false).
+    pub admin: Option<bool>,
+}
+
+/// A new key.
+#[derive(ToSchema, Serialize)]
+pub struct CreatedKey {
+    /// The secret (`cdn_…`): shown here once, stored only as a hash.
+    pub secret: String,
+    pub key: KeyView,
+}
+
+/// What this host enforces.
+#[derive(ToSchema, Serialize)]
+pub struct HostEnforcement {
+    /// `full` (every layer), `no_namespaces` (Landlock, seccomp, rlimits and a cgroup only,
+    /// one-shot runs only) or `none`.
+    pub mode: String,
+    /// `cordon check --json`'s document: `kernel`, `features` (each `name`, `available`,
+    /// `detail`, `cost_if_missing`), `environment`, `obstacles` (each with its `fixes`),
+    /// `wasm_backend`.
+    pub report: Value,
+}
+
 /// `POST /v1/volumes`.
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]

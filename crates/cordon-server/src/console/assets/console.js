@@ -442,6 +442,61 @@ async function showApprovals() {
   state.timer = setInterval(load, 1000);
 }
 
+// ---- the host: keys and enforcement (admin keys only) ----
+
+async function showHost() {
+  stopTimers();
+  const keysBox = el('div', { id: 'keys' });
+  const hostBox = el('div', { id: 'enforcement' }, el('p', { class: 'muted' }, 'Probing the host…'));
+  const status = el('p', { class: 'muted', id: 'keys-status' });
+  const name = el('input', { id: 'key-name', placeholder: 'name of a new key', maxlength: '64' });
+  const admin = el('input', { type: 'checkbox', id: 'key-admin' });
+  const secret = el('p', { id: 'key-secret' });
+  const form = el('form', { class: 'toolbar', onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      const k = await api('POST', '/v1/keys', { name: name.value.trim(), admin: admin.checked });
+      name.value = ''; admin.checked = false;
+      // The secret is in this answer only: shown once, never stored by the page.
+      secret.replaceChildren('New key ' + k.key.id + ' (shown once, copy it now): ', el('code', { class: 'secret' }, k.secret));
+      await loadKeys();
+    } catch (e) { status.textContent = 'creating a key: ' + e.message; }
+  } }, name, el('label', {}, admin, ' admin'), el('button', { type: 'submit', id: 'key-create' }, 'Create key'));
+  $main().replaceChildren(el('h1', {}, 'Host'),
+    el('section', { class: 'card' }, el('h2', {}, 'API keys'), status, form, secret, keysBox),
+    el('section', { class: 'card' }, el('h2', {}, 'Enforcement (cordon check)'), hostBox));
+  async function loadKeys() {
+    let l;
+    try { l = await api('GET', '/v1/keys'); } catch (e) { keysBox.replaceChildren(el('p', { class: 'error' }, e.message)); return; }
+    keysBox.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['ID', 'Name', 'Admin', 'Sandboxes', 'Max', 'Requests/s', 'Created', 'State', ''].map((h) => el('th', {}, h)))),
+      el('tbody', {}, l.keys.map((k) => el('tr', { 'data-key': k.id },
+        el('td', {}, el('code', {}, k.id)), el('td', { class: 'name' }, k.name), el('td', {}, k.admin ? 'admin' : ''),
+        el('td', { class: 'num' }, k.sandboxes), el('td', { class: 'num' }, k.max_sandboxes), el('td', { class: 'num' }, k.requests_per_second),
+        el('td', {}, new Date(k.created_at * 1000).toLocaleString()), el('td', { class: k.revoked ? 'error state' : 'state-running state' }, k.revoked ? 'revoked' : 'active'),
+        el('td', {}, k.revoked ? '' : el('button', { type: 'button', class: 'danger revoke', onclick: async () => {
+          try { await api('DELETE', '/v1/keys/' + encodeURIComponent(k.id)); status.textContent = 'Revoked ' + k.id; await loadKeys(); } catch (e) { status.textContent = 'revoking ' + k.id + ': ' + e.message; }
+        } }, 'Revoke')))))));
+  }
+  async function loadHost() {
+    let h;
+    try { h = await api('GET', '/v1/host/enforcement'); } catch (e) { hostBox.replaceChildren(el('p', { class: 'error' }, e.message)); return; }
+    const r = h.report || {};
+    const wasm = r.wasm_backend || {};
+    const verdict = { full: 'cordon can sandbox on this host: every layer holds.', no_namespaces: 'Degraded: the host refuses namespaces (Landlock, seccomp, rlimits and a cgroup hold; one-shot runs only).', none: 'cordon cannot sandbox on this host.' }[h.mode] || h.mode;
+    hostBox.replaceChildren(
+      el('p', { id: 'host-mode', class: h.mode === 'full' ? 'state-running' : 'error' }, verdict),
+      el('p', { class: 'muted' }, 'kernel ' + (r.kernel || '?') + ' · cgroup ' + (r.cgroup || '?') + ' · Landlock ABI ' + (r.landlock_abi ?? '?') + (r.running_as_root ? ' · running as root' : ' · uid ' + r.euid)),
+      el('table', { id: 'features' }, el('thead', {}, el('tr', {}, ['Layer', '', 'Detail', 'If missing'].map((x) => el('th', {}, x)))),
+        el('tbody', {}, [...(r.features || []), { name: 'wasm', available: !!wasm.available, detail: wasm.detail || '', cost_if_missing: 'no WebAssembly runs' }].map((f) => el('tr', { 'data-feature': f.name },
+          el('td', {}, f.name), el('td', { class: f.available ? 'state-running' : 'error' }, f.available ? 'ok' : 'MISSING'),
+          el('td', { class: 'wrap' }, f.detail || ''), el('td', { class: 'muted wrap' }, f.available ? '' : (f.cost_if_missing || '')))))),
+      (r.obstacles || []).length ? el('div', { id: 'obstacles' }, el('h2', {}, 'Why, and what you can do'), (r.obstacles || []).map((o) => el('div', { class: 'obstacle' },
+        el('p', {}, el('strong', {}, o.layer + ' [' + o.id + ']: '), o.found),
+        el('ul', {}, (o.fixes || []).map((f) => el('li', {}, f.how, el('br', {}), el('span', { class: 'muted' }, 'cost: ' + f.cost))))))) : null);
+  }
+  await Promise.all([loadKeys(), loadHost()]);
+}
+
 // ---- routing ----
 
 function route() {
@@ -452,6 +507,7 @@ function route() {
   else if (h === '#/audit') showAudit();
   else if (h === '#/resources') showResources();
   else if (h === '#/approvals') showApprovals();
+  else if (h === '#/host') showHost();
   else showList();
 }
 
