@@ -570,6 +570,7 @@ async def test_every_documented_route_is_reached(
         await sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in await sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (await sb.metrics()).processes >= 1
+        assert (await sb.metrics_history()).source in ("cgroup", "none")
         assert any(p.pid == 1 for p in (await sb.processes()).processes)
         with pytest.raises(ConflictError):
             await sb.commit("walk-commit:1")  # a sandbox made without an image

@@ -566,6 +566,7 @@ def test_every_documented_route_is_reached(
         sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (sb.metrics()).processes >= 1
+        assert (sb.metrics_history()).source in ("cgroup", "none")
         assert any(p.pid == 1 for p in (sb.processes()).processes)
         with pytest.raises(ConflictError):
             sb.commit("walk-commit:1")  # a sandbox made without an image

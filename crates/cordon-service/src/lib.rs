@@ -25,6 +25,7 @@ pub mod programs;
 pub mod registry;
 pub mod runner;
 pub mod types;
+pub mod usage;
 
 pub mod admin;
 mod approvals;
@@ -175,6 +176,8 @@ pub struct Live {
     pub(crate) image: Option<cordon_image::ImageRoot>,
     /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
     pub(crate) cpu_seen: Mutex<(std::time::Instant, u64)>,
+    /// Its CPU and memory over its whole life, sampled by the server (`usage`).
+    pub(crate) usage: Mutex<usage::Series>,
     /// The last foreground commands and how they ended (see [`exec::History`]): what
     /// `cordon logs` shows beside the background commands.
     pub(crate) history: Mutex<exec::History>,

@@ -431,6 +431,7 @@ impl Service {
             network: Mutex::new(live_network),
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
+            usage: Default::default(),
             history: Default::default(),
             secrets,
             learning,
@@ -652,6 +653,41 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))
+    }
+
+    /// Samples every running sandbox's CPU and memory from its cgroup (see [`crate::usage`]);
+    /// the server calls it every [`crate::usage::INTERVAL`].
+    pub async fn sample_usage(&self) {
+        let lives: Vec<Arc<Live>> = match self.live.read() {
+            Ok(l) => l.values().cloned().collect(),
+            Err(_) => return,
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            let now = super::unix_ms();
+            for l in lives {
+                if !l.sandbox.is_alive() {
+                    continue;
+                }
+                if let Ok(mut s) = l.usage.lock() {
+                    s.sample(l.sandbox.init_pid, l.profile.limits.cpus.ceil(), now);
+                }
+            }
+        })
+        .await;
+    }
+
+    /// A sandbox's CPU and memory over its whole life, as the server sampled them.
+    pub fn usage_history(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<crate::usage::UsageHistory, ServiceError> {
+        let live = self.get_live(caller, id)?;
+        let s = live
+            .usage
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
+        Ok(s.history(live.profile.limits.memory))
     }
 
     /// The host pids of the sandbox's processes now (a scan of `/proc`): what

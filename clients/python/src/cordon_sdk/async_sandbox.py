@@ -57,6 +57,7 @@ from .models import (
     SecretInfo,
     SecretList,
     SnapshotInfo,
+    UsageHistory,
     VolumeInfo,
 )
 
@@ -1184,6 +1185,11 @@ class AsyncSandbox:
         """What the sandbox uses now: CPU (since the previous call), memory, disk and
         processes, each beside its limit."""
         return SandboxMetrics.from_dict(await self._http.get_json(self._path + "/metrics", "metrics"))
+
+    async def metrics_history(self) -> UsageHistory:
+        """The sandbox's CPU and memory over its whole life, as the server sampled them from
+        its cgroup (every 2 s; a long life merged into at most 512 points)."""
+        return UsageHistory.from_dict(await self._http.get_json(self._path + "/metrics/history", "metrics history"))
 
     async def processes(self) -> ProcessList:
         """The sandbox's processes now: pid and parent inside the sandbox (its init is 1),

@@ -53,6 +53,8 @@ __all__ = [
     "KeyInfo",
     "CreatedKey",
     "HostEnforcement",
+    "UsageSample",
+    "UsageHistory",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -1301,3 +1303,44 @@ class HostEnforcement:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HostEnforcement":
         return cls(mode=_str(d.get("mode")), report=dict(_obj(d.get("report"))), raw=dict(d))
+
+
+@dataclass
+class UsageSample:
+    """One point of a sandbox's use: when, CPU over the point's span (0 to 100, of all its
+    CPUs), and the memory peak."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageSample"
+
+    t_ms: int
+    cpu_pct: float
+    mem_bytes: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageSample":
+        return cls(t_ms=_int(d.get("t_ms")), cpu_pct=_float(d.get("cpu_pct")), mem_bytes=_int(d.get("mem_bytes")), raw=dict(d))
+
+
+@dataclass
+class UsageHistory:
+    """A sandbox's CPU and memory over its whole life, sampled by the server from its cgroup
+    (:meth:`Sandbox.metrics_history`); ``source`` is ``none`` where the host gives it none."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageHistory"
+
+    interval_ms: int
+    source: str
+    mem_total: int
+    samples: List[UsageSample]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageHistory":
+        return cls(
+            interval_ms=_int(d.get("interval_ms")),
+            source=_str(d.get("source")),
+            mem_total=_int(d.get("mem_total")),
+            samples=[UsageSample.from_dict(x) for x in _objs(d.get("samples"))],
+            raw=dict(d),
+        )

@@ -55,6 +55,7 @@ from .models import (
     SecretInfo,
     SecretList,
     SnapshotInfo,
+    UsageHistory,
     VolumeInfo,
 )
 
@@ -1182,6 +1183,11 @@ class Sandbox:
         """What the sandbox uses now: CPU (since the previous call), memory, disk and
         processes, each beside its limit."""
         return SandboxMetrics.from_dict(self._http.get_json(self._path + "/metrics", "metrics"))
+
+    def metrics_history(self) -> UsageHistory:
+        """The sandbox's CPU and memory over its whole life, as the server sampled them from
+        its cgroup (every 2 s; a long life merged into at most 512 points)."""
+        return UsageHistory.from_dict(self._http.get_json(self._path + "/metrics/history", "metrics history"))
 
     def processes(self) -> ProcessList:
         """The sandbox's processes now: pid and parent inside the sandbox (its init is 1),

@@ -63,6 +63,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::metrics))
+        .routes(routes!(sandboxes::metrics_history))
         .routes(routes!(sandboxes::processes))
         .routes(routes!(sandboxes::extend))
         .routes(routes!(sandboxes::pause))

@@ -423,6 +423,30 @@ pub struct ChainStatus {
     pub line: Option<usize>,
 }
 
+/// One point of a sandbox's use.
+#[derive(ToSchema, Serialize)]
+pub struct UsageSample {
+    /// When (the point's first sample), in milliseconds since the epoch.
+    pub t_ms: u64,
+    /// CPU used over the point's span, of all its CPUs together, 0 to 100.
+    pub cpu_pct: f64,
+    /// Memory in use (the point's highest sample), in bytes.
+    pub mem_bytes: u64,
+}
+
+/// A sandbox's CPU and memory over its whole life.
+#[derive(ToSchema, Serialize)]
+pub struct UsageHistory {
+    /// The span of one point, in milliseconds (doubles as a long life is merged).
+    pub interval_ms: u64,
+    /// `cgroup`, or `none` where the host gives the sandbox no cgroup to read (no points).
+    pub source: String,
+    /// The memory limit, in bytes.
+    pub mem_total: u64,
+    /// Oldest first; at most 512.
+    pub samples: Vec<UsageSample>,
+}
+
 /// What a running sandbox uses now.
 #[derive(ToSchema, Serialize)]
 pub struct SandboxMetrics {

@@ -198,7 +198,7 @@ async function showSandbox(id) {
     el('p', {}, el('a', { href: '#/' }, '← Sandboxes')), title, status,
     el('div', { class: 'toolbar' }, act('Pause', 'POST', '/pause'), act('Resume', 'POST', '/resume'), act('Kill', 'DELETE', '', 'danger')),
     el('div', { class: 'grid' },
-      el('section', { class: 'card' }, el('h2', {}, 'Use (CPU blue, memory red, % of limits)'), use, useText),
+      el('section', { class: 'card' }, el('h2', {}, 'Use over its life (CPU blue, memory red, % of limits)'), use, useText),
       el('section', { class: 'card' }, el('h2', {}, 'Terminal'), termButton, termBox),
       el('section', { class: 'card' }, el('h2', {}, 'Files'), files),
       el('section', { class: 'card' }, el('h2', {}, 'Processes'), procs),
@@ -213,7 +213,14 @@ async function showSandbox(id) {
         const m = await api('GET', base + '/metrics');
         state.samples.push({ cpu: m.cpu_used_pct, mem: m.mem_total ? (100 * m.mem_used) / m.mem_total : 0 });
         if (state.samples.length > 150) state.samples.shift();
-        use.replaceChildren(graph(state.samples));
+        // The server's series spans the sandbox's whole life (sampled from its cgroup, not
+        // only while this page is open); where the host gives it no cgroup, this page's own.
+        const h = await api('GET', base + '/metrics/history');
+        const life = h.samples.map((x) => ({ cpu: x.cpu_pct, mem: h.mem_total ? (100 * x.mem_bytes) / h.mem_total : 0 }));
+        use.replaceChildren(graph(life.length >= 2 ? life : state.samples));
+        use.dataset.source = life.length >= 2 ? 'server' : 'page';
+        use.dataset.points = String(life.length);
+        use.dataset.peak = String(Math.max(0, ...h.samples.map((x) => x.cpu_pct)).toFixed(1));
         const p = await api('GET', base + '/processes');
         procs.replaceChildren(el('table', {},
           el('thead', {}, el('tr', {}, ['PID', 'Parent', 'State', 'CPU', 'Memory', 'Command'].map((h) => el('th', {}, h)))),
