@@ -571,6 +571,7 @@ async def test_every_documented_route_is_reached(
         assert [c.cmd for c in await sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (await sb.metrics()).processes >= 1
         assert (await sb.metrics_history()).source in ("cgroup", "none")
+        assert all(u.mem_total > 0 for u in await AsyncSandbox.usage(**conn))
         assert any(p.pid == 1 for p in (await sb.processes()).processes)
         with pytest.raises(ConflictError):
             await sb.commit("walk-commit:1")  # a sandbox made without an image

@@ -567,6 +567,7 @@ def test_every_documented_route_is_reached(
         assert [c.cmd for c in sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (sb.metrics()).processes >= 1
         assert (sb.metrics_history()).source in ("cgroup", "none")
+        assert all(u.mem_total > 0 for u in Sandbox.usage(**conn))
         assert any(p.pid == 1 for p in (sb.processes()).processes)
         with pytest.raises(ConflictError):
             sb.commit("walk-commit:1")  # a sandbox made without an image

@@ -129,6 +129,8 @@ pub struct UsageProbe {
     cpu: Option<(PathBuf, bool)>,
     /// `memory.usage_in_bytes` (v1) or `memory.current` (v2).
     memory: Option<PathBuf>,
+    /// `pids.current` (v1 and v2).
+    pids: Option<PathBuf>,
 }
 
 impl UsageProbe {
@@ -137,7 +139,7 @@ impl UsageProbe {
     pub fn of_init(pid: i32) -> Option<UsageProbe> {
         let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let mounts = mounts().ok()?;
-        let (mut cpu, mut memory) = (None, None);
+        let (mut cpu, mut memory, mut pids) = (None, None, None);
         for line in text.lines() {
             let mut parts = line.splitn(3, ':');
             let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -158,6 +160,9 @@ impl UsageProbe {
                 if memory.is_none() && dir.join("memory.current").is_file() {
                     memory = Some(dir.join("memory.current"));
                 }
+                if pids.is_none() && dir.join("pids.current").is_file() {
+                    pids = Some(dir.join("pids.current"));
+                }
                 continue;
             }
             let v1 = |ctrl: &str| {
@@ -176,8 +181,18 @@ impl UsageProbe {
             if let Some(dir) = v1("memory").filter(|d| d.join("memory.usage_in_bytes").is_file()) {
                 memory = Some(dir.join("memory.usage_in_bytes"));
             }
+            if let Some(dir) = v1("pids").filter(|d| d.join("pids.current").is_file()) {
+                pids = Some(dir.join("pids.current"));
+            }
         }
-        (cpu.is_some() || memory.is_some()).then_some(UsageProbe { cpu, memory })
+        (cpu.is_some() || memory.is_some()).then_some(UsageProbe { cpu, memory, pids })
+    }
+
+    /// Processes in the cgroup now (`None` without a pids counter).
+    pub fn processes(&self) -> Option<u64> {
+        self.pids
+            .as_ref()
+            .and_then(|p| fs::read_to_string(p).ok()?.trim().parse().ok())
     }
 
     /// (CPU time used in nanoseconds, memory in use in bytes) now; either is `None` when its

@@ -208,11 +208,15 @@ impl StateDir {
         ans: &ApprovalAnswer,
         by: &str,
     ) -> Result<Approval, ServiceError> {
-        let mut a = self
-            .load_approval(id)
-            .ok_or_else(|| ServiceError::not_found(format!("no call {id} is waiting (answered, expired, or never held)")))?;
+        let mut a = self.load_approval(id).ok_or_else(|| {
+            ServiceError::not_found(format!(
+                "no call {id} is waiting (answered, expired, or never held)"
+            ))
+        })?;
         if a.answer != Answer::Pending {
-            return Err(ServiceError::conflict(format!("call {id} is already answered")));
+            return Err(ServiceError::conflict(format!(
+                "call {id} is already answered"
+            )));
         }
         if now_ms() > a.expires_ms {
             return Err(ServiceError::conflict(format!(
@@ -330,7 +334,13 @@ pub fn register(server_data_dir: &Path, reg: &Registration) -> std::io::Result<P
     let name: String = reg
         .name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(40)
         .collect();
     let path = dir.join(format!("{name}-{}.json", &tag[..tag.len().min(12)]));
@@ -393,4 +403,129 @@ pub struct Approval {
     /// In the history: how the call ended (`granted`, `refused`, `expired`, `mismatch`).
     #[serde(default)]
     pub outcome: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("cordon-gwstate-{tag}-{}", crate::keys::random_hex(6)))
+    }
+
+    fn held(state: &StateDir, id: &str, expires_in_ms: u64) -> Approval {
+        let a = Approval {
+            id: id.into(),
+            tool: "files.wipe".into(),
+            rule: "rules[0]".into(),
+            client: "agent".into(),
+            args_digest: "sha256:aa".into(),
+            requested_ms: now_ms(),
+            expires_ms: now_ms() + expires_in_ms,
+            answer: Answer::Pending,
+            answered_digest: None,
+            arguments: Some(serde_json::json!({"folder": "<script>x</script>"})),
+            answered_by: None,
+            answered_ms: None,
+            reason: None,
+            outcome: None,
+        };
+        state.save_approval(&a).expect("save");
+        a
+    }
+
+    fn ans(approve: bool, digest: Option<&str>, reason: Option<&str>) -> ApprovalAnswer {
+        ApprovalAnswer {
+            approve,
+            args_digest: digest.map(str::to_string),
+            reason: reason.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_grant_binds_to_the_digest_shown_and_a_call_is_answered_once() {
+        let d = dir("grant");
+        let state = StateDir::open(&d).expect("open");
+        held(&state, "call-01", 60_000);
+        let e = state.answer("call-01", &ans(true, Some("sha256:bb"), None), "k");
+        assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        let a = state
+            .answer("call-01", &ans(true, Some("sha256:aa"), None), "key_1")
+            .expect("granted");
+        assert_eq!((a.answer, a.answered_by.as_deref()), (Answer::Granted, Some("key_1")));
+        let again = state.answer("call-01", &ans(false, None, None), "key_1");
+        assert_eq!(again.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn a_refusal_keeps_its_reason_without_control_characters_and_cut_to_length() {
+        let d = dir("refuse");
+        let state = StateDir::open(&d).expect("open");
+        held(&state, "call-02", 60_000);
+        let long = format!("no\x1b[31m\n{}", "x".repeat(2 * MAX_REASON));
+        let a = state
+            .answer("call-02", &ans(false, None, Some(&long)), "key_1")
+            .expect("refused");
+        let r = a.reason.unwrap_or_default();
+        assert!(r.starts_with("no[31m") && r.chars().count() == MAX_REASON, "{r}");
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn an_expired_call_or_a_foreign_id_cannot_be_answered() {
+        let d = dir("expired");
+        let state = StateDir::open(&d).expect("open");
+        let mut a = held(&state, "call-03", 0);
+        a.expires_ms = now_ms().saturating_sub(1000);
+        state.save_approval(&a).expect("save");
+        let e = state.answer("call-03", &ans(false, None, None), "k");
+        assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        for id in ["../pins", "call-../../x", "call-zz"] {
+            let e = state.answer(id, &ans(false, None, None), "k");
+            assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::NotFound), "{id}");
+        }
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn the_history_is_newest_first_and_stays_bounded() {
+        let d = dir("history");
+        let state = StateDir::open(&d).expect("open");
+        let a = held(&state, "call-04", 60_000);
+        for i in 0..(2 * HISTORY_KEEP + 5) {
+            let mut x = a.clone();
+            x.requested_ms = i as u64;
+            state.record_history(&x).expect("history");
+        }
+        let h = state.history(10);
+        assert_eq!(h.len(), 10);
+        assert_eq!(h[0].requested_ms, (2 * HISTORY_KEEP + 4) as u64);
+        let lines = std::fs::read_to_string(d.join("history.jsonl")).unwrap_or_default();
+        assert!(lines.lines().count() <= 2 * HISTORY_KEEP, "{}", lines.lines().count());
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn a_registered_gateway_is_found_by_the_server_and_rewritten_when_started_again() {
+        let server = dir("server");
+        let gw = dir("gw");
+        std::fs::create_dir_all(&server).expect("server dir");
+        let state = StateDir::open(&gw).expect("open");
+        let reg = |pid| Registration {
+            name: "tools".into(),
+            config: "/etc/cordon/tools.toml".into(),
+            state_dir: state.dir.clone(),
+            pid,
+        };
+        register(&server, &reg(u32::MAX)).expect("register");
+        register(&server, &reg(std::process::id())).expect("register again");
+        let found = registered(&server);
+        assert_eq!(found.len(), 1, "one note per state directory");
+        assert!(found[0].1, "this process runs");
+        assert!(StateDir::open_existing(&found[0].0.state_dir).is_ok());
+        assert!(StateDir::open_existing(&server).is_err(), "not a state directory");
+        let _ = std::fs::remove_dir_all(server);
+        let _ = std::fs::remove_dir_all(gw);
+    }
 }

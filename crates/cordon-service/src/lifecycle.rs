@@ -37,6 +37,9 @@ pub struct SandboxMetrics {
     pub processes_max: u64,
 }
 
+/// A sandbox's writable scratch filesystems (inside it), whose use its metrics report.
+const SCRATCH: [&str; 4] = ["/tmp", "/workspace", cordon_policy::profile::HOME, "/dev/shm"];
+
 /// A sandbox slot held by a create under way; given back on drop.
 struct Reservation<'a> {
     pending: &'a Mutex<HashMap<String, usize>>,
@@ -609,12 +612,7 @@ impl Service {
             .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
         tokio::task::spawn_blocking(move || {
             use std::os::fd::AsFd;
-            let scratch = [
-                "/tmp",
-                "/workspace",
-                cordon_policy::profile::HOME,
-                "/dev/shm",
-            ];
+            let scratch = SCRATCH;
             // Without a mount namespace the scratch paths are directories on a host
             // filesystem, whose totals are not the sandbox's.
             let unmounted = (!l.sandbox.enforcement.mount_ns).then_some(l.profile.limits.disk);
@@ -668,12 +666,54 @@ impl Service {
                 if !l.sandbox.is_alive() {
                     continue;
                 }
+                // Its scratch filesystems: a few `fstatvfs` (never the walk a sandbox without
+                // a mount namespace would need: that one's disk is on its own page).
+                let disk = || {
+                    use std::os::fd::AsFd;
+                    if !l.sandbox.enforcement.mount_ns {
+                        return None;
+                    }
+                    let root = l.sandbox.root_dir().ok()?;
+                    Some(cordon_linux::snapshot::disk(root.as_fd(), &SCRATCH, None))
+                };
                 if let Ok(mut s) = l.usage.lock() {
-                    s.sample(l.sandbox.init_pid, l.profile.limits.cpus.ceil(), now);
+                    s.sample(l.sandbox.init_pid, l.profile.limits.cpus.ceil(), now, disk);
                 }
             }
         })
         .await;
+    }
+
+    /// The caller's running sandboxes' use at their last sample: the console's live table in
+    /// one request, read from memory (the sampler did the reading).
+    pub fn usage_now(&self, caller: &Caller) -> Result<crate::usage::UsageList, ServiceError> {
+        let lives: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map_err(|_| ServiceError::internal("lock"))?
+            .values()
+            .filter(|l| l.key_id == caller.key_id)
+            .cloned()
+            .collect();
+        let mut sandboxes: Vec<crate::usage::UsageNow> = lives
+            .iter()
+            .filter_map(|l| {
+                let n = l.usage.lock().ok()?.latest?;
+                Some(crate::usage::UsageNow {
+                    id: l.id.clone(),
+                    t_ms: n.t_ms,
+                    cpu_pct: n.cpu_pct,
+                    mem_bytes: n.mem_bytes,
+                    mem_total: l.profile.limits.memory,
+                    processes: n.processes,
+                    processes_max: u64::from(l.profile.limits.pids),
+                    disk_used: n.disk.map(|d| d.0),
+                    disk_total: n.disk.map(|d| d.1),
+                })
+            })
+            .collect();
+        sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(crate::usage::UsageList { sandboxes })
     }
 
     /// A sandbox's CPU and memory over its whole life, as the server sampled them.

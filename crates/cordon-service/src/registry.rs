@@ -75,9 +75,7 @@ impl Registry {
         )?;
         // Keys made before admin keys existed: the first one (the key `cordon serve` printed
         // at first start, the operator's) becomes the admin key.
-        let has_admin = conn
-            .prepare("SELECT admin FROM api_keys LIMIT 0")
-            .is_ok();
+        let has_admin = conn.prepare("SELECT admin FROM api_keys LIMIT 0").is_ok();
         if !has_admin {
             conn.execute_batch(
                 "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
@@ -243,4 +241,46 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
         helper_pid: r.get(7)?,
         ended_reason: r.get(8)?,
     })
+}
+
+#[cfg(test)]
+mod admin_tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directorys_first_key_is_its_admin_key_and_later_ones_are_not() {
+        let dir = std::env::temp_dir().join(format!("cordon-reg-{}", crate::keys::random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let r = Registry::open(&dir.join("cordon.db")).expect("open");
+        r.add_key("key_a", "first", "h1", 1, 1).expect("add");
+        r.add_key("key_b", "second", "h2", 1, 1).expect("add");
+        assert!(r.key_by_id("key_a").ok().flatten().is_some_and(|k| k.admin));
+        assert!(!r.key_by_id("key_b").ok().flatten().is_some_and(|k| k.admin));
+        assert!(r.set_admin("key_b", true).unwrap_or(false));
+        assert!(r.key_by_hash("h2").ok().flatten().is_some_and(|k| k.admin));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn keys_made_before_admin_keys_existed_make_the_oldest_the_admin() {
+        let dir = std::env::temp_dir().join(format!("cordon-reg-{}", crate::keys::random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let db = dir.join("cordon.db");
+        {
+            let c = Connection::open(&db).expect("db");
+            c.execute_batch(
+                "CREATE TABLE api_keys (
+                 id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,
+                 max_sandboxes INTEGER NOT NULL, rps INTEGER NOT NULL,
+                 created_at INTEGER NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+                 INSERT INTO api_keys VALUES ('key_new', 'n', 'h2', 1, 1, 200, 0);
+                 INSERT INTO api_keys VALUES ('key_old', 'o', 'h1', 1, 1, 100, 0);",
+            )
+            .expect("old schema");
+        }
+        let r = Registry::open(&db).expect("open");
+        assert!(r.key_by_id("key_old").ok().flatten().is_some_and(|k| k.admin));
+        assert!(!r.key_by_id("key_new").ok().flatten().is_some_and(|k| k.admin));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -42,6 +42,43 @@ pub struct UsageHistory {
     pub samples: Vec<UsageSample>,
 }
 
+/// A running sandbox's use at the last sample: what the console's live table shows, for every
+/// sandbox in one request (`GET /v1/usage`).
+#[derive(Debug, Clone, Serialize)]
+pub struct UsageNow {
+    pub id: String,
+    /// When it was sampled, in milliseconds since the epoch.
+    pub t_ms: u64,
+    /// CPU over the last interval, of all its CPUs together, 0 to 100.
+    pub cpu_pct: f64,
+    pub mem_bytes: u64,
+    pub mem_total: u64,
+    /// Its processes (its cgroup's count).
+    pub processes: Option<u64>,
+    pub processes_max: u64,
+    /// Its scratch filesystems' use (absent where the sandbox has no filesystems of its own).
+    pub disk_used: Option<u64>,
+    pub disk_total: Option<u64>,
+}
+
+/// `GET /v1/usage`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UsageList {
+    /// The key's running sandboxes sampled so far (a sandbox whose host gives it no cgroup is
+    /// not among them: ask its `/metrics`).
+    pub sandboxes: Vec<UsageNow>,
+}
+
+/// The last sample's figures beyond the series.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Latest {
+    pub(crate) t_ms: u64,
+    pub(crate) cpu_pct: f64,
+    pub(crate) mem_bytes: u64,
+    pub(crate) processes: Option<u64>,
+    pub(crate) disk: Option<(u64, u64)>,
+}
+
 /// A sandbox's series and what the next sample needs.
 #[derive(Default)]
 pub(crate) struct Series {
@@ -53,11 +90,19 @@ pub(crate) struct Series {
     /// The point being filled: (samples, CPU sum, memory peak, first time).
     filling: Option<(u64, f64, u64, u64)>,
     samples: Vec<UsageSample>,
+    pub(crate) latest: Option<Latest>,
 }
 
 impl Series {
-    /// Reads the sandbox's counters once and adds the sample.
-    pub(crate) fn sample(&mut self, init_pid: i32, cpus: f64, now_ms: u64) {
+    /// Reads the sandbox's counters once and adds the sample; `disk` is asked only when the
+    /// sandbox has a cgroup (its scratch filesystems' use).
+    pub(crate) fn sample(
+        &mut self,
+        init_pid: i32,
+        cpus: f64,
+        now_ms: u64,
+        disk: impl FnOnce() -> Option<(u64, u64)>,
+    ) {
         let probe = self
             .probe
             .get_or_insert_with(|| cordon_linux::cgroup::UsageProbe::of_init(init_pid));
@@ -78,6 +123,13 @@ impl Series {
         } else if mem.is_none() {
             return; // the cgroup is gone: the sandbox ended
         }
+        self.latest = Some(Latest {
+            t_ms: now_ms,
+            cpu_pct: pct,
+            mem_bytes: mem.unwrap_or(0),
+            processes: probe.processes(),
+            disk: disk(),
+        });
         self.push(now_ms, pct, mem.unwrap_or(0));
     }
 
@@ -134,10 +186,23 @@ mod tests {
         }
         let h = s.history(1);
         assert!(h.samples.len() < CAPACITY, "bounded: {}", h.samples.len());
-        assert_eq!(h.samples[0].t_ms, 0, "the first point is still the sandbox's start");
-        assert!(h.samples[0].cpu_pct > 0.0, "the busy start is still visible");
-        assert!(h.interval_ms >= 4 * 2000, "the stride grew: {}", h.interval_ms);
+        assert_eq!(
+            h.samples[0].t_ms, 0,
+            "the first point is still the sandbox's start"
+        );
+        assert!(
+            h.samples[0].cpu_pct > 0.0,
+            "the busy start is still visible"
+        );
+        assert!(
+            h.interval_ms >= 4 * 2000,
+            "the stride grew: {}",
+            h.interval_ms
+        );
         let last = h.samples.last().map(|x| x.mem_bytes).unwrap_or(0);
-        assert!(last >= CAPACITY as u64 * 3 - h.interval_ms / 2000 - 1, "memory keeps its peak: {last}");
+        assert!(
+            last >= CAPACITY as u64 * 3 - h.interval_ms / 2000 - 1,
+            "memory keeps its peak: {last}"
+        );
     }
 }

@@ -224,30 +224,33 @@ fn run(
     // console shows the calls held here. The note stays when the gateway stops (the console
     // shows it as not running, with its history); the next start of the same gateway
     // rewrites it.
-    let server_dir = keys_dir.clone().unwrap_or_else(crate::serve::default_data_dir);
-    server_dir
-        .join("cordon.db")
-        .exists()
-        .then(|| {
-            cordon_server::gateway::state::register(
-                &server_dir,
-                &Registration {
-                    name: config
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| "gateway".into()),
-                    config: std::fs::canonicalize(&config)
-                        .unwrap_or_else(|_| config.clone())
-                        .display()
-                        .to_string(),
-                    state_dir: std::fs::canonicalize(&state_dir)
-                        .unwrap_or_else(|_| state_dir.clone()),
-                    pid: std::process::id(),
-                },
+    let server_dir = keys_dir
+        .clone()
+        .unwrap_or_else(crate::serve::default_data_dir);
+    server_dir.join("cordon.db").exists().then(|| {
+        cordon_server::gateway::state::register(
+            &server_dir,
+            &Registration {
+                name: config
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "gateway".into()),
+                config: std::fs::canonicalize(&config)
+                    .unwrap_or_else(|_| config.clone())
+                    .display()
+                    .to_string(),
+                state_dir: std::fs::canonicalize(&state_dir).unwrap_or_else(|_| state_dir.clone()),
+                pid: std::process::id(),
+            },
+        )
+        .map_err(|e| {
+            eprintln!(
+                "cordon gateway: registering with {}: {e}",
+                server_dir.display()
             )
-            .map_err(|e| eprintln!("cordon gateway: registering with {}: {e}", server_dir.display()))
-            .ok()
-        });
+        })
+        .ok()
+    });
     let svc_cfg = Config {
         helper_exe: exe,
         data_dir: dir.clone(),

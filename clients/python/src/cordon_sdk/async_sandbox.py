@@ -58,6 +58,7 @@ from .models import (
     SecretList,
     SnapshotInfo,
     UsageHistory,
+    UsageNow,
     VolumeInfo,
 )
 
@@ -854,6 +855,19 @@ class AsyncSandbox:
             return HeldCall.from_dict(
                 await http.post_json(f"/v1/gateway/approvals/{_core.seg(call_id)}", body, "held call")
             )
+
+    @classmethod
+    async def usage(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[UsageNow]:
+        """The key's running sandboxes' use at the server's last sample (``GET /v1/usage``):
+        all of them in one request, as the console's live table reads them."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return _core.items(await http.get_json("/v1/usage", "usage"), "sandboxes", UsageNow.from_dict)
 
     @classmethod
     async def list_keys(

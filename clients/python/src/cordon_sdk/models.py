@@ -55,6 +55,7 @@ __all__ = [
     "HostEnforcement",
     "UsageSample",
     "UsageHistory",
+    "UsageNow",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -1342,5 +1343,39 @@ class UsageHistory:
             source=_str(d.get("source")),
             mem_total=_int(d.get("mem_total")),
             samples=[UsageSample.from_dict(x) for x in _objs(d.get("samples"))],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class UsageNow:
+    """A running sandbox's use at the server's last sample (:meth:`Sandbox.usage`): CPU,
+    memory, processes and disk against their limits."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageNow"
+
+    id: str
+    t_ms: int
+    cpu_pct: float
+    mem_bytes: int
+    mem_total: int
+    processes_max: int
+    processes: Optional[int] = None
+    disk_used: Optional[int] = None
+    disk_total: Optional[int] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageNow":
+        return cls(
+            id=_str(d.get("id")),
+            t_ms=_int(d.get("t_ms")),
+            cpu_pct=_float(d.get("cpu_pct")),
+            mem_bytes=_int(d.get("mem_bytes")),
+            mem_total=_int(d.get("mem_total")),
+            processes_max=_int(d.get("processes_max")),
+            processes=_opt_int(d.get("processes")),
+            disk_used=_opt_int(d.get("disk_used")),
+            disk_total=_opt_int(d.get("disk_total")),
             raw=dict(d),
         )

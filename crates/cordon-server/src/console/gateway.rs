@@ -68,10 +68,9 @@ async fn sign_in(
     let key_hash = cordon_service::keys::hash(req.key.trim());
     let rec = c.key(&key_hash)?;
     let (token, csrf) = c.sessions.open(key_hash);
-    let mut r = Json(
-        json!({ "csrf": csrf, "key_id": rec.id, "admin": rec.admin, "gateway": true }),
-    )
-    .into_response();
+    let mut r =
+        Json(json!({ "csrf": csrf, "key_id": rec.id, "admin": rec.admin, "gateway": true }))
+            .into_response();
     let cookie = format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         sessions::LIFETIME.as_secs()

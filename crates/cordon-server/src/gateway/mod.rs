@@ -669,10 +669,13 @@ impl Gateway {
                 }
             }
             if Instant::now() >= deadline {
-                break (Err(refuse(format!(
-                    "nobody approved call {id} within {} s",
-                    timeout.as_secs()
-                ))), "expired");
+                break (
+                    Err(refuse(format!(
+                        "nobody approved call {id} within {} s",
+                        timeout.as_secs()
+                    ))),
+                    "expired",
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
@@ -1731,10 +1734,7 @@ async fn answer_approval(
     axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
     axum::extract::Path(id): axum::extract::Path<String>,
     caller: Option<axum::Extension<Caller>>,
-    body: Result<
-        axum::Json<state::ApprovalAnswer>,
-        axum::extract::rejection::JsonRejection,
-    >,
+    body: Result<axum::Json<state::ApprovalAnswer>, axum::extract::rejection::JsonRejection>,
 ) -> Result<axum::Json<Value>, crate::ApiError> {
     let axum::Json(body) = body.map_err(|e| crate::ApiError::bad_request(format!("body: {e}")))?;
     if body.approve && body.args_digest.is_none() {

@@ -46,7 +46,10 @@ pub(super) async fn create_key(
     Extension(c): Extension<Caller>,
     JsonBody(req): JsonBody<CreateKey>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok((StatusCode::CREATED, Json(st.service.create_key_as(&c, req)?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(st.service.create_key_as(&c, req)?),
+    ))
 }
 
 #[utoipa::path(delete, path = "/v1/keys/{id}", params(KeyPath),

@@ -64,6 +64,7 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::metrics))
         .routes(routes!(sandboxes::metrics_history))
+        .routes(routes!(sandboxes::usage_now))
         .routes(routes!(sandboxes::processes))
         .routes(routes!(sandboxes::extend))
         .routes(routes!(sandboxes::pause))
@@ -237,7 +238,10 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
         v.extend([403, 404, 422, 502]);
     }
     // Admin keys only; a held call answered, expired or gone; a key that revokes itself.
-    if path.starts_with("/v1/gateway/") || path.starts_with("/v1/keys") || path.starts_with("/v1/host/") {
+    if path.starts_with("/v1/gateway/")
+        || path.starts_with("/v1/keys")
+        || path.starts_with("/v1/host/")
+    {
         v.push(403);
         if path.contains("{id}") {
             v.extend([404, 409]);

@@ -434,6 +434,30 @@ pub struct UsageSample {
     pub mem_bytes: u64,
 }
 
+/// A running sandbox's use at the server's last sample.
+#[derive(ToSchema, Serialize)]
+pub struct UsageNow {
+    pub id: String,
+    /// When it was sampled, in milliseconds since the epoch.
+    pub t_ms: u64,
+    /// CPU over the last interval, of all its CPUs together, 0 to 100.
+    pub cpu_pct: f64,
+    pub mem_bytes: u64,
+    pub mem_total: u64,
+    /// Its processes (its cgroup's count; absent without a pids counter).
+    pub processes: Option<u64>,
+    pub processes_max: u64,
+    /// Its scratch filesystems' use (absent where it has no filesystems of its own).
+    pub disk_used: Option<u64>,
+    pub disk_total: Option<u64>,
+}
+
+/// `GET /v1/usage`.
+#[derive(ToSchema, Serialize)]
+pub struct UsageList {
+    pub sandboxes: Vec<UsageNow>,
+}
+
 /// A sandbox's CPU and memory over its whole life.
 #[derive(ToSchema, Serialize)]
 pub struct UsageHistory {
@@ -1128,7 +1152,11 @@ pub struct KeyList {
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     /// A label: 1 to 64 characters, no control characters.
-    #[schema(pattern = r"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s][^\x00-\x1f\x7f]*$", min_length = 1, max_length = 64)]
+    #[schema(
+        pattern = r"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s][^\x00-\x1f\x7f]*$",
+        min_length = 1,
+        max_length = 64
+    )]
     pub name: String,
     /// Sandboxes it may run at once (default 50).
     #[schema(minimum = 1, maximum = 100000)]

@@ -136,16 +136,24 @@ async function showList() {
       el('td', { class: 'num cpu' }, m ? m.cpu_used_pct.toFixed(1) + '%' : ''),
       el('td', { class: 'num' }, m ? bytes(m.mem_used) + ' / ' + bytes(m.mem_total) : ''),
       el('td', { class: 'num' }, m ? m.processes + ' / ' + m.processes_max : ''),
-      el('td', { class: 'num' }, m ? bytes(m.disk_used) + ' / ' + bytes(m.disk_total) : ''),
+      el('td', { class: 'num' }, m && m.disk_total ? bytes(m.disk_used) + ' / ' + bytes(m.disk_total) : ''),
       el('td', { class: 'meta' }, Object.entries(sb.metadata || {}).map(([k, v]) => k + '=' + v).join(', ')))));
     note.textContent = shown.length + ' of ' + rows.length + ' sandboxes';
   }
   async function refresh() {
     try {
-      const list = await api('GET', '/v1/sandboxes');
+      // Two requests whatever the number of sandboxes: the list, and every running one's use
+      // at the server's last sample. Only a sandbox the server samples no cgroup of (a host
+      // without cgroups) is asked for its own metrics.
+      const [list, usage] = await Promise.all([api('GET', '/v1/sandboxes'), api('GET', '/v1/usage')]);
+      const byId = new Map(usage.sandboxes.map((u) => [u.id, u]));
       rows = await Promise.all(list.sandboxes.map(async (sb) => {
         let m = null;
-        if (sb.state === 'running') {
+        const u = byId.get(sb.id);
+        if (u) {
+          m = { cpu_used_pct: u.cpu_pct, mem_used: u.mem_bytes, mem_total: u.mem_total, processes: u.processes ?? '?', processes_max: u.processes_max,
+            disk_used: u.disk_used, disk_total: u.disk_total };
+        } else if (sb.state === 'running') {
           try { m = await api('GET', '/v1/sandboxes/' + encodeURIComponent(sb.id) + '/metrics'); } catch (_) { /* it ended meanwhile */ }
         }
         return { sb, m };
