@@ -1151,9 +1151,9 @@ pub struct KeyList {
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
-    /// A label: 1 to 64 characters, no control characters.
+    /// A label: 1 to 64 characters, not only spaces, no control characters.
     #[schema(
-        pattern = r"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s][^\x00-\x1f\x7f]*$",
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f\s][^\x00-\x1f\x7f-\x9f]*$",
         min_length = 1,
         max_length = 64
     )]
