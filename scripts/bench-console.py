@@ -77,7 +77,7 @@ def main() -> int:
     ap.add_argument("--sandboxes", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=20.0, help="each CPU window")
     ap.add_argument("--rounds", type=int, default=4, help="exec rounds per variant, interleaved")
-    ap.add_argument("--runs", type=int, default=15, help="execs per round")
+    ap.add_argument("--runs", type=int, default=25, help="execs per round")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.environ["CORDON_BIN"] = a.cordon
@@ -123,6 +123,7 @@ def main() -> int:
             for _ in range(a.rounds):
                 page.goto(server.url + "/console#/")
                 expect(page.locator("#sandboxes tr")).to_have_count(a.sandboxes, timeout=120_000)
+                time.sleep(2.5)  # past the page's first load: the table as it stays open
                 with_console += exec_latencies(server.url, key, target, a.runs)
                 page.goto("about:blank")
                 time.sleep(2.5)  # the last refresh's requests are done

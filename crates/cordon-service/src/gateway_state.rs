@@ -410,7 +410,10 @@ mod tests {
     use super::*;
 
     fn dir(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("cordon-gwstate-{tag}-{}", crate::keys::random_hex(6)))
+        std::env::temp_dir().join(format!(
+            "cordon-gwstate-{tag}-{}",
+            crate::keys::random_hex(6)
+        ))
     }
 
     fn held(state: &StateDir, id: &str, expires_in_ms: u64) -> Approval {
@@ -448,13 +451,22 @@ mod tests {
         let state = StateDir::open(&d).expect("open");
         held(&state, "call-01", 60_000);
         let e = state.answer("call-01", &ans(true, Some("sha256:bb"), None), "k");
-        assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        assert_eq!(
+            e.err().map(|e| e.kind),
+            Some(crate::error::ErrorKind::Conflict)
+        );
         let a = state
             .answer("call-01", &ans(true, Some("sha256:aa"), None), "key_1")
             .expect("granted");
-        assert_eq!((a.answer, a.answered_by.as_deref()), (Answer::Granted, Some("key_1")));
+        assert_eq!(
+            (a.answer, a.answered_by.as_deref()),
+            (Answer::Granted, Some("key_1"))
+        );
         let again = state.answer("call-01", &ans(false, None, None), "key_1");
-        assert_eq!(again.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        assert_eq!(
+            again.err().map(|e| e.kind),
+            Some(crate::error::ErrorKind::Conflict)
+        );
         let _ = std::fs::remove_dir_all(d);
     }
 
@@ -468,7 +480,10 @@ mod tests {
             .answer("call-02", &ans(false, None, Some(&long)), "key_1")
             .expect("refused");
         let r = a.reason.unwrap_or_default();
-        assert!(r.starts_with("no[31m") && r.chars().count() == MAX_REASON, "{r}");
+        assert!(
+            r.starts_with("no[31m") && r.chars().count() == MAX_REASON,
+            "{r}"
+        );
         let _ = std::fs::remove_dir_all(d);
     }
 
@@ -480,10 +495,17 @@ mod tests {
         a.expires_ms = now_ms().saturating_sub(1000);
         state.save_approval(&a).expect("save");
         let e = state.answer("call-03", &ans(false, None, None), "k");
-        assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::Conflict));
+        assert_eq!(
+            e.err().map(|e| e.kind),
+            Some(crate::error::ErrorKind::Conflict)
+        );
         for id in ["../pins", "call-../../x", "call-zz"] {
             let e = state.answer(id, &ans(false, None, None), "k");
-            assert_eq!(e.err().map(|e| e.kind), Some(crate::error::ErrorKind::NotFound), "{id}");
+            assert_eq!(
+                e.err().map(|e| e.kind),
+                Some(crate::error::ErrorKind::NotFound),
+                "{id}"
+            );
         }
         let _ = std::fs::remove_dir_all(d);
     }
@@ -502,7 +524,11 @@ mod tests {
         assert_eq!(h.len(), 10);
         assert_eq!(h[0].requested_ms, (2 * HISTORY_KEEP + 4) as u64);
         let lines = std::fs::read_to_string(d.join("history.jsonl")).unwrap_or_default();
-        assert!(lines.lines().count() <= 2 * HISTORY_KEEP, "{}", lines.lines().count());
+        assert!(
+            lines.lines().count() <= 2 * HISTORY_KEEP,
+            "{}",
+            lines.lines().count()
+        );
         let _ = std::fs::remove_dir_all(d);
     }
 
@@ -524,7 +550,10 @@ mod tests {
         assert_eq!(found.len(), 1, "one note per state directory");
         assert!(found[0].1, "this process runs");
         assert!(StateDir::open_existing(&found[0].0.state_dir).is_ok());
-        assert!(StateDir::open_existing(&server).is_err(), "not a state directory");
+        assert!(
+            StateDir::open_existing(&server).is_err(),
+            "not a state directory"
+        );
         let _ = std::fs::remove_dir_all(server);
         let _ = std::fs::remove_dir_all(gw);
     }

@@ -38,7 +38,12 @@ pub struct SandboxMetrics {
 }
 
 /// A sandbox's writable scratch filesystems (inside it), whose use its metrics report.
-const SCRATCH: [&str; 4] = ["/tmp", "/workspace", cordon_policy::profile::HOME, "/dev/shm"];
+const SCRATCH: [&str; 4] = [
+    "/tmp",
+    "/workspace",
+    cordon_policy::profile::HOME,
+    "/dev/shm",
+];
 
 /// A sandbox slot held by a create under way; given back on drop.
 struct Reservation<'a> {

@@ -279,8 +279,16 @@ mod admin_tests {
             .expect("old schema");
         }
         let r = Registry::open(&db).expect("open");
-        assert!(r.key_by_id("key_old").ok().flatten().is_some_and(|k| k.admin));
-        assert!(!r.key_by_id("key_new").ok().flatten().is_some_and(|k| k.admin));
+        assert!(r
+            .key_by_id("key_old")
+            .ok()
+            .flatten()
+            .is_some_and(|k| k.admin));
+        assert!(!r
+            .key_by_id("key_new")
+            .ok()
+            .flatten()
+            .is_some_and(|k| k.admin));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

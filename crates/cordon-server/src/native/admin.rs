@@ -30,7 +30,7 @@ pub(super) struct KeyPath {
 
 #[utoipa::path(get, path = "/v1/keys",
     description = "Admin keys only. Every API key of this server (never a secret), with how many sandboxes each has alive.",
-    responses((status = 200, body = super::schema::KeyList), (status = 403, description = "Not an admin key")))]
+    responses((status = 200, body = super::schema::KeyList)))]
 pub(super) async fn list_keys(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -40,7 +40,7 @@ pub(super) async fn list_keys(
 
 #[utoipa::path(post, path = "/v1/keys", request_body = super::schema::CreateKey,
     description = "Admin keys only. A new API key; its secret is in this answer and nowhere else.",
-    responses((status = 201, body = super::schema::CreatedKey), (status = 403, description = "Not an admin key")))]
+    responses((status = 201, body = super::schema::CreatedKey)))]
 pub(super) async fn create_key(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -54,7 +54,7 @@ pub(super) async fn create_key(
 
 #[utoipa::path(delete, path = "/v1/keys/{id}", params(KeyPath),
     description = "Admin keys only. Revokes a key: its requests are refused from now on, its sandboxes end with their TTL. An admin key cannot revoke itself (409).",
-    responses((status = 204, description = "Revoked"), (status = 403, description = "Not an admin key")))]
+    responses((status = 204, description = "Revoked")))]
 pub(super) async fn revoke_key(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -66,7 +66,7 @@ pub(super) async fn revoke_key(
 
 #[utoipa::path(get, path = "/v1/host/enforcement",
     description = "Admin keys only. What this host can enforce, why anything is missing and what to do: `cordon check --json`'s document.",
-    responses((status = 200, body = super::schema::HostEnforcement), (status = 403, description = "Not an admin key")))]
+    responses((status = 200, body = super::schema::HostEnforcement)))]
 pub(super) async fn host_enforcement(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

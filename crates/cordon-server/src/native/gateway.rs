@@ -28,7 +28,7 @@ pub(super) struct CallPath {
 
 #[utoipa::path(get, path = "/v1/gateway/approvals",
     description = "Admin keys only. The tool calls each registered gateway holds for a person (with their arguments, secret-looking fields masked, and the rule that asked), and its last answered ones.",
-    responses((status = 200, body = super::schema::ApprovalsView), (status = 403, description = "Not an admin key")))]
+    responses((status = 200, body = super::schema::ApprovalsView)))]
 pub(super) async fn list_approvals(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
@@ -42,7 +42,7 @@ pub(super) async fn list_approvals(
 
 #[utoipa::path(post, path = "/v1/gateway/approvals/{id}", params(CallPath), request_body = super::schema::ApprovalAnswer,
     description = "Admin keys only. Grants (naming the digest of the arguments shown) or refuses, with a reason, a held call; the gateway lets it through or answers the agent with the refusal.",
-    responses((status = 200, body = super::schema::HeldCall), (status = 403, description = "Not an admin key"), (status = 409, description = "Already answered, expired, or a grant for other arguments")))]
+    responses((status = 200, body = super::schema::HeldCall)))]
 pub(super) async fn answer_approval(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,

@@ -265,7 +265,7 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
         404 => "No such sandbox (or command, context, file, MCP session, snapshot, volume, secret) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
-        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume, snapshot or secret of that name exists already, or a volume is in use, or a held gateway call is answered already or expired",
+        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume, snapshot or secret of that name exists already, or a volume is in use, or a held gateway call is answered already or expired, or an admin key would revoke itself",
         413 => "The body is larger than this server accepts",
         415 => "A content type this endpoint does not take",
         422 => "The image cannot be used: a digest that does not match, a format or feature not handled, a size cap reached, no image for the platform asked for",
