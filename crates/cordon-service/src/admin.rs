@@ -42,12 +42,26 @@ pub struct KeyList {
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     pub max_sandboxes: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     pub requests_per_second: Option<u32>,
     #[serde(default)]
-    pub admin: bool,
+    pub admin: Option<bool>,
+}
+
+/// A whole number JSON may write as `5` or `5.0` (both are integers to JSON Schema).
+fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let Some(v) = Option::<f64>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if v.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "{v}: a whole number from 0 to {}",
+            u32::MAX
+        )));
+    }
+    Ok(Some(v as u32))
 }
 
 /// A new key: its secret, shown this once.
@@ -187,7 +201,7 @@ impl Service {
             )));
         }
         let (secret, id) = crate::create_key(&self.registry, name, max_sandboxes, rps)?;
-        if req.admin {
+        if req.admin == Some(true) {
             self.registry.set_admin(&id, true)?;
         }
         let rec = self

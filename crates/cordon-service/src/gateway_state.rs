@@ -359,6 +359,12 @@ pub fn registered(server_data_dir: &Path) -> Vec<(Registration, bool)> {
         .filter_map(|e| {
             let r: Registration = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
             let running = r.pid > 0 && Path::new(&format!("/proc/{}", r.pid)).exists();
+            // A stopped gateway whose state directory is gone (a removed config, a test's
+            // temporary one) has nothing left to show: its note goes.
+            if !running && !r.state_dir.join("approvals").is_dir() {
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
             Some((r, running))
         })
         .collect();
