@@ -28,6 +28,7 @@ def test_an_admin_lists_creates_and_revokes_keys_and_sees_the_hosts_enforcement(
     page.click('#nav a[href="#/host"]')
     me = page.locator(f'#keys tr[data-key="{server.key_id}"]')
     expect(me).to_contain_text("admin", timeout=10_000)
+    assert me.locator("button.revoke").count() == 0, "one's own key offers no revoke"
     hostile = "<b>ops</b><img src=x onerror=alert(1)>"
     page.fill("#key-name", hostile)
     page.click("#key-create")
@@ -51,6 +52,7 @@ def test_an_admin_lists_creates_and_revokes_keys_and_sees_the_hosts_enforcement(
     layers = page.locator("#features tr[data-feature]")
     expect(layers.filter(has_text="seccomp")).to_have_count(1)
     assert layers.count() >= 5
+    assert "null" not in page.locator("#enforcement").inner_text()
     r = requests.get(server.url + "/v1/host/enforcement", headers=bearer(server.api_key), timeout=60)
     assert r.status_code == 200 and r.json()["mode"] in ("full", "no_namespaces", "none")
     assert {"kernel", "features", "obstacles", "wasm_backend"} <= set(r.json()["report"])

@@ -4,7 +4,7 @@
 // goes into the page through textContent, never as markup.
 'use strict';
 
-const state = { csrf: '', timer: null, socket: null, term: null, samples: [], admin: false, gateway: false };
+const state = { csrf: '', timer: null, socket: null, term: null, samples: [], admin: false, gateway: false, keyId: '' };
 const $main = () => document.getElementById('main');
 
 function el(tag, attrs, ...children) {
@@ -77,6 +77,7 @@ function signedIn(s) {
   state.csrf = s.csrf || '';
   state.admin = !!s.admin;
   state.gateway = !!s.gateway;
+  state.keyId = s.key_id || '';
   document.getElementById('nav').hidden = false;
   // Admin pages are shown to admin keys only (the API refuses others with 403 anyway); a
   // gateway's console has nothing but its held calls.
@@ -488,7 +489,7 @@ async function showHost() {
         el('td', {}, el('code', {}, k.id)), el('td', { class: 'name' }, k.name), el('td', {}, k.admin ? 'admin' : ''),
         el('td', { class: 'num' }, k.sandboxes), el('td', { class: 'num' }, k.max_sandboxes), el('td', { class: 'num' }, k.requests_per_second),
         el('td', {}, new Date(k.created_at * 1000).toLocaleString()), el('td', { class: k.revoked ? 'error state' : 'state-running state' }, k.revoked ? 'revoked' : 'active'),
-        el('td', {}, k.revoked ? '' : el('button', { type: 'button', class: 'danger revoke', onclick: async () => {
+        el('td', {}, (k.revoked || k.id === state.keyId) ? '' : el('button', { type: 'button', class: 'danger revoke', onclick: async () => {
           try { await api('DELETE', '/v1/keys/' + encodeURIComponent(k.id)); status.textContent = 'Revoked ' + k.id; await loadKeys(); } catch (e) { status.textContent = 'revoking ' + k.id + ': ' + e.message; }
         } }, 'Revoke')))))));
   }
@@ -505,9 +506,9 @@ async function showHost() {
         el('tbody', {}, [...(r.features || []), { name: 'wasm', available: !!wasm.available, detail: wasm.detail || '', cost_if_missing: 'no WebAssembly runs' }].map((f) => el('tr', { 'data-feature': f.name },
           el('td', {}, f.name), el('td', { class: f.available ? 'state-running' : 'error' }, f.available ? 'ok' : 'MISSING'),
           el('td', { class: 'wrap' }, f.detail || ''), el('td', { class: 'muted wrap' }, f.available ? '' : (f.cost_if_missing || '')))))),
-      (r.obstacles || []).length ? el('div', { id: 'obstacles' }, el('h2', {}, 'Why, and what you can do'), (r.obstacles || []).map((o) => el('div', { class: 'obstacle' },
+      ...((r.obstacles || []).length ? [el('div', { id: 'obstacles' }, el('h2', {}, 'Why, and what you can do'), (r.obstacles || []).map((o) => el('div', { class: 'obstacle' },
         el('p', {}, el('strong', {}, o.layer + ' [' + o.id + ']: '), o.found),
-        el('ul', {}, (o.fixes || []).map((f) => el('li', {}, f.how, el('br', {}), el('span', { class: 'muted' }, 'cost: ' + f.cost))))))) : null);
+        el('ul', {}, (o.fixes || []).map((f) => el('li', {}, f.how, el('br', {}), el('span', { class: 'muted' }, 'cost: ' + f.cost)))))))] : []));
   }
   await Promise.all([loadKeys(), loadHost()]);
 }
