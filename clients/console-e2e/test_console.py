@@ -300,6 +300,11 @@ def test_the_graph_spans_the_sandboxs_whole_life_as_the_server_sampled_it(server
     points = page.locator("svg.graph polyline.cpu").get_attribute("points") or ""
     ys = [float(p.split(",")[1]) for p in points.split()]
     assert len(ys) >= 3 and min(ys) <= 80, points  # the busy spell: above 20% of the height
-    # Another key cannot read it.
-    assert api(server, "GET", f"/v1/sandboxes/{sid}/metrics/history", key=server.new_key()).status_code == 404
+    # The live table's one request has it, with its limits; another key's has nothing of it,
+    # and cannot read its series.
+    mine = {u["id"]: u for u in api(server, "GET", "/v1/usage").json()["sandboxes"]}
+    assert sid in mine and mine[sid]["mem_total"] == history["mem_total"] and mine[sid]["processes"] >= 1, mine.get(sid)
+    other = server.new_key()
+    assert sid not in [u["id"] for u in api(server, "GET", "/v1/usage", key=other).json()["sandboxes"]]
+    assert api(server, "GET", f"/v1/sandboxes/{sid}/metrics/history", key=other).status_code == 404
     api(server, "DELETE", f"/v1/sandboxes/{sid}")
