@@ -266,3 +266,45 @@ def test_a_sandboxs_processes_are_listed_with_their_command_lines_as_text(server
     expect(row).to_contain_text(marker, timeout=10_000)
     assert page.locator("#processes img").count() == 0
     api(server, "DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_the_graph_spans_the_sandboxs_whole_life_as_the_server_sampled_it(server, page):
+    """A busy spell that ended before the page was opened is still on its graph: the server
+    samples every sandbox's cgroup, whoever watches."""
+    sid = new_sandbox(server)
+    busy = "import time\nt = time.time() + 6\nwhile time.time() < t: pass\n"
+    r = api(server, "POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["python3", "-c", busy], "background": True})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 40
+    history: Dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        history = api(server, "GET", f"/v1/sandboxes/{sid}/metrics/history").json()
+        if history["source"] == "none":
+            break
+        s = history["samples"]
+        peak = max((x["cpu_pct"] for x in s), default=0)
+        # The spell is over: its peak, then two quiet points after it.
+        if peak >= 20 and len(s) >= 3 and all(x["cpu_pct"] < 10 for x in s[-2:]):
+            break
+        time.sleep(0.5)
+    assert history["source"] == "cgroup", history
+    assert max(x["cpu_pct"] for x in history["samples"]) >= 20, history
+    assert history["mem_total"] > 0 and all(x["mem_bytes"] > 0 for x in history["samples"]), history
+    assert history["interval_ms"] == 2000
+
+    sign_in(page, server)
+    page.goto(server.url + f"/console#/sandbox/{sid}")
+    use = page.locator("#use")
+    expect(use).to_have_attribute("data-source", "server", timeout=10_000)
+    assert float(use.get_attribute("data-peak") or 0) >= 20
+    points = page.locator("svg.graph polyline.cpu").get_attribute("points") or ""
+    ys = [float(p.split(",")[1]) for p in points.split()]
+    assert len(ys) >= 3 and min(ys) <= 80, points  # the busy spell: above 20% of the height
+    # The live table's one request has it, with its limits; another key's has nothing of it,
+    # and cannot read its series.
+    mine = {u["id"]: u for u in api(server, "GET", "/v1/usage").json()["sandboxes"]}
+    assert sid in mine and mine[sid]["mem_total"] == history["mem_total"] and mine[sid]["processes"] >= 1, mine.get(sid)
+    other = server.new_key()
+    assert sid not in [u["id"] for u in api(server, "GET", "/v1/usage", key=other).json()["sandboxes"]]
+    assert api(server, "GET", f"/v1/sandboxes/{sid}/metrics/history", key=other).status_code == 404
+    api(server, "DELETE", f"/v1/sandboxes/{sid}")

@@ -570,6 +570,8 @@ async def test_every_documented_route_is_reached(
         await sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in await sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (await sb.metrics()).processes >= 1
+        assert (await sb.metrics_history()).source in ("cgroup", "none")
+        assert all(u.mem_total > 0 for u in await AsyncSandbox.usage(**conn))
         assert any(p.pid == 1 for p in (await sb.processes()).processes)
         with pytest.raises(ConflictError):
             await sb.commit("walk-commit:1")  # a sandbox made without an image
@@ -617,6 +619,16 @@ async def test_every_documented_route_is_reached(
     with pytest.raises(BadRequestError):
         await AsyncSandbox.pull_image("Not A Reference!", **conn)
     assert (await AsyncSandbox.audit(tag, **conn)).chain.intact
+    # The server's first key is its admin key: it sees the gateways registered with it (none
+    # here), and a call no gateway holds is not found.
+    assert (await AsyncSandbox.gateway_approvals(**conn)).gateways == []
+    with pytest.raises(NotFoundError):
+        await AsyncSandbox.answer_approval("call-00", False, reason="walk", **conn)
+    made = await AsyncSandbox.create_key(f"walk-{tag[:12]}", max_sandboxes=1, **conn)
+    assert made.secret.startswith("cdn_") and not made.key.admin
+    assert made.key.id in [k.id for k in await AsyncSandbox.list_keys(**conn)]
+    assert await AsyncSandbox.revoke_key(made.key.id, **conn)
+    assert (await AsyncSandbox.host_enforcement(**conn)).mode in ("full", "no_namespaces", "none")
     await AsyncSandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

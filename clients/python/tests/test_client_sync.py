@@ -566,6 +566,8 @@ def test_every_documented_route_is_reached(
         sb.commands.run("echo", on_stdout=lambda s: None)
         assert [c.cmd for c in sb.commands.log()][:1] == [["/bin/sh", "-c", "true"]]
         assert (sb.metrics()).processes >= 1
+        assert (sb.metrics_history()).source in ("cgroup", "none")
+        assert all(u.mem_total > 0 for u in Sandbox.usage(**conn))
         assert any(p.pid == 1 for p in (sb.processes()).processes)
         with pytest.raises(ConflictError):
             sb.commit("walk-commit:1")  # a sandbox made without an image
@@ -613,6 +615,16 @@ def test_every_documented_route_is_reached(
     with pytest.raises(BadRequestError):
         Sandbox.pull_image("Not A Reference!", **conn)
     assert (Sandbox.audit(tag, **conn)).chain.intact
+    # The server's first key is its admin key: it sees the gateways registered with it (none
+    # here), and a call no gateway holds is not found.
+    assert (Sandbox.gateway_approvals(**conn)).gateways == []
+    with pytest.raises(NotFoundError):
+        Sandbox.answer_approval("call-00", False, reason="walk", **conn)
+    made = Sandbox.create_key(f"walk-{tag[:12]}", max_sandboxes=1, **conn)
+    assert made.secret.startswith("cdn_") and not made.key.admin
+    assert made.key.id in [k.id for k in Sandbox.list_keys(**conn)]
+    assert Sandbox.revoke_key(made.key.id, **conn)
+    assert (Sandbox.host_enforcement(**conn)).mode in ("full", "no_namespaces", "none")
     Sandbox.run_many([{"cmd": ["true"]}], **conn)
     missing = sorted(documented - sent)
     assert not missing, f"documented operations the client never calls: {missing}"

@@ -61,6 +61,14 @@ REQUEST_BODIES: Dict[str, Tuple[Callable[[], Dict[str, Any]], Callable[[], Dict[
     "PauseRequest": (lambda: _core.pause_body(False), lambda: _core.pause_body(True)),
     "ForkRequest": (lambda: _core.fork_body(2, "10m", {"k": "v"}), lambda: _core.fork_body(1, None, None)),
     "CreateVolume": (lambda: _core.volume_body("datasets", "10G"), lambda: _core.volume_body("v", None)),
+    "CreateKey": (
+        lambda: _core.key_body("ci", 5, 10, True),
+        lambda: _core.key_body("ci", None, None, None),
+    ),
+    "ApprovalAnswer": (
+        lambda: _core.approval_body(True, "sha256:00", "looks right"),
+        lambda: _core.approval_body(False, None, None),
+    ),
     "CreateSecret": (lambda: _core.secret_body("v", {"k": "v"}, name="gh"), lambda: _core.secret_body("v", None, name="gh")),
     "UpdateSecret": (lambda: _core.secret_body("v", {"k": "v"}), lambda: _core.secret_body("v", None)),
     "StdinRequest": (lambda: _core.stdin_body("x", True), lambda: _core.stdin_body("", False)),

@@ -120,6 +120,102 @@ fn join_cgroup(mount: &MountEntry, cg_path: &str) -> PathBuf {
     mount.mount_point.join(rel.trim_start_matches('/'))
 }
 
+/// A sandbox's cgroup seen from outside it, found once from its init's `/proc/PID/cgroup`:
+/// the two small files whose counters cover the whole sandbox (every command's child cgroup
+/// included), so that sampling it costs two reads, not a scan of `/proc`.
+#[derive(Debug, Clone)]
+pub struct UsageProbe {
+    /// `cpuacct.usage` (v1, nanoseconds) or `cpu.stat` (v2, `usage_usec`).
+    cpu: Option<(PathBuf, bool)>,
+    /// `memory.usage_in_bytes` (v1) or `memory.current` (v2).
+    memory: Option<PathBuf>,
+    /// `pids.current` (v1 and v2).
+    pids: Option<PathBuf>,
+}
+
+impl UsageProbe {
+    /// The probe of the cgroup process `pid` (a sandbox's init) is in; `None` when it has no
+    /// cgroup with a CPU or memory counter (no cgroups on this host, or none delegated).
+    pub fn of_init(pid: i32) -> Option<UsageProbe> {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let mounts = mounts().ok()?;
+        let (mut cpu, mut memory, mut pids) = (None, None, None);
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if ctrls.is_empty() {
+                let Some(m) = mounts.iter().find(|m| m.fstype == "cgroup2") else {
+                    continue;
+                };
+                let mut dir = join_cgroup(m, path);
+                // A persistent sandbox's init has a leaf of its own (`nest_for_commands`).
+                if dir.file_name().is_some_and(|n| n == "init") {
+                    if let Some(parent) = dir.parent() {
+                        dir = parent.to_path_buf();
+                    }
+                }
+                if cpu.is_none() && dir.join("cpu.stat").is_file() {
+                    cpu = Some((dir.join("cpu.stat"), true));
+                }
+                if memory.is_none() && dir.join("memory.current").is_file() {
+                    memory = Some(dir.join("memory.current"));
+                }
+                if pids.is_none() && dir.join("pids.current").is_file() {
+                    pids = Some(dir.join("pids.current"));
+                }
+                continue;
+            }
+            let v1 = |ctrl: &str| {
+                ctrls.split(',').any(|c| c == ctrl).then(|| {
+                    mounts
+                        .iter()
+                        .find(|m| {
+                            m.fstype == "cgroup" && m.super_opts.split(',').any(|o| o == ctrl)
+                        })
+                        .map(|m| join_cgroup(m, path))
+                })?
+            };
+            if let Some(dir) = v1("cpuacct").filter(|d| d.join("cpuacct.usage").is_file()) {
+                cpu = Some((dir.join("cpuacct.usage"), false));
+            }
+            if let Some(dir) = v1("memory").filter(|d| d.join("memory.usage_in_bytes").is_file()) {
+                memory = Some(dir.join("memory.usage_in_bytes"));
+            }
+            if let Some(dir) = v1("pids").filter(|d| d.join("pids.current").is_file()) {
+                pids = Some(dir.join("pids.current"));
+            }
+        }
+        (cpu.is_some() || memory.is_some()).then_some(UsageProbe { cpu, memory, pids })
+    }
+
+    /// Processes in the cgroup now (`None` without a pids counter).
+    pub fn processes(&self) -> Option<u64> {
+        self.pids
+            .as_ref()
+            .and_then(|p| fs::read_to_string(p).ok()?.trim().parse().ok())
+    }
+
+    /// (CPU time used in nanoseconds, memory in use in bytes) now; either is `None` when its
+    /// counter is missing or gone (the sandbox ended).
+    pub fn read(&self) -> (Option<u64>, Option<u64>) {
+        let cpu = self.cpu.as_ref().and_then(|(path, v2)| {
+            let text = fs::read_to_string(path).ok()?;
+            if *v2 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
+                    .map(|us| us.saturating_mul(1000))
+            } else {
+                text.trim().parse().ok()
+            }
+        });
+        let memory = self
+            .memory
+            .as_ref()
+            .and_then(|p| fs::read_to_string(p).ok()?.trim().parse().ok());
+        (cpu, memory)
+    }
+}
+
 /// Where systemd (and most distributions without it) mount the hierarchies: v1 ones at
 /// `/sys/fs/cgroup/<controllers>`, the v2 one at `/sys/fs/cgroup` itself.
 const STANDARD_ROOT: &str = "/sys/fs/cgroup";

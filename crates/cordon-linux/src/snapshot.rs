@@ -61,12 +61,21 @@ pub fn take(
             }
         }
     }
+    let (used, total) = disk(root, scratch, unmounted_disk);
+    s.disk_used_bytes = used;
+    s.disk_total_bytes = total;
+    s
+}
+
+/// Used and total bytes of the sandbox's writable scratch filesystems (see [`take`]): a few
+/// `openat2` and `fstatvfs` calls, or, without a mount namespace, a walk of its directory
+/// against `unmounted_disk`.
+pub fn disk(root: BorrowedFd<'_>, scratch: &[&str], unmounted_disk: Option<u64>) -> (u64, u64) {
     if let Some(limit) = unmounted_disk {
-        s.disk_total_bytes = limit;
         // A tree too large to walk counts as full, as the watch treats it.
-        s.disk_used_bytes = crate::watch::dir_usage(root).unwrap_or(limit);
-        return s;
+        return (crate::watch::dir_usage(root).unwrap_or(limit), limit);
     }
+    let (mut used, mut total) = (0u64, 0u64);
     // Paths resolve inside the sandbox's root (its own mount namespace), never above it and
     // through no magic link, whatever the sandbox made of them; the same filesystem under two
     // paths counts once.
@@ -85,11 +94,11 @@ pub fn take(
             if !seen.insert((v.f_fsid, v.f_blocks, v.f_files)) {
                 continue;
             }
-            s.disk_total_bytes += v.f_blocks * v.f_frsize;
-            s.disk_used_bytes += v.f_blocks.saturating_sub(v.f_bfree) * v.f_frsize;
+            total += v.f_blocks * v.f_frsize;
+            used += v.f_blocks.saturating_sub(v.f_bfree) * v.f_frsize;
         }
     }
-    s
+    (used, total)
 }
 
 /// The host pids of a sandbox's processes now: its init and every descendant.

@@ -130,6 +130,17 @@ pub async fn serve(
             reaper.reap().await;
         }
     });
+    // Each sandbox's use over its whole life, for the console's graphs (`usage`).
+    let sampler = Arc::downgrade(&service);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(cordon_service::usage::INTERVAL).await;
+            match sampler.upgrade() {
+                Some(s) => s.sample_usage().await,
+                None => return,
+            }
+        }
+    });
     let mut docker_at = Vec::new();
     let _docker = crate::docker::serve(state.clone(), opts.docker.clone(), |a| {
         docker_at.push(a.to_string())

@@ -16,6 +16,7 @@ pub mod binds;
 pub mod datadir;
 pub mod error;
 pub mod files;
+pub mod gateway_state;
 pub mod hibernate;
 pub mod interpreter;
 pub mod keys;
@@ -25,7 +26,10 @@ pub mod programs;
 pub mod registry;
 pub mod runner;
 pub mod types;
+pub mod usage;
 
+pub mod admin;
+mod approvals;
 mod code;
 pub mod commit;
 mod exec;
@@ -177,6 +181,8 @@ pub struct Live {
     pub(crate) image: Option<cordon_image::ImageRoot>,
     /// The last CPU reading (when, CPU ns), for the use since the previous metrics request.
     pub(crate) cpu_seen: Mutex<(std::time::Instant, u64)>,
+    /// Its CPU and memory over its whole life, sampled by the server (`usage`).
+    pub(crate) usage: Mutex<usage::Series>,
     /// The last foreground commands and how they ended (see [`exec::History`]): what
     /// `cordon logs` shows beside the background commands.
     pub(crate) history: Mutex<exec::History>,

@@ -44,6 +44,14 @@ pub(crate) struct Frozen {
     pub(crate) method: String,
 }
 
+/// A sandbox's writable scratch filesystems (inside it), whose use its metrics report.
+const SCRATCH: [&str; 4] = [
+    "/tmp",
+    "/workspace",
+    cordon_policy::profile::HOME,
+    "/dev/shm",
+];
+
 /// A sandbox slot held by a create under way; given back on drop.
 struct Reservation<'a> {
     pending: &'a Mutex<HashMap<String, usize>>,
@@ -463,6 +471,7 @@ impl Service {
             network: Mutex::new(live_network),
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
+            usage: Default::default(),
             history: Default::default(),
             secrets,
             learning,
@@ -745,12 +754,7 @@ impl Service {
             .map_err(|e| ServiceError::internal(format!("sandbox root: {e}")))?;
         tokio::task::spawn_blocking(move || {
             use std::os::fd::AsFd;
-            let scratch = [
-                "/tmp",
-                "/workspace",
-                cordon_policy::profile::HOME,
-                "/dev/shm",
-            ];
+            let scratch = SCRATCH;
             // Without a mount namespace the scratch paths are directories on a host
             // filesystem, whose totals are not the sandbox's.
             let unmounted = (!l.sandbox.enforcement.mount_ns).then_some(l.profile.limits.disk);
@@ -789,6 +793,83 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))
+    }
+
+    /// Samples every running sandbox's CPU and memory from its cgroup (see [`crate::usage`]);
+    /// the server calls it every [`crate::usage::INTERVAL`].
+    pub async fn sample_usage(&self) {
+        let lives: Vec<Arc<Live>> = match self.live.read() {
+            Ok(l) => l.values().cloned().collect(),
+            Err(_) => return,
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            let now = super::unix_ms();
+            for l in lives {
+                if !l.sandbox.is_alive() {
+                    continue;
+                }
+                // Its scratch filesystems: a few `fstatvfs` (never the walk a sandbox without
+                // a mount namespace would need: that one's disk is on its own page).
+                let disk = || {
+                    use std::os::fd::AsFd;
+                    if !l.sandbox.enforcement.mount_ns {
+                        return None;
+                    }
+                    let root = l.sandbox.root_dir().ok()?;
+                    Some(cordon_linux::snapshot::disk(root.as_fd(), &SCRATCH, None))
+                };
+                if let Ok(mut s) = l.usage.lock() {
+                    s.sample(l.sandbox.init_pid, l.profile.limits.cpus.ceil(), now, disk);
+                }
+            }
+        })
+        .await;
+    }
+
+    /// The caller's running sandboxes' use at their last sample: the console's live table in
+    /// one request, read from memory (the sampler did the reading).
+    pub fn usage_now(&self, caller: &Caller) -> Result<crate::usage::UsageList, ServiceError> {
+        let lives: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .map_err(|_| ServiceError::internal("lock"))?
+            .values()
+            .filter(|l| l.key_id == caller.key_id)
+            .cloned()
+            .collect();
+        let mut sandboxes: Vec<crate::usage::UsageNow> = lives
+            .iter()
+            .filter_map(|l| {
+                let n = l.usage.lock().ok()?.latest?;
+                Some(crate::usage::UsageNow {
+                    id: l.id.clone(),
+                    t_ms: n.t_ms,
+                    cpu_pct: n.cpu_pct,
+                    mem_bytes: n.mem_bytes,
+                    mem_total: l.profile.limits.memory,
+                    processes: n.processes,
+                    processes_max: u64::from(l.profile.limits.pids),
+                    disk_used: n.disk.map(|d| d.0),
+                    disk_total: n.disk.map(|d| d.1),
+                })
+            })
+            .collect();
+        sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(crate::usage::UsageList { sandboxes })
+    }
+
+    /// A sandbox's CPU and memory over its whole life, as the server sampled them.
+    pub fn usage_history(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<crate::usage::UsageHistory, ServiceError> {
+        let live = self.get_live(caller, id)?;
+        let s = live
+            .usage
+            .lock()
+            .map_err(|_| ServiceError::internal("lock"))?;
+        Ok(s.history(live.profile.limits.memory))
     }
 
     /// The host pids of the sandbox's processes now (a scan of `/proc`): what

@@ -17,6 +17,9 @@ pub struct KeyRecord {
     pub requests_per_second: u32,
     pub created_at: u64,
     pub revoked: bool,
+    /// May see and act on what is the host's rather than a tenant's: the keys, the host's
+    /// enforcement, the gateways' held calls. A data directory's first key is one.
+    pub admin: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,9 +73,27 @@ impl Registry {
                  helper_pid INTEGER NOT NULL DEFAULT 0, ended_reason TEXT,
                  ended_at INTEGER);",
         )?;
+        // Keys made before admin keys existed: the first one (the key `cordon serve` printed
+        // at first start, the operator's) becomes the admin key.
+        let has_admin = conn.prepare("SELECT admin FROM api_keys LIMIT 0").is_ok();
+        if !has_admin {
+            conn.execute_batch(
+                "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+                 UPDATE api_keys SET admin = 1 WHERE id =
+                     (SELECT id FROM api_keys ORDER BY created_at, rowid LIMIT 1);",
+            )?;
+        }
         Ok(Registry {
             conn: Mutex::new(conn),
         })
+    }
+
+    /// Makes a key an admin key (or not).
+    pub fn set_admin(&self, id: &str, admin: bool) -> Result<bool, ServiceError> {
+        Ok(self.conn()?.execute(
+            "UPDATE api_keys SET admin = ?2 WHERE id = ?1",
+            params![id, admin as i64],
+        )? > 0)
     }
 
     pub(crate) fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ServiceError> {
@@ -90,7 +111,8 @@ impl Registry {
         rps: u32,
     ) -> Result<(), ServiceError> {
         self.conn()?.execute(
-            "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            // A data directory's first key is its admin key.
+            "INSERT INTO api_keys (id, name, hash, max_sandboxes, rps, created_at, admin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COUNT(*) = 0 FROM api_keys))",
             params![id, name, hash, max_sandboxes, rps, now()],
         )?;
         Ok(())
@@ -100,7 +122,7 @@ impl Registry {
         Ok(self
             .conn()?
             .query_row(
-                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE hash = ?1",
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys WHERE hash = ?1",
                 params![hash],
                 key_row,
             )
@@ -111,7 +133,7 @@ impl Registry {
         Ok(self
             .conn()?
             .query_row(
-                "SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys WHERE id = ?1",
+                "SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys WHERE id = ?1",
                 params![id],
                 key_row,
             )
@@ -120,7 +142,7 @@ impl Registry {
 
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>, ServiceError> {
         let conn = self.conn()?;
-        let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked FROM api_keys ORDER BY created_at")?;
+        let mut st = conn.prepare("SELECT id, name, max_sandboxes, rps, created_at, revoked, admin FROM api_keys ORDER BY created_at")?;
         let rows = st.query_map([], key_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -221,6 +243,7 @@ fn key_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRecord> {
         requests_per_second: r.get(3)?,
         created_at: r.get(4)?,
         revoked: r.get::<_, i64>(5)? != 0,
+        admin: r.get::<_, i64>(6)? != 0,
     })
 }
 
@@ -236,4 +259,54 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
         helper_pid: r.get(7)?,
         ended_reason: r.get(8)?,
     })
+}
+
+#[cfg(test)]
+mod admin_tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directorys_first_key_is_its_admin_key_and_later_ones_are_not() {
+        let dir = std::env::temp_dir().join(format!("cordon-reg-{}", crate::keys::random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let r = Registry::open(&dir.join("cordon.db")).expect("open");
+        r.add_key("key_a", "first", "h1", 1, 1).expect("add");
+        r.add_key("key_b", "second", "h2", 1, 1).expect("add");
+        assert!(r.key_by_id("key_a").ok().flatten().is_some_and(|k| k.admin));
+        assert!(!r.key_by_id("key_b").ok().flatten().is_some_and(|k| k.admin));
+        assert!(r.set_admin("key_b", true).unwrap_or(false));
+        assert!(r.key_by_hash("h2").ok().flatten().is_some_and(|k| k.admin));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn keys_made_before_admin_keys_existed_make_the_oldest_the_admin() {
+        let dir = std::env::temp_dir().join(format!("cordon-reg-{}", crate::keys::random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let db = dir.join("cordon.db");
+        {
+            let c = Connection::open(&db).expect("db");
+            c.execute_batch(
+                "CREATE TABLE api_keys (
+                 id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,
+                 max_sandboxes INTEGER NOT NULL, rps INTEGER NOT NULL,
+                 created_at INTEGER NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+                 INSERT INTO api_keys VALUES ('key_new', 'n', 'h2', 1, 1, 200, 0);
+                 INSERT INTO api_keys VALUES ('key_old', 'o', 'h1', 1, 1, 100, 0);",
+            )
+            .expect("old schema");
+        }
+        let r = Registry::open(&db).expect("open");
+        assert!(r
+            .key_by_id("key_old")
+            .ok()
+            .flatten()
+            .is_some_and(|k| k.admin));
+        assert!(!r
+            .key_by_id("key_new")
+            .ok()
+            .flatten()
+            .is_some_and(|k| k.admin));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

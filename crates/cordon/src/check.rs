@@ -11,19 +11,11 @@ pub struct CheckArgs {
 
 pub fn main(a: CheckArgs) -> i32 {
     let report = cordon_linux::detect::probe();
-    let wasm = wasm_backend();
+    // The same document the console's enforcement panel shows (GET /v1/host/enforcement).
+    let (_, doc) = cordon_service::admin::host_report();
+    let wasm = doc["wasm_backend"].clone();
     if a.json {
-        let mut v = match serde_json::to_value(&report) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                return 125;
-            }
-        };
-        if let Some(o) = v.as_object_mut() {
-            o.insert("wasm_backend".into(), wasm);
-        }
-        match serde_json::to_string_pretty(&v) {
+        match serde_json::to_string_pretty(&doc) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("cordon: {e}");
@@ -124,33 +116,4 @@ pub fn main(a: CheckArgs) -> i32 {
         );
     }
     0
-}
-
-/// Whether the WebAssembly backend (the separate `cordon-wasm` binary) is installed, where,
-/// and that it starts: `{available, path, detail}`.
-fn wasm_backend() -> serde_json::Value {
-    let found = cordon_service::runner::wasm::locate().and_then(|path| {
-        let out = std::process::Command::new(&path)
-            .arg("--version")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("{}: does not start: {e}", path.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{}: --version failed ({})",
-                path.display(),
-                out.status
-            ));
-        }
-        let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        Ok((path, version))
-    });
-    match found {
-        Ok((path, version)) => serde_json::json!({
-            "available": true,
-            "path": path,
-            "detail": format!("{version} at {} (cordon run -- MODULE.wasm)", path.display()),
-        }),
-        Err(e) => serde_json::json!({"available": false, "path": null, "detail": e}),
-    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use cordon_gateway::Config as GatewayConfig;
-use cordon_server::gateway::state::{Answer, StateDir};
+use cordon_server::gateway::state::{Answer, ApprovalAnswer, Registration, StateDir};
 use cordon_server::gateway::{Gateway, GatewayOptions};
 use cordon_server::{Config, Service};
 
@@ -44,7 +44,8 @@ pub struct GatewayArgs {
     /// instead of stdio; /metrics counts calls, refusals by reason and latency.
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
-    /// The data directory of `cordon serve` whose API keys --listen accepts.
+    /// The data directory of `cordon serve`: its API keys are what --listen accepts, and the
+    /// gateway registers there, so that server's console shows and answers its held calls.
     /// [default: $CORDON_DATA_DIR, /var/lib/cordon as root, else ~/.local/share/cordon]
     #[arg(long)]
     keys_dir: Option<PathBuf>,
@@ -121,26 +122,17 @@ fn approve(config: &Path, what: &str) -> Result<(), String> {
 
 fn answer(config: &Path, id: &str, grant: bool) -> Result<(), String> {
     let (_, state) = load(config)?;
-    let mut a = state
-        .load_approval(id)
-        .ok_or_else(|| format!("no call {id} is waiting (answered, expired, or never held)"))?;
-    if a.answer != Answer::Pending {
-        return Err(format!("call {id} is already answered"));
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    if now > a.expires_ms {
-        return Err(format!("call {id} expired; the gateway refused it"));
-    }
-    a.answer = if grant {
-        Answer::Granted
-    } else {
-        Answer::Refused
-    };
-    a.answered_digest = Some(a.args_digest.clone());
-    state.save_approval(&a).map_err(|e| e.to_string())?;
+    let a = state
+        .answer(
+            id,
+            &ApprovalAnswer {
+                approve: grant,
+                args_digest: None,
+                reason: None,
+            },
+            "cli",
+        )
+        .map_err(|e| e.message)?;
     println!(
         "{} {id}: {} by {} (arguments {})",
         if grant { "approved" } else { "refused" },
@@ -228,6 +220,37 @@ fn run(
         None => crate::serve::default_data_dir().join("gateway-audit.jsonl"),
     };
     let state_dir = cfg.state_dir(&config);
+    // Registered with the server whose data dir this is (if one ever ran there), so that its
+    // console shows the calls held here. The note stays when the gateway stops (the console
+    // shows it as not running, with its history); the next start of the same gateway
+    // rewrites it.
+    let server_dir = keys_dir
+        .clone()
+        .unwrap_or_else(crate::serve::default_data_dir);
+    server_dir.join("cordon.db").exists().then(|| {
+        cordon_server::gateway::state::register(
+            &server_dir,
+            &Registration {
+                name: config
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "gateway".into()),
+                config: std::fs::canonicalize(&config)
+                    .unwrap_or_else(|_| config.clone())
+                    .display()
+                    .to_string(),
+                state_dir: std::fs::canonicalize(&state_dir).unwrap_or_else(|_| state_dir.clone()),
+                pid: std::process::id(),
+            },
+        )
+        .map_err(|e| {
+            eprintln!(
+                "cordon gateway: registering with {}: {e}",
+                server_dir.display()
+            )
+        })
+        .ok()
+    });
     let svc_cfg = Config {
         helper_exe: exe,
         data_dir: dir.clone(),

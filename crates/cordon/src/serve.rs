@@ -252,6 +252,10 @@ enum KeysCommand {
         /// Requests per second this key may make.
         #[arg(long, default_value_t = cordon_service::DEFAULT_RPS)]
         rps: u32,
+        /// An admin key: may see and answer the gateways' held calls, the keys and the host's
+        /// enforcement (a data directory's first key is one).
+        #[arg(long)]
+        admin: bool,
     },
     /// List keys (ids and limits, never secrets).
     List,
@@ -324,13 +328,18 @@ pub fn keys_main(a: KeysArgs) -> i32 {
         }
     };
     let result = match a.command {
-        KeysCommand::Create { name, max_sandboxes, rps } => cordon_service::create_key(&reg, &name, max_sandboxes, rps).map(|(secret, id)| {
+        KeysCommand::Create { name, max_sandboxes, rps, admin } => cordon_service::create_key(&reg, &name, max_sandboxes, rps).and_then(|(secret, id)| {
+            if admin {
+                reg.set_admin(&id, true)?;
+            }
+            let is_admin = reg.key_by_id(&id)?.is_some_and(|k| k.admin);
             println!("{secret}");
-            eprintln!("created key {id} ({name}): at most {max_sandboxes} sandboxes, {rps} requests/s. The secret above is shown only once.");
+            eprintln!("created {}key {id} ({name}): at most {max_sandboxes} sandboxes, {rps} requests/s. The secret above is shown only once.", if is_admin { "admin " } else { "" });
+            Ok(())
         }),
         KeysCommand::List => reg.list_keys().map(|keys| {
             for k in keys {
-                println!("{}\t{}\tmax_sandboxes={}\trps={}\t{}", k.id, k.name, k.max_sandboxes, k.requests_per_second, if k.revoked { "revoked" } else { "active" });
+                println!("{}\t{}\tmax_sandboxes={}\trps={}\t{}{}", k.id, k.name, k.max_sandboxes, k.requests_per_second, if k.revoked { "revoked" } else { "active" }, if k.admin { "\tadmin" } else { "" });
             }
         }),
         KeysCommand::Sync => sync_keys(&reg),

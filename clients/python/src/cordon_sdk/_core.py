@@ -423,6 +423,28 @@ def secret_body(value: str, metadata: Optional[Mapping[str, Any]], name: Optiona
     return body
 
 
+def key_body(name: str, max_sandboxes: Optional[int], requests_per_second: Optional[int], admin: Optional[bool]) -> Dict[str, Any]:
+    """``POST /v1/keys``."""
+    body: Dict[str, Any] = {"name": str(name)}
+    if max_sandboxes is not None:
+        body["max_sandboxes"] = int(max_sandboxes)
+    if requests_per_second is not None:
+        body["requests_per_second"] = int(requests_per_second)
+    if admin is not None:
+        body["admin"] = bool(admin)
+    return body
+
+
+def approval_body(approve: bool, args_digest: Optional[str], reason: Optional[str]) -> Dict[str, Any]:
+    """``POST /v1/gateway/approvals/{id}``."""
+    body: Dict[str, Any] = {"approve": bool(approve)}
+    if args_digest is not None:
+        body["args_digest"] = str(args_digest)
+    if reason is not None:
+        body["reason"] = str(reason)
+    return body
+
+
 def volume_body(name: str, size: Optional[Size]) -> Dict[str, Any]:
     """``POST /v1/volumes``."""
     body: Dict[str, Any] = {"name": str(name)}

@@ -30,6 +30,7 @@ from . import _core
 from ._core import Cmd, Duration, NetworkSpec, OutputCallback, Size, TimeoutArg, VolumeSpec
 from .errors import CordonError, CordonTimeoutError, NotFoundError, SandboxError
 from .models import (
+    ApprovalsView,
     AuditView,
     BatchResult,
     CodeError,
@@ -37,9 +38,13 @@ from .models import (
     CommandInfo,
     CommitResult,
     ContextInfo,
+    CreatedKey,
     Entry,
     ForkResult,
+    HeldCall,
+    HostEnforcement,
     ImageInfo,
+    KeyInfo,
     LearnedProfile,
     MimeBundle,
     NetworkInfo,
@@ -52,6 +57,8 @@ from .models import (
     SecretInfo,
     SecretList,
     SnapshotInfo,
+    UsageHistory,
+    UsageNow,
     VolumeInfo,
 )
 
@@ -819,6 +826,114 @@ class AsyncSandbox:
             return AuditView.from_dict(body)
 
     @classmethod
+    async def gateway_approvals(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> ApprovalsView:
+        """The tool calls held for a person by the gateways registered with the server
+        (``GET /v1/gateway/approvals``; admin keys only, others get
+        :class:`~cordon_sdk.CordonError` with status 403)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return ApprovalsView.from_dict(await http.get_json("/v1/gateway/approvals", "gateway approvals"))
+
+    @classmethod
+    async def answer_approval(
+        cls,
+        call_id: str,
+        approve: bool,
+        *,
+        args_digest: Optional[str] = None,
+        reason: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> HeldCall:
+        """Grants (naming the ``args_digest`` of the arguments shown) or refuses, with a
+        ``reason``, a held call (``POST /v1/gateway/approvals/{id}``; admin keys only)."""
+        body = _core.approval_body(approve, args_digest, reason)
+        async with _one_call(base_url, api_key, timeout) as http:
+            return HeldCall.from_dict(
+                await http.post_json(f"/v1/gateway/approvals/{_core.seg(call_id)}", body, "held call")
+            )
+
+    @classmethod
+    async def usage(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[UsageNow]:
+        """The key's running sandboxes' use at the server's last sample (``GET /v1/usage``):
+        all of them in one request, as the console's live table reads them."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return _core.items(await http.get_json("/v1/usage", "usage"), "sandboxes", UsageNow.from_dict)
+
+    @classmethod
+    async def list_keys(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> List[KeyInfo]:
+        """Every API key of the server, never a secret (``GET /v1/keys``; admin keys only)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return _core.items(await http.get_json("/v1/keys", "key list"), "keys", KeyInfo.from_dict)
+
+    @classmethod
+    async def create_key(
+        cls,
+        name: str,
+        *,
+        max_sandboxes: Optional[int] = None,
+        requests_per_second: Optional[int] = None,
+        admin: Optional[bool] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> CreatedKey:
+        """A new API key (``POST /v1/keys``; admin keys only); its ``secret`` is in the answer
+        and nowhere else."""
+        body = _core.key_body(name, max_sandboxes, requests_per_second, admin)
+        async with _one_call(base_url, api_key, timeout) as http:
+            return CreatedKey.from_dict(await http.post_json("/v1/keys", body, "key"))
+
+    @classmethod
+    async def revoke_key(
+        cls,
+        key_id: str,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> bool:
+        """Revokes the key ``key_id`` (``DELETE /v1/keys/{id}``; admin keys only, not one's
+        own); False if there is no such key."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            try:
+                await http.request("DELETE", f"/v1/keys/{_core.seg(key_id)}")
+                return True
+            except NotFoundError:
+                return False
+
+    @classmethod
+    async def host_enforcement(
+        cls,
+        *,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: TimeoutArg = _core.DEFAULT_TIMEOUT,
+    ) -> HostEnforcement:
+        """What the server's host enforces, as ``cordon check`` reports it
+        (``GET /v1/host/enforcement``; admin keys only)."""
+        async with _one_call(base_url, api_key, timeout) as http:
+            return HostEnforcement.from_dict(await http.get_json("/v1/host/enforcement", "host enforcement"))
+
+    @classmethod
     async def list_images(
         cls,
         *,
@@ -1087,6 +1202,11 @@ class AsyncSandbox:
         """What the sandbox uses now: CPU (since the previous call), memory, disk and
         processes, each beside its limit."""
         return SandboxMetrics.from_dict(await self._http.get_json(self._path + "/metrics", "metrics"))
+
+    async def metrics_history(self) -> UsageHistory:
+        """The sandbox's CPU and memory over its whole life, as the server sampled them from
+        its cgroup (every 2 s; a long life merged into at most 512 points)."""
+        return UsageHistory.from_dict(await self._http.get_json(self._path + "/metrics/history", "metrics history"))
 
     async def processes(self) -> ProcessList:
         """The sandbox's processes now: pid and parent inside the sandbox (its init is 1),

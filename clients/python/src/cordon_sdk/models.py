@@ -47,6 +47,15 @@ __all__ = [
     "SandboxMetrics",
     "ChainStatus",
     "AuditView",
+    "HeldCall",
+    "GatewayApprovals",
+    "ApprovalsView",
+    "KeyInfo",
+    "CreatedKey",
+    "HostEnforcement",
+    "UsageSample",
+    "UsageHistory",
+    "UsageNow",
 ]
 
 LIMITS_HIT = ("memory", "pids", "cpu_time", "wall_time", "output", "disk", "files")
@@ -1143,5 +1152,230 @@ class SecretList:
         return cls(
             secrets=[SecretInfo.from_dict(x) for x in items if isinstance(x, Mapping)] if isinstance(items, list) else [],
             next=_opt_str(d.get("next")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class HeldCall:
+    """A tool call a gateway holds for a person (or, in a history, how one ended): the tool,
+    the rule that asked, the arguments (secret-looking fields masked; the agent's input, so
+    show it as text) and their digest, which a grant names (:meth:`Sandbox.answer_approval`)."""
+
+    __schema__: ClassVar[Optional[str]] = "HeldCall"
+
+    id: str
+    tool: str
+    rule: str
+    client: str
+    args_digest: str
+    requested_ms: int
+    expires_ms: int
+    answer: str
+    answered_digest: Optional[str] = None
+    arguments: Any = None
+    answered_by: Optional[str] = None
+    answered_ms: Optional[int] = None
+    reason: Optional[str] = None
+    outcome: Optional[str] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HeldCall":
+        return cls(
+            id=_str(d.get("id")),
+            tool=_str(d.get("tool")),
+            rule=_str(d.get("rule")),
+            client=_str(d.get("client")),
+            args_digest=_str(d.get("args_digest")),
+            requested_ms=_int(d.get("requested_ms")),
+            expires_ms=_int(d.get("expires_ms")),
+            answer=_str(d.get("answer")),
+            answered_digest=_opt_str(d.get("answered_digest")),
+            arguments=d.get("arguments"),
+            answered_by=_opt_str(d.get("answered_by")),
+            answered_ms=_opt_int(d.get("answered_ms")),
+            reason=_opt_str(d.get("reason")),
+            outcome=_opt_str(d.get("outcome")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class GatewayApprovals:
+    """One gateway's held calls and its last answered ones (newest first)."""
+
+    __schema__: ClassVar[Optional[str]] = "GatewayApprovals"
+
+    name: str
+    config: str
+    state_dir: str
+    running: bool
+    pending: List[HeldCall]
+    history: List[HeldCall]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "GatewayApprovals":
+        return cls(
+            name=_str(d.get("name")),
+            config=_str(d.get("config")),
+            state_dir=_str(d.get("state_dir")),
+            running=bool(d.get("running")),
+            pending=[HeldCall.from_dict(x) for x in _objs(d.get("pending"))],
+            history=[HeldCall.from_dict(x) for x in _objs(d.get("history"))],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ApprovalsView:
+    """The gateways registered with the server (``cordon gateway --keys-dir DATA_DIR``) and
+    their held calls (:meth:`Sandbox.gateway_approvals`, admin keys only)."""
+
+    __schema__: ClassVar[Optional[str]] = "ApprovalsView"
+
+    gateways: List[GatewayApprovals]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ApprovalsView":
+        return cls(gateways=[GatewayApprovals.from_dict(x) for x in _objs(d.get("gateways"))], raw=dict(d))
+
+
+@dataclass
+class KeyInfo:
+    """An API key of the server as an admin sees it (never its secret)
+    (:meth:`Sandbox.list_keys`)."""
+
+    __schema__: ClassVar[Optional[str]] = "KeyView"
+
+    id: str
+    name: str
+    max_sandboxes: int
+    requests_per_second: int
+    created_at: int
+    revoked: bool
+    admin: bool
+    sandboxes: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "KeyInfo":
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            max_sandboxes=_int(d.get("max_sandboxes")),
+            requests_per_second=_int(d.get("requests_per_second")),
+            created_at=_int(d.get("created_at")),
+            revoked=bool(d.get("revoked")),
+            admin=bool(d.get("admin")),
+            sandboxes=_int(d.get("sandboxes")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class CreatedKey:
+    """A new key (:meth:`Sandbox.create_key`): its ``secret`` is in this answer only."""
+
+    __schema__: ClassVar[Optional[str]] = "CreatedKey"
+
+    secret: str
+    key: KeyInfo
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CreatedKey":
+        return cls(secret=_str(d.get("secret")), key=KeyInfo.from_dict(_obj(d.get("key"))), raw=dict(d))
+
+
+@dataclass
+class HostEnforcement:
+    """What the server's host enforces (:meth:`Sandbox.host_enforcement`): ``mode`` (``full``,
+    ``no_namespaces`` or ``none``) and ``cordon check --json``'s document."""
+
+    __schema__: ClassVar[Optional[str]] = "HostEnforcement"
+
+    mode: str
+    report: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HostEnforcement":
+        return cls(mode=_str(d.get("mode")), report=dict(_obj(d.get("report"))), raw=dict(d))
+
+
+@dataclass
+class UsageSample:
+    """One point of a sandbox's use: when, CPU over the point's span (0 to 100, of all its
+    CPUs), and the memory peak."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageSample"
+
+    t_ms: int
+    cpu_pct: float
+    mem_bytes: int
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageSample":
+        return cls(t_ms=_int(d.get("t_ms")), cpu_pct=_float(d.get("cpu_pct")), mem_bytes=_int(d.get("mem_bytes")), raw=dict(d))
+
+
+@dataclass
+class UsageHistory:
+    """A sandbox's CPU and memory over its whole life, sampled by the server from its cgroup
+    (:meth:`Sandbox.metrics_history`); ``source`` is ``none`` where the host gives it none."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageHistory"
+
+    interval_ms: int
+    source: str
+    mem_total: int
+    samples: List[UsageSample]
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageHistory":
+        return cls(
+            interval_ms=_int(d.get("interval_ms")),
+            source=_str(d.get("source")),
+            mem_total=_int(d.get("mem_total")),
+            samples=[UsageSample.from_dict(x) for x in _objs(d.get("samples"))],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class UsageNow:
+    """A running sandbox's use at the server's last sample (:meth:`Sandbox.usage`): CPU,
+    memory, processes and disk against their limits."""
+
+    __schema__: ClassVar[Optional[str]] = "UsageNow"
+
+    id: str
+    t_ms: int
+    cpu_pct: float
+    mem_bytes: int
+    mem_total: int
+    processes_max: int
+    processes: Optional[int] = None
+    disk_used: Optional[int] = None
+    disk_total: Optional[int] = None
+    raw: Dict[str, Any] = _raw()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UsageNow":
+        return cls(
+            id=_str(d.get("id")),
+            t_ms=_int(d.get("t_ms")),
+            cpu_pct=_float(d.get("cpu_pct")),
+            mem_bytes=_int(d.get("mem_bytes")),
+            mem_total=_int(d.get("mem_total")),
+            processes_max=_int(d.get("processes_max")),
+            processes=_opt_int(d.get("processes")),
+            disk_used=_opt_int(d.get("disk_used")),
+            disk_total=_opt_int(d.get("disk_total")),
             raw=dict(d),
         )

@@ -17,6 +17,7 @@
 //!   allows scripts, connections and images from this server only: text from sandboxes
 //!   (file names, metadata, output) is put into the page as text, never as markup.
 
+mod gateway;
 mod sessions;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+pub(crate) use gateway::{gateway_admin_auth, gateway_router, GatewayConsole};
 pub(crate) use sessions::Sessions;
 
 use crate::app::AppState;
@@ -149,7 +151,9 @@ async fn sign_in(
     let (token, csrf) = sessions.open(key_hash);
     st.service
         .audit("console.sign_in", &caller.key_id, None, json!({}));
-    let mut r = Json(json!({ "csrf": csrf, "key_id": caller.key_id })).into_response();
+    let admin = st.service.is_admin(&caller)?;
+    let mut r =
+        Json(json!({ "csrf": csrf, "key_id": caller.key_id, "admin": admin })).into_response();
     let cookie = format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         sessions::LIFETIME.as_secs()
@@ -170,7 +174,7 @@ async fn session(
     if st.open {
         crate::auth::authenticate(&st, &headers, None, "")?;
         return Ok(hardened(
-            Json(json!({ "open": true, "csrf": "" })).into_response(),
+            Json(json!({ "open": true, "csrf": "", "admin": true })).into_response(),
         ));
     }
     let sessions = st
@@ -181,8 +185,10 @@ async fn session(
         .and_then(|t| sessions.get(t))
         .ok_or_else(|| ApiError::unauthorized("not signed in"))?;
     let caller = st.service.authenticate_hashed(&s.key_hash)?;
+    let admin = st.service.is_admin(&caller)?;
     Ok(hardened(
-        Json(json!({ "open": false, "csrf": s.csrf, "key_id": caller.key_id })).into_response(),
+        Json(json!({ "open": false, "csrf": s.csrf, "key_id": caller.key_id, "admin": admin }))
+            .into_response(),
     ))
 }
 
@@ -254,25 +260,37 @@ pub(crate) fn caller_of(
         let s = sessions.get(token).ok_or_else(|| {
             ApiError::unauthorized("the console session has ended: sign in again")
         })?;
-        if !matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD) {
-            same_origin(headers)?;
-            let given = headers
-                .get(CSRF_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if !cordon_service::keys::constant_time_eq(
-                &cordon_service::keys::hash(given),
-                &cordon_service::keys::hash(&s.csrf),
-            ) {
-                return Err(ApiError::new(
-                    ErrorKind::Forbidden,
-                    "csrf",
-                    "refused: a console request without its CSRF token",
-                ));
-            }
-        }
+        guard_change(method, headers, &s)?;
         Ok(st.service.authenticate_hashed(&s.key_hash)?)
     })())
+}
+
+/// A cookie-authenticated request that can change something (anything but GET and HEAD)
+/// must carry the session's CSRF token and no foreign `Origin`.
+fn guard_change(
+    method: &axum::http::Method,
+    headers: &HeaderMap,
+    s: &sessions::Session,
+) -> Result<(), ApiError> {
+    if matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD) {
+        return Ok(());
+    }
+    same_origin(headers)?;
+    let given = headers
+        .get(CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !cordon_service::keys::constant_time_eq(
+        &cordon_service::keys::hash(given),
+        &cordon_service::keys::hash(&s.csrf),
+    ) {
+        return Err(ApiError::new(
+            ErrorKind::Forbidden,
+            "csrf",
+            "refused: a console request without its CSRF token",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,8 +14,11 @@
 #![allow(deprecated)]
 
 mod relay;
-pub mod state;
 mod upstream;
+
+/// The gateway's state directory (pins, held calls, their history): the service's, so the
+/// server's console answers held calls as the gateway's own doors do.
+pub use cordon_service::gateway_state as state;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -222,6 +225,9 @@ pub struct GatewayOptions {
 
 /// Shared by every session of one gateway.
 pub struct Gateway {
+    /// Its config file's stem (what consoles call it) and the file.
+    pub name: String,
+    pub config_path: PathBuf,
     service: Arc<Service>,
     caller: Caller,
     policy: Policy,
@@ -274,6 +280,12 @@ impl Gateway {
             upstreams.insert(name.clone(), Arc::new(up));
         }
         let gw = Arc::new(Gateway {
+            name: opts
+                .config_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "gateway".into()),
+            config_path: opts.config_path.clone(),
             service,
             caller,
             policy,
@@ -609,6 +621,13 @@ impl Gateway {
             expires_ms: requested + timeout.as_millis() as u64,
             answer: Answer::Pending,
             answered_digest: None,
+            // What the person decides on: the arguments as the tool will get them, with
+            // secret-looking fields masked (as in the audit log).
+            arguments: Some(masked(&admitted.arguments)),
+            answered_by: None,
+            answered_ms: None,
+            reason: None,
+            outcome: None,
         };
         self.state
             .save_approval(&a)
@@ -622,36 +641,53 @@ impl Gateway {
             timeout.as_secs()
         );
         let deadline = Instant::now() + *timeout;
-        let verdict = loop {
+        let mut last = a;
+        let (verdict, outcome) = loop {
             if let Some(cur) = self.state.load_approval(&id) {
+                last = cur.clone();
                 match cur.answer {
                     Answer::Granted
                         if cur.answered_digest.as_deref() == Some(digest.as_str())
                             && cur.rule == *rule
                             && now_ms() <= cur.expires_ms =>
                     {
-                        break Ok(());
+                        break (Ok(()), "granted");
                     }
-                    Answer::Granted => break Err(refuse(
+                    Answer::Granted => break (Err(refuse(
                         "the approval does not match this call (other arguments, rule or expiry)"
                             .into(),
-                    )),
-                    Answer::Refused => break Err(refuse(format!("a person refused call {id}"))),
+                    )), "mismatch"),
+                    Answer::Refused => {
+                        let why = cur
+                            .reason
+                            .as_deref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default();
+                        break (Err(refuse(format!("a person refused call {id}{why}"))), "refused");
+                    }
                     Answer::Pending => {}
                 }
             }
             if Instant::now() >= deadline {
-                break Err(refuse(format!(
-                    "nobody approved call {id} within {} s",
-                    timeout.as_secs()
-                )));
+                break (
+                    Err(refuse(format!(
+                        "nobody approved call {id} within {} s",
+                        timeout.as_secs()
+                    ))),
+                    "expired",
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
+        last.outcome = Some(outcome.into());
+        if let Err(e) = self.state.record_history(&last) {
+            eprintln!("cordon gateway: approvals history: {e}");
+        }
         self.state.remove_approval(&id);
         self.audit.record(
             "approval.answered",
-            json!({"id": id, "tool": tool, "rule": rule, "verdict": if verdict.is_ok() { "granted" } else { "refused" }}),
+            json!({"id": id, "tool": tool, "rule": rule, "verdict": if verdict.is_ok() { "granted" } else { "refused" },
+                   "outcome": outcome, "by": last.answered_by, "reason": last.reason}),
         );
         verdict
     }
@@ -1692,53 +1728,43 @@ async fn list_approvals(
     axum::Json(json!({ "approvals": waiting }))
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalAnswer {
-    approve: bool,
-    /// The argument digest the person saw; a grant binds to it.
-    args_digest: String,
-}
-
-/// `POST /approvals/{id}` `{"approve": bool, "args_digest": "…"}`: answers a held call.
+/// `POST /approvals/{id}` (and `/v1/gateway/approvals/{id}`) `{"approve": bool,
+/// "args_digest": "…", "reason": "…"}`: answers a held call.
 async fn answer_approval(
     axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
     axum::extract::Path(id): axum::extract::Path<String>,
     caller: Option<axum::Extension<Caller>>,
-    body: Result<axum::Json<ApprovalAnswer>, axum::extract::rejection::JsonRejection>,
+    body: Result<axum::Json<state::ApprovalAnswer>, axum::extract::rejection::JsonRejection>,
 ) -> Result<axum::Json<Value>, crate::ApiError> {
     let axum::Json(body) = body.map_err(|e| crate::ApiError::bad_request(format!("body: {e}")))?;
-    let mut a = gw
-        .state
-        .load_approval(&id)
-        .ok_or_else(|| crate::ApiError::not_found(format!("no call {id} is waiting")))?;
-    if a.answer != Answer::Pending {
-        return Err(crate::ApiError::conflict(format!(
-            "call {id} is already answered"
-        )));
-    }
-    if now_ms() > a.expires_ms {
-        return Err(crate::ApiError::conflict(format!("call {id} expired")));
-    }
-    if body.approve && body.args_digest != a.args_digest {
-        return Err(crate::ApiError::conflict(
-            "args_digest is not the digest of the held call's arguments",
+    if body.approve && body.args_digest.is_none() {
+        return Err(crate::ApiError::bad_request(
+            "args_digest: a grant names the digest of the arguments it approves",
         ));
     }
-    a.answer = if body.approve {
-        Answer::Granted
-    } else {
-        Answer::Refused
-    };
-    a.answered_digest = Some(body.args_digest);
-    gw.state
-        .save_approval(&a)
-        .map_err(|e| crate::ApiError::internal(e.to_string()))?;
+    let by = caller.map(|c| c.0.key_id).unwrap_or_default();
+    let a = gw.state.answer(&id, &body, &by)?;
     gw.audit.record(
         "approval.http",
-        json!({"id": id, "by": caller.map(|c| c.0.key_id), "approve": body.approve}),
+        json!({"id": id, "by": by, "approve": body.approve, "reason": a.reason}),
     );
     Ok(axum::Json(json!({ "id": id, "answer": a.answer })))
+}
+
+/// `GET /v1/gateway/approvals`: this gateway's held calls and history, in the shape the
+/// server's `GET /v1/gateway/approvals` gives for every gateway registered with it.
+async fn approvals_view(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+) -> axum::Json<state::ApprovalsView> {
+    let reg = state::Registration {
+        name: gw.name.clone(),
+        config: gw.config_path.display().to_string(),
+        state_dir: gw.state.dir.clone(),
+        pid: std::process::id(),
+    };
+    axum::Json(state::ApprovalsView {
+        gateways: vec![gw.state.view(reg, true, 50)],
+    })
 }
 
 /// Checks `Authorization: Bearer KEY` against `cordon serve`'s keys (the same registry).
@@ -1796,17 +1822,24 @@ pub fn http_router(
             registry.clone(),
             gateway_auth,
         ));
+    let console = Arc::new(crate::console::GatewayConsole::new(registry.clone()));
     let approvals = axum::Router::new()
         .route("/approvals", axum::routing::get(list_approvals))
         .route("/approvals/{id}", axum::routing::post(answer_approval))
+        .route("/v1/gateway/approvals", axum::routing::get(approvals_view))
+        .route(
+            "/v1/gateway/approvals/{id}",
+            axum::routing::post(answer_approval),
+        )
         .with_state(gw.clone())
         .layer(axum::middleware::from_fn_with_state(
-            registry.clone(),
-            gateway_auth,
+            console.clone(),
+            crate::console::gateway_admin_auth,
         ));
     let m = gw.clone();
     axum::Router::new()
         .merge(approvals)
+        .merge(crate::console::gateway_router(console))
         .nest_service("/mcp", mcp)
         .route(
             "/metrics",

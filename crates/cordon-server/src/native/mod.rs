@@ -11,11 +11,13 @@
 //! Threat model: every body is client input, read by [`JsonBody`] into typed requests (as JSON
 //! whatever its content type; without keys, `crate::auth` keeps web pages out).
 
+mod admin;
 mod audit;
 mod batch;
 mod code;
 mod commands;
 mod files;
+mod gateway;
 mod health;
 mod images;
 mod mcp_mount;
@@ -61,6 +63,8 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::metrics))
+        .routes(routes!(sandboxes::metrics_history))
+        .routes(routes!(sandboxes::usage_now))
         .routes(routes!(sandboxes::processes))
         .routes(routes!(sandboxes::extend))
         .routes(routes!(sandboxes::pause))
@@ -89,6 +93,11 @@ pub(super) fn protected_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(code::restart_context))
         .routes(routes!(run::run_oneshot))
         .routes(routes!(audit::audit_trail))
+        .routes(routes!(gateway::list_approvals))
+        .routes(routes!(admin::list_keys, admin::create_key))
+        .routes(routes!(admin::revoke_key))
+        .routes(routes!(admin::host_enforcement))
+        .routes(routes!(gateway::answer_approval))
         .routes(routes!(batch::batch))
         .routes(routes!(images::list_images))
         .routes(routes!(images::pull_image))
@@ -228,6 +237,16 @@ pub(super) fn error_statuses(path: &str, has_body: bool) -> Vec<u16> {
     if path == "/v1/images/pull" {
         v.extend([403, 404, 422, 502]);
     }
+    // Admin keys only; a held call answered, expired or gone; a key that revokes itself.
+    if path.starts_with("/v1/gateway/")
+        || path.starts_with("/v1/keys")
+        || path.starts_with("/v1/host/")
+    {
+        v.push(403);
+        if path.contains("{id}") {
+            v.extend([404, 409]);
+        }
+    }
     // A layer past the store's caps.
     if path.ends_with("/commit") {
         v.push(422);
@@ -242,11 +261,11 @@ pub(super) fn error_response(path: &str, status: u16) -> RefOr<utoipa::openapi::
     let description = match status {
         400 => "The request is malformed: its body, query or path does not fit the schema, or a value is out of range (the message names the field)",
         401 => "No API key, or one that is invalid or revoked",
-        403 => "Not allowed: a path outside what the sandbox may touch, a registry this server may not pull from, or (without keys) a request that is not local",
+        403 => "Not allowed: a path outside what the sandbox may touch, a registry this server may not pull from, a route for admin keys only (`admin_only`), or (without keys) a request that is not local",
         404 => "No such sandbox (or command, context, file, MCP session, snapshot, volume, secret) for this key",
         405 => "Method not allowed here; `Allow` lists the ones that are",
         406 => "The client does not accept what this endpoint sends",
-        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume, snapshot or secret of that name exists already, or a volume is in use",
+        409 => "The sandbox cannot do this now (it ended, its kernel did not start, a file is in the way, …), or a volume, snapshot or secret of that name exists already, or a volume is in use, or a held gateway call is answered already or expired, or an admin key would revoke itself",
         413 => "The body is larger than this server accepts",
         415 => "A content type this endpoint does not take",
         422 => "The image cannot be used: a digest that does not match, a format or feature not handled, a size cap reached, no image for the platform asked for",

@@ -66,6 +66,27 @@ pub(super) async fn metrics(
     Ok(Json(st.service.sandbox_metrics(&c, &id).await?))
 }
 
+#[utoipa::path(get, path = "/v1/usage",
+    description = "The key's running sandboxes' use at the server's last sample (every 2 s, from each one's cgroup): CPU, memory, processes and disk against their limits, for all of them in one request (the console's live table). A sandbox whose host gives it no cgroup is not listed: ask its `/metrics`.",
+    responses((status = 200, body = super::schema::UsageList)))]
+pub(super) async fn usage_now(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+) -> Result<Json<cordon_service::usage::UsageList>, ApiError> {
+    Ok(Json(st.service.usage_now(&c)?))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/metrics/history", params(IdPath),
+    description = "A running sandbox's CPU and memory over its whole life, sampled by the server from its cgroup every 2 s; a long life is kept in at most 512 points (neighbours merged as it grows).",
+    responses((status = 200, body = super::schema::UsageHistory)))]
+pub(super) async fn metrics_history(
+    State(st): State<Arc<AppState>>,
+    Extension(c): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<cordon_service::usage::UsageHistory>, ApiError> {
+    Ok(Json(st.service.usage_history(&c, &id)?))
+}
+
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/processes", params(IdPath),
     description = "A running sandbox's processes now, by their pid inside it (its init included), with their command lines, CPU and memory.",
     responses((status = 200, body = super::schema::ProcessList)))]

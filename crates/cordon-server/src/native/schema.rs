@@ -428,6 +428,54 @@ pub struct ChainStatus {
     pub line: Option<usize>,
 }
 
+/// One point of a sandbox's use.
+#[derive(ToSchema, Serialize)]
+pub struct UsageSample {
+    /// When (the point's first sample), in milliseconds since the epoch.
+    pub t_ms: u64,
+    /// CPU used over the point's span, of all its CPUs together, 0 to 100.
+    pub cpu_pct: f64,
+    /// Memory in use (the point's highest sample), in bytes.
+    pub mem_bytes: u64,
+}
+
+/// A running sandbox's use at the server's last sample.
+#[derive(ToSchema, Serialize)]
+pub struct UsageNow {
+    pub id: String,
+    /// When it was sampled, in milliseconds since the epoch.
+    pub t_ms: u64,
+    /// CPU over the last interval, of all its CPUs together, 0 to 100.
+    pub cpu_pct: f64,
+    pub mem_bytes: u64,
+    pub mem_total: u64,
+    /// Its processes (its cgroup's count; absent without a pids counter).
+    pub processes: Option<u64>,
+    pub processes_max: u64,
+    /// Its scratch filesystems' use (absent where it has no filesystems of its own).
+    pub disk_used: Option<u64>,
+    pub disk_total: Option<u64>,
+}
+
+/// `GET /v1/usage`.
+#[derive(ToSchema, Serialize)]
+pub struct UsageList {
+    pub sandboxes: Vec<UsageNow>,
+}
+
+/// A sandbox's CPU and memory over its whole life.
+#[derive(ToSchema, Serialize)]
+pub struct UsageHistory {
+    /// The span of one point, in milliseconds (doubles as a long life is merged).
+    pub interval_ms: u64,
+    /// `cgroup`, or `none` where the host gives the sandbox no cgroup to read (no points).
+    pub source: String,
+    /// The memory limit, in bytes.
+    pub mem_total: u64,
+    /// Oldest first; at most 512.
+    pub samples: Vec<UsageSample>,
+}
+
 /// What a running sandbox uses now.
 #[derive(ToSchema, Serialize)]
 pub struct SandboxMetrics {
@@ -1026,6 +1074,133 @@ pub struct ForkResult {
     /// Said in words: memory and processes are not carried on this host.
     pub note: String,
     pub skipped: Vec<String>,
+}
+
+/// `POST /v1/gateway/approvals/{id}`: a person's answer to a held call.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// `true` lets the call through, `false` refuses it.
+    pub approve: bool,
+    /// The digest of the arguments the person saw (`args_digest` of the held call): required
+    /// to grant, and a grant binds to it.
+    #[schema(pattern = r"^[^\x00]*$")]
+    pub args_digest: Option<String>,
+    /// Why: kept in the history, and told to the agent when refused (cut to 500 characters).
+    #[schema(pattern = r"^[^\x00]*$")]
+    pub reason: Option<String>,
+}
+
+/// A tool call a gateway holds for a person (or, in the history, how one ended).
+#[derive(ToSchema, Serialize)]
+pub struct HeldCall {
+    /// `call-` and hex.
+    pub id: String,
+    /// The tool, as `server.tool` (or a script tool's name).
+    pub tool: String,
+    /// The rule that asked for approval.
+    pub rule: String,
+    pub client: String,
+    /// The digest of the call's arguments: a grant names it.
+    pub args_digest: String,
+    pub requested_ms: u64,
+    pub expires_ms: u64,
+    /// `pending`, `granted` or `refused`.
+    pub answer: String,
+    pub answered_digest: Option<String>,
+    /// The arguments (secret-looking fields masked): the agent's input, to be shown as text.
+    pub arguments: Option<Value>,
+    /// The API key that answered (`cli` for `cordon gateway approve`).
+    pub answered_by: Option<String>,
+    pub answered_ms: Option<u64>,
+    pub reason: Option<String>,
+    /// In the history: `granted`, `refused`, `expired` or `mismatch`.
+    pub outcome: Option<String>,
+}
+
+/// One gateway's held calls and its last answered ones.
+#[derive(ToSchema, Serialize)]
+pub struct GatewayApprovals {
+    /// Its config file's stem.
+    pub name: String,
+    pub config: String,
+    pub state_dir: String,
+    /// Whether its process runs (a stopped gateway's calls can no longer proceed).
+    pub running: bool,
+    pub pending: Vec<HeldCall>,
+    /// Newest first.
+    pub history: Vec<HeldCall>,
+}
+
+/// `GET /v1/gateway/approvals`.
+#[derive(ToSchema, Serialize)]
+pub struct ApprovalsView {
+    /// The gateways registered with this server (`cordon gateway --keys-dir DATA_DIR`).
+    pub gateways: Vec<GatewayApprovals>,
+}
+
+/// An API key as an admin sees it (never its secret).
+#[derive(ToSchema, Serialize)]
+pub struct KeyView {
+    /// `key_…`.
+    pub id: String,
+    pub name: String,
+    pub max_sandboxes: u32,
+    pub requests_per_second: u32,
+    /// Seconds since the epoch.
+    pub created_at: u64,
+    pub revoked: bool,
+    /// May see and answer the gateways' held calls, the keys and the host's enforcement.
+    pub admin: bool,
+    /// Its sandboxes alive on this server now.
+    pub sandboxes: u64,
+}
+
+/// `GET /v1/keys`.
+#[derive(ToSchema, Serialize)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// `POST /v1/keys`.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    /// A label: 1 to 64 characters, not only spaces, no control characters.
+    #[schema(
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f\s][^\x00-\x1f\x7f-\x9f]*$",
+        min_length = 1,
+        max_length = 64
+    )]
+    pub name: String,
+    /// Sandboxes it may run at once (default 50).
+    #[schema(minimum = 1, maximum = 100000)]
+    pub max_sandboxes: Option<u32>,
+    /// Requests per second it may make (default 100).
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub requests_per_second: Option<u32>,
+    /// An admin key (default false).
+    pub admin: Option<bool>,
+}
+
+/// A new key.
+#[derive(ToSchema, Serialize)]
+pub struct CreatedKey {
+    /// The secret (`cdn_…`): shown here once, stored only as a hash.
+    pub secret: String,
+    pub key: KeyView,
+}
+
+/// What this host enforces.
+#[derive(ToSchema, Serialize)]
+pub struct HostEnforcement {
+    /// `full` (every layer), `no_namespaces` (Landlock, seccomp, rlimits and a cgroup only,
+    /// one-shot runs only) or `none`.
+    pub mode: String,
+    /// `cordon check --json`'s document: `kernel`, `features` (each `name`, `available`,
+    /// `detail`, `cost_if_missing`), `environment`, `obstacles` (each with its `fixes`),
+    /// `wasm_backend`.
+    pub report: Value,
 }
 
 /// `POST /v1/volumes`.

@@ -4,7 +4,7 @@
 // goes into the page through textContent, never as markup.
 'use strict';
 
-const state = { csrf: '', timer: null, socket: null, term: null, samples: [] };
+const state = { csrf: '', timer: null, socket: null, term: null, samples: [], admin: false, gateway: false, keyId: '' };
 const $main = () => document.getElementById('main');
 
 function el(tag, attrs, ...children) {
@@ -75,7 +75,16 @@ function showLogin(message) {
 
 function signedIn(s) {
   state.csrf = s.csrf || '';
+  state.admin = !!s.admin;
+  state.gateway = !!s.gateway;
+  state.keyId = s.key_id || '';
   document.getElementById('nav').hidden = false;
+  // Admin pages are shown to admin keys only (the API refuses others with 403 anyway); a
+  // gateway's console has nothing but its held calls.
+  for (const a of document.querySelectorAll('#nav a')) {
+    const page = a.getAttribute('href');
+    a.hidden = state.gateway ? page !== '#/approvals' : (a.classList.contains('admin') && !state.admin);
+  }
   document.getElementById('who').textContent = s.open ? 'no keys on this server (loopback only)' : ('key ' + (s.key_id || ''));
   document.getElementById('signout').hidden = !!s.open;
   route();
@@ -128,16 +137,24 @@ async function showList() {
       el('td', { class: 'num cpu' }, m ? m.cpu_used_pct.toFixed(1) + '%' : ''),
       el('td', { class: 'num' }, m ? bytes(m.mem_used) + ' / ' + bytes(m.mem_total) : ''),
       el('td', { class: 'num' }, m ? m.processes + ' / ' + m.processes_max : ''),
-      el('td', { class: 'num' }, m ? bytes(m.disk_used) + ' / ' + bytes(m.disk_total) : ''),
+      el('td', { class: 'num' }, m && m.disk_total ? bytes(m.disk_used) + ' / ' + bytes(m.disk_total) : ''),
       el('td', { class: 'meta' }, Object.entries(sb.metadata || {}).map(([k, v]) => k + '=' + v).join(', ')))));
     note.textContent = shown.length + ' of ' + rows.length + ' sandboxes';
   }
   async function refresh() {
     try {
-      const list = await api('GET', '/v1/sandboxes');
+      // Two requests whatever the number of sandboxes: the list, and every running one's use
+      // at the server's last sample. Only a sandbox the server samples no cgroup of (a host
+      // without cgroups) is asked for its own metrics.
+      const [list, usage] = await Promise.all([api('GET', '/v1/sandboxes'), api('GET', '/v1/usage')]);
+      const byId = new Map(usage.sandboxes.map((u) => [u.id, u]));
       rows = await Promise.all(list.sandboxes.map(async (sb) => {
         let m = null;
-        if (sb.state === 'running') {
+        const u = byId.get(sb.id);
+        if (u) {
+          m = { cpu_used_pct: u.cpu_pct, mem_used: u.mem_bytes, mem_total: u.mem_total, processes: u.processes ?? '?', processes_max: u.processes_max,
+            disk_used: u.disk_used, disk_total: u.disk_total };
+        } else if (sb.state === 'running') {
           try { m = await api('GET', '/v1/sandboxes/' + encodeURIComponent(sb.id) + '/metrics'); } catch (_) { /* it ended meanwhile */ }
         }
         return { sb, m };
@@ -190,7 +207,7 @@ async function showSandbox(id) {
     el('p', {}, el('a', { href: '#/' }, '← Sandboxes')), title, status,
     el('div', { class: 'toolbar' }, act('Pause', 'POST', '/pause'), act('Resume', 'POST', '/resume'), act('Kill', 'DELETE', '', 'danger')),
     el('div', { class: 'grid' },
-      el('section', { class: 'card' }, el('h2', {}, 'Use (CPU blue, memory red, % of limits)'), use, useText),
+      el('section', { class: 'card' }, el('h2', {}, 'Use over its life (CPU blue, memory red, % of limits)'), use, useText),
       el('section', { class: 'card' }, el('h2', {}, 'Terminal'), termButton, termBox),
       el('section', { class: 'card' }, el('h2', {}, 'Files'), files),
       el('section', { class: 'card' }, el('h2', {}, 'Processes'), procs),
@@ -205,7 +222,14 @@ async function showSandbox(id) {
         const m = await api('GET', base + '/metrics');
         state.samples.push({ cpu: m.cpu_used_pct, mem: m.mem_total ? (100 * m.mem_used) / m.mem_total : 0 });
         if (state.samples.length > 150) state.samples.shift();
-        use.replaceChildren(graph(state.samples));
+        // The server's series spans the sandbox's whole life (sampled from its cgroup, not
+        // only while this page is open); where the host gives it no cgroup, this page's own.
+        const h = await api('GET', base + '/metrics/history');
+        const life = h.samples.map((x) => ({ cpu: x.cpu_pct, mem: h.mem_total ? (100 * x.mem_bytes) / h.mem_total : 0 }));
+        use.replaceChildren(graph(life.length >= 2 ? life : state.samples));
+        use.dataset.source = life.length >= 2 ? 'server' : 'page';
+        use.dataset.points = String(life.length);
+        use.dataset.peak = String(Math.max(0, ...h.samples.map((x) => x.cpu_pct)).toFixed(1));
         const p = await api('GET', base + '/processes');
         procs.replaceChildren(el('table', {},
           el('thead', {}, el('tr', {}, ['PID', 'Parent', 'State', 'CPU', 'Memory', 'Command'].map((h) => el('th', {}, h)))),
@@ -368,14 +392,138 @@ async function showResources() {
   ]);
 }
 
+// ---- gateway approvals: tool calls a gateway holds for a person ----
+
+async function showApprovals() {
+  stopTimers();
+  const box = el('div', { id: 'approvals' });
+  const status = el('p', { class: 'muted', id: 'approvals-status' });
+  $main().replaceChildren(el('h1', {}, 'Gateway approvals'),
+    el('p', { class: 'muted' }, 'Tool calls a cordon gateway holds until a person answers. The arguments are the agent\'s, shown as text (secret-looking fields masked).'),
+    status, box);
+  // A reason being typed survives a refresh: kept per held call as it is typed.
+  const reasons = new Map();
+  let shown = null;
+  const when = (ms) => (ms ? new Date(ms).toLocaleTimeString() : '');
+  const args = (a) => el('pre', { class: 'args' }, a === undefined || a === null ? '' : JSON.stringify(a, null, 2));
+  async function answer(call, approve) {
+    const reason = (reasons.get(call.id) || '').trim();
+    try {
+      await api('POST', '/v1/gateway/approvals/' + encodeURIComponent(call.id), { approve, args_digest: call.args_digest, reason: reason || undefined });
+      status.textContent = (approve ? 'Approved ' : 'Refused ') + call.tool + ' (' + call.id + ')';
+      reasons.delete(call.id);
+      shown = null;
+      await load();
+    } catch (e) { status.textContent = 'answering ' + call.id + ': ' + e.message; }
+  }
+  async function load() {
+    let v;
+    try { v = await api('GET', '/v1/gateway/approvals'); } catch (e) { status.textContent = e.message; return; }
+    // Re-drawn only when something changed: a person typing a reason keeps the focus.
+    const sig = JSON.stringify(v);
+    if (sig === shown) return;
+    shown = sig;
+    if (!v.gateways.length) {
+      box.replaceChildren(el('p', { class: 'muted', id: 'no-gateways' }, 'No gateway is registered with this server: run cordon gateway --keys-dir with this server\'s data directory.'));
+      return;
+    }
+    box.replaceChildren(...v.gateways.map((g) => el('section', { class: 'card gateway', 'data-gateway': g.name },
+      el('h2', {}, 'Gateway ' + g.name + (g.running ? '' : ' (not running)')),
+      el('p', { class: 'muted' }, g.config),
+      g.pending.length
+        ? el('table', { class: 'pending' }, el('thead', {}, el('tr', {}, ['Call', 'Tool', 'Rule that asked', 'Client', 'Arguments', 'Expires', 'Answer'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, g.pending.map((c) => {
+            const reason = el('input', { class: 'reason', placeholder: 'reason (told to the agent if refused)', maxlength: '500', oninput: () => reasons.set(c.id, reason.value) });
+            reason.value = reasons.get(c.id) || '';
+            return el('tr', { 'data-call': c.id },
+              el('td', {}, el('code', {}, c.id)), el('td', { class: 'tool' }, c.tool), el('td', { class: 'rule' }, c.rule), el('td', {}, c.client),
+              el('td', { class: 'arguments' }, args(c.arguments)),
+              el('td', {}, when(c.expires_ms)),
+              el('td', {}, reason, ' ',
+                el('button', { type: 'button', class: 'approve', onclick: () => answer(c, true) }, 'Approve'), ' ',
+                el('button', { type: 'button', class: 'refuse danger', onclick: () => answer(c, false) }, 'Refuse')));
+          })))
+        : el('p', { class: 'muted none-pending' }, 'Nothing is waiting.'),
+      el('h2', {}, 'History'),
+      g.history.length
+        ? el('table', { class: 'history' }, el('thead', {}, el('tr', {}, ['Requested', 'Tool', 'Rule', 'Outcome', 'By', 'Reason', 'Arguments'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, g.history.map((c) => el('tr', { 'data-call': c.id },
+            el('td', {}, when(c.requested_ms)), el('td', {}, c.tool), el('td', {}, c.rule),
+            el('td', { class: c.outcome === 'granted' ? 'state-running outcome' : 'error outcome' }, c.outcome || c.answer),
+            el('td', {}, c.answered_by || ''), el('td', { class: 'reason' }, c.reason || ''), el('td', {}, args(c.arguments))))))
+        : el('p', { class: 'muted' }, 'No call answered yet.'))));
+    for (const id of [...reasons.keys()]) if (!v.gateways.some((g) => g.pending.some((c) => c.id === id))) reasons.delete(id);
+  }
+  await load();
+  state.timer = setInterval(load, 1000);
+}
+
+// ---- the host: keys and enforcement (admin keys only) ----
+
+async function showHost() {
+  stopTimers();
+  const keysBox = el('div', { id: 'keys' });
+  const hostBox = el('div', { id: 'enforcement' }, el('p', { class: 'muted' }, 'Probing the host…'));
+  const status = el('p', { class: 'muted', id: 'keys-status' });
+  const name = el('input', { id: 'key-name', placeholder: 'name of a new key', maxlength: '64' });
+  const admin = el('input', { type: 'checkbox', id: 'key-admin' });
+  const secret = el('p', { id: 'key-secret' });
+  const form = el('form', { class: 'toolbar', onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      const k = await api('POST', '/v1/keys', { name: name.value.trim(), admin: admin.checked });
+      name.value = ''; admin.checked = false;
+      // The secret is in this answer only: shown once, never stored by the page.
+      secret.replaceChildren('New key ' + k.key.id + ' (shown once, copy it now): ', el('code', { class: 'secret' }, k.secret));
+      await loadKeys();
+    } catch (e) { status.textContent = 'creating a key: ' + e.message; }
+  } }, name, el('label', {}, admin, ' admin'), el('button', { type: 'submit', id: 'key-create' }, 'Create key'));
+  $main().replaceChildren(el('h1', {}, 'Host'),
+    el('section', { class: 'card' }, el('h2', {}, 'API keys'), status, form, secret, keysBox),
+    el('section', { class: 'card' }, el('h2', {}, 'Enforcement (cordon check)'), hostBox));
+  async function loadKeys() {
+    let l;
+    try { l = await api('GET', '/v1/keys'); } catch (e) { keysBox.replaceChildren(el('p', { class: 'error' }, e.message)); return; }
+    keysBox.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['ID', 'Name', 'Admin', 'Sandboxes', 'Max', 'Requests/s', 'Created', 'State', ''].map((h) => el('th', {}, h)))),
+      el('tbody', {}, l.keys.map((k) => el('tr', { 'data-key': k.id },
+        el('td', {}, el('code', {}, k.id)), el('td', { class: 'name' }, k.name), el('td', {}, k.admin ? 'admin' : ''),
+        el('td', { class: 'num' }, k.sandboxes), el('td', { class: 'num' }, k.max_sandboxes), el('td', { class: 'num' }, k.requests_per_second),
+        el('td', {}, new Date(k.created_at * 1000).toLocaleString()), el('td', { class: k.revoked ? 'error state' : 'state-running state' }, k.revoked ? 'revoked' : 'active'),
+        el('td', {}, (k.revoked || k.id === state.keyId) ? '' : el('button', { type: 'button', class: 'danger revoke', onclick: async () => {
+          try { await api('DELETE', '/v1/keys/' + encodeURIComponent(k.id)); status.textContent = 'Revoked ' + k.id; await loadKeys(); } catch (e) { status.textContent = 'revoking ' + k.id + ': ' + e.message; }
+        } }, 'Revoke')))))));
+  }
+  async function loadHost() {
+    let h;
+    try { h = await api('GET', '/v1/host/enforcement'); } catch (e) { hostBox.replaceChildren(el('p', { class: 'error' }, e.message)); return; }
+    const r = h.report || {};
+    const wasm = r.wasm_backend || {};
+    const verdict = { full: 'cordon can sandbox on this host: every layer holds.', no_namespaces: 'Degraded: the host refuses namespaces (Landlock, seccomp, rlimits and a cgroup hold; one-shot runs only).', none: 'cordon cannot sandbox on this host.' }[h.mode] || h.mode;
+    hostBox.replaceChildren(
+      el('p', { id: 'host-mode', class: h.mode === 'full' ? 'state-running' : 'error' }, verdict),
+      el('p', { class: 'muted' }, 'kernel ' + (r.kernel || '?') + ' · cgroup ' + (r.cgroup || '?') + ' · Landlock ABI ' + (r.landlock_abi ?? '?') + (r.running_as_root ? ' · running as root' : ' · uid ' + r.euid)),
+      el('table', { id: 'features' }, el('thead', {}, el('tr', {}, ['Layer', '', 'Detail', 'If missing'].map((x) => el('th', {}, x)))),
+        el('tbody', {}, [...(r.features || []), { name: 'wasm', available: !!wasm.available, detail: wasm.detail || '', cost_if_missing: 'no WebAssembly runs' }].map((f) => el('tr', { 'data-feature': f.name },
+          el('td', {}, f.name), el('td', { class: f.available ? 'state-running' : 'error' }, f.available ? 'ok' : 'MISSING'),
+          el('td', { class: 'wrap' }, f.detail || ''), el('td', { class: 'muted wrap' }, f.available ? '' : (f.cost_if_missing || '')))))),
+      ...((r.obstacles || []).length ? [el('div', { id: 'obstacles' }, el('h2', {}, 'Why, and what you can do'), (r.obstacles || []).map((o) => el('div', { class: 'obstacle' },
+        el('p', {}, el('strong', {}, o.layer + ' [' + o.id + ']: '), o.found),
+        el('ul', {}, (o.fixes || []).map((f) => el('li', {}, f.how, el('br', {}), el('span', { class: 'muted' }, 'cost: ' + f.cost)))))))] : []));
+  }
+  await Promise.all([loadKeys(), loadHost()]);
+}
+
 // ---- routing ----
 
 function route() {
-  const h = location.hash || '#/';
+  const h = location.hash || (state.gateway ? '#/approvals' : '#/');
   const m = h.match(/^#\/sandbox\/(.+)$/);
-  if (m) showSandbox(decodeURIComponent(m[1]));
+  if (state.gateway) showApprovals();
+  else if (m) showSandbox(decodeURIComponent(m[1]));
   else if (h === '#/audit') showAudit();
   else if (h === '#/resources') showResources();
+  else if (h === '#/approvals') showApprovals();
+  else if (h === '#/host') showHost();
   else showList();
 }
 
