@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod http_serve;
 pub mod mcp;
 pub mod native;
+pub mod ports;
 pub mod terminal;
 
 pub use app::{router, serve, AppState, ServeOptions};

@@ -429,6 +429,7 @@ impl Service {
             contexts: Default::default(),
             egress,
             network: Mutex::new(live_network),
+            ports: crate::ports::PortGrant::new(&req.ports),
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
             history: Default::default(),

@@ -14,6 +14,24 @@ use crate::channel::{Channel, CommandEnd, ExecSpec, ToSandbox, ToSupervisor};
 use crate::plan::Plan;
 use crate::sys;
 
+/// A non-blocking TCP socket connecting to `127.0.0.1:port` in this (the sandbox's) network
+/// namespace. The connect is only started: a sandbox whose listener's backlog is full must not
+/// stall the init; the server waits for it to complete.
+fn connect_loopback(port: u16) -> Result<OwnedFd, i32> {
+    use rustix::net::{AddressFamily, SocketAddrV4, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| e.raw_os_error())?;
+    match rustix::net::connect(&fd, &SocketAddrV4::new([127, 0, 0, 1].into(), port)) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(fd),
+        Err(e) => Err(e.raw_os_error()),
+    }
+}
+
 /// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
 /// `in_cgroup`: the sandbox has a cgroup, and the supervisor gives each command one of its
 /// own; without, the init samples `/proc` for what a cgroup would have counted.
@@ -70,6 +88,21 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
             ToSandbox::Sample { id } => {
                 cmds.sample(None);
                 cmds.report(&ch, Some(id));
+            }
+            ToSandbox::Connect { id, port } => {
+                // Without a network namespace of its own, 127.0.0.1 here is the host's.
+                let made = if plan.no_namespaces {
+                    Err(libc::EPERM)
+                } else {
+                    connect_loopback(port)
+                };
+                let _ = match made {
+                    Ok(fd) => ch.send_with_fds(
+                        &ToSupervisor::Connected { id, errno: 0 },
+                        &[fd.as_raw_fd()],
+                    ),
+                    Err(errno) => ch.send(&ToSupervisor::Connected { id, errno }),
+                };
             }
             ToSandbox::Exec {
                 id,

@@ -117,6 +117,8 @@ type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
 
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Callers waiting for a connection into the sandbox, by request id.
+    connects: Mutex<HashMap<u64, mpsc::Sender<Result<OwnedFd, i32>>>>,
     usage: Mutex<UsageWaiters>,
     /// Callers waiting for the programs executed and the files needed (learn mode).
     executed: Mutex<Vec<mpsc::Sender<LearnedSoFar>>>,
@@ -243,6 +245,7 @@ impl Sandbox {
         let control = Arc::new(control);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
+            connects: Mutex::new(HashMap::new()),
             usage: Mutex::new(HashMap::new()),
             executed: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
@@ -395,6 +398,41 @@ impl Sandbox {
         rx.recv_timeout(Duration::from_secs(1)).ok()
     }
 
+    /// A TCP socket connecting to `127.0.0.1:port` inside the sandbox's network namespace,
+    /// made there by its init (so no thread of the server ever enters the namespace, and the
+    /// server needs no privilege over it). The socket is non-blocking and its connect may still
+    /// be under way: wait for it to become writable and read `SO_ERROR`. Err(errno): the
+    /// kernel's refusal (ECONNREFUSED: nothing listens; EPERM: the sandbox has no network
+    /// namespace of its own), or ETIMEDOUT when the sandbox does not answer (paused, ended).
+    pub fn connect_port(&self, port: u16, wait: Duration) -> Result<OwnedFd, i32> {
+        if !self.is_alive() || self.paused().is_some() {
+            return Err(libc::EHOSTUNREACH);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut c) = self.shared.connects.lock() {
+            c.insert(id, tx);
+        }
+        if self.control.send(&ToHelper::Connect { id, port }).is_err() {
+            self.forget_connect(id);
+            return Err(libc::EHOSTUNREACH);
+        }
+        let got = rx.recv_timeout(wait).unwrap_or(Err(libc::ETIMEDOUT));
+        self.forget_connect(id);
+        let fd = got?;
+        // What the init attached is the sandbox's word: it must at least be a socket.
+        match rustix::fs::fstat(&fd) {
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_socket() => Ok(fd),
+            _ => Err(libc::EPROTO),
+        }
+    }
+
+    fn forget_connect(&self, id: u64) {
+        if let Ok(mut c) = self.shared.connects.lock() {
+            c.remove(&id);
+        }
+    }
+
     /// Freezes every process of the sandbox (see [`crate::freeze`]); `name` is unique to it.
     /// Pausing a paused sandbox changes nothing.
     pub fn pause(&self, name: &str) -> Result<crate::freeze::FreezeMethod, EngineError> {
@@ -463,6 +501,17 @@ impl Drop for Sandbox {
 fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
+            Ok(Some((FromHelper::Sandbox(ToSupervisor::Connected { id, errno }), fds))) => {
+                let waiter = shared.connects.lock().ok().and_then(|mut c| c.remove(&id));
+                if let Some(tx) = waiter {
+                    let got = match (errno, fds.into_iter().next()) {
+                        (0, Some(fd)) => Ok(fd),
+                        (0, None) => Err(libc::EPROTO),
+                        (e, _) => Err(e),
+                    };
+                    let _ = tx.send(got);
+                }
+            }
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
             Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
                 let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {

@@ -62,6 +62,12 @@ enum ToHelper {
     },
     /// Learn mode: the programs executed so far (answered with `FromHelper::Executed`).
     Executed,
+    /// A connection to `127.0.0.1:port` inside the sandbox (answered with
+    /// `FromHelper::Sandbox(ToSupervisor::Connected)`).
+    Connect {
+        id: u64,
+        port: u16,
+    },
     Shutdown,
 }
 

@@ -62,8 +62,19 @@ struct E2bNetwork {
     deny_out: Option<Vec<String>>,
     egress_proxy: Option<Value>,
     rules: Option<Value>,
-    // dnsServers (the proxy resolves names itself), allowPublicTraffic and maskRequestHost
-    // (no sandbox here has a public URL) change nothing in a cordon sandbox.
+    /// Its ports reachable without the traffic access token (E2B's default: true).
+    allow_public_traffic: Option<bool>,
+    /// The `Host` header requests reach its ports with (`${PORT}`: the port).
+    mask_request_host: Option<String>,
+    // dnsServers (the proxy resolves names itself) changes nothing in a cordon sandbox.
+}
+
+/// What E2B's `network` says of the sandbox's ports.
+fn ports_options(network: Option<&E2bNetwork>) -> cordon_service::ports::PortsOptions {
+    cordon_service::ports::PortsOptions {
+        public: network.and_then(|n| n.allow_public_traffic).unwrap_or(true),
+        host_header: network.and_then(|n| n.mask_request_host.clone()),
+    }
 }
 
 fn all_traffic(entry: &str) -> bool {
@@ -187,15 +198,22 @@ pub(super) fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
     Ok(Amount::Number(t))
 }
 
-pub(super) fn sandbox_body(e2b: &St, id: &str, template: &str, token: &str) -> Value {
+pub(super) fn sandbox_body(
+    e2b: &St,
+    caller: &Caller,
+    id: &str,
+    template: &str,
+    token: &str,
+) -> Value {
+    let traffic = e2b.st.service.port_grant(caller, id).ok().map(|g| g.token);
     json!({
         "templateID": template,
         "sandboxID": id,
         "clientID": e2b.st.service.config().node,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": token,
-        "trafficAccessToken": token,
-        "domain": null,
+        "trafficAccessToken": traffic,
+        "domain": e2b.st.ports.get().map(|p| p.domain.clone()),
     })
 }
 
@@ -286,6 +304,7 @@ pub(super) async fn create(
                 .collect(),
         )
     })?;
+    let ports = ports_options(req.network.as_ref());
     let allow = egress(req.allow_internet_access, req.network, internet, true)?;
     let info = e2b
         .st
@@ -322,6 +341,7 @@ pub(super) async fn create(
                 from,
                 pause_on_timeout,
                 secrets: given,
+                ports,
                 ..Default::default()
             },
         )
@@ -329,7 +349,7 @@ pub(super) async fn create(
     let door = e2b.door(&caller, &info.id, Some(&template))?;
     Ok((
         StatusCode::CREATED,
-        Json(sandbox_body(&e2b, &info.id, &template, &door.token)),
+        Json(sandbox_body(&e2b, &caller, &info.id, &template, &door.token)),
     )
         .into_response())
 }
@@ -370,7 +390,7 @@ pub(super) async fn connect(
         } else {
             StatusCode::OK
         },
-        Json(sandbox_body(&e2b, &id, &door.template, &door.token)),
+        Json(sandbox_body(&e2b, &caller, &id, &door.template, &door.token)),
     )
         .into_response())
 }
@@ -476,7 +496,10 @@ pub(super) async fn info(
     let mut v = listed(&e2b, &info);
     if let Some(o) = v.as_object_mut() {
         o.insert("envdAccessToken".into(), json!(door.token));
-        o.insert("domain".into(), Value::Null);
+        o.insert(
+            "domain".into(),
+            json!(e2b.st.ports.get().map(|p| p.domain.clone())),
+        );
         // What holds, not what was asked: the proxy's allowlist, everything else refused.
         let allow = e2b
             .st
