@@ -306,8 +306,13 @@ async fn relay(st: &Arc<AppState>, mut req: Request, port: u16, id: &str) -> Res
     }
     parts.version = Version::HTTP_11;
     let upstream = Request::from_parts(parts, body);
-    let (mut sender, connection) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(conn.stream)).await {
+    // Header names as Go's proxy in front of E2B's sandboxes writes them (`Host`, not `host`):
+    // programs in the sandbox that read them case-sensitively see what they would see there.
+    let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(TokioIo::new(conn.stream))
+        .await
+    {
             Ok(c) => c,
             Err(_) => return refuse(StatusCode::BAD_GATEWAY, "the sandbox's port closed"),
         };
