@@ -66,7 +66,10 @@ pub fn router(st: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(crate::native::json_errors))
         .layer(middleware::from_fn(crate::e2b::errors_for_e2b_clients))
         // Outermost: a request for a sandbox's port is none of the doors'.
-        .layer(middleware::from_fn_with_state(st_ports, crate::ports::route))
+        .layer(middleware::from_fn_with_state(
+            st_ports,
+            crate::ports::route,
+        ))
 }
 
 /// Where `cordon serve` listens, and whether it runs without API keys.

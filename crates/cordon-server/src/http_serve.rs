@@ -92,10 +92,7 @@ async fn serve_inner<L>(
             conn = listener.accept() => conn,
             _ = &mut shutdown => break,
         };
-        let service = app
-            .clone()
-            .map_request(|req: Request<Incoming>| req.map(Body::new));
-        let service = TowerToHyperService::new(service);
+        let service = app.clone();
         let stopping = stop.subscribe();
         let running = running.clone();
         let builder = builder.clone();
@@ -149,21 +146,26 @@ where
 }
 
 /// Serves one connection until it ends, or finishes its request and closes on `stopping`.
-async fn drive<I, S>(
-    builder: &http1::Builder,
-    io: I,
-    service: S,
-    mut stopping: watch::Receiver<()>,
-) where
+/// Its request bytes are followed on their way to hyper, and a request with both framings
+/// answered 400 (see [`crate::framing`]).
+async fn drive<I>(builder: &http1::Builder, io: I, app: Router, mut stopping: watch::Receiver<()>)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<Request<Incoming>, Response = axum::response::Response>
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let flag = crate::framing::Ambiguous::default();
+    let io = crate::framing::Watched::new(io, flag.clone());
+    let service = tower::service_fn(move |req: Request<Incoming>| {
+        let app = app.clone();
+        let ambiguous = flag.seen();
+        async move {
+            if ambiguous {
+                return Ok::<_, std::convert::Infallible>(crate::framing::refusal());
+            }
+            app.oneshot(req.map(Body::new)).await
+        }
+    });
     let conn = builder
-        .serve_connection(TokioIo::new(io), service)
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .with_upgrades();
     let mut conn = pin!(conn);
     loop {

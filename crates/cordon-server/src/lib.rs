@@ -14,6 +14,7 @@ pub mod console;
 pub mod docker;
 pub mod e2b;
 pub mod error;
+pub mod framing;
 pub mod fusion;
 pub mod gateway;
 pub mod http_serve;

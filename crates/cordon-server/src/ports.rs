@@ -29,7 +29,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::json;
 
 use crate::app::AppState;
@@ -47,7 +48,7 @@ pub struct Ports {
     /// The domain's host name, lower case, without a port: what TLS names end in.
     host: String,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    ca_der: rustls_pki_types::CertificateDer<'static>,
+    ca_der: CertificateDer<'static>,
     /// Where the CA's certificate is, for clients to trust (`SSL_CERT_FILE`).
     pub ca_path: PathBuf,
     leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
@@ -72,35 +73,30 @@ impl Ports {
             path: ca_path.display().to_string(),
             message,
         };
-        let key = match std::fs::read_to_string(&key_path) {
-            Ok(pem) => rcgen::KeyPair::from_pem(&pem).map_err(|e| ca_err(e.to_string()))?,
-            Err(_) => {
+        let kept = std::fs::read_to_string(&key_path).ok().and_then(|pem| {
+            let key = rcgen::KeyPair::from_pem(&pem).ok()?;
+            let cert = CertificateDer::from_pem_file(&ca_path).ok()?;
+            Some((key, cert))
+        });
+        let params = ca_params(&host).map_err(|e| ca_err(e.to_string()))?;
+        let (key, ca_der) = match kept {
+            Some(k) => k,
+            None => {
                 let key = rcgen::KeyPair::generate().map_err(|e| ca_err(e.to_string()))?;
+                let cert = params
+                    .self_signed(&key)
+                    .map_err(|e| ca_err(e.to_string()))?;
+                let _ = std::fs::remove_file(&key_path);
                 write_private(&key_path, key.serialize_pem().as_bytes())
                     .map_err(|e| ca_err(e.to_string()))?;
-                key
+                std::fs::write(&ca_path, cert.pem()).map_err(|e| ca_err(e.to_string()))?;
+                (key, cert.der().clone())
             }
         };
-        let mut params =
-            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| ca_err(e.to_string()))?;
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("cordon sandbox ports CA ({host})"));
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        params.name_constraints = Some(rcgen::NameConstraints {
-            permitted_subtrees: vec![rcgen::GeneralSubtree::DnsName(host.clone())],
-            excluded_subtrees: Vec::new(),
-        });
-        let cert = params.self_signed(&key).map_err(|e| ca_err(e.to_string()))?;
-        std::fs::write(&ca_path, cert.pem()).map_err(|e| ca_err(e.to_string()))?;
         Ok(Ports {
             domain: domain.to_string(),
             host,
-            ca_der: cert.der().clone(),
+            ca_der,
             issuer: rcgen::Issuer::new(params, key),
             ca_path,
             leaves: Mutex::new(HashMap::new()),
@@ -157,6 +153,27 @@ impl Ports {
     }
 }
 
+/// The CA's certificate: the same for the same host, so a kept key signs as the kept
+/// certificate names it.
+fn ca_params(host: &str) -> Result<rcgen::CertificateParams, rcgen::Error> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("cordon sandbox ports CA ({host})"),
+    );
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    // Even a client that trusted this CA everywhere would accept it for these names only.
+    params.name_constraints = Some(rcgen::NameConstraints {
+        permitted_subtrees: vec![rcgen::GeneralSubtree::DnsName(host.to_string())],
+        excluded_subtrees: Vec::new(),
+    });
+    Ok(params)
+}
+
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -179,11 +196,9 @@ fn domain_host(domain: &str) -> Option<String> {
     }
     let ok = !host.is_empty()
         && host.len() <= 200
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
     ok.then(|| host.to_ascii_lowercase())
 }
 
@@ -301,7 +316,10 @@ async fn relay(st: &Arc<AppState>, mut req: Request, port: u16, id: &str) -> Res
     if !upgrading {
         parts.headers.remove(header::CONNECTION);
     }
-    if let Some(h) = conn.host_header.and_then(|h| HeaderValue::from_str(&h).ok()) {
+    if let Some(h) = conn
+        .host_header
+        .and_then(|h| HeaderValue::from_str(&h).ok())
+    {
         parts.headers.insert(header::HOST, h);
     }
     parts.version = Version::HTTP_11;
@@ -313,9 +331,9 @@ async fn relay(st: &Arc<AppState>, mut req: Request, port: u16, id: &str) -> Res
         .handshake(TokioIo::new(conn.stream))
         .await
     {
-            Ok(c) => c,
-            Err(_) => return refuse(StatusCode::BAD_GATEWAY, "the sandbox's port closed"),
-        };
+        Ok(c) => c,
+        Err(_) => return refuse(StatusCode::BAD_GATEWAY, "the sandbox's port closed"),
+    };
     tokio::spawn(connection.with_upgrades());
     let mut resp = match sender.send_request(upstream).await {
         Ok(r) => r,
@@ -331,8 +349,9 @@ async fn relay(st: &Arc<AppState>, mut req: Request, port: u16, id: &str) -> Res
             let from_sandbox = hyper::upgrade::on(&mut resp);
             tokio::spawn(async move {
                 if let (Ok(c), Ok(s)) = tokio::join!(from_client, from_sandbox) {
-                    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s))
-                        .await;
+                    let _ =
+                        tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s))
+                            .await;
                 }
             });
         }
@@ -394,15 +413,30 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("4"));
         assert!(check_request_head(&h).is_ok());
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        assert_eq!(check_request_head(&h).map_err(|e| e.0), Err(StatusCode::BAD_REQUEST));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        assert_eq!(
+            check_request_head(&h).map_err(|e| e.0),
+            Err(StatusCode::BAD_REQUEST)
+        );
         let mut h = HeaderMap::new();
         h.append(header::CONTENT_LENGTH, HeaderValue::from_static("4"));
         h.append(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
-        assert_eq!(check_request_head(&h).map_err(|e| e.0), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(
+            check_request_head(&h).map_err(|e| e.0),
+            Err(StatusCode::BAD_REQUEST)
+        );
         let mut h = HeaderMap::new();
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("gzip, chunked"));
-        assert_eq!(check_request_head(&h).map_err(|e| e.0), Err(StatusCode::BAD_REQUEST));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("gzip, chunked"),
+        );
+        assert_eq!(
+            check_request_head(&h).map_err(|e| e.0),
+            Err(StatusCode::BAD_REQUEST)
+        );
         let mut h = HeaderMap::new();
         let big = HeaderValue::from_str(&"a".repeat(MAX_HEAD)).expect("value");
         h.insert("x-big", big);

@@ -63,11 +63,7 @@ pub fn masked_host(mask: &str, port: u16) -> String {
 
 impl Service {
     /// The sandbox's port grant (its traffic access token), for the caller that owns it.
-    pub fn port_grant(
-        &self,
-        caller: &crate::Caller,
-        id: &str,
-    ) -> Result<PortGrant, ServiceError> {
+    pub fn port_grant(&self, caller: &crate::Caller, id: &str) -> Result<PortGrant, ServiceError> {
         Ok(self.get_live(caller, id)?.ports.clone())
     }
 
@@ -89,9 +85,7 @@ impl Service {
             .cloned()
             .ok_or_else(|| ServiceError::not_found(format!("no sandbox '{id}'")))?;
         let grant = &live.ports;
-        if !grant.public
-            && !token.is_some_and(|t| crate::keys::constant_time_eq(t, &grant.token))
-        {
+        if !grant.public && !token.is_some_and(|t| crate::keys::constant_time_eq(t, &grant.token)) {
             self.metrics.deny("port_token");
             return Err(ServiceError::new(
                 ErrorKind::Forbidden,

@@ -349,7 +349,13 @@ pub(super) async fn create(
     let door = e2b.door(&caller, &info.id, Some(&template))?;
     Ok((
         StatusCode::CREATED,
-        Json(sandbox_body(&e2b, &caller, &info.id, &template, &door.token)),
+        Json(sandbox_body(
+            &e2b,
+            &caller,
+            &info.id,
+            &template,
+            &door.token,
+        )),
     )
         .into_response())
 }
@@ -390,7 +396,13 @@ pub(super) async fn connect(
         } else {
             StatusCode::OK
         },
-        Json(sandbox_body(&e2b, &caller, &id, &door.template, &door.token)),
+        Json(sandbox_body(
+            &e2b,
+            &caller,
+            &id,
+            &door.template,
+            &door.token,
+        )),
     )
         .into_response())
 }

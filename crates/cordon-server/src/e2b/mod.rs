@@ -438,7 +438,8 @@ impl E2b {
                         .port_grant(&door.caller, id)
                         .is_ok_and(|g| same_secret(t, &g.token)))
         };
-        if !access.is_some_and(|t| same_secret(t, &door.token)) && !traffic.is_some_and(traffic_ok) {
+        if !access.is_some_and(|t| same_secret(t, &door.token)) && !traffic.is_some_and(traffic_ok)
+        {
             self.st.service.deny("bad_key");
             return Err(ApiError::unauthorized(
                 "invalid access token for this sandbox",
