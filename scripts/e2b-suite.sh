@@ -54,7 +54,8 @@ if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
   url=
   for _ in $(seq 300); do
-    url=$(sed -n 's/^cordon serving on //p' "$out/$suite.serve.out")
+    # The background job makes the file: it may not exist yet (and `set -e` would end us).
+    url=$(sed -n 's/^cordon serving on //p' "$out/$suite.serve.out" 2>/dev/null || true)
     [ -n "$url" ] && break
     sleep 0.1
   done
@@ -70,7 +71,7 @@ if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   trap 'kill "$server" "$dns" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
   ca=
   for _ in $(seq 50); do
-    ca=$(sed -n 's/^sandbox ports: .*(TLS CA: \(.*\))$/\1/p' "$out/$suite.serve.out")
+    ca=$(sed -n 's/^sandbox ports: .*(TLS CA: \(.*\))$/\1/p' "$out/$suite.serve.out" 2>/dev/null || true)
     [ -n "$ca" ] && break
     sleep 0.1
   done
