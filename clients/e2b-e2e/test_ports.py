@@ -312,3 +312,32 @@ def test_create_and_connect_answer_the_domain_and_the_traffic_token(private):
     again = Sandbox.connect(private.sandbox_id)
     assert again.sandbox_domain == private.sandbox_domain
     assert again.traffic_access_token == private.traffic_access_token
+
+
+def test_a_paused_sandbox_wakes_on_a_request_only_when_created_to(public):
+    serve_in(public)
+    public.pause()
+    # Without autoResume a paused sandbox's ports answer 409, and it stays paused.
+    assert request(public, public.get_host(PORT))[0] == 409
+    assert public.get_info().state.value == "paused"
+    public.connect()
+
+    waking = Sandbox.create(
+        timeout=300,
+        network={"allow_public_traffic": False},
+        lifecycle={"on_timeout": "pause", "auto_resume": True},
+    )
+    try:
+        serve_in(waking)
+        waking.pause()
+        host = waking.get_host(PORT)
+        # The token is checked before anything wakes.
+        assert request(waking, host)[0] == 403
+        assert waking.get_info().state.value == "paused"
+        status, _ = request(
+            waking, host, headers={"e2b-traffic-access-token": waking.traffic_access_token}
+        )
+        assert status == 200
+        assert waking.get_info().state.value == "running"
+    finally:
+        waking.kill()

@@ -696,6 +696,13 @@ impl Service {
     /// Lets a paused sandbox run again; a running one is left as it is. True if it was paused.
     pub async fn resume(&self, caller: &Caller, id: &str) -> Result<bool, ServiceError> {
         let live = self.get_live(caller, id)?;
+        self.resume_live(&live).await
+    }
+
+    /// Resumes `live` if it is paused (the caller's right to is checked); a sandbox paused by
+    /// its timeout gets the server's default time to live again.
+    pub(crate) async fn resume_live(&self, live: &Arc<Live>) -> Result<bool, ServiceError> {
+        let (id, key_id) = (&live.id, &live.key_id);
         let sb = live.sandbox.clone();
         let was = tokio::task::spawn_blocking(move || sb.resume())
             .await
@@ -707,7 +714,7 @@ impl Service {
                 self.registry.set_expiry(id, exp)?;
             }
             self.audit
-                .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
+                .record("sandbox.resume", key_id, Some(id), json!({}));
         }
         Ok(was)
     }

@@ -29,6 +29,8 @@ pub struct PortsOptions {
     /// The `Host` header requests reach the sandbox's program with, `${PORT}` standing for
     /// the port (E2B's `mask_request_host`); none: the host name the client used.
     pub host_header: Option<String>,
+    /// A request for one of its ports resumes it when it is paused (E2B's `autoResume`).
+    pub wake_on_request: bool,
 }
 
 /// A sandbox's ports: its traffic access token and whether they need it.
@@ -37,6 +39,7 @@ pub struct PortGrant {
     pub token: String,
     pub public: bool,
     pub host_header: Option<String>,
+    pub wake_on_request: bool,
 }
 
 impl PortGrant {
@@ -45,6 +48,7 @@ impl PortGrant {
             token: format!("ta_{}", crate::keys::random_hex(24)),
             public: opts.public,
             host_header: opts.host_header.clone(),
+            wake_on_request: opts.wake_on_request,
         }
     }
 }
@@ -70,7 +74,7 @@ impl Service {
     /// Opens a connection to `127.0.0.1:port` inside sandbox `id`, for a client presenting
     /// `token` (or none). Refused: 404 for no such sandbox, 403 without the sandbox's token
     /// when its ports are not public, 502 (`Upstream`) when nothing listens there, 409 while
-    /// it is paused.
+    /// it is paused (unless it wakes on requests: then it is resumed first).
     pub async fn open_port(
         self: &Arc<Self>,
         id: &str,
@@ -97,6 +101,9 @@ impl Service {
         }
         if port == 0 {
             return Err(ServiceError::bad_request("port 0 is no port"));
+        }
+        if grant.wake_on_request && live.sandbox.paused().is_some() {
+            self.resume_live(&live).await?;
         }
         crate::exec::refuse_if_paused(&live)?;
         let sandbox = live.sandbox.clone();

@@ -41,9 +41,18 @@ struct NewSandbox {
     /// `false` asks the auto-pause to drop memory and keep the files only (a cold boot on
     /// resume): not offered, so refused rather than pretended.
     auto_pause_memory: Option<bool>,
+    /// `{"enabled": true}`: a request to one of its ports resumes it when paused.
+    auto_resume: Option<E2bAutoResume>,
     /// Volumes of the caller's key to mount, read-write (E2B has no read-only mount).
     volume_mounts: Option<Vec<E2bVolumeMount>>,
     // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
+}
+
+/// `autoResume`: `{enabled}`.
+#[derive(Debug, Deserialize)]
+struct E2bAutoResume {
+    #[serde(default)]
+    enabled: bool,
 }
 
 /// One of `volumeMounts`: `{name, path}`.
@@ -74,6 +83,7 @@ fn ports_options(network: Option<&E2bNetwork>) -> cordon_service::ports::PortsOp
     cordon_service::ports::PortsOptions {
         public: network.and_then(|n| n.allow_public_traffic).unwrap_or(true),
         host_header: network.and_then(|n| n.mask_request_host.clone()),
+        wake_on_request: false,
     }
 }
 
@@ -304,7 +314,14 @@ pub(super) async fn create(
                 .collect(),
         )
     })?;
-    let ports = ports_options(req.network.as_ref());
+    let mut ports = ports_options(req.network.as_ref());
+    ports.wake_on_request = req.auto_resume.as_ref().is_some_and(|a| a.enabled);
+    if ports.wake_on_request && !pause_on_timeout {
+        return Err(ApiError::bad_request(
+            "autoResume: only a sandbox that pauses on its timeout (autoPause) can be resumed by a request",
+        )
+        .into());
+    }
     let allow = egress(req.allow_internet_access, req.network, internet, true)?;
     let info = e2b
         .st
@@ -522,7 +539,7 @@ pub(super) async fn info(
         o.insert("allowInternetAccess".into(), json!(!allow.is_empty()));
         o.insert(
             "lifecycle".into(),
-            json!({"autoResume": false,
+            json!({"autoResume": e2b.st.service.port_grant(&caller, &id).is_ok_and(|g| g.wake_on_request),
                 "onTimeout": if info.pause_on_timeout { "pause" } else { "kill" }}),
         );
         o.insert(
