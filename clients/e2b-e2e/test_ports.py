@@ -341,3 +341,33 @@ def test_a_paused_sandbox_wakes_on_a_request_only_when_created_to(public):
         assert waking.get_info().state.value == "running"
     finally:
         waking.kill()
+
+
+def test_envd_and_interpreter_ports_under_the_domain_are_the_e2b_doors(public):
+    """`https://49983-<id>.<domain>` is where an SDK told no E2B_SANDBOX_URL sends its sandbox
+    calls: the E2B door serves them there, with the sandbox's access token as on the API's URL."""
+    host = public.get_host(49983)
+    ok = {"X-Access-Token": public._envd_access_token}
+    assert request(public, host, path="/health", headers=ok)[0] in (200, 204)
+    rpc = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+    status, _ = request(public, host, "/process.Process/List", rpc, "POST", b"{}")
+    assert status == 401
+    status, body = request(
+        public,
+        host,
+        "/process.Process/List",
+        {**rpc, "X-Access-Token": public._envd_access_token},
+        "POST",
+        b"{}",
+    )
+    assert status == 200, body
+    # The traffic token is no envd token.
+    status, _ = request(
+        public,
+        host,
+        "/process.Process/List",
+        {**rpc, "e2b-traffic-access-token": public.traffic_access_token},
+        "POST",
+        b"{}",
+    )
+    assert status == 401

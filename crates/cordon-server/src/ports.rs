@@ -38,6 +38,11 @@ use cordon_service::error::ServiceError;
 
 /// The header a client presents a sandbox's traffic access token in (E2B's name).
 pub const TOKEN_HEADER: &str = "e2b-traffic-access-token";
+/// The ports E2B's SDKs reach envd and the code interpreter on, served by the E2B door.
+const ENVD_PORT: u16 = 49983;
+const INTERPRETER_PORT: u16 = 49999;
+const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// The largest request head relayed into a sandbox (names and values together).
 pub const MAX_HEAD: usize = 32 * 1024;
 
@@ -229,6 +234,22 @@ pub(crate) async fn route(State(st): State<Arc<AppState>>, req: Request, next: N
         .map(str::to_owned)
         .or_else(|| req.uri().authority().map(|a| a.to_string()));
     match host.as_deref().and_then(|h| ports.target(h)) {
+        // envd's and the code interpreter's ports are the E2B door's (an SDK told no
+        // E2B_SANDBOX_URL sends its sandbox calls to `https://49983-<id>.<domain>`), which
+        // checks the sandbox's access token itself.
+        Some((port @ (ENVD_PORT | INTERPRETER_PORT), id)) => {
+            let mut req = req;
+            if !req.headers().contains_key(SANDBOX_ID_HEADER) {
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    req.headers_mut().insert(SANDBOX_ID_HEADER, v);
+                }
+            }
+            if !req.headers().contains_key(SANDBOX_PORT_HEADER) {
+                req.headers_mut()
+                    .insert(SANDBOX_PORT_HEADER, HeaderValue::from(port));
+            }
+            next.run(req).await
+        }
         Some((port, id)) => relay(&st, req, port, &id).await,
         None => next.run(req).await,
     }

@@ -81,13 +81,21 @@ impl Service {
         port: u16,
         token: Option<&str>,
     ) -> Result<PortConn, ServiceError> {
-        let live = self
-            .live
-            .read()
-            .map_err(|_| ServiceError::internal("lock"))?
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ServiceError::not_found(format!("no sandbox '{id}'")))?;
+        let live = {
+            let all = self
+                .live
+                .read()
+                .map_err(|_| ServiceError::internal("lock"))?;
+            all.get(id)
+                // Host names come lower-cased; ids are compared as DNS compares names.
+                .or_else(|| {
+                    all.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(id))
+                        .map(|(_, l)| l)
+                })
+                .cloned()
+                .ok_or_else(|| ServiceError::not_found(format!("no sandbox '{id}'")))?
+        };
         let grant = &live.ports;
         if !grant.public && !token.is_some_and(|t| crate::keys::constant_time_eq(t, &grant.token)) {
             self.metrics.deny("port_token");
