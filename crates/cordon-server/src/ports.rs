@@ -91,10 +91,12 @@ impl Ports {
                 let cert = params
                     .self_signed(&key)
                     .map_err(|e| ca_err(e.to_string()))?;
-                let _ = std::fs::remove_file(&key_path);
-                write_private(&key_path, key.serialize_pem().as_bytes())
-                    .map_err(|e| ca_err(e.to_string()))?;
-                std::fs::write(&ca_path, cert.pem()).map_err(|e| ca_err(e.to_string()))?;
+                // Every file of the data directory is the server user's alone (0600), the
+                // certificate too: a client on this host reads it as that user.
+                for (path, data) in [(&key_path, key.serialize_pem()), (&ca_path, cert.pem())] {
+                    let _ = std::fs::remove_file(path);
+                    write_private(path, data.as_bytes()).map_err(|e| ca_err(e.to_string()))?;
+                }
                 (key, cert.der().clone())
             }
         };
