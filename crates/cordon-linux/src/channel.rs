@@ -97,9 +97,9 @@ pub enum ToSupervisor {
     /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
     /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
     Started { id: u64, pid: i32 },
-    /// Persistent sandbox: the answer to `ToSandbox::Connect { id, .. }`: with `errno` 0 the
-    /// socket (connecting, non-blocking) is attached; else the kernel's refusal.
-    Connected { id: u64, errno: i32 },
+    /// Persistent sandbox: the answer to `ToSandbox::Sockets { id, .. }`: with `errno` 0 the
+    /// sockets (non-blocking, unconnected) are attached; else the refusal.
+    Sockets { id: u64, errno: i32 },
     /// Persistent sandbox: command `id` ended, and with it everything it started.
     ExecExit {
         id: u64,
@@ -195,11 +195,12 @@ pub enum ToSandbox {
     Signal { id: u64, signal: i32 },
     /// Persistent sandbox without a cgroup: sample now and report command `id`'s usage.
     Sample { id: u64 },
-    /// Persistent sandbox: open a TCP connection to `127.0.0.1:port` in the sandbox's own
-    /// network namespace (a port published through the server, see `Sandbox::connect_port`).
-    /// Answered with [`ToSupervisor::Connected`]. Refused without a network namespace of
-    /// the sandbox's own: its loopback would be the host's.
-    Connect { id: u64, port: u16 },
+    /// Persistent sandbox: make `count` (at most [`crate::sys::MAX_FDS`]) unconnected TCP
+    /// sockets in the sandbox's own network namespace, for the supervisor to connect to its
+    /// loopback (a socket's namespace is the one it was made in; see
+    /// `Sandbox::connect_port`). Answered with [`ToSupervisor::Sockets`]. Refused without a
+    /// network namespace of the sandbox's own: its loopback would be the host's.
+    Sockets { id: u64, count: u8 },
     /// End the sandbox: kill everything in it, reap it all (so its CPU time is counted), report
     /// the payload's end if it came, and exit.
     Stop,

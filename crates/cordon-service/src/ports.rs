@@ -6,8 +6,8 @@
 //! Threat model: the requests carry no API key — whoever holds the URL is the client, so a
 //! sandbox whose ports are not public needs its traffic access token (a per-sandbox random
 //! secret, compared in constant time; one sandbox's token opens no other's). The connection is
-//! made by the sandbox's own init inside its network namespace, to `127.0.0.1:port` there and
-//! nowhere else: no address comes from the request, so neither the host's ports nor another
+//! made from a socket the sandbox's own init created in its network namespace (made ahead, a
+//! few at a time), to `127.0.0.1:port` there and nowhere else: no address comes from the request, so neither the host's ports nor another
 //! sandbox's loopback can be named; a sandbox without a namespace of its own (degraded hosts)
 //! is refused, since its loopback would be the host's. What the sandbox answers is hostile to
 //! the relay that carries it (bounded there, not here).
@@ -114,11 +114,17 @@ impl Service {
             self.resume_live(&live).await?;
         }
         crate::exec::refuse_if_paused(&live)?;
-        let sandbox = live.sandbox.clone();
-        let fd = tokio::task::spawn_blocking(move || sandbox.connect_port(port, CONNECT_WAIT))
-            .await
-            .map_err(|_| ServiceError::internal("connect task"))?
-            .map_err(|errno| unreachable_port(id, port, errno))?;
+        // A socket at hand costs no thread hop; only waiting for the sandbox's init does.
+        let fd = match live.sandbox.try_connect_port(port) {
+            Err(libc::EWOULDBLOCK) => {
+                let sandbox = live.sandbox.clone();
+                tokio::task::spawn_blocking(move || sandbox.connect_port(port, CONNECT_WAIT))
+                    .await
+                    .map_err(|_| ServiceError::internal("connect task"))?
+            }
+            got => got,
+        }
+        .map_err(|errno| unreachable_port(id, port, errno))?;
         let std_stream = std::net::TcpStream::from(fd);
         std_stream
             .set_nonblocking(true)

@@ -14,22 +14,17 @@ use crate::channel::{Channel, CommandEnd, ExecSpec, ToSandbox, ToSupervisor};
 use crate::plan::Plan;
 use crate::sys;
 
-/// A non-blocking TCP socket connecting to `127.0.0.1:port` in this (the sandbox's) network
-/// namespace. The connect is only started: a sandbox whose listener's backlog is full must not
-/// stall the init; the server waits for it to complete.
-fn connect_loopback(port: u16) -> Result<OwnedFd, i32> {
-    use rustix::net::{AddressFamily, SocketAddrV4, SocketFlags, SocketType};
-    let fd = rustix::net::socket_with(
+/// An unconnected, non-blocking TCP socket of this (the sandbox's) network namespace: the
+/// supervisor connects it, and where it connects is this namespace's address.
+fn tcp_socket() -> Result<OwnedFd, i32> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
         AddressFamily::INET,
         SocketType::STREAM,
         SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
         None,
     )
-    .map_err(|e| e.raw_os_error())?;
-    match rustix::net::connect(&fd, &SocketAddrV4::new([127, 0, 0, 1].into(), port)) {
-        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(fd),
-        Err(e) => Err(e.raw_os_error()),
-    }
+    .map_err(|e| e.raw_os_error())
 }
 
 /// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
@@ -89,19 +84,21 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
                 cmds.sample(None);
                 cmds.report(&ch, Some(id));
             }
-            ToSandbox::Connect { id, port } => {
+            ToSandbox::Sockets { id, count } => {
                 // Without a network namespace of its own, 127.0.0.1 here is the host's.
                 let made = if plan.no_namespaces {
                     Err(libc::EPERM)
                 } else {
-                    connect_loopback(port)
+                    (0..usize::from(count).min(sys::MAX_FDS))
+                        .map(|_| tcp_socket())
+                        .collect::<Result<Vec<OwnedFd>, i32>>()
                 };
                 let _ = match made {
-                    Ok(fd) => ch.send_with_fds(
-                        &ToSupervisor::Connected { id, errno: 0 },
-                        &[fd.as_raw_fd()],
-                    ),
-                    Err(errno) => ch.send(&ToSupervisor::Connected { id, errno }),
+                    Ok(fds) => {
+                        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                        ch.send_with_fds(&ToSupervisor::Sockets { id, errno: 0 }, &raw)
+                    }
+                    Err(errno) => ch.send(&ToSupervisor::Sockets { id, errno }),
                 };
             }
             ToSandbox::Exec {

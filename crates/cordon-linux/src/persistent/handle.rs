@@ -100,6 +100,21 @@ struct Pending {
     exec_error: Option<(i32, String, bool)>,
 }
 
+/// Sockets asked of the init at once (at most what one message carries), and how few left
+/// in the pool make the server ask for more.
+const SOCKETS_BATCH: u8 = 8;
+const SOCKETS_LOW: usize = 2;
+
+/// Sockets of the sandbox's network namespace, made ahead (see [`Sandbox::connect_port`]).
+#[derive(Default)]
+struct SocketPool {
+    fds: Vec<OwnedFd>,
+    /// A request for more is under way.
+    asked: bool,
+    /// The init refuses to make them (EPERM: no network namespace of its own).
+    refused: Option<i32>,
+}
+
 /// Called with the listening socket inside the sandbox when its profile allows egress.
 pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
 
@@ -117,8 +132,10 @@ type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
 
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
-    /// Callers waiting for a connection into the sandbox, by request id.
-    connects: Mutex<HashMap<u64, mpsc::Sender<Result<OwnedFd, i32>>>>,
+    /// Unconnected sockets of the sandbox's network namespace, made ahead by its init.
+    sockets: Mutex<SocketPool>,
+    /// Told when sockets come (or the sandbox ends).
+    sockets_came: std::sync::Condvar,
     usage: Mutex<UsageWaiters>,
     /// Callers waiting for the programs executed and the files needed (learn mode).
     executed: Mutex<Vec<mpsc::Sender<LearnedSoFar>>>,
@@ -245,7 +262,8 @@ impl Sandbox {
         let control = Arc::new(control);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
-            connects: Mutex::new(HashMap::new()),
+            sockets: Mutex::new(SocketPool::default()),
+            sockets_came: std::sync::Condvar::new(),
             usage: Mutex::new(HashMap::new()),
             executed: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
@@ -398,38 +416,69 @@ impl Sandbox {
         rx.recv_timeout(Duration::from_secs(1)).ok()
     }
 
-    /// A TCP socket connecting to `127.0.0.1:port` inside the sandbox's network namespace,
-    /// made there by its init (so no thread of the server ever enters the namespace, and the
-    /// server needs no privilege over it). The socket is non-blocking and its connect may still
-    /// be under way: wait for it to become writable and read `SO_ERROR`. Err(errno): the
-    /// kernel's refusal (ECONNREFUSED: nothing listens; EPERM: the sandbox has no network
-    /// namespace of its own), or ETIMEDOUT when the sandbox does not answer (paused, ended).
+    /// A TCP socket connecting to `127.0.0.1:port` inside the sandbox's network namespace.
+    /// The socket was made there by the sandbox's init (a socket's namespace is the one it
+    /// was made in), ahead of time, a few at once: no thread of the server ever enters the
+    /// namespace, the server needs no privilege over it, and a connection costs no round trip
+    /// to the sandbox. The socket is non-blocking and its connect may still be under way: wait
+    /// for it to become writable and read `SO_ERROR`. Err(errno): the kernel's refusal
+    /// (ECONNREFUSED: nothing listens; EPERM: the sandbox has no network namespace of its
+    /// own), EHOSTUNREACH for a paused or ended sandbox, ETIMEDOUT when it does not answer.
     pub fn connect_port(&self, port: u16, wait: Duration) -> Result<OwnedFd, i32> {
+        self.connect_port_within(port, Some(wait))
+    }
+
+    /// [`Sandbox::connect_port`] without waiting: `Err(EWOULDBLOCK)` when no socket is at hand
+    /// yet (more are asked for), so an async caller only goes to a blocking thread then.
+    pub fn try_connect_port(&self, port: u16) -> Result<OwnedFd, i32> {
+        self.connect_port_within(port, None)
+    }
+
+    fn connect_port_within(&self, port: u16, wait: Option<Duration>) -> Result<OwnedFd, i32> {
         if !self.is_alive() || self.paused().is_some() {
             return Err(libc::EHOSTUNREACH);
         }
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel();
-        if let Ok(mut c) = self.shared.connects.lock() {
-            c.insert(id, tx);
-        }
-        if self.control.send(&ToHelper::Connect { id, port }).is_err() {
-            self.forget_connect(id);
-            return Err(libc::EHOSTUNREACH);
-        }
-        let got = rx.recv_timeout(wait).unwrap_or(Err(libc::ETIMEDOUT));
-        self.forget_connect(id);
-        let fd = got?;
-        // What the init attached is the sandbox's word: it must at least be a socket.
-        match rustix::fs::fstat(&fd) {
-            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_socket() => Ok(fd),
-            _ => Err(libc::EPROTO),
-        }
-    }
-
-    fn forget_connect(&self, id: u64) {
-        if let Ok(mut c) = self.shared.connects.lock() {
-            c.remove(&id);
+        let deadline = std::time::Instant::now() + wait.unwrap_or_default();
+        let mut pool = self.shared.sockets.lock().map_err(|_| libc::EIO)?;
+        let fd = loop {
+            if let Some(e) = pool.refused {
+                return Err(e);
+            }
+            if pool.fds.len() <= SOCKETS_LOW && !pool.asked {
+                let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+                let ask = ToHelper::Sockets {
+                    id,
+                    count: SOCKETS_BATCH,
+                };
+                if self.control.send(&ask).is_err() {
+                    return Err(libc::EHOSTUNREACH);
+                }
+                pool.asked = true;
+            }
+            if let Some(fd) = pool.fds.pop() {
+                break fd;
+            }
+            if wait.is_none() {
+                return Err(libc::EWOULDBLOCK);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || !self.is_alive() {
+                // Whoever asks next asks again.
+                pool.asked = false;
+                return Err(libc::ETIMEDOUT);
+            }
+            pool = self
+                .shared
+                .sockets_came
+                .wait_timeout(pool, left.min(Duration::from_millis(200)))
+                .map_err(|_| libc::EIO)?
+                .0;
+        };
+        drop(pool);
+        let to = rustix::net::SocketAddrV4::new([127, 0, 0, 1].into(), port);
+        match rustix::net::connect(&fd, &to) {
+            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(fd),
+            Err(e) => Err(e.raw_os_error()),
         }
     }
 
@@ -501,16 +550,20 @@ impl Drop for Sandbox {
 fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
-            Ok(Some((FromHelper::Sandbox(ToSupervisor::Connected { id, errno }), fds))) => {
-                let waiter = shared.connects.lock().ok().and_then(|mut c| c.remove(&id));
-                if let Some(tx) = waiter {
-                    let got = match (errno, fds.into_iter().next()) {
-                        (0, Some(fd)) => Ok(fd),
-                        (0, None) => Err(libc::EPROTO),
-                        (e, _) => Err(e),
-                    };
-                    let _ = tx.send(got);
+            Ok(Some((FromHelper::Sandbox(ToSupervisor::Sockets { errno, .. }), fds))) => {
+                if let Ok(mut pool) = shared.sockets.lock() {
+                    pool.asked = false;
+                    if errno != 0 {
+                        pool.refused = Some(errno);
+                    }
+                    // What the init attached is the sandbox's word: sockets only.
+                    pool.fds.extend(fds.into_iter().filter(|fd| {
+                        rustix::fs::fstat(fd).is_ok_and(|st| {
+                            rustix::fs::FileType::from_raw_mode(st.st_mode).is_socket()
+                        })
+                    }));
                 }
+                shared.sockets_came.notify_all();
             }
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
             Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
@@ -570,6 +623,11 @@ fn read_events(control: &Channel, shared: &Shared) {
     if let Ok(mut e) = shared.ended.lock() {
         *e = Some(reason.clone());
     }
+    // Nobody will make sockets now: drop those made, and let the waiters go.
+    if let Ok(mut pool) = shared.sockets.lock() {
+        pool.fds.clear();
+    }
+    shared.sockets_came.notify_all();
     let pending: Vec<Pending> = shared
         .pending
         .lock()

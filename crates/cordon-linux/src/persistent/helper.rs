@@ -357,8 +357,8 @@ fn route(
                 Ok(Some((ToHelper::Executed, _))) => {
                     let _ = control.send(&domains.executed());
                 }
-                Ok(Some((ToHelper::Connect { id, port }, _))) => {
-                    if chan.send(&ToSandbox::Connect { id, port }).is_err() {
+                Ok(Some((ToHelper::Sockets { id, count }, _))) => {
+                    if chan.send(&ToSandbox::Sockets { id, count }).is_err() {
                         break "the sandbox stopped answering".to_string();
                     }
                 }

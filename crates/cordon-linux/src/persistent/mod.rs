@@ -62,11 +62,11 @@ enum ToHelper {
     },
     /// Learn mode: the programs executed so far (answered with `FromHelper::Executed`).
     Executed,
-    /// A connection to `127.0.0.1:port` inside the sandbox (answered with
-    /// `FromHelper::Sandbox(ToSupervisor::Connected)`).
-    Connect {
+    /// Unconnected sockets made inside the sandbox's network namespace (answered with
+    /// `FromHelper::Sandbox(ToSupervisor::Sockets)`).
+    Sockets {
         id: u64,
-        port: u16,
+        count: u8,
     },
     Shutdown,
 }
