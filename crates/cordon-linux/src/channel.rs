@@ -25,9 +25,9 @@
 //! │     (or, at any step above, SetupFailed {step, message} and the init exits 125)
 //! │
 //! │  one-shot (init::one_shot):                       persistent (init::persistent):
-//! │ ◀── ExecFailed, or: [TasksAtEnd] then           ── Exec / Signal / Sample / Stop ──▶
+//! │ ◀── ExecFailed, or: [TasksAtEnd] then           ── Exec / Signal / Sample / Sockets / Stop ──▶
 //! │     Exited | Signaled; the init exits           ◀── Started, ExecFailed, CommandUsage,
-//! │  ── Stop (on timeout, limits, interrupt) ──▶        ExecExit per command
+//! │  ── Stop (on timeout, limits, interrupt) ──▶        ExecExit per command; Sockets + fds
 //! ```
 //!
 //! Without namespaces (`launcher::spawn_init` after the host refused them) the order is the

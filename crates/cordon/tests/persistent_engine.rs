@@ -121,8 +121,8 @@ fn shutdown_leaves_nothing() {
     }
 }
 
-/// A connection made by the sandbox's init lands on the sandbox's own loopback: a program
-/// listening there answers, and a port only the host listens on is refused.
+/// A connection from a socket the sandbox's init made lands on the sandbox's own loopback: a
+/// program listening there answers, and a port only the host listens on is refused.
 #[test]
 fn connect_port_reaches_the_sandboxs_own_loopback_only() {
     let sb = sandbox();
