@@ -9,7 +9,7 @@
 # JUnit XML and a summary to $E2B_SUITE_OUT (default: a scratch dir, printed), and exits non-zero
 # when a test fails that clients/e2b-e2e/suite-known-failures.txt does not list (that list may
 # only shrink: listed tests that now pass are reported, to be taken off it).
-# Needs root (unshare -n). Environment:
+# Needs root (unshare -n -m). Environment:
 #   E2B_SUITE_DIR   the suites (default: shared/e2b-suite beside the repository)
 #   E2B_SUITE_VENV  a venv with clients/e2b-e2e/suite-requirements.txt (default: a new one)
 #   E2B_SUITE_JOBS  pytest-xdist workers (default 2)
@@ -54,11 +54,28 @@ if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
   url=
   for _ in $(seq 300); do
-    url=$(sed -n 's/^cordon serving on //p' "$out/$suite.serve.out")
+    # The background job makes the file: it may not exist yet (and `set -e` would end us).
+    url=$(sed -n 's/^cordon serving on //p' "$out/$suite.serve.out" 2>/dev/null || true)
     [ -n "$url" ] && break
     sleep 0.1
   done
   [ -n "$url" ] || { echo "cordon serve did not start: $(cat "$out/$suite.serve.err")" >&2; exit 1; }
+  # Sandboxes' ports (`get_host`): `<port>-<id>.localhost:<server port>`, over TLS signed by
+  # the server's ports CA. Names under localhost resolve to loopback through a DNS server of
+  # this namespace (this mount namespace's /etc/resolv.conf points at it); the CA is what
+  # httpx trusts (SSL_CERT_FILE).
+  printf 'nameserver 127.0.0.1\n' >"$out/$suite.resolv.conf"
+  mount --bind "$out/$suite.resolv.conf" /etc/resolv.conf
+  "$VENV/bin/python" "$here/clients/e2b-e2e/wildcard_dns.py" localhost 2>"$out/$suite.dns.err" &
+  dns=$!
+  trap 'kill "$server" "$dns" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+  ca=
+  for _ in $(seq 50); do
+    ca=$(sed -n 's/^sandbox ports: .*(TLS CA: \(.*\))$/\1/p' "$out/$suite.serve.out" 2>/dev/null || true)
+    [ -n "$ca" ] && break
+    sleep 0.1
+  done
+  [ -f "$ca" ] || { echo "cordon serve named no ports CA: $(cat "$out/$suite.serve.out")" >&2; exit 1; }
   deselect=()
   while read -r id _; do
     case "$id" in "$suite"/*) deselect+=(--deselect "${id#"$suite"/}") ;; esac
@@ -76,7 +93,7 @@ if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   # shellcheck disable=SC2086 # E2B_SUITE_ARGS is split on purpose
   E2B_API_URL=$url E2B_SANDBOX_URL=$url E2B_VOLUME_API_URL=$url E2B_API_KEY=$key \
     E2B_VALIDATE_API_KEY=false E2B_TESTS_TEMPLATE=code-interpreter-v1 \
-    E2B_SUITE_REPORT=$out/$suite.json PYTHONPATH=$here/clients/e2b-e2e \
+    SSL_CERT_FILE=$ca E2B_SUITE_REPORT=$out/$suite.json PYTHONPATH=$here/clients/e2b-e2e \
     "$VENV/bin/python" -m pytest -q -p no:cacheprovider -p suite_report -n "$JOBS" \
     --junitxml="$out/$suite.junit.xml" "${deselect[@]}" "${extra[@]}" ${E2B_SUITE_ARGS:-tests} \
     >"$out/$suite.pytest.log" 2>&1 || true
@@ -90,7 +107,7 @@ if [ "${_E2B_SUITE_INNER:-}" = 1 ]; then
   exit 0
 fi
 
-[ "$(id -u)" -eq 0 ] || { echo "e2b-suite.sh needs root (unshare -n)" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "e2b-suite.sh needs root (unshare -n -m)" >&2; exit 2; }
 export CORDON
 CORDON=$(realpath "${1:?usage: scripts/e2b-suite.sh CORDON_BINARY [SUITE...]}")
 shift
@@ -124,7 +141,8 @@ for suite in "${suites[@]}"; do
   chmod -R u+w "$scratch/$suite"
   rm -f "$out/$suite.json" "$out/$suite.clean.json"
   start=$(date +%s)
-  _E2B_SUITE_INNER=1 unshare -n -- "$0" "$suite" "$scratch/$suite" "$out"
+  # A mount namespace too: /etc/resolv.conf is replaced inside it (see above).
+  _E2B_SUITE_INNER=1 unshare -n -m -- "$0" "$suite" "$scratch/$suite" "$out"
   echo "$suite: $(($(date +%s) - start)) s wall" >"$out/$suite.time"
   [ -s "$out/$suite.json" ] || { echo "$suite: pytest wrote no results:" >&2; tail -30 "$out/$suite.pytest.log" >&2; exit 1; }
 done

@@ -277,6 +277,9 @@ fi
 stage "the E2B door against cordon's own SDK: create + run_code(1+1) + kill, side by side"
 "$venv/bin/python" clients/e2b-e2e/bench.py --iterations 10
 
+stage "ports into a sandbox: a request through get_host against the same request from inside (p50; target +1 ms, fails above +2 ms on this debug build)"
+"$venv/bin/python" clients/e2b-e2e/bench_ports.py --requests 200 --max-added-ms 2
+
 stage "schemathesis against /openapi.json of a real server (0 failures allowed)"
 scripts/schemathesis.sh "$repo/target/debug/cordon" "$venv/bin/schemathesis"
 

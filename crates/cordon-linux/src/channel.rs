@@ -25,9 +25,9 @@
 //! │     (or, at any step above, SetupFailed {step, message} and the init exits 125)
 //! │
 //! │  one-shot (init::one_shot):                       persistent (init::persistent):
-//! │ ◀── ExecFailed, or: [TasksAtEnd] then           ── Exec / Signal / Sample / Stop ──▶
+//! │ ◀── ExecFailed, or: [TasksAtEnd] then           ── Exec / Signal / Sample / Sockets / Stop ──▶
 //! │     Exited | Signaled; the init exits           ◀── Started, ExecFailed, CommandUsage,
-//! │  ── Stop (on timeout, limits, interrupt) ──▶        ExecExit per command
+//! │  ── Stop (on timeout, limits, interrupt) ──▶        ExecExit per command; Sockets + fds
 //! ```
 //!
 //! Without namespaces (`launcher::spawn_init` after the host refused them) the order is the
@@ -97,6 +97,9 @@ pub enum ToSupervisor {
     /// Persistent sandbox: command `id` runs as `pid` (in the sandbox's pid namespace); its
     /// stdin (write end), stdout and stderr (read ends) are attached, in that order.
     Started { id: u64, pid: i32 },
+    /// Persistent sandbox: the answer to `ToSandbox::Sockets { id, .. }`: with `errno` 0 the
+    /// sockets (non-blocking, unconnected) are attached; else the refusal.
+    Sockets { id: u64, errno: i32 },
     /// Persistent sandbox: command `id` ended, and with it everything it started.
     ExecExit {
         id: u64,
@@ -192,6 +195,12 @@ pub enum ToSandbox {
     Signal { id: u64, signal: i32 },
     /// Persistent sandbox without a cgroup: sample now and report command `id`'s usage.
     Sample { id: u64 },
+    /// Persistent sandbox: make `count` (at most [`crate::sys::MAX_FDS`]) unconnected TCP
+    /// sockets in the sandbox's own network namespace, for the supervisor to connect to its
+    /// loopback (a socket's namespace is the one it was made in; see
+    /// `Sandbox::connect_port`). Answered with [`ToSupervisor::Sockets`]. Refused without a
+    /// network namespace of the sandbox's own: its loopback would be the host's.
+    Sockets { id: u64, count: u8 },
     /// End the sandbox: kill everything in it, reap it all (so its CPU time is counted), report
     /// the payload's end if it came, and exit.
     Stop,

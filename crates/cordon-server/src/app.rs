@@ -25,6 +25,8 @@ pub struct AppState {
     pub(crate) mcp: Router,
     /// The web console's sign-in sessions; `None` when the console is off.
     pub(crate) console: Option<crate::console::Sessions>,
+    /// Ports into sandboxes (`cordon serve`'s; other hosts of the doors have none).
+    pub(crate) ports: std::sync::OnceLock<Arc<crate::ports::Ports>>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             open,
             mcp,
             console,
+            ports: Default::default(),
         })
     }
 }
@@ -48,6 +51,7 @@ impl AppState {
 /// Every door on one router. The E2B door answers its own paths (none of which the native API
 /// uses) in E2B's shapes; the native API answers the rest.
 pub fn router(st: Arc<AppState>) -> Router {
+    let st_ports = st.clone();
     // Around the whole router, not route by route: the 405 answers get their `Allow` header
     // from the router itself, after any per-route layer has run.
     let mut doors = Router::new()
@@ -61,6 +65,11 @@ pub fn router(st: Arc<AppState>) -> Router {
         .fallback_service(crate::native::router(st))
         .layer(middleware::from_fn(crate::native::json_errors))
         .layer(middleware::from_fn(crate::e2b::errors_for_e2b_clients))
+        // Outermost: a request for a sandbox's port is none of the doors'.
+        .layer(middleware::from_fn_with_state(
+            st_ports,
+            crate::ports::route,
+        ))
 }
 
 /// Where `cordon serve` listens, and whether it runs without API keys.
@@ -75,6 +84,9 @@ pub struct ServeOptions {
     pub console: bool,
     /// The Docker door's socket and/or port (`--docker-socket`, `--docker-listen`).
     pub docker: crate::docker::DockerOptions,
+    /// The domain sandboxes' ports are reached under (`--sandbox-domain`): a request for
+    /// `{port}-{id}.{domain}` goes to that port in that sandbox. `None`: `localhost:<port>`.
+    pub sandbox_domain: Option<String>,
 }
 
 /// The header in which a cluster's router proves itself to a node.
@@ -123,6 +135,15 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let state = AppState::with_console(service.clone(), opts.open, opts.console);
+    let domain = opts
+        .sandbox_domain
+        .clone()
+        .unwrap_or_else(|| format!("localhost:{}", addr.port()));
+    let ports = Arc::new(
+        crate::ports::Ports::new(&domain, &service.config().data_dir)
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+    );
+    let _ = state.ports.set(ports.clone());
     let reaper = service.clone();
     tokio::spawn(async move {
         loop {
@@ -151,6 +172,11 @@ pub async fn serve(
         println!("cordon Docker API on {a}");
     }
     ready(addr);
+    println!(
+        "sandbox ports: http(s)://<port>-<sandbox id>.{} (TLS CA: {})",
+        ports.domain,
+        ports.ca_path.display()
+    );
     let mut app = router(state);
     if let Some(secret) = opts.cluster_secret {
         app = app.layer(middleware::from_fn_with_state(
@@ -158,7 +184,13 @@ pub async fn serve(
             cluster_gate,
         ));
     }
-    crate::http_serve::serve(listener, app, crate::http_serve::terminate_or_interrupt()).await;
+    crate::http_serve::serve_with_tls(
+        listener,
+        app,
+        crate::http_serve::terminate_or_interrupt(),
+        Some(ports),
+    )
+    .await;
     service.shutdown_all().await;
     Ok(())
 }

@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
@@ -46,10 +47,36 @@ where
 
 /// [`serve`] with another idle limit (tests).
 pub async fn serve_with_idle<L>(
+    listener: L,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+    idle: Duration,
+) where
+    L: Listener,
+{
+    serve_inner(listener, app, shutdown, idle, None).await
+}
+
+/// [`serve`], also taking TLS on the same port for the names of sandboxes' ports (see
+/// [`crate::ports`]): a connection whose first byte starts a TLS handshake is served over TLS
+/// with the certificate for the name it asks for (and closed for any other name).
+pub async fn serve_with_tls<L>(
+    listener: L,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+    ports: Option<Arc<crate::ports::Ports>>,
+) where
+    L: Listener,
+{
+    serve_inner(listener, app, shutdown, IDLE, ports).await
+}
+
+async fn serve_inner<L>(
     mut listener: L,
     app: Router,
     shutdown: impl Future<Output = ()>,
     idle: Duration,
+    ports: Option<Arc<crate::ports::Ports>>,
 ) where
     L: Listener,
 {
@@ -65,25 +92,27 @@ pub async fn serve_with_idle<L>(
             conn = listener.accept() => conn,
             _ = &mut shutdown => break,
         };
-        let service = app
-            .clone()
-            .map_request(|req: Request<Incoming>| req.map(Body::new));
-        let conn = builder
-            .serve_connection(
-                TokioIo::new(FirstBytes::new(io, idle)),
-                TowerToHyperService::new(service),
-            )
-            .with_upgrades();
-        let mut stopping = stop.subscribe();
+        let service = app.clone();
+        let stopping = stop.subscribe();
         let running = running.clone();
+        let builder = builder.clone();
+        let ports = ports.clone();
         tokio::spawn(async move {
-            let mut conn = pin!(conn);
-            loop {
-                tokio::select! {
-                    // A connection's error (a reset, a malformed request, the timeout) ends
-                    // only it.
-                    _ = conn.as_mut() => break,
-                    _ = stopping.changed() => conn.as_mut().graceful_shutdown(),
+            let io = FirstBytes::new(io, idle);
+            match ports {
+                None => drive(&builder, io, service, stopping).await,
+                Some(ports) => {
+                    let mut io = tokio::io::BufReader::new(io);
+                    let tls = match io.fill_buf().await {
+                        Ok([]) | Err(_) => false,
+                        // A TLS record of type handshake.
+                        Ok(b) => b[0] == 0x16,
+                    };
+                    if !tls {
+                        drive(&builder, io, service, stopping).await;
+                    } else if let Some(io) = accept_tls(io, &ports, idle).await {
+                        drive(&builder, io, service, stopping).await;
+                    }
                 }
             }
             drop(running);
@@ -93,6 +122,59 @@ pub async fn serve_with_idle<L>(
     let _ = stop.send(());
     drop(running);
     running_tx.closed().await;
+}
+
+/// Completes a TLS handshake for a name under the ports domain, within `idle`.
+async fn accept_tls<I>(
+    io: I,
+    ports: &crate::ports::Ports,
+    idle: Duration,
+) -> Option<tokio_rustls::server::TlsStream<I>>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(idle, async {
+        let start = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
+            .await
+            .ok()?;
+        let config = ports.tls_for(start.client_hello().server_name()?)?;
+        start.into_stream(config).await.ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Serves one connection until it ends, or finishes its request and closes on `stopping`.
+/// Its request bytes are followed on their way to hyper, and a request with both framings
+/// answered 400 (see [`crate::framing`]).
+async fn drive<I>(builder: &http1::Builder, io: I, app: Router, mut stopping: watch::Receiver<()>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let flag = crate::framing::Ambiguous::default();
+    let io = crate::framing::Watched::new(io, flag.clone());
+    let service = tower::service_fn(move |req: Request<Incoming>| {
+        let app = app.clone();
+        let ambiguous = flag.seen();
+        async move {
+            if ambiguous {
+                return Ok::<_, std::convert::Infallible>(crate::framing::refusal());
+            }
+            app.oneshot(req.map(Body::new)).await
+        }
+    });
+    let conn = builder
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+        .with_upgrades();
+    let mut conn = pin!(conn);
+    loop {
+        tokio::select! {
+            // A connection's error (a reset, a malformed request, the timeout) ends only it.
+            _ = conn.as_mut() => break,
+            _ = stopping.changed() => conn.as_mut().graceful_shutdown(),
+        }
+    }
 }
 
 /// A connection's stream that fails a read with `TimedOut` when no byte has come `limit` after

@@ -14,11 +14,13 @@ pub mod console;
 pub mod docker;
 pub mod e2b;
 pub mod error;
+pub mod framing;
 pub mod fusion;
 pub mod gateway;
 pub mod http_serve;
 pub mod mcp;
 pub mod native;
+pub mod ports;
 pub mod terminal;
 
 pub use app::{router, serve, AppState, ServeOptions};

@@ -179,7 +179,7 @@ type StartedParts = (
 );
 
 /// 409 while the sandbox is paused: it runs nothing until it is resumed.
-pub(super) fn refuse_if_paused(live: &Live) -> Result<(), ServiceError> {
+pub(crate) fn refuse_if_paused(live: &Live) -> Result<(), ServiceError> {
     match live.sandbox.paused() {
         Some(_) => Err(ServiceError::new(
             ErrorKind::Conflict,

@@ -22,6 +22,7 @@ pub mod interpreter;
 pub mod keys;
 pub mod metrics;
 pub mod oneshot;
+pub mod ports;
 pub mod programs;
 pub mod registry;
 pub mod runner;
@@ -175,6 +176,8 @@ pub struct Live {
     /// until the policy allows something).
     pub(crate) egress: Arc<Mutex<Option<cordon_net::EgressProxy>>>,
     pub(crate) network: Mutex<cordon_policy::network::NetworkPolicy>,
+    /// Who may reach its ports (see [`ports`]).
+    pub(crate) ports: ports::PortGrant,
     /// The image the sandbox's root is made of: held (its layers safe from prune) for as long
     /// as the sandbox lives.
     /// Also what a commit starts from (its manifest digest).

@@ -469,6 +469,7 @@ impl Service {
             contexts: Default::default(),
             egress,
             network: Mutex::new(live_network),
+            ports: crate::ports::PortGrant::new(&req.ports),
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
             usage: Default::default(),
@@ -914,18 +915,22 @@ impl Service {
     /// One paused to disk starts again from its files, under its id (a new boot: no process
     /// of before runs); the key needs a free slot for it.
     pub async fn resume(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<bool, ServiceError> {
-        let live = match self.get_live(caller, id) {
-            Ok(l) => l,
-            Err(e) => {
-                return match self.wake(caller, id).await {
-                    Some(woken) => woken.map(|_| true),
-                    None => Err(e),
-                }
-            }
-        };
+        match self.get_live(caller, id) {
+            Ok(live) => self.resume_live(&live).await,
+            Err(e) => match self.wake(caller, id).await {
+                Some(woken) => woken.map(|_| true),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Resumes `live` if it is paused (the caller's right to is checked); a sandbox paused by
+    /// its timeout gets the server's default time to live again.
+    pub(crate) async fn resume_live(&self, live: &Arc<Live>) -> Result<bool, ServiceError> {
+        let (id, key_id) = (&live.id, &live.key_id);
         if live.sandbox.paused().is_some() {
             // Before it runs: a copy of files it is about to change must not outlive it.
-            self.drop_files(&live.key_id, &live.id);
+            self.drop_files(key_id, id);
         }
         let sb = live.sandbox.clone();
         let was = tokio::task::spawn_blocking(move || sb.resume())
@@ -938,7 +943,7 @@ impl Service {
                 self.registry.set_expiry(id, exp)?;
             }
             self.audit
-                .record("sandbox.resume", &caller.key_id, Some(id), json!({}));
+                .record("sandbox.resume", key_id, Some(id), json!({}));
         }
         Ok(was)
     }

@@ -300,6 +300,12 @@ pub struct CreateSandbox {
     /// The Docker door's, not part of the HTTP API.
     #[serde(skip)]
     pub read_only_root: bool,
+    /// Who may reach the sandbox's ports through the server, and with which `Host` header
+    /// (see [`crate::ports`]). The E2B door's (`network.allowPublicTraffic`,
+    /// `maskRequestHost`), not part of the native HTTP API: its sandboxes' ports need their
+    /// traffic access token.
+    #[serde(skip)]
+    pub ports: crate::ports::PortsOptions,
     /// The uid and gid the sandbox's one user has inside (Docker's `User`, resolved by
     /// [`crate::Service::image_user`]); only with an image. Outside it is the same
     /// unprivileged host id whatever is asked. The Docker door's, not part of the HTTP API.

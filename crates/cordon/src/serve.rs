@@ -124,6 +124,12 @@ pub struct ServeArgs {
     /// API key (`Authorization: Bearer KEY`).
     #[arg(long, value_name = "ADDR")]
     docker_listen: Option<SocketAddr>,
+    /// The domain under which sandboxes' ports are reached through this server (E2B's
+    /// `sandboxDomain`): a request for `<port>-<sandbox id>.<domain>` (HTTP or HTTPS, on this
+    /// server's port) goes to that port inside that sandbox. Point the names under it at the
+    /// server (a wildcard DNS entry). Default: `localhost:<port>`.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    sandbox_domain: Option<String>,
     /// A host directory under which Docker clients may bind host paths (`-v DIR:/data`);
     /// repeat for more. Without it no host path can be bound; `/`, `/etc`, `/proc`, `/sys`,
     /// `/dev`, `/boot`, `/run` and `/root` never can.
@@ -491,6 +497,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             cluster_secret,
             console: !a.no_console,
             docker,
+            sandbox_domain: a.sandbox_domain.clone(),
         };
         let console = !a.no_console;
         cordon_server::serve(service, opts, move |addr| {

@@ -582,3 +582,41 @@ impl Drop for Neighbours {
         }
     }
 }
+
+/// Without a network namespace of its own, a sandbox's 127.0.0.1 is the host's: a request for
+/// one of its ports (`{port}-{id}.{domain}`) must never be relayed, or every host port would be
+/// a sandbox port. It answers 502, saying why, and the host's listener hears nothing.
+#[test]
+fn ports_of_a_sandbox_without_a_network_namespace_are_never_the_hosts() {
+    let _one = one_at_a_time();
+    for (name, layout) in hosts() {
+        let s = start(&layout, &[]);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let created = ureq::post(&format!("{}/sandboxes", s.url))
+            .set("X-API-KEY", &s.key)
+            .send_json(json!({"templateID": "base", "network": {"allowPublicTraffic": true}}));
+        let v: Value = match created {
+            Ok(r) => r.into_json().expect("json"),
+            Err(e) => panic!("{name}: E2B create: {e}"),
+        };
+        let id = v["sandboxID"].as_str().expect("sandboxID");
+        let domain = v["domain"].as_str().expect("domain");
+        let got = ureq::get(&format!("{}/", s.url))
+            .set("Host", &format!("{port}-{id}.{domain}"))
+            .timeout(Duration::from_secs(30))
+            .call();
+        let (status, body) = match got {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(c, r)) => (c, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("{name}: {e}"),
+        };
+        assert_eq!(status, 502, "{name}: {body}");
+        assert!(body.contains("no network namespace"), "{name}: {body}");
+        assert!(
+            matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "{name}: the host's listener was reached"
+        );
+    }
+}

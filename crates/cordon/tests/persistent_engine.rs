@@ -120,3 +120,62 @@ fn shutdown_leaves_nothing() {
         );
     }
 }
+
+/// A connection from a socket the sandbox's init made lands on the sandbox's own loopback: a
+/// program listening there answers, and a port only the host listens on is refused.
+#[test]
+fn connect_port_reaches_the_sandboxs_own_loopback_only() {
+    let sb = sandbox();
+    let host = std::net::TcpListener::bind("127.0.0.1:0").expect("host listener");
+    host.set_nonblocking(true).expect("nonblocking");
+    let host_port = host.local_addr().expect("addr").port();
+    // A listener inside on the same port number, answering one connection.
+    let (tx, _rx) = mpsc::channel();
+    let script = format!(
+        "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('127.0.0.1', {host_port})); s.listen(1); print('up', flush=True)\n\
+         c, _ = s.accept(); c.sendall(b'inside'); c.close()"
+    );
+    let started = sb
+        .exec(
+            ExecSpec {
+                argv: vec!["python3".into(), "-c".into(), script],
+                ..ExecSpec::default()
+            },
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        )
+        .expect("exec");
+    let mut up = [0u8; 3];
+    std::fs::File::from(started.stdout)
+        .read_exact(&mut up)
+        .expect("listening inside");
+    let connected = |port: u16| -> std::io::Result<std::net::TcpStream> {
+        let fd = sb
+            .connect_port(port, Duration::from_secs(5))
+            .map_err(std::io::Error::from_raw_os_error)?;
+        let s = std::net::TcpStream::from(fd);
+        s.set_nonblocking(false)?;
+        for _ in 0..200 {
+            if let Some(e) = s.take_error()? {
+                return Err(e);
+            }
+            if s.peer_addr().is_ok() {
+                return Ok(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(std::io::ErrorKind::TimedOut.into())
+    };
+    let mut s = connected(host_port).expect("the sandbox's listener");
+    let mut got = String::new();
+    s.read_to_string(&mut got).expect("read");
+    assert_eq!(got, "inside");
+    // Nothing listens on this port inside any more (the program took one connection).
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("another");
+    let other = free.local_addr().expect("addr").port();
+    let err = connected(other).expect_err("a port only the host listens on");
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNREFUSED), "{err}");
+    assert!(host.accept().is_err(), "the host's listener was reached");
+}

@@ -14,6 +14,19 @@ use crate::channel::{Channel, CommandEnd, ExecSpec, ToSandbox, ToSupervisor};
 use crate::plan::Plan;
 use crate::sys;
 
+/// An unconnected, non-blocking TCP socket of this (the sandbox's) network namespace: the
+/// supervisor connects it, and where it connects is this namespace's address.
+fn tcp_socket() -> Result<OwnedFd, i32> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| e.raw_os_error())
+}
+
 /// Persistent sandbox: serve exec and signal requests until the supervisor goes away.
 /// `in_cgroup`: the sandbox has a cgroup, and the supervisor gives each command one of its
 /// own; without, the init samples `/proc` for what a cgroup would have counted.
@@ -70,6 +83,23 @@ pub(super) fn serve_loop(plan: &Plan, ch: Channel, in_cgroup: bool) -> ! {
             ToSandbox::Sample { id } => {
                 cmds.sample(None);
                 cmds.report(&ch, Some(id));
+            }
+            ToSandbox::Sockets { id, count } => {
+                // Without a network namespace of its own, 127.0.0.1 here is the host's.
+                let made = if plan.no_namespaces {
+                    Err(libc::EPERM)
+                } else {
+                    (0..usize::from(count).min(sys::MAX_FDS))
+                        .map(|_| tcp_socket())
+                        .collect::<Result<Vec<OwnedFd>, i32>>()
+                };
+                let _ = match made {
+                    Ok(fds) => {
+                        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                        ch.send_with_fds(&ToSupervisor::Sockets { id, errno: 0 }, &raw)
+                    }
+                    Err(errno) => ch.send(&ToSupervisor::Sockets { id, errno }),
+                };
             }
             ToSandbox::Exec {
                 id,

@@ -100,6 +100,21 @@ struct Pending {
     exec_error: Option<(i32, String, bool)>,
 }
 
+/// Sockets asked of the init at once (at most what one message carries), and how few left
+/// in the pool make the server ask for more.
+const SOCKETS_BATCH: u8 = 8;
+const SOCKETS_LOW: usize = 2;
+
+/// Sockets of the sandbox's network namespace, made ahead (see [`Sandbox::connect_port`]).
+#[derive(Default)]
+struct SocketPool {
+    fds: Vec<OwnedFd>,
+    /// A request for more is under way.
+    asked: bool,
+    /// The init refuses to make them (EPERM: no network namespace of its own).
+    refused: Option<i32>,
+}
+
 /// Called with the listening socket inside the sandbox when its profile allows egress.
 pub type OnProxyListener = Box<dyn FnOnce(std::net::TcpListener) + Send>;
 
@@ -117,6 +132,10 @@ type UsageWaiters = HashMap<u64, Vec<mpsc::Sender<Option<CommandUsage>>>>;
 
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Unconnected sockets of the sandbox's network namespace, made ahead by its init.
+    sockets: Mutex<SocketPool>,
+    /// Told when sockets come (or the sandbox ends).
+    sockets_came: std::sync::Condvar,
     usage: Mutex<UsageWaiters>,
     /// Callers waiting for the programs executed and the files needed (learn mode).
     executed: Mutex<Vec<mpsc::Sender<LearnedSoFar>>>,
@@ -243,6 +262,8 @@ impl Sandbox {
         let control = Arc::new(control);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
+            sockets: Mutex::new(SocketPool::default()),
+            sockets_came: std::sync::Condvar::new(),
             usage: Mutex::new(HashMap::new()),
             executed: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
@@ -395,6 +416,72 @@ impl Sandbox {
         rx.recv_timeout(Duration::from_secs(1)).ok()
     }
 
+    /// A TCP socket connecting to `127.0.0.1:port` inside the sandbox's network namespace.
+    /// The socket was made there by the sandbox's init (a socket's namespace is the one it
+    /// was made in), ahead of time, a few at once: no thread of the server ever enters the
+    /// namespace, the server needs no privilege over it, and a connection costs no round trip
+    /// to the sandbox. The socket is non-blocking and its connect may still be under way: wait
+    /// for it to become writable and read `SO_ERROR`. Err(errno): the kernel's refusal
+    /// (ECONNREFUSED: nothing listens; EPERM: the sandbox has no network namespace of its
+    /// own), EHOSTUNREACH for a paused or ended sandbox, ETIMEDOUT when it does not answer.
+    pub fn connect_port(&self, port: u16, wait: Duration) -> Result<OwnedFd, i32> {
+        self.connect_port_within(port, Some(wait))
+    }
+
+    /// [`Sandbox::connect_port`] without waiting: `Err(EWOULDBLOCK)` when no socket is at hand
+    /// yet (more are asked for), so an async caller only goes to a blocking thread then.
+    pub fn try_connect_port(&self, port: u16) -> Result<OwnedFd, i32> {
+        self.connect_port_within(port, None)
+    }
+
+    fn connect_port_within(&self, port: u16, wait: Option<Duration>) -> Result<OwnedFd, i32> {
+        if !self.is_alive() || self.paused().is_some() {
+            return Err(libc::EHOSTUNREACH);
+        }
+        let deadline = std::time::Instant::now() + wait.unwrap_or_default();
+        let mut pool = self.shared.sockets.lock().map_err(|_| libc::EIO)?;
+        let fd = loop {
+            if let Some(e) = pool.refused {
+                return Err(e);
+            }
+            if pool.fds.len() <= SOCKETS_LOW && !pool.asked {
+                let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+                let ask = ToHelper::Sockets {
+                    id,
+                    count: SOCKETS_BATCH,
+                };
+                if self.control.send(&ask).is_err() {
+                    return Err(libc::EHOSTUNREACH);
+                }
+                pool.asked = true;
+            }
+            if let Some(fd) = pool.fds.pop() {
+                break fd;
+            }
+            if wait.is_none() {
+                return Err(libc::EWOULDBLOCK);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || !self.is_alive() {
+                // Whoever asks next asks again.
+                pool.asked = false;
+                return Err(libc::ETIMEDOUT);
+            }
+            pool = self
+                .shared
+                .sockets_came
+                .wait_timeout(pool, left.min(Duration::from_millis(200)))
+                .map_err(|_| libc::EIO)?
+                .0;
+        };
+        drop(pool);
+        let to = rustix::net::SocketAddrV4::new([127, 0, 0, 1].into(), port);
+        match rustix::net::connect(&fd, &to) {
+            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(fd),
+            Err(e) => Err(e.raw_os_error()),
+        }
+    }
+
     /// Freezes every process of the sandbox (see [`crate::freeze`]); `name` is unique to it.
     /// Pausing a paused sandbox changes nothing.
     pub fn pause(&self, name: &str) -> Result<crate::freeze::FreezeMethod, EngineError> {
@@ -463,6 +550,21 @@ impl Drop for Sandbox {
 fn read_events(control: &Channel, shared: &Shared) {
     let reason = loop {
         match control.recv::<FromHelper>() {
+            Ok(Some((FromHelper::Sandbox(ToSupervisor::Sockets { errno, .. }), fds))) => {
+                if let Ok(mut pool) = shared.sockets.lock() {
+                    pool.asked = false;
+                    if errno != 0 {
+                        pool.refused = Some(errno);
+                    }
+                    // What the init attached is the sandbox's word: sockets only.
+                    pool.fds.extend(fds.into_iter().filter(|fd| {
+                        rustix::fs::fstat(fd).is_ok_and(|st| {
+                            rustix::fs::FileType::from_raw_mode(st.st_mode).is_socket()
+                        })
+                    }));
+                }
+                shared.sockets_came.notify_all();
+            }
             Ok(Some((FromHelper::Sandbox(msg), fds))) => dispatch(shared, msg, fds),
             Ok(Some((FromHelper::Exit { id, end, usage }, _))) => {
                 let Some(mut p) = shared.pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
@@ -521,6 +623,11 @@ fn read_events(control: &Channel, shared: &Shared) {
     if let Ok(mut e) = shared.ended.lock() {
         *e = Some(reason.clone());
     }
+    // Nobody will make sockets now: drop those made, and let the waiters go.
+    if let Ok(mut pool) = shared.sockets.lock() {
+        pool.fds.clear();
+    }
+    shared.sockets_came.notify_all();
     let pending: Vec<Pending> = shared
         .pending
         .lock()

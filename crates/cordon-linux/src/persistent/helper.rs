@@ -357,6 +357,11 @@ fn route(
                 Ok(Some((ToHelper::Executed, _))) => {
                     let _ = control.send(&domains.executed());
                 }
+                Ok(Some((ToHelper::Sockets { id, count }, _))) => {
+                    if chan.send(&ToSandbox::Sockets { id, count }).is_err() {
+                        break "the sandbox stopped answering".to_string();
+                    }
+                }
                 Ok(Some((ToHelper::Shutdown, _))) => break "shut down".to_string(),
                 Ok(Some((ToHelper::Create { .. }, _))) => {}
                 // A message we cannot read is the server's bug, not a reason to kill the sandbox.

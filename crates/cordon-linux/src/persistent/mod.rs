@@ -62,6 +62,12 @@ enum ToHelper {
     },
     /// Learn mode: the programs executed so far (answered with `FromHelper::Executed`).
     Executed,
+    /// Unconnected sockets made inside the sandbox's network namespace (answered with
+    /// `FromHelper::Sandbox(ToSupervisor::Sockets)`).
+    Sockets {
+        id: u64,
+        count: u8,
+    },
     Shutdown,
 }
 

@@ -41,9 +41,18 @@ struct NewSandbox {
     /// `false` asks the auto-pause to drop memory and keep the files only (a cold boot on
     /// resume): a pause to disk.
     auto_pause_memory: Option<bool>,
+    /// `{"enabled": true}`: a request to one of its ports resumes it when paused.
+    auto_resume: Option<E2bAutoResume>,
     /// Volumes of the caller's key to mount, read-write (E2B has no read-only mount).
     volume_mounts: Option<Vec<E2bVolumeMount>>,
     // Other fields E2B knows (autoResume, secure, mcp, …) are read and left alone.
+}
+
+/// `autoResume`: `{enabled}`.
+#[derive(Debug, Deserialize)]
+struct E2bAutoResume {
+    #[serde(default)]
+    enabled: bool,
 }
 
 /// One of `volumeMounts`: `{name, path}`.
@@ -62,8 +71,20 @@ struct E2bNetwork {
     deny_out: Option<Vec<String>>,
     egress_proxy: Option<Value>,
     rules: Option<Value>,
-    // dnsServers (the proxy resolves names itself), allowPublicTraffic and maskRequestHost
-    // (no sandbox here has a public URL) change nothing in a cordon sandbox.
+    /// Its ports reachable without the traffic access token (E2B's default: true).
+    allow_public_traffic: Option<bool>,
+    /// The `Host` header requests reach its ports with (`${PORT}`: the port).
+    mask_request_host: Option<String>,
+    // dnsServers (the proxy resolves names itself) changes nothing in a cordon sandbox.
+}
+
+/// What E2B's `network` says of the sandbox's ports.
+fn ports_options(network: Option<&E2bNetwork>) -> cordon_service::ports::PortsOptions {
+    cordon_service::ports::PortsOptions {
+        public: network.and_then(|n| n.allow_public_traffic).unwrap_or(true),
+        host_header: network.and_then(|n| n.mask_request_host.clone()),
+        wake_on_request: false,
+    }
 }
 
 fn all_traffic(entry: &str) -> bool {
@@ -187,15 +208,22 @@ pub(super) fn seconds(t: f64, field: &str) -> Result<Amount, ApiError> {
     Ok(Amount::Number(t))
 }
 
-pub(super) fn sandbox_body(e2b: &St, id: &str, template: &str, token: &str) -> Value {
+pub(super) fn sandbox_body(
+    e2b: &St,
+    caller: &Caller,
+    id: &str,
+    template: &str,
+    token: &str,
+) -> Value {
+    let traffic = e2b.st.service.port_grant(caller, id).ok().map(|g| g.token);
     json!({
         "templateID": template,
         "sandboxID": id,
         "clientID": e2b.st.service.config().node,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": token,
-        "trafficAccessToken": token,
-        "domain": null,
+        "trafficAccessToken": traffic,
+        "domain": e2b.st.ports.get().map(|p| p.domain.clone()),
     })
 }
 
@@ -280,6 +308,14 @@ pub(super) async fn create(
                 .collect(),
         )
     })?;
+    let mut ports = ports_options(req.network.as_ref());
+    ports.wake_on_request = req.auto_resume.as_ref().is_some_and(|a| a.enabled);
+    if ports.wake_on_request && !pause_on_timeout {
+        return Err(ApiError::bad_request(
+            "autoResume: only a sandbox that pauses on its timeout (autoPause) can be resumed by a request",
+        )
+        .into());
+    }
     let allow = egress(req.allow_internet_access, req.network, internet, true)?;
     let info = e2b
         .st
@@ -317,6 +353,7 @@ pub(super) async fn create(
                 pause_on_timeout,
                 pause_keep_memory: req.auto_pause_memory,
                 secrets: given,
+                ports,
                 ..Default::default()
             },
         )
@@ -324,7 +361,13 @@ pub(super) async fn create(
     let door = e2b.door(&caller, &info.id, Some(&template))?;
     Ok((
         StatusCode::CREATED,
-        Json(sandbox_body(&e2b, &info.id, &template, &door.token)),
+        Json(sandbox_body(
+            &e2b,
+            &caller,
+            &info.id,
+            &template,
+            &door.token,
+        )),
     )
         .into_response())
 }
@@ -373,7 +416,13 @@ pub(super) async fn connect(
         } else {
             StatusCode::OK
         },
-        Json(sandbox_body(&e2b, &id, &door.template, &door.token)),
+        Json(sandbox_body(
+            &e2b,
+            &caller,
+            &id,
+            &door.template,
+            &door.token,
+        )),
     )
         .into_response())
 }
@@ -485,7 +534,10 @@ pub(super) async fn info(
     let mut v = listed(&e2b, &info);
     if let Some(o) = v.as_object_mut() {
         o.insert("envdAccessToken".into(), json!(door.token));
-        o.insert("domain".into(), Value::Null);
+        o.insert(
+            "domain".into(),
+            json!(e2b.st.ports.get().map(|p| p.domain.clone())),
+        );
         // What holds, not what was asked: the proxy's allowlist, everything else refused.
         let allow = e2b
             .st
@@ -496,7 +548,7 @@ pub(super) async fn info(
         o.insert("allowInternetAccess".into(), json!(!allow.is_empty()));
         o.insert(
             "lifecycle".into(),
-            json!({"autoResume": false,
+            json!({"autoResume": e2b.st.service.port_grant(&caller, &id).is_ok_and(|g| g.wake_on_request),
                 "onTimeout": if info.pause_on_timeout { "pause" } else { "kill" }}),
         );
         o.insert(

@@ -406,10 +406,8 @@ impl E2b {
             .ok_or_else(|| {
                 ApiError::bad_request("missing E2b-Sandbox-Id header: which sandbox is this for?")
             })?;
-        let given: Vec<&str> = ["x-access-token", "e2b-traffic-access-token"]
-            .iter()
-            .filter_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
-            .collect();
+        let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+        let (access, traffic) = (header("x-access-token"), header("e2b-traffic-access-token"));
         let door = self
             .doors
             .lock()
@@ -428,13 +426,28 @@ impl E2b {
         let Some(door) = door else {
             return Err(gone());
         };
-        if given.is_empty() {
+        if access.is_none() && traffic.is_none() {
             self.st.service.deny("unauthenticated");
             return Err(ApiError::unauthorized(
                 "missing access token: send the envdAccessToken of this sandbox as X-Access-Token",
             ));
         }
-        if !given.iter().any(|t| same_secret(t, &door.token)) {
+        // The traffic access token opens the sandbox's ports, the code interpreter's among
+        // them (the code-context calls carry no other); envd's routes need the access token.
+        let interpreter = h
+            .get("e2b-sandbox-port")
+            .is_some_and(|v| v.as_bytes() == b"49999");
+        let traffic_ok = |t: &str| {
+            same_secret(t, &door.token)
+                || (interpreter
+                    && self
+                        .st
+                        .service
+                        .port_grant(&door.caller, id)
+                        .is_ok_and(|g| same_secret(t, &g.token)))
+        };
+        if !access.is_some_and(|t| same_secret(t, &door.token)) && !traffic.is_some_and(traffic_ok)
+        {
             self.st.service.deny("bad_key");
             return Err(ApiError::unauthorized(
                 "invalid access token for this sandbox",

@@ -170,7 +170,7 @@ pub(super) async fn fork(
     let mut out = Vec::with_capacity(result.sandboxes.len());
     for sbx in &result.sandboxes {
         let door = e2b.door(&caller, &sbx.id, Some(&template))?;
-        let mut body = sandbox_body(&e2b, &sbx.id, &template, &door.token);
+        let mut body = sandbox_body(&e2b, &caller, &sbx.id, &template, &door.token);
         body["notCarried"] = json!(result.not_carried);
         out.push(json!({ "sandbox": body }));
     }
