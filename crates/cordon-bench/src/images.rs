@@ -406,38 +406,13 @@ fn bench_commit(
     podman_runtime: Option<&str>,
     iterations: u32,
 ) -> Result<Value, String> {
-    use std::io::{BufRead, BufReader};
     let write = format!(
         "/bin/busybox dd if=/dev/urandom of=/data/big bs=1M count={COMMIT_BYTES_MB} 2>/dev/null"
     );
     let runs = (iterations as usize).clamp(3, 5);
-    let mut child = Command::new(me)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-auth",
-            "--data-dir",
-        ])
-        .arg(data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting cordon serve: {e}"))?;
+    let server = crate::PrivateServer::start(me, data)?;
     let cordon = (|| -> Result<Duration, String> {
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(out).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(l)) => {
-                    if let Some(u) = l.strip_prefix("cordon serving on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => return Err("cordon serve did not start".to_string()),
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let url = server.url.clone();
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(300))
             .build();
@@ -475,11 +450,7 @@ fn bench_commit(
         let _ = agent.delete(&format!("{url}/v1/sandboxes/{id}")).call();
         t
     })();
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::Signal::TERM,
-    );
-    let _ = child.wait();
+    drop(server);
     let cordon = cordon?;
     let podman = match podman_runtime {
         None => Err("podman could not run the image".to_string()),

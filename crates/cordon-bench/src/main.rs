@@ -485,6 +485,65 @@ fn run(a: BenchArgs) -> i32 {
     0
 }
 
+/// A `cordon serve` of the benchmark's own on a free loopback port (`--no-auth`), stopped
+/// (SIGTERM, then waited for) on drop.
+pub(crate) struct PrivateServer {
+    child: std::process::Child,
+    pub(crate) url: String,
+}
+
+impl PrivateServer {
+    pub(crate) fn start(me: &str, data_dir: &std::path::Path) -> Result<PrivateServer, String> {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(me)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--no-auth",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting cordon serve: {e}"))?;
+        let Some(out) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("cordon serve: no stdout".into());
+        };
+        let mut lines = BufReader::new(out).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(u) = l.strip_prefix("cordon serving on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("cordon serve did not start".to_string());
+                }
+            }
+        };
+        // Its later output is read and dropped, so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(PrivateServer { child, url })
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
 fn print_serve(v: &serde_json::Value) {
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     println!(
@@ -504,35 +563,10 @@ fn bench_serve(
     cold_python_ms: f64,
 ) -> Result<serde_json::Value, String> {
     use serde_json::json;
-    use std::io::{BufRead, BufReader};
     let dir = std::env::temp_dir().join(format!("cordon-bench-{}", std::process::id()));
-    let mut child = Command::new(me)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-auth",
-            "--data-dir",
-        ])
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting cordon serve: {e}"))?;
+    let server = crate::PrivateServer::start(me, &dir)?;
     let result = (|| {
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(out).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(l)) => {
-                    if let Some(u) = l.strip_prefix("cordon serving on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => return Err("cordon serve did not start".to_string()),
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let url = server.url.clone();
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(60))
             .build();
@@ -595,8 +629,7 @@ fn bench_serve(
             "warm_cell_vs_cold_python": k / cold_python_ms.max(1e-9),
         }))
     })();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -7,9 +7,8 @@
 //! Threat model: none of its own — trusted commands, loopback only, its own scratch
 //! directories (removed at the end).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -96,34 +95,10 @@ pub(crate) fn bench(me: &str, mb: usize, iterations: u32, quiet: bool) -> Result
     let base = std::env::temp_dir().join(format!("cordon-bench-state-{}", std::process::id()));
     let data = base.join("data");
     std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let mut child = Command::new(me)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-auth",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting cordon serve: {e}"))?;
+    let server = crate::PrivateServer::start(me, &data)?;
     let shm = Path::new("/dev/shm").join(format!("cordon-bench-state-{}", std::process::id()));
     let result = (|| {
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(out).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(l)) => {
-                    if let Some(u) = l.strip_prefix("cordon serving on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => return Err("cordon serve did not start".to_string()),
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let url = server.url.clone();
         let api = Api {
             url,
             agent: ureq::AgentBuilder::new()
@@ -316,8 +291,7 @@ pub(crate) fn bench(me: &str, mb: usize, iterations: u32, quiet: bool) -> Result
         }
         Ok(v)
     })();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&base);
     let _ = std::fs::remove_dir_all(&shm);
     result
