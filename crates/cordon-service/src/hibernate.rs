@@ -171,9 +171,18 @@ impl Service {
 
     /// A sandbox paused to disk as the API shows it.
     pub(crate) fn sleeping_info(row: SandboxRow) -> SandboxInfo {
+        Service::row_info(row, SandboxState::Paused, Some(PAUSED_TO_DISK.into()))
+    }
+
+    /// A sandbox that is not live (ended, or paused to disk) as its registry row has it.
+    pub(crate) fn row_info(
+        row: SandboxRow,
+        state: SandboxState,
+        paused_by: Option<String>,
+    ) -> SandboxInfo {
         SandboxInfo {
             id: row.id,
-            state: SandboxState::Paused,
+            state,
             profile: row.profile,
             created_at: row.created_at,
             created_ms: row.created_at.saturating_mul(1000),
@@ -182,7 +191,7 @@ impl Service {
             enforcement: None,
             limits: None,
             ended_reason: row.ended_reason,
-            paused_by: Some(PAUSED_TO_DISK.into()),
+            paused_by,
             pause_on_timeout: false,
         }
     }

@@ -37,6 +37,13 @@ pub struct SandboxMetrics {
     pub processes_max: u64,
 }
 
+fn already_paused(id: &str) -> ServiceError {
+    ServiceError {
+        code: "already_paused",
+        ..ServiceError::conflict(format!("sandbox '{id}' is already paused"))
+    }
+}
+
 /// How [`Service::while_frozen`] held the sandbox.
 pub(crate) struct Frozen {
     pub(crate) frozen_ms: u64,
@@ -568,21 +575,11 @@ impl Service {
             {
                 Ok(Service::sleeping_info(row))
             }
-            Some(row) if row.key_id == caller.key_id => Ok(SandboxInfo {
-                id: row.id,
+            Some(row) if row.key_id == caller.key_id => {
                 // The registry writes only these words; anything else is a damaged row.
-                state: SandboxState::parse(&row.state).unwrap_or(SandboxState::Failed),
-                profile: row.profile,
-                created_at: row.created_at,
-                created_ms: row.created_at.saturating_mul(1000),
-                expires_at: row.expires_at,
-                metadata: serde_json::from_str(&row.metadata).unwrap_or_default(),
-                enforcement: None,
-                limits: None,
-                ended_reason: row.ended_reason,
-                paused_by: None,
-                pause_on_timeout: false,
-            }),
+                let state = SandboxState::parse(&row.state).unwrap_or(SandboxState::Failed);
+                Ok(Service::row_info(row, state, None))
+            }
             _ => Err(ServiceError::not_found(format!("no sandbox '{id}'"))),
         }
     }
@@ -665,22 +662,14 @@ impl Service {
     ) -> Result<SandboxInfo, ServiceError> {
         let live = match self.get_live(caller, id) {
             Ok(l) => l,
-            Err(_) if self.is_paused_to_disk(caller, id) => {
-                return Err(ServiceError {
-                    code: "already_paused",
-                    ..ServiceError::conflict(format!("sandbox '{id}' is already paused"))
-                })
-            }
+            Err(_) if self.is_paused_to_disk(caller, id) => return Err(already_paused(id)),
             Err(e) => return Err(e),
         };
         if !keep_memory && live.sandbox.paused().is_none() {
             return self.pause_to_disk(&live, "paused by request").await;
         }
         if live.sandbox.paused().is_some() {
-            return Err(ServiceError {
-                code: "already_paused",
-                ..ServiceError::conflict(format!("sandbox '{id}' is already paused"))
-            });
+            return Err(already_paused(id));
         }
         let sb = live.sandbox.clone();
         let name = format!("{}-{}", self.pause_scope(), live.id);

@@ -653,157 +653,27 @@ fn nothing_half_done(s: &Server, dir: &Path, round: usize) {
     }
 }
 
-/// `kill -9` of the server at random moments of a fork: after the restart nothing partial is
-/// left, the parent and any fork made ended with the server, and a fork of a new sandbox works.
-#[test]
-fn a_fork_cut_by_kill_9_leaves_nothing_half_made() {
-    let dir = temp_dir("forkcut");
+/// A `kill -9` campaign: in each round a server on `dir` (the first makes the key, the later
+/// ones reuse it), `start` prepares a sandbox and names the request to cut (a path and its
+/// body), which is sent while the server is killed the round's moment later; then a new server
+/// on `dir` is checked to have left nothing half done and handed to `after`.
+fn kill9_campaign(
+    what: &str,
+    tag: &str,
+    mut start: impl FnMut(&Server, usize) -> (String, Value),
+    mut after: impl FnMut(&Server, usize, u64),
+) {
+    let dir = temp_dir(tag);
     let mut key = String::new();
-    for (round, delay_ms) in kill9_delays("fork").into_iter().enumerate() {
+    for (round, delay_ms) in kill9_delays(what).into_iter().enumerate() {
         let mut s = Server::start_in(dir.clone(), &[]);
         if round == 0 {
             key = s.key.clone();
         } else {
             s.key = key.clone();
         }
-        let a = s.new_sandbox(json!({"disk": "256M"}));
-        let (code, _, err) = s.sh(
-            &a,
-            "mkdir -p /workspace/m && for i in $(seq 1 100); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
-        );
-        assert_eq!(code, 0, "{err}");
-        let (url, k, path) = (
-            s.url.clone(),
-            key.clone(),
-            format!("/v1/sandboxes/{a}/fork"),
-        );
-        let t = std::thread::spawn(move || {
-            let _ = ureq::post(&format!("{url}{path}"))
-                .set("Authorization", &format!("Bearer {k}"))
-                .send_json(json!({"count": 4}));
-        });
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        s.kill9();
-        let _ = t.join();
-        drop(s);
-
-        let mut s = Server::start_in(dir.clone(), &[]);
-        s.key = key.clone();
-        nothing_half_done(&s, &dir, round);
-        let b = s.new_sandbox(json!({"disk": "256M"}));
-        s.sh(&b, "echo f > /workspace/f");
-        let (st, v) = s.call(
-            "POST",
-            &format!("/v1/sandboxes/{b}/fork"),
-            Some(json!({"count": 2})),
-        );
-        assert_eq!(st, 201, "round {round}: {v}");
-        for f in v["sandboxes"].as_array().expect("forks") {
-            let id = f["id"].as_str().expect("id");
-            assert_eq!(s.sh(id, "cat /workspace/f").1, "f\n");
-            s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
-        }
-        s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
-        drop(s);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `kill -9` of the server at random moments while a sandbox writes into a volume: after the
-/// restart the volume is listed, mounts, and holds every file that was complete before the
-/// cut (each written to a temp name and renamed), none half-written.
-#[test]
-fn a_volume_written_when_the_server_is_killed_keeps_every_whole_file() {
-    let dir = temp_dir("volcut");
-    let mut key = String::new();
-    for (round, delay_ms) in kill9_delays("volume write").into_iter().enumerate() {
-        let mut s = Server::start_in(dir.clone(), &[]);
-        if round == 0 {
-            key = s.key.clone();
-            let (st, v) = s.call(
-                "POST",
-                "/v1/volumes",
-                Some(json!({"name": "cut", "size": "256M"})),
-            );
-            assert_eq!(st, 201, "{v}");
-        } else {
-            s.key = key.clone();
-        }
-        let a = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
-        let (url, k, path) = (
-            s.url.clone(),
-            key.clone(),
-            format!("/v1/sandboxes/{a}/exec"),
-        );
-        let script = format!(
-            "mkdir -p /data/r{round} && for i in $(seq 1 400); do head -c 16384 /dev/urandom > /data/r{round}/.$i && mv /data/r{round}/.$i /data/r{round}/$i; done"
-        );
-        let t = std::thread::spawn(move || {
-            let _ = ureq::post(&format!("{url}{path}"))
-                .set("Authorization", &format!("Bearer {k}"))
-                .send_json(json!({ "cmd": script }));
-        });
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        s.kill9();
-        let _ = t.join();
-        drop(s);
-
-        let mut s = Server::start_in(dir.clone(), &[]);
-        s.key = key.clone();
-        nothing_half_done(&s, &dir, round);
-        let (_, v) = s.call("GET", "/v1/volumes", None);
-        assert_eq!(v["volumes"][0]["name"], "cut", "round {round}: {v}");
-        assert_eq!(
-            v["volumes"][0]["mounted_by"],
-            json!([]),
-            "round {round}: {v}"
-        );
-        let b = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
-        let (code, out, err) = s.sh(
-            &b,
-            &format!("cd /data/r{round} 2>/dev/null || exit 0; for f in [0-9]*; do [ -e \"$f\" ] || continue; [ $(stat -c %s \"$f\") = 16384 ] || echo \"short $f\"; done; ls | grep -vc '^\\.' || true"),
-        );
-        assert_eq!(code, 0, "{err}");
-        assert!(
-            !out.contains("short"),
-            "round {round}: a renamed file is whole: {out}"
-        );
-        eprintln!(
-            "kill -9 after {delay_ms} ms: {} whole files",
-            out.lines().last().unwrap_or("0")
-        );
-        s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
-        drop(s);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `kill -9` of the server at several moments of a snapshot: after the restart the snapshot
-/// is whole (and restores every file) or absent, and nothing partial is left on disk.
-#[test]
-fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
-    let dir = temp_dir("kill9");
-    let mut key = String::new();
-    for (round, delay_ms) in kill9_delays("snapshot").into_iter().enumerate() {
-        let mut s = Server::start_in(dir.clone(), &[]);
-        if round == 0 {
-            key = s.key.clone();
-        } else {
-            s.key = key.clone();
-        }
-        let a = s.new_sandbox(json!({"disk": "256M"}));
-        let (code, _, err) = s.sh(
-            &a,
-            "mkdir -p /workspace/m && for i in $(seq 1 200); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
-        );
-        assert_eq!(code, 0, "{err}");
-        let name = format!("cut{round}");
-        let (url, k, path) = (
-            s.url.clone(),
-            key.clone(),
-            format!("/v1/sandboxes/{a}/snapshots"),
-        );
-        let body = json!({ "name": name });
+        let (path, body) = start(&s, round);
+        let (url, k) = (s.url.clone(), key.clone());
         let t = std::thread::spawn(move || {
             let _ = ureq::post(&format!("{url}{path}"))
                 .set("Authorization", &format!("Bearer {k}"))
@@ -816,34 +686,141 @@ fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
 
         let mut s = Server::start_in(dir.clone(), &[]);
         s.key = key.clone();
-        let partial = dir.join(".partial");
-        assert!(
-            std::fs::read_dir(&partial).map(|d| d.count()).unwrap_or(0) == 0,
-            "round {round}: partial work left in {}",
-            partial.display()
-        );
-        let (_, v) = s.call("GET", "/v1/snapshots", None);
-        let listed = v["snapshots"]
-            .as_array()
-            .expect("list")
-            .iter()
-            .any(|x| x["name"] == name.as_str());
-        eprintln!(
-            "kill -9 after {delay_ms} ms: snapshot {}",
-            if listed { "whole" } else { "absent" }
-        );
-        if listed {
-            let b = s.new_sandbox(json!({"from": name, "disk": "256M"}));
-            let (_, out, _) = s.sh(&b, "ls /workspace/m | wc -l");
-            assert_eq!(
-                out.trim(),
-                "200",
-                "round {round}: a listed snapshot is whole"
-            );
-        }
+        nothing_half_done(&s, &dir, round);
+        after(&s, round, delay_ms);
         drop(s);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sandbox holding `files` files of 64 KiB in `/workspace/m`.
+fn sandbox_with_files(s: &Server, files: u32) -> String {
+    let a = s.new_sandbox(json!({"disk": "256M"}));
+    let (code, _, err) = s.sh(
+        &a,
+        &format!("mkdir -p /workspace/m && for i in $(seq 1 {files}); do head -c 65536 /dev/urandom > /workspace/m/$i; done"),
+    );
+    assert_eq!(code, 0, "{err}");
+    a
+}
+
+/// `kill -9` of the server at random moments of a fork: after the restart nothing partial is
+/// left, the parent and any fork made ended with the server, and a fork of a new sandbox works.
+#[test]
+fn a_fork_cut_by_kill_9_leaves_nothing_half_made() {
+    kill9_campaign(
+        "fork",
+        "forkcut",
+        |s, _| {
+            let a = sandbox_with_files(s, 100);
+            (format!("/v1/sandboxes/{a}/fork"), json!({"count": 4}))
+        },
+        |s, round, _| {
+            let b = s.new_sandbox(json!({"disk": "256M"}));
+            s.sh(&b, "echo f > /workspace/f");
+            let (st, v) = s.call(
+                "POST",
+                &format!("/v1/sandboxes/{b}/fork"),
+                Some(json!({"count": 2})),
+            );
+            assert_eq!(st, 201, "round {round}: {v}");
+            for f in v["sandboxes"].as_array().expect("forks") {
+                let id = f["id"].as_str().expect("id");
+                assert_eq!(s.sh(id, "cat /workspace/f").1, "f\n");
+                s.call("DELETE", &format!("/v1/sandboxes/{id}"), None);
+            }
+            s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
+        },
+    );
+}
+
+/// `kill -9` of the server at random moments while a sandbox writes into a volume: after the
+/// restart the volume is listed, mounts, and holds every file that was complete before the
+/// cut (each written to a temp name and renamed), none half-written.
+#[test]
+fn a_volume_written_when_the_server_is_killed_keeps_every_whole_file() {
+    kill9_campaign(
+        "volume write",
+        "volcut",
+        |s, round| {
+            if round == 0 {
+                let (st, v) = s.call(
+                    "POST",
+                    "/v1/volumes",
+                    Some(json!({"name": "cut", "size": "256M"})),
+                );
+                assert_eq!(st, 201, "{v}");
+            }
+            let a = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
+            let script = format!(
+                "mkdir -p /data/r{round} && for i in $(seq 1 400); do head -c 16384 /dev/urandom > /data/r{round}/.$i && mv /data/r{round}/.$i /data/r{round}/$i; done"
+            );
+            (format!("/v1/sandboxes/{a}/exec"), json!({ "cmd": script }))
+        },
+        |s, round, delay_ms| {
+            let (_, v) = s.call("GET", "/v1/volumes", None);
+            assert_eq!(v["volumes"][0]["name"], "cut", "round {round}: {v}");
+            assert_eq!(
+                v["volumes"][0]["mounted_by"],
+                json!([]),
+                "round {round}: {v}"
+            );
+            let b = s.new_sandbox(json!({"volumes": [{"name": "cut", "path": "/data"}]}));
+            let (code, out, err) = s.sh(
+                &b,
+                &format!("cd /data/r{round} 2>/dev/null || exit 0; for f in [0-9]*; do [ -e \"$f\" ] || continue; [ $(stat -c %s \"$f\") = 16384 ] || echo \"short $f\"; done; ls | grep -vc '^\\.' || true"),
+            );
+            assert_eq!(code, 0, "{err}");
+            assert!(
+                !out.contains("short"),
+                "round {round}: a renamed file is whole: {out}"
+            );
+            eprintln!(
+                "kill -9 after {delay_ms} ms: {} whole files",
+                out.lines().last().unwrap_or("0")
+            );
+            s.call("DELETE", &format!("/v1/sandboxes/{b}"), None);
+        },
+    );
+}
+
+/// `kill -9` of the server at several moments of a snapshot: after the restart the snapshot
+/// is whole (and restores every file) or absent, and nothing partial is left on disk.
+#[test]
+fn a_snapshot_cut_by_kill_9_is_whole_or_absent_after_restart() {
+    kill9_campaign(
+        "snapshot",
+        "kill9",
+        |s, round| {
+            let a = sandbox_with_files(s, 200);
+            (
+                format!("/v1/sandboxes/{a}/snapshots"),
+                json!({ "name": format!("cut{round}") }),
+            )
+        },
+        |s, round, delay_ms| {
+            let name = format!("cut{round}");
+            let (_, v) = s.call("GET", "/v1/snapshots", None);
+            let listed = v["snapshots"]
+                .as_array()
+                .expect("list")
+                .iter()
+                .any(|x| x["name"] == name.as_str());
+            eprintln!(
+                "kill -9 after {delay_ms} ms: snapshot {}",
+                if listed { "whole" } else { "absent" }
+            );
+            if listed {
+                let b = s.new_sandbox(json!({"from": name, "disk": "256M"}));
+                let (_, out, _) = s.sh(&b, "ls /workspace/m | wc -l");
+                assert_eq!(
+                    out.trim(),
+                    "200",
+                    "round {round}: a listed snapshot is whole"
+                );
+            }
+        },
+    );
 }
 
 /// A key of the server on `dir` that may run one sandbox at a time.
@@ -1058,65 +1035,44 @@ fn paused_sandboxes_survive_kill_9_of_the_server_and_resume_with_their_files() {
 /// sandbox is paused to disk with every file, or ended as a running one is — never half.
 #[test]
 fn a_pause_to_disk_cut_by_kill_9_is_whole_or_absent_after_restart() {
-    let dir = temp_dir("pausecut");
-    let mut key = String::new();
-    for (round, delay_ms) in kill9_delays("pause").into_iter().enumerate() {
-        let mut s = Server::start_in(dir.clone(), &[]);
-        if round == 0 {
-            key = s.key.clone();
-        } else {
-            s.key = key.clone();
-        }
-        let a = s.new_sandbox(json!({"disk": "256M"}));
-        let (code, _, err) = s.sh(
-            &a,
-            "mkdir -p /workspace/m && for i in $(seq 1 200); do head -c 65536 /dev/urandom > /workspace/m/$i; done",
-        );
-        assert_eq!(code, 0, "{err}");
-        let (url, k, path) = (
-            s.url.clone(),
-            key.clone(),
-            format!("/v1/sandboxes/{a}/pause"),
-        );
-        let t = std::thread::spawn(move || {
-            let _ = ureq::post(&format!("{url}{path}"))
-                .set("Authorization", &format!("Bearer {k}"))
-                .send_json(json!({"keep_memory": false}));
-        });
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        s.kill9();
-        let _ = t.join();
-        drop(s);
-
-        let mut s = Server::start_in(dir.clone(), &[]);
-        s.key = key.clone();
-        let partial = dir.join(".partial");
-        assert_eq!(
-            std::fs::read_dir(&partial).map(|d| d.count()).unwrap_or(0),
-            0,
-            "round {round}: partial work left"
-        );
-        let (_, v) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
-        let state = v["state"].as_str().unwrap_or("").to_string();
-        eprintln!("kill -9 after {delay_ms} ms: {state}");
-        match state.as_str() {
-            "paused" => {
-                let (st, v) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
-                assert_eq!(st, 200, "{v}");
-                let (_, out, _) = s.sh(&a, "ls /workspace/m | wc -l");
-                assert_eq!(
-                    out.trim(),
-                    "200",
-                    "round {round}: a paused sandbox is whole"
-                );
-                s.call("DELETE", &format!("/v1/sandboxes/{a}"), None);
+    let id = std::cell::RefCell::new(String::new());
+    kill9_campaign(
+        "pause",
+        "pausecut",
+        |s, _| {
+            let a = sandbox_with_files(s, 200);
+            *id.borrow_mut() = a.clone();
+            (
+                format!("/v1/sandboxes/{a}/pause"),
+                json!({"keep_memory": false}),
+            )
+        },
+        |s, round, delay_ms| {
+            let a = id.borrow().clone();
+            let (_, v) = s.call("GET", &format!("/v1/sandboxes/{a}"), None);
+            let state = v["state"].as_str().unwrap_or("").to_string();
+            eprintln!("kill -9 after {delay_ms} ms: {state}");
+            match state.as_str() {
+                "paused" => {
+                    let (st, v) = s.call("POST", &format!("/v1/sandboxes/{a}/resume"), None);
+                    assert_eq!(st, 200, "{v}");
+                    let (_, out, _) = s.sh(&a, "ls /workspace/m | wc -l");
+                    assert_eq!(
+                        out.trim(),
+                        "200",
+                        "round {round}: a paused sandbox is whole"
+                    );
+                    s.call("DELETE", &format!("/v1/sandboxes/{a}"), None);
+                }
+                "reaped" => assert_eq!(
+                    paused_entries(&s.data_dir),
+                    0,
+                    "round {round}: nothing of it kept"
+                ),
+                other => panic!("round {round}: state {other}: {v}"),
             }
-            "reaped" => assert_eq!(paused_entries(&dir), 0, "round {round}: nothing of it kept"),
-            other => panic!("round {round}: state {other}: {v}"),
-        }
-        drop(s);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+        },
+    );
 }
 
 /// A file its program keeps appending to while the snapshot is taken: the processes are frozen
