@@ -193,6 +193,7 @@ impl Service {
             ended_reason: row.ended_reason,
             paused_by,
             pause_on_timeout: false,
+            note: None,
         }
     }
 

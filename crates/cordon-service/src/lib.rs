@@ -229,6 +229,7 @@ impl Live {
             ended_reason: self.sandbox.ended(),
             paused_by: self.sandbox.paused().map(|m| m.name().to_string()),
             pause_on_timeout: self.pause_on_timeout.load(Ordering::SeqCst),
+            note: None,
         }
     }
 }

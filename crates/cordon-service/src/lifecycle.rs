@@ -515,9 +515,11 @@ impl Service {
                 self.built_template(&caller.key_id, n)
                     .map(|b| (n.clone(), b))
             });
-        let info = self
+        let (req, note) = self.code_interpreter_image(req);
+        let mut info = self
             .create_seeded(caller, req, None, Seed::default())
             .await?;
+        info.note = note;
         if let Some((name, (_, start, ready))) = built {
             if start.is_some() || ready.is_some() {
                 if let Err(e) = self.start_template(caller, &info.id, start, ready).await {
@@ -528,6 +530,32 @@ impl Service {
             self.template_spawned(&caller.key_id, &name);
         }
         Ok(info)
+    }
+
+    /// The built-in `code-interpreter-v1` on the data-stack image once the store has it (see
+    /// `scripts/code-interpreter-image.sh`); until then on the host's system directories, and
+    /// the answer says so. A template file's own `code-interpreter-v1`, or a request naming an
+    /// image, is left as it is.
+    fn code_interpreter_image(&self, mut req: CreateSandbox) -> (CreateSandbox, Option<String>) {
+        use crate::templates::{CODE_INTERPRETER, CODE_INTERPRETER_IMAGE, HOST_PYTHON_NOTE};
+        let builtin = req.template.as_deref() == Some(CODE_INTERPRETER)
+            && self
+                .cfg
+                .templates
+                .get(CODE_INTERPRETER)
+                .is_some_and(|t| t.builtin);
+        if !builtin || req.image.is_some() {
+            return (req, None);
+        }
+        let built = self
+            .image_store()
+            .is_ok_and(|s| s.find(CODE_INTERPRETER_IMAGE).is_ok());
+        if built {
+            req.image = Some(CODE_INTERPRETER_IMAGE.to_string());
+            (req, None)
+        } else {
+            (req, Some(HOST_PYTHON_NOTE.to_string()))
+        }
     }
 
     /// A sandbox of a profile the front end built itself from its own trusted configuration

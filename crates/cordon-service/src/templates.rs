@@ -22,6 +22,14 @@ use crate::types::{Amount, CreateSandbox};
 /// each the `default` profile on the host's system directories with [`BUILTIN_DISK`] and
 /// [`BUILTIN_MEMORY`].
 pub const BUILTIN: [&str; 2] = ["base", "code-interpreter-v1"];
+/// The built-in template that is E2B's code interpreter.
+pub const CODE_INTERPRETER: &str = "code-interpreter-v1";
+/// The image `scripts/code-interpreter-image.sh` builds: once the store has it, the built-in
+/// `code-interpreter-v1` runs on it (Python with the data stack, Node, bash) instead of the
+/// host's system directories.
+pub const CODE_INTERPRETER_IMAGE: &str = "code-interpreter:latest";
+/// What a `code-interpreter-v1` create answers while that image is not built.
+pub const HOST_PYTHON_NOTE: &str = "code-interpreter-v1 runs on this host's system directories: its Python is the host's /usr/bin/python3, with whatever modules the host has; scripts/code-interpreter-image.sh builds the image with the data stack (numpy, pandas, matplotlib, scipy, scikit-learn, …) that it uses from then on";
 /// Scratch of the built-in templates: a data-stack `pip install` (numpy, pandas, scipy,
 /// scikit-learn, matplotlib and their dependencies: roughly 400-500 MB unpacked in `~/.local`,
 /// the wheels, about 100 MB, in `/tmp` while it runs) fits with room to spare.
@@ -51,6 +59,8 @@ pub struct Template {
     pub env: BTreeMap<String, String>,
     /// What it is for (shown by nothing but the file; kept so the file may say).
     pub description: Option<String>,
+    /// One of [`BUILTIN`] as the server defines it (not replaced by the file).
+    pub builtin: bool,
 }
 
 impl Template {
@@ -59,6 +69,7 @@ impl Template {
             profile: "default".into(),
             disk: Some(BUILTIN_DISK),
             memory: Some(BUILTIN_MEMORY),
+            builtin: true,
             ..Default::default()
         }
     }
@@ -282,6 +293,7 @@ impl Template {
             hosts,
             env: raw.env,
             description: raw.description,
+            builtin: false,
         })
     }
 }

@@ -429,6 +429,10 @@ pub struct SandboxInfo {
     /// It is paused, not ended, when its time to live runs out (see `CreateSandbox`).
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// Something a create's caller should know (e.g. that `code-interpreter-v1` runs the
+    /// host's Python until its image is built); only in a create's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

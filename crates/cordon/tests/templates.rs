@@ -24,6 +24,11 @@ fn cordon_bin() -> &'static str {
 /// `tiny:1` in `data`'s store: a busybox root with a file the host has not (`/etc/greeting`)
 /// and an `ENV`.
 fn build_tiny(bb: &Path, dir: &Path, data: &Path) {
+    build_tiny_as(bb, dir, data, "tiny:1")
+}
+
+/// `build_tiny`, under the name `tag`.
+fn build_tiny_as(bb: &Path, dir: &Path, data: &Path, tag: &str) {
     let ctx = dir.join("ctx");
     let root = ctx.join("rootfs");
     std::fs::create_dir_all(root.join("bin")).unwrap();
@@ -40,7 +45,7 @@ fn build_tiny(bb: &Path, dir: &Path, data: &Path) {
     )
     .unwrap();
     let out = Command::new(cordon_bin())
-        .args(["image", "build", "-t", "tiny:1"])
+        .args(["image", "build", "-t", tag])
         .arg(&ctx)
         .arg("--data-dir")
         .arg(data)
@@ -196,4 +201,53 @@ fn serve_help_teaches_the_template_file() {
     ] {
         assert!(help.contains(want), "{want} missing from:\n{help}");
     }
+}
+
+/// The built-in `code-interpreter-v1` runs on the host's system directories, and says so in
+/// its create answer, until the store has `code-interpreter:latest` (what
+/// scripts/code-interpreter-image.sh builds); from then on it runs on that image, unless the
+/// request names an image of its own.
+#[test]
+fn code_interpreter_v1_runs_on_the_code_interpreter_image_once_the_store_has_it() {
+    let Some(bb) = busybox() else { return };
+    let t = Tmp::new("ci-image");
+    let data = t.0.join("data");
+    let s = serve::Server::start_in(data.clone(), &[]);
+    let info = create(&s, json!({"template": "code-interpreter-v1"}));
+    let note = info["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("host's /usr/bin/python3")
+            && note.contains("scripts/code-interpreter-image.sh"),
+        "{info}"
+    );
+    let id = info["id"].as_str().expect("id");
+    assert_eq!(
+        exec(&s, id, "test -e /etc/greeting && echo image || echo host"),
+        "host\n"
+    );
+    let key = s.key.clone();
+    drop(s);
+
+    // The stand-in for the data-stack image: a busybox root under the name the script gives.
+    build_tiny_as(&bb, &t.0, &data, "code-interpreter:latest");
+
+    let mut s = serve::Server::start_in(data, &[]);
+    s.key = key;
+    s.scratch = true;
+    let info = create(&s, json!({"template": "code-interpreter-v1"}));
+    assert!(info.get("note").is_none(), "{info}");
+    assert_eq!(
+        info["limits"]["memory_bytes"],
+        2u64 << 30,
+        "the template's limits stay: {info}"
+    );
+    let id = info["id"].as_str().expect("id");
+    assert_eq!(exec(&s, id, "cat /etc/greeting"), "from the image\n");
+    // Another template, or no template, is not touched.
+    let info = create(&s, json!({"template": "base"}));
+    let id = info["id"].as_str().expect("id");
+    assert_eq!(
+        exec(&s, id, "test -e /etc/greeting && echo image || echo host"),
+        "host\n"
+    );
 }

@@ -328,9 +328,10 @@ class SandboxInfo:
 
     ``state`` is ``"running"``, ``"paused"``, ``"deleted"``, ``"expired"``, ``"reaped"`` or
     ``"failed"``; ``created_at`` and ``expires_at`` are Unix seconds. ``enforcement`` and
-    ``limits`` are only known while the sandbox lives; ``paused_by`` (``"cgroup-freezer"`` or
-    ``"sigstop"``) only while it is paused; ``pause_on_timeout``: its ``ttl`` running out
-    pauses it instead of ending it.
+    ``limits`` are only known while the sandbox lives; ``paused_by`` (``"cgroup-freezer"``,
+    ``"sigstop"``, or ``"disk"`` when it is paused to disk) only while it is paused;
+    ``pause_on_timeout``: its ``ttl`` running out pauses it instead of ending it; ``note``: what
+    a create's caller should know (``code-interpreter-v1`` on the host's Python).
     """
 
     __schema__: ClassVar[Optional[str]] = "SandboxInfo"
@@ -346,6 +347,7 @@ class SandboxInfo:
     ended_reason: Optional[str] = None
     paused_by: Optional[str] = None
     pause_on_timeout: bool = False
+    note: Optional[str] = None
     raw: Dict[str, Any] = _raw()
 
     @classmethod
@@ -364,6 +366,7 @@ class SandboxInfo:
             ended_reason=_opt_str(d.get("ended_reason")),
             paused_by=_opt_str(d.get("paused_by")),
             pause_on_timeout=d.get("pause_on_timeout") is True,
+            note=_opt_str(d.get("note")),
             raw=dict(d),
         )
 

@@ -397,12 +397,17 @@ pub struct SandboxInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
     /// While paused: how its processes are held, `cgroup-freezer` (the kernel's freezer) or
-    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless).
+    /// `sigstop` (no freezer cgroup this server may create, e.g. rootless); `disk` when it is
+    /// paused to disk (files kept, no process left: a resume starts it afresh).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
     /// It is paused, not ended, when its time to live runs out.
     #[serde(default)]
     pub pause_on_timeout: bool,
+    /// Something a create's caller should know (e.g. that `code-interpreter-v1` runs the
+    /// host's Python until its image is built); only in a create's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A key's audit records and the log's chain.
