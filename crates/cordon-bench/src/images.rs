@@ -1,8 +1,9 @@
 //! `cordon-bench`'s image part: the same multi-layer busybox image, built here with umoci and
 //! served by Debian's docker-registry on loopback, (1) pulled and unpacked cold by cordon and by
 //! `skopeo copy` + `umoci unpack`, and (2) cold-started with `cordon run --image` next to a
-//! host-root `cordon run` and `podman run --rm` (when podman is installed), and (3) `cordon image
-//! commit` of a sandbox that wrote 200 MB against `podman commit` of a container that did.
+//! host-root `cordon run` and `podman run --rm` (when podman is installed), (3) `cordon image
+//! commit` of a sandbox that wrote 200 MB against `podman commit` of a container that did, and
+//! (4) `cordon image build` of a five-step Dockerfile, cold and cached, against `podman build`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -370,7 +371,17 @@ fn run(me: &str, iterations: u32) -> Result<Value, String> {
         iterations,
     )
     .unwrap_or_else(|e| json!({"error": e}));
+    let build = bench_build(
+        me,
+        &dir.0,
+        &data,
+        &reference,
+        podman_runtime.as_deref(),
+        iterations,
+    )
+    .unwrap_or_else(|e| json!({"error": e}));
     Ok(json!({
+        "build": build,
         "commit": commit,
         "command": "image",
         "layers": EXTRA_LAYERS + 1,
@@ -388,6 +399,110 @@ fn run(me: &str, iterations: u32) -> Result<Value, String> {
         "image_vs_podman": podman_ms.map(|p| ratio(image, p)),
         // The runtime podman used, or why there is no podman row.
         "podman": podman,
+    }))
+}
+
+/// The build rows' Dockerfile: five steps on the benchmark image (`{base}`).
+const BUILD_FILE: &str = "FROM {base}
+ENV GREETING=hello
+COPY data.txt /app/data.txt
+RUN mkdir -p /app/out && echo built > /app/out/x
+WORKDIR /app
+RUN cat /app/data.txt > /app/out/y
+";
+
+/// `cordon image build` of a five-step Dockerfile (ENV, COPY of 1 MiB, RUN, WORKDIR, RUN) on
+/// the benchmark image, cold (`--no-cache`) and cached, against `podman build` of the same
+/// file and context (`--no-cache`, then from its layer cache), interleaved; the base is in
+/// both stores already, so neither pulls.
+fn bench_build(
+    me: &str,
+    dir: &Path,
+    data: &Path,
+    reference: &str,
+    podman_runtime: Option<&str>,
+    iterations: u32,
+) -> Result<Value, String> {
+    let ctx = dir.join("build-ctx");
+    std::fs::create_dir_all(&ctx).map_err(|e| e.to_string())?;
+    std::fs::write(ctx.join("data.txt"), vec![b'x'; 1 << 20]).map_err(|e| e.to_string())?;
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        BUILD_FILE.replace("{base}", reference),
+    )
+    .map_err(|e| e.to_string())?;
+    let ctx_s = ctx.display().to_string();
+    let data_s = data.display().to_string();
+    let cordon = |no_cache: bool| -> Vec<String> {
+        let mut v: Vec<String> = [
+            me,
+            "image",
+            "build",
+            "-t",
+            "bench-build:1",
+            "--data-dir",
+            &data_s,
+        ]
+        .map(String::from)
+        .to_vec();
+        if no_cache {
+            v.push("--no-cache".into());
+        }
+        v.push(ctx_s.clone());
+        v
+    };
+    let podman = |no_cache: bool| -> Option<Vec<String>> {
+        let mut v = podman_base(&dir.join("podman"), podman_runtime?);
+        v.extend(
+            [
+                "build",
+                "-q",
+                "--pull=never",
+                "--layers",
+                "-t",
+                "bench-build:1",
+            ]
+            .map(String::from),
+        );
+        if no_cache {
+            v.push("--no-cache".into());
+        }
+        v.push(ctx_s.clone());
+        Some(v)
+    };
+    let runs = (iterations as usize).clamp(3, 5);
+    // Each once first: the caches filled, and the page cache warm for both.
+    time_once(&cordon(false))?;
+    let podman_ok = match podman(false) {
+        Some(argv) => time_once(&argv).map(|_| ()),
+        None => Err("podman cannot run the image here".to_string()),
+    };
+    let mut rows = Vec::new();
+    for no_cache in [true, false] {
+        let (mut c, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            c.push(time_once(&cordon(no_cache))?.exited);
+            if let (Ok(()), Some(argv)) = (&podman_ok, podman(no_cache)) {
+                p.push(time_once(&argv)?.exited);
+            }
+        }
+        let c = median(&mut c);
+        let p = (!p.is_empty()).then(|| median(&mut p));
+        rows.push((c, p));
+    }
+    let [(cold, cold_p), (cached, cached_p)] = [rows[0], rows[1]];
+    Ok(json!({
+        "runs": runs,
+        "steps": 5,
+        "median_ms": {
+            "cordon cold": ms(cold),
+            "cordon cached": ms(cached),
+            "podman build cold": cold_p.map(ms),
+            "podman build cached": cached_p.map(ms),
+        },
+        "cold_vs_podman": cold_p.map(|p| ratio(cold, p)),
+        "cached_vs_podman": cached_p.map(|p| ratio(cached, p)),
+        "podman": podman_ok.err(),
     }))
 }
 
@@ -543,6 +658,23 @@ pub fn print(v: &Value) {
             }
         ),
         (None, e) => println!("  commit: failed: {}", e.unwrap_or("?")),
+    }
+    let b = &v["build"];
+    match (b["median_ms"]["cordon cold"].as_f64(), b["error"].as_str()) {
+        (Some(cold), _) => println!(
+            "  build of a 5-step Dockerfile ({} runs, medians): cordon cold {cold:8.2} ms, cached {:8.2} ms   podman build {}",
+            b["runs"],
+            b["median_ms"]["cordon cached"].as_f64().unwrap_or(0.0),
+            match (b["cold_vs_podman"].as_f64(), b["cached_vs_podman"].as_f64()) {
+                (Some(c), Some(k)) => format!(
+                    "cold {:8.2} ms, cached {:8.2} ms   = {c:.2}x cold (target <= 1.0x), {k:.2}x cached (target <= 0.2x)",
+                    b["median_ms"]["podman build cold"].as_f64().unwrap_or(0.0),
+                    b["median_ms"]["podman build cached"].as_f64().unwrap_or(0.0)
+                ),
+                _ => format!("not measured ({})", b["podman"].as_str().unwrap_or("?")),
+            }
+        ),
+        (None, e) => println!("  build: failed: {}", e.unwrap_or("?")),
     }
     match v["image_vs_podman"].as_f64() {
         Some(r) => println!(
