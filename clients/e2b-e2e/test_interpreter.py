@@ -113,3 +113,25 @@ def test_run_code_envs_hold_for_one_cell(ci, server):
     for f in server.data_dir.rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes(), f
+
+
+def test_the_readmes_data_analysis_example_runs_end_to_end():
+    """The README's example as written: a CSV uploaded, pandas and matplotlib in a cell of the
+    default (code-interpreter-v1) sandbox, the total as the cell's text, the chart as a PNG."""
+    from e2b_code_interpreter import Sandbox
+
+    with Sandbox.create() as sbx:
+        sbx.files.write("/home/user/sales.csv", "month,sales\nJan,10\nFeb,14\nMar,9\n")
+        run = sbx.run_code("""
+import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.read_csv("/home/user/sales.csv")
+df.plot(x="month", y="sales", kind="bar")
+plt.show()
+int(df["sales"].sum())
+""")
+        assert run.error is None, run.error
+        assert run.text == "33"
+        chart = next(r for r in run.results if r.png)
+        png = base64.b64decode(chart.png)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
