@@ -34,22 +34,36 @@ if [ -z "$mirror" ]; then
   mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
   [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
 fi
-packages="ca-certificates,bash,coreutils,procps,less,curl,git,python3,python3-pip,python3-venv,\
-python3-numpy,python3-pandas,python3-matplotlib,python3-seaborn,python3-scipy,python3-sklearn,\
-python3-sympy,python3-requests,python3-bs4,python3-openpyxl,python3-xlrd,python3-pil,\
-python3-ipython,python3-nltk,python3-plotly,nodejs,npm"
+packages="bash coreutils procps less curl git python3 python3-pip python3-venv \
+python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-scipy python3-sklearn \
+python3-sympy python3-requests python3-bs4 python3-openpyxl python3-xlrd python3-pil \
+python3-ipython python3-nltk python3-plotly python-is-python3 nodejs npm"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+root=$work/ctx/rootfs
+cleanup() {
+  umount "$root/proc" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 mkdir -p "$work/ctx"
-echo "1/3 debootstrap: Debian 12 (bookworm) with Python 3, the data stack, Node.js and bash from $mirror into a scratch root (a few minutes)"
-debootstrap --variant=minbase --include="$packages" bookworm "$work/ctx/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
+echo "1/4 debootstrap: a minimal Debian 12 (bookworm) root from $mirror"
+debootstrap --variant=minbase --include=ca-certificates bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 \
   || { tail -30 "$work/debootstrap.log" >&2; echo "code-interpreter-image.sh: debootstrap failed (log above)" >&2; exit 1; }
-echo "2/3 trimming: apt's caches and lists, which the image does not need"
-rm -rf "$work/ctx/rootfs/var/cache/apt/archives/"*.deb "$work/ctx/rootfs/var/lib/apt/lists/"* \
-  "$work/ctx/rootfs/usr/share/doc" "$work/ctx/rootfs/usr/share/man"
-mkdir -p "$work/ctx/rootfs/home/user"
+echo "2/4 apt-get install in it: Python 3, the data stack, Node.js and npm (a few minutes)"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+mount -t proc proc "$root/proc"
+# shellcheck disable=SC2086 # the package list is split on purpose
+{ chroot "$root" apt-get update -q && DEBIAN_FRONTEND=noninteractive chroot "$root" \
+    apt-get install -y -q --no-install-recommends $packages; } >"$work/apt.log" 2>&1 \
+  || { tail -30 "$work/apt.log" >&2; echo "code-interpreter-image.sh: apt-get install failed (log above)" >&2; exit 1; }
+umount "$root/proc"
+echo "3/4 trimming: apt's caches and lists, documentation"
+chroot "$root" apt-get clean
+rm -rf "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man" "$root/etc/resolv.conf"
+: >"$root/etc/resolv.conf"
+mkdir -p "$root/home/user"
 cp "$here/images/code-interpreter/Dockerfile" "$work/ctx/Dockerfile"
-echo "3/3 cordon image build -t code-interpreter:latest"
+echo "4/4 cordon image build -t code-interpreter:latest"
 # shellcheck disable=SC2086 # data_args is split on purpose
 "$cordon" image build -t code-interpreter:latest $data_args "$work/ctx"
 echo "done: code-interpreter-v1 now runs on code-interpreter:latest (cordon image ls shows it)"
