@@ -371,3 +371,16 @@ def test_envd_and_interpreter_ports_under_the_domain_are_the_e2b_doors(public):
         b"{}",
     )
     assert status == 401
+
+
+def test_a_sandbox_paused_to_disk_comes_back_with_the_same_port_grant(private):
+    """Its processes are gone after a files-only pause, its grant is not: the same traffic token
+    opens the port of the server started again after the resume, and a wrong one still does not."""
+    token = private.traffic_access_token
+    assert private.pause(keep_memory=False)
+    private.connect()
+    serve_in(private)
+    host = private.get_host(PORT)
+    assert request(private, host)[0] == 403, "still not public"
+    status, body = request(private, host, headers={"e2b-traffic-access-token": token})
+    assert status == 200, body

@@ -52,6 +52,9 @@ pub(crate) struct Record {
     pub(crate) paused_at: u64,
     pub(crate) bytes: u64,
     pub(crate) files: u64,
+    /// Who may reach its ports (its traffic access token, public or not).
+    #[serde(default)]
+    pub(crate) ports: Option<crate::ports::PortGrant>,
 }
 
 /// How a paused sandbox's `paused_by` reads once only its files are left.
@@ -122,6 +125,7 @@ impl Service {
                 paused_at: now(),
                 bytes: c.stats.bytes,
                 files: c.stats.files,
+                ports: Some(live.ports.clone()),
             };
             write_meta(&partial.join("paused.json"), &record)?;
             if dest.exists() {
@@ -282,6 +286,7 @@ impl Service {
             tree: Some(dir.join("tree")),
             volumes: rec.volumes.clone(),
             id: Some(row.id.clone()),
+            ports: rec.ports.clone(),
         };
         let made = self
             .create_seeded(caller, req, Some(rec.profile), seed)

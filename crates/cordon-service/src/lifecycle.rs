@@ -86,6 +86,8 @@ pub(crate) struct Seed {
     pub(crate) tree: Option<std::path::PathBuf>,
     pub(crate) volumes: Vec<String>,
     pub(crate) id: Option<String>,
+    /// Its ports' grant from before it was paused to disk (the same traffic token).
+    pub(crate) ports: Option<crate::ports::PortGrant>,
 }
 
 /// What makes a plain `pip install x` work in a server's sandbox (see the README's *pip inside
@@ -420,8 +422,12 @@ impl Service {
             }
         }
         let names = volumes.names.clone();
+        let ports = seed
+            .ports
+            .clone()
+            .unwrap_or_else(|| crate::ports::PortGrant::new(&req.ports));
         let info = self.make_live(
-            caller, req, profile, sandbox, image, ttl, egress, id, names, secrets,
+            caller, req, profile, sandbox, image, ttl, egress, id, names, secrets, ports,
         )?;
         // Only now that the sandbox counts as live (see `reserve`), and its volumes as in use.
         drop(slot);
@@ -443,6 +449,7 @@ impl Service {
         id: String,
         volumes: Vec<String>,
         secrets: Option<crate::runner::secrets::Prepared>,
+        ports: crate::ports::PortGrant,
     ) -> Result<SandboxInfo, ServiceError> {
         let created_ms = crate::registry::now_ms();
         let created_at = created_ms / 1000;
@@ -476,7 +483,7 @@ impl Service {
             contexts: Default::default(),
             egress,
             network: Mutex::new(live_network),
-            ports: crate::ports::PortGrant::new(&req.ports),
+            ports,
             image,
             cpu_seen: Mutex::new((std::time::Instant::now(), 0)),
             usage: Default::default(),

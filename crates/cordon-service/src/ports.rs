@@ -33,8 +33,10 @@ pub struct PortsOptions {
     pub wake_on_request: bool,
 }
 
-/// A sandbox's ports: its traffic access token and whether they need it.
-#[derive(Debug, Clone)]
+/// A sandbox's ports: its traffic access token and whether they need it. Kept (0600, in the
+/// data directory) with the files of a sandbox paused to disk, so that it comes back with the
+/// same grant.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PortGrant {
     pub token: String,
     pub public: bool,

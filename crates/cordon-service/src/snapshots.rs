@@ -451,6 +451,7 @@ impl Service {
                     tree: Some(partial.clone()),
                     volumes: parent.volumes.clone(),
                     id: None,
+                    ports: None,
                 };
                 match self
                     .create_seeded(caller, r, Some(profile.clone()), seed)
