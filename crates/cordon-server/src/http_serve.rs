@@ -103,15 +103,31 @@ async fn serve_inner<L>(
                 None => drive(&builder, io, service, stopping).await,
                 Some(ports) => {
                     let mut io = tokio::io::BufReader::new(io);
-                    let tls = match io.fill_buf().await {
-                        Ok([]) | Err(_) => false,
-                        // A TLS record of type handshake.
-                        Ok(b) => b[0] == 0x16,
+                    // Told to stop before the client said anything (or finished its TLS
+                    // handshake): there is no request to finish, so the connection just goes —
+                    // it must not hold the server's stop until its idle timeout.
+                    let mut told = stopping.clone();
+                    let tls = tokio::select! {
+                        first = io.fill_buf() => match first {
+                            Ok([]) | Err(_) => false,
+                            // A TLS record of type handshake.
+                            Ok(b) => b[0] == 0x16,
+                        },
+                        _ = told.changed() => {
+                            drop(running);
+                            return;
+                        }
                     };
                     if !tls {
                         drive(&builder, io, service, stopping).await;
-                    } else if let Some(io) = accept_tls(io, &ports, idle).await {
-                        drive(&builder, io, service, stopping).await;
+                    } else {
+                        let accepted = tokio::select! {
+                            a = accept_tls(io, &ports, idle) => a,
+                            _ = told.changed() => None,
+                        };
+                        if let Some(io) = accepted {
+                            drive(&builder, io, service, stopping).await;
+                        }
                     }
                 }
             }
@@ -310,6 +326,46 @@ mod tests {
                 Err(_) => return None,
             }
         }
+    }
+
+    /// With TLS for ports on (the server's own setup), a connection that has sent nothing yet
+    /// — so the server is still waiting to tell TLS from HTTP — does not hold the server's
+    /// stop until its idle limit: told to stop, the server ends at once.
+    #[test]
+    fn a_silent_connection_does_not_hold_the_servers_stop() {
+        let dir = std::env::temp_dir().join(format!("cordon-stop-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ports = Arc::new(crate::ports::Ports::new("localhost:1", &dir).expect("ports"));
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let addr = std_listener.local_addr().expect("addr");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+                let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+                let shutdown = async {
+                    let _ = stop_rx.await;
+                };
+                serve_inner(
+                    listener,
+                    app,
+                    shutdown,
+                    Duration::from_secs(60),
+                    Some(ports),
+                )
+                .await;
+            });
+            let _ = done_tx.send(());
+        });
+        let _silent = std::net::TcpStream::connect(addr).expect("connect");
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = stop_tx.send(());
+        let stopped = done_rx.recv_timeout(Duration::from_secs(10)).is_ok();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(stopped, "a connection that sent nothing held the stop");
     }
 
     #[test]
