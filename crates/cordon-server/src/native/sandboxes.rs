@@ -165,6 +165,10 @@ pub(super) async fn resume(
     State(st): State<Arc<AppState>>,
     Extension(c): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
+    // Read whole though nothing in it is used (clients send `{}`): a body left unread when
+    // the answer goes out makes hyper close the connection if the rest has not arrived yet,
+    // and the client's next request on it then meets a closed socket.
+    _body: JsonBody<serde::de::IgnoredAny>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     st.service.resume(&c, &id).await?;
     Ok(Json(st.service.get(&c, &id)?))
