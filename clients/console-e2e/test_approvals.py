@@ -134,8 +134,12 @@ def answer_in_the_page(page, gateway: str) -> None:
     assert "tok-secret-123" not in page.content()
     assert page.locator("#approvals script, #approvals img").count() == 0
 
-    pending.filter(has_text='"spam"').locator("button.approve").click()
+    # The reason is typed first, then the other call approved: the page re-draws the table when
+    # that answer lands, and what was typed must survive it (it is kept by call id).
     hostile_row.locator("input.reason").fill("not the inbox, <b>ever</b>")
+    pending.filter(has_text='"spam"').locator("button.approve").click()
+    expect(pending).to_have_count(1, timeout=30_000)
+    expect(hostile_row.locator("input.reason")).to_have_value("not the inbox, <b>ever</b>")
     hostile_row.locator("button.refuse").click()
     expect(section.locator("table.pending")).to_have_count(0, timeout=30_000)
     history = section.locator("table.history tr[data-call]")
