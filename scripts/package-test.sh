@@ -149,7 +149,9 @@ mode_is /var/lib/cordon 700 cordon cordon
 mode_is /var/lib/cordon/initial-api-key 600 root root
 grep -qE '^cdn_[0-9a-f]+$' "$root/var/lib/cordon/initial-api-key" || fail "the initial API key file holds no key"
 keys=$(in_root runuser -u cordon -- env CORDON_DATA_DIR=/var/lib/cordon cordon keys list)
-[ "$(grep -c 'active$' <<<"$keys")" = 1 ] || fail "expected one active key after install: $keys"
+# One active key, the data directory's first, so an admin one (`… active admin`).
+[ "$(grep -cE '\bactive([[:space:]]+admin)?$' <<<"$keys")" = 1 ] || fail "expected one active key after install: $keys"
+grep -qE '\bactive[[:space:]]+admin$' <<<"$keys" || fail "the first key is not an admin key: $keys"
 [ -L "$root/etc/systemd/system/multi-user.target.wants/cordon.service" ] || fail "cordon.service is not enabled"
 
 out=$(in_root cordon --version) || fail "cordon --version failed in the root"
