@@ -170,7 +170,7 @@ kept() {
   [ "$(cat "$root/var/lib/cordon/marker" 2>/dev/null)" = kept ] || fail "$1: /var/lib/cordon/marker is gone"
   [ "$(md5sum <"$root/etc/default/cordon")" = "$conf" ] || fail "$1: the changed /etc/default/cordon was not kept"
   [ "$(cat "$root/var/lib/cordon/initial-api-key")" = "$key" ] || fail "$1: the initial API key changed"
-  [ "$(in_root runuser -u cordon -- env CORDON_DATA_DIR=/var/lib/cordon cordon keys list | grep -c 'active$')" = 1 ] ||
+  [ "$(in_root runuser -u cordon -- env CORDON_DATA_DIR=/var/lib/cordon cordon keys list | grep -cE '\bactive([[:space:]]+admin)?$')" = 1 ] ||
     fail "$1: not exactly one active key"
 }
 in_root dpkg -i /tmp/cordon.deb >"$work/reinstall.log" 2>&1 || { cat "$work/reinstall.log" >&2; fail "reinstalling failed"; }
